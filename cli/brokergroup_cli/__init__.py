@@ -1,0 +1,1 @@
+"""The `brokergroup` command: dispatches to each component's subcommands."""

@@ -1,0 +1,41 @@
+"""Entry point of the `brokergroup` console script.
+
+Each component registers its own subcommands through a `register(subparsers)`
+function that only declares arguments; heavy imports happen inside the
+handlers so `brokergroup --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from brokergroup_broker import cli as broker_cli
+    from brokergroup_cli import local_cli
+    from brokergroup_controller import cli as controller_cli
+
+    parser = argparse.ArgumentParser(
+        prog="brokergroup",
+        description="Broker replica groups with RocketMQ 5 Controller-mode HA.",
+    )
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    controller_cli.register(subparsers)
+    broker_cli.register(subparsers)
+    local_cli.register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

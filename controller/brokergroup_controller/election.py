@@ -1,0 +1,176 @@
+"""Election policy (DESIGN.md §2.2 ElectMaster), a pure function.
+
+The leader calls `decide_election` with a snapshot of the broker set and its
+own liveness view; the result is either a refusal (code + message, nothing
+to commit) or an `ElectMaster` event to propose through Raft. The event
+carries the epochs the decision was based on, so `ControllerState.apply`
+rejects it if another decision committed first.
+
+Rules:
+- A live master is kept unless an admin designates another broker
+  (MASTER_STILL_EXIST).
+- First election of a set (masterEpoch 0, no master): the designated broker
+  or else the requester wins; there is no SyncStateSet yet.
+- Otherwise candidates = SyncStateSet ∩ alive, or every alive registered
+  replica with `enable_elect_unclean_master`; the old master is never a
+  candidate (it is dead, or being replaced on purpose).
+- Ranking: epoch desc, maxOffset desc, electionPriority asc, brokerId asc —
+  the replica with the newest, longest log wins; priority then id break ties
+  deterministically.
+- No candidate: a controller-triggered election records "no master"
+  (masterEpoch+1) so the dead master is fenced; a broker/admin request is
+  refused with MASTER_NOT_AVAILABLE.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+
+from brokergroup_controller.errors import ErrorCode
+from brokergroup_controller.state import BrokerSet, ElectMaster
+
+
+class ElectionTrigger(StrEnum):
+    BROKER = "broker"  # a broker found no master and asked
+    ADMIN = "admin"  # `brokergroup admin elect-master` (may designate)
+    CONTROLLER = "controller"  # the leader saw the master go inactive
+
+
+@dataclass(frozen=True)
+class ReplicaHeartbeat:
+    """What the leader last heard from an alive replica (§2.3)."""
+
+    broker_id: int
+    epoch: int = 0
+    max_offset: int = 0
+    confirm_offset: int = 0
+    election_priority: int = 0
+
+
+@dataclass(frozen=True)
+class ElectionRequest:
+    trigger: ElectionTrigger
+    requester_broker_id: int | None = None
+    designated_broker_id: int | None = None
+    enable_elect_unclean_master: bool = False
+
+
+@dataclass(frozen=True)
+class ElectionDecision:
+    code: ErrorCode
+    message: str
+    event: ElectMaster | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.code is ErrorCode.SUCCESS
+
+
+def rank_key(heartbeat: ReplicaHeartbeat) -> tuple[int, int, int, int]:
+    """Smaller is better: (epoch desc, maxOffset desc, electionPriority asc, brokerId asc)."""
+    return (
+        -heartbeat.epoch,
+        -heartbeat.max_offset,
+        heartbeat.election_priority,
+        heartbeat.broker_id,
+    )
+
+
+def _event(broker_set: BrokerSet, new_master: int | None, reason: str) -> ElectMaster:
+    return ElectMaster(
+        cluster_name=broker_set.cluster_name,
+        broker_name=broker_set.broker_name,
+        new_master_broker_id=new_master,
+        based_on_master_epoch=broker_set.master_epoch,
+        based_on_sync_state_set_epoch=broker_set.sync_state_set_epoch,
+        reason=reason,
+    )
+
+
+def decide_election(
+    broker_set: BrokerSet,
+    alive: Mapping[int, ReplicaHeartbeat],
+    request: ElectionRequest,
+) -> ElectionDecision:
+    """Decide an election for `broker_set` given the alive replicas' heartbeats."""
+    name = broker_set.broker_name
+    old_master = broker_set.master_broker_id
+    designated = request.designated_broker_id
+
+    if designated is not None and designated not in broker_set.brokers:
+        return ElectionDecision(
+            ErrorCode.ELECT_TARGET_NOT_ELIGIBLE,
+            f"designated broker {name}:{designated} is not registered",
+        )
+    if old_master is not None and old_master in alive and designated in (None, old_master):
+        return ElectionDecision(
+            ErrorCode.MASTER_STILL_EXIST,
+            f"broker {name}:{old_master} is alive and still master at "
+            f"masterEpoch {broker_set.master_epoch}",
+        )
+
+    if broker_set.master_epoch == 0 and old_master is None:
+        winner = designated if designated is not None else request.requester_broker_id
+        if winner is None:
+            return ElectionDecision(
+                ErrorCode.MASTER_NOT_AVAILABLE,
+                f"{name} has never had a master; waiting for a broker to ask",
+            )
+        if winner not in broker_set.brokers:
+            return ElectionDecision(
+                ErrorCode.NEED_TO_BE_REGISTERED,
+                f"broker {name}:{winner} is not registered",
+            )
+        if winner not in alive:
+            return ElectionDecision(
+                ErrorCode.BROKER_NOT_ALIVE, f"broker {name}:{winner} is not alive"
+            )
+        return ElectionDecision(
+            ErrorCode.SUCCESS,
+            f"first master of {name}: {winner}",
+            _event(broker_set, winner, f"first election ({request.trigger})"),
+        )
+
+    pool = {broker_id for broker_id in alive if broker_id in broker_set.brokers}
+    if not request.enable_elect_unclean_master:
+        pool &= broker_set.sync_state_set
+    pool.discard(old_master)  # type: ignore[arg-type]
+
+    if designated is not None:
+        if designated not in pool:
+            kind = "alive replicas" if request.enable_elect_unclean_master else (
+                f"SyncStateSet {sorted(broker_set.sync_state_set)} ∩ alive"
+            )
+            return ElectionDecision(
+                ErrorCode.ELECT_TARGET_NOT_ELIGIBLE,
+                f"designated broker {name}:{designated} is not among the {kind} "
+                f"(eligible: {sorted(pool)})",
+            )
+        return ElectionDecision(
+            ErrorCode.SUCCESS,
+            f"designated broker {designated} elected master of {name}",
+            _event(broker_set, designated, f"designated by {request.trigger}"),
+        )
+
+    if pool:
+        winner = min((alive[b] for b in pool), key=rank_key).broker_id
+        return ElectionDecision(
+            ErrorCode.SUCCESS,
+            f"broker {winner} elected master of {name} from {sorted(pool)}",
+            _event(broker_set, winner, f"elected ({request.trigger})"),
+        )
+
+    if request.trigger is ElectionTrigger.CONTROLLER and old_master is not None:
+        return ElectionDecision(
+            ErrorCode.SUCCESS,
+            f"master {old_master} of {name} is gone and no SyncStateSet member is alive: "
+            "no master until one returns",
+            _event(broker_set, None, "no eligible replica alive"),
+        )
+    return ElectionDecision(
+        ErrorCode.MASTER_NOT_AVAILABLE,
+        f"no eligible replica for {name}: SyncStateSet {sorted(broker_set.sync_state_set)}, "
+        f"alive {sorted(alive)}",
+    )

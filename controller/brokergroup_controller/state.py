@@ -1,0 +1,406 @@
+"""The controller's replicated state machine (DESIGN.md §2.1, §2.2).
+
+Theory of operation
+-------------------
+The Raft leader decides (it alone knows liveness, §2.3) and proposes an
+*event*; every replica then `apply`s the committed event to its own
+`ControllerState`. `apply` is deterministic and re-checks everything that
+does not need liveness (epochs, registration, registerCode CAS), so two
+concurrent leader decisions based on the same epochs can never both take
+effect and all replicas stay identical.
+
+Invariants (asserted by tests/unit/test_state_properties.py):
+- masterEpoch and syncStateSetEpoch of a broker set never decrease, even
+  across CleanBrokerData of a whole set (its epochs are kept as a floor).
+- At most one master per (broker set, masterEpoch): every change of master
+  bumps masterEpoch.
+- A rejected event leaves the state unchanged.
+
+No I/O, no clocks, no randomness here.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from brokergroup_controller.errors import ErrorCode
+
+BrokerSetKey = tuple[str, str]  # (clusterName, brokerName)
+
+
+@dataclass
+class BrokerRecord:
+    address: str
+    register_code: str
+
+
+@dataclass
+class BrokerSet:
+    cluster_name: str
+    broker_name: str
+    next_broker_id: int = 1
+    brokers: dict[int, BrokerRecord] = field(default_factory=dict)
+    master_broker_id: int | None = None
+    master_epoch: int = 0
+    sync_state_set: set[int] = field(default_factory=set)
+    sync_state_set_epoch: int = 0
+
+    @property
+    def key(self) -> BrokerSetKey:
+        return (self.cluster_name, self.broker_name)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "clusterName": self.cluster_name,
+            "brokerName": self.broker_name,
+            "nextBrokerId": self.next_broker_id,
+            "brokers": {
+                str(broker_id): {"address": r.address, "registerCode": r.register_code}
+                for broker_id, r in sorted(self.brokers.items())
+            },
+            "masterBrokerId": self.master_broker_id,
+            "masterEpoch": self.master_epoch,
+            "syncStateSet": sorted(self.sync_state_set),
+            "syncStateSetEpoch": self.sync_state_set_epoch,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> BrokerSet:
+        return cls(
+            cluster_name=data["clusterName"],
+            broker_name=data["brokerName"],
+            next_broker_id=int(data["nextBrokerId"]),
+            brokers={
+                int(k): BrokerRecord(address=v["address"], register_code=v["registerCode"])
+                for k, v in data["brokers"].items()
+            },
+            master_broker_id=data["masterBrokerId"],
+            master_epoch=int(data["masterEpoch"]),
+            sync_state_set={int(x) for x in data["syncStateSet"]},
+            sync_state_set_epoch=int(data["syncStateSetEpoch"]),
+        )
+
+
+# ---------------------------------------------------------------- events
+
+
+@dataclass(frozen=True)
+class Event:
+    """Base of committed events; `TYPE` names the event in the Raft log."""
+
+    TYPE: ClassVar[str] = ""
+    cluster_name: str
+    broker_name: str
+
+    @property
+    def key(self) -> BrokerSetKey:
+        return (self.cluster_name, self.broker_name)
+
+    def to_dict(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"type": self.TYPE}
+        for name, value in self.__dict__.items():
+            body[name] = sorted(value) if isinstance(value, frozenset) else value
+        return body
+
+
+@dataclass(frozen=True)
+class ApplyBrokerId(Event):
+    TYPE: ClassVar[str] = "ApplyBrokerId"
+    broker_id: int
+    register_code: str
+    address: str
+
+
+@dataclass(frozen=True)
+class RegisterBroker(Event):
+    TYPE: ClassVar[str] = "RegisterBroker"
+    broker_id: int
+    address: str
+
+
+@dataclass(frozen=True)
+class AlterSyncStateSet(Event):
+    TYPE: ClassVar[str] = "AlterSyncStateSet"
+    master_broker_id: int
+    master_epoch: int
+    sync_state_set: frozenset[int]
+    sync_state_set_epoch: int
+
+
+@dataclass(frozen=True)
+class ElectMaster(Event):
+    """The leader's election decision and the epochs it was based on."""
+
+    TYPE: ClassVar[str] = "ElectMaster"
+    new_master_broker_id: int | None
+    based_on_master_epoch: int
+    based_on_sync_state_set_epoch: int
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class CleanBrokerData(Event):
+    """Remove ids (None: the whole broker set). Liveness was checked by the leader."""
+
+    TYPE: ClassVar[str] = "CleanBrokerData"
+    broker_ids: frozenset[int] | None = None
+
+
+_EVENT_TYPES: dict[str, type[Event]] = {
+    cls.TYPE: cls
+    for cls in (ApplyBrokerId, RegisterBroker, AlterSyncStateSet, ElectMaster, CleanBrokerData)
+}
+
+
+def event_from_dict(data: dict[str, Any]) -> Event:
+    """Inverse of `Event.to_dict`; raises ValueError on an unknown or malformed event."""
+    fields = dict(data)
+    event_type = _EVENT_TYPES.get(str(fields.pop("type", "")))
+    if event_type is None:
+        raise ValueError(f"unknown controller event type {data.get('type')!r}")
+    for name in ("sync_state_set", "broker_ids"):
+        if fields.get(name) is not None:
+            fields[name] = frozenset(int(x) for x in fields[name])
+    try:
+        return event_type(**fields)
+    except TypeError as exc:
+        raise ValueError(f"malformed {event_type.TYPE} event: {exc}") from exc
+
+
+# ---------------------------------------------------------------- results
+
+
+@dataclass(frozen=True)
+class ApplyResult:
+    code: ErrorCode
+    message: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.code is ErrorCode.SUCCESS
+
+
+def _ok(message: str = "", **details: Any) -> ApplyResult:
+    return ApplyResult(ErrorCode.SUCCESS, message, details)
+
+
+def _reject(code: ErrorCode, message: str, **details: Any) -> ApplyResult:
+    return ApplyResult(code, message, details)
+
+
+# ---------------------------------------------------------------- state
+
+
+class ControllerState:
+    """All broker sets. `apply` is the only mutator."""
+
+    def __init__(self) -> None:
+        self.broker_sets: dict[BrokerSetKey, BrokerSet] = {}
+        # Epoch floors of wiped broker sets, so a re-created set never reuses an epoch.
+        self.retired_epochs: dict[BrokerSetKey, tuple[int, int]] = {}
+
+    # -- reads
+
+    def get(self, cluster_name: str, broker_name: str) -> BrokerSet | None:
+        return self.broker_sets.get((cluster_name, broker_name))
+
+    def next_broker_id(self, cluster_name: str, broker_name: str) -> int:
+        broker_set = self.get(cluster_name, broker_name)
+        return 1 if broker_set is None else broker_set.next_broker_id
+
+    def snapshot(self, cluster_name: str, broker_name: str) -> BrokerSet | None:
+        """A deep copy, safe to hand to another thread."""
+        broker_set = self.get(cluster_name, broker_name)
+        return None if broker_set is None else copy.deepcopy(broker_set)
+
+    # -- the transition function
+
+    def apply(self, event: Event) -> ApplyResult:
+        if isinstance(event, ApplyBrokerId):
+            return self._apply_broker_id(event)
+        if isinstance(event, RegisterBroker):
+            return self._register_broker(event)
+        if isinstance(event, AlterSyncStateSet):
+            return self._alter_sync_state_set(event)
+        if isinstance(event, ElectMaster):
+            return self._elect_master(event)
+        if isinstance(event, CleanBrokerData):
+            return self._clean_broker_data(event)
+        raise TypeError(f"not a controller event: {event!r}")
+
+    def _apply_broker_id(self, e: ApplyBrokerId) -> ApplyResult:
+        broker_set = self.broker_sets.get(e.key)
+        if broker_set is None:
+            if e.broker_id != 1:
+                return _reject(
+                    ErrorCode.BROKER_ID_INVALID,
+                    f"broker set {e.broker_name} is new: the first BrokerId must be 1, "
+                    f"not {e.broker_id}",
+                    nextBrokerId=1,
+                )
+            master_epoch, set_epoch = self.retired_epochs.pop(e.key, (0, 0))
+            broker_set = BrokerSet(
+                e.cluster_name,
+                e.broker_name,
+                master_epoch=master_epoch,
+                sync_state_set_epoch=set_epoch,
+            )
+            self.broker_sets[e.key] = broker_set
+        elif e.broker_id < 1:
+            return _reject(
+                ErrorCode.BROKER_ID_INVALID,
+                f"BrokerId {e.broker_id} is invalid: ids start at 1",
+                nextBrokerId=broker_set.next_broker_id,
+            )
+        else:
+            existing = broker_set.brokers.get(e.broker_id)
+            if existing is not None and existing.register_code != e.register_code:
+                return _reject(
+                    ErrorCode.BROKER_ID_INVALID,
+                    f"BrokerId {e.broker_id} of {e.broker_name} is held by another broker "
+                    f"(registerCode differs); apply for {broker_set.next_broker_id} instead",
+                    nextBrokerId=broker_set.next_broker_id,
+                )
+        broker_set.brokers[e.broker_id] = BrokerRecord(e.address, e.register_code)
+        broker_set.next_broker_id = max(broker_set.next_broker_id, e.broker_id + 1)
+        return _ok(brokerId=e.broker_id, nextBrokerId=broker_set.next_broker_id)
+
+    def _register_broker(self, e: RegisterBroker) -> ApplyResult:
+        broker_set = self.broker_sets.get(e.key)
+        if broker_set is None or e.broker_id not in broker_set.brokers:
+            return _reject(
+                ErrorCode.NEED_TO_BE_REGISTERED,
+                f"broker {e.broker_name}:{e.broker_id} has no BrokerId assigned; "
+                "run GetNextBrokerId/ApplyBrokerId first",
+            )
+        broker_set.brokers[e.broker_id].address = e.address
+        return _ok()
+
+    def _alter_sync_state_set(self, e: AlterSyncStateSet) -> ApplyResult:
+        broker_set = self.broker_sets.get(e.key)
+        if broker_set is None:
+            return _reject(ErrorCode.BROKER_SET_NOT_FOUND, f"no broker set {e.broker_name}")
+        if broker_set.master_broker_id != e.master_broker_id:
+            return _reject(
+                ErrorCode.INVALID_MASTER,
+                f"broker {e.master_broker_id} is not the master of {e.broker_name} "
+                f"(the master is {broker_set.master_broker_id})",
+            )
+        if broker_set.master_epoch != e.master_epoch:
+            return _reject(
+                ErrorCode.FENCED_MASTER_EPOCH,
+                f"master {e.master_broker_id} at masterEpoch {e.master_epoch} is fenced: "
+                f"controller has masterEpoch {broker_set.master_epoch}",
+            )
+        if broker_set.sync_state_set_epoch != e.sync_state_set_epoch:
+            return _reject(
+                ErrorCode.FENCED_SYNC_STATE_SET_EPOCH,
+                f"syncStateSetEpoch {e.sync_state_set_epoch} is stale: controller has "
+                f"{broker_set.sync_state_set_epoch}",
+            )
+        unregistered = sorted(set(e.sync_state_set) - set(broker_set.brokers))
+        if unregistered:
+            return _reject(
+                ErrorCode.INVALID_SYNC_STATE_SET,
+                f"SyncStateSet members {unregistered} are not registered in {e.broker_name}",
+            )
+        if e.master_broker_id not in e.sync_state_set:
+            return _reject(
+                ErrorCode.INVALID_SYNC_STATE_SET,
+                f"the new SyncStateSet {sorted(e.sync_state_set)} must contain the master "
+                f"{e.master_broker_id}",
+            )
+        broker_set.sync_state_set = set(e.sync_state_set)
+        broker_set.sync_state_set_epoch += 1
+        return _ok(
+            syncStateSet=sorted(broker_set.sync_state_set),
+            syncStateSetEpoch=broker_set.sync_state_set_epoch,
+        )
+
+    def _elect_master(self, e: ElectMaster) -> ApplyResult:
+        broker_set = self.broker_sets.get(e.key)
+        if broker_set is None:
+            return _reject(ErrorCode.BROKER_SET_NOT_FOUND, f"no broker set {e.broker_name}")
+        if broker_set.master_epoch != e.based_on_master_epoch:
+            return _reject(
+                ErrorCode.FENCED_MASTER_EPOCH,
+                f"election based on masterEpoch {e.based_on_master_epoch} lost the race: "
+                f"controller has masterEpoch {broker_set.master_epoch}",
+            )
+        if broker_set.sync_state_set_epoch != e.based_on_sync_state_set_epoch:
+            return _reject(
+                ErrorCode.FENCED_SYNC_STATE_SET_EPOCH,
+                f"election based on syncStateSetEpoch {e.based_on_sync_state_set_epoch} is "
+                f"stale: controller has {broker_set.sync_state_set_epoch}",
+            )
+        new_master = e.new_master_broker_id
+        if new_master is not None and new_master not in broker_set.brokers:
+            return _reject(
+                ErrorCode.NEED_TO_BE_REGISTERED,
+                f"broker {e.broker_name}:{new_master} is not registered",
+            )
+        broker_set.master_broker_id = new_master
+        broker_set.master_epoch += 1
+        if new_master is not None:
+            broker_set.sync_state_set = {new_master}
+            broker_set.sync_state_set_epoch += 1
+        return _ok(
+            masterBrokerId=new_master,
+            masterEpoch=broker_set.master_epoch,
+            syncStateSet=sorted(broker_set.sync_state_set),
+            syncStateSetEpoch=broker_set.sync_state_set_epoch,
+        )
+
+    def _clean_broker_data(self, e: CleanBrokerData) -> ApplyResult:
+        broker_set = self.broker_sets.get(e.key)
+        if broker_set is None:
+            return _reject(ErrorCode.BROKER_SET_NOT_FOUND, f"no broker set {e.broker_name}")
+        ids = set(broker_set.brokers) if e.broker_ids is None else set(e.broker_ids)
+        unknown = sorted(ids - set(broker_set.brokers))
+        if unknown:
+            return _reject(
+                ErrorCode.NEED_TO_BE_REGISTERED,
+                f"brokers {unknown} are not registered in {e.broker_name}",
+            )
+        for broker_id in ids:
+            del broker_set.brokers[broker_id]
+        if broker_set.master_broker_id in ids:
+            broker_set.master_broker_id = None
+            broker_set.master_epoch += 1
+        if broker_set.sync_state_set & ids:
+            broker_set.sync_state_set -= ids
+            broker_set.sync_state_set_epoch += 1
+        if not broker_set.brokers:
+            del self.broker_sets[e.key]
+            self.retired_epochs[e.key] = (
+                broker_set.master_epoch,
+                broker_set.sync_state_set_epoch,
+            )
+        return _ok(removed=sorted(ids))
+
+    # -- persistence (pysyncobj dumps this through the node's replicated attributes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "brokerSets": [s.to_dict() for _, s in sorted(self.broker_sets.items())],
+            "retiredEpochs": [
+                {"clusterName": c, "brokerName": b, "masterEpoch": m, "syncStateSetEpoch": s}
+                for (c, b), (m, s) in sorted(self.retired_epochs.items())
+            ],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ControllerState:
+        state = cls()
+        for raw in data.get("brokerSets", []):
+            broker_set = BrokerSet.from_dict(raw)
+            state.broker_sets[broker_set.key] = broker_set
+        for raw in data.get("retiredEpochs", []):
+            state.retired_epochs[(raw["clusterName"], raw["brokerName"])] = (
+                int(raw["masterEpoch"]),
+                int(raw["syncStateSetEpoch"]),
+            )
+        return state
