@@ -136,7 +136,8 @@ def decide_election(
     pool = {broker_id for broker_id in alive if broker_id in broker_set.brokers}
     if not request.enable_elect_unclean_master:
         pool &= broker_set.sync_state_set
-    pool.discard(old_master)  # type: ignore[arg-type]
+    if old_master is not None:
+        pool.discard(old_master)
 
     if designated is not None:
         if designated not in pool:
