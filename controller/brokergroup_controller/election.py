@@ -141,8 +141,10 @@ def decide_election(
 
     if designated is not None:
         if designated not in pool:
-            kind = "alive replicas" if request.enable_elect_unclean_master else (
-                f"SyncStateSet {sorted(broker_set.sync_state_set)} ∩ alive"
+            kind = (
+                "alive replicas"
+                if request.enable_elect_unclean_master
+                else (f"SyncStateSet {sorted(broker_set.sync_state_set)} ∩ alive")
             )
             return ElectionDecision(
                 ErrorCode.ELECT_TARGET_NOT_ELIGIBLE,

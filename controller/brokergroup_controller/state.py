@@ -375,9 +375,10 @@ class ControllerState:
             broker_set.sync_state_set_epoch += 1
         if not broker_set.brokers:
             del self.broker_sets[e.key]
+            # +1: a decision taken on the wiped set must never apply to its successor.
             self.retired_epochs[e.key] = (
-                broker_set.master_epoch,
-                broker_set.sync_state_set_epoch,
+                broker_set.master_epoch + 1,
+                broker_set.sync_state_set_epoch + 1,
             )
         return _ok(removed=sorted(ids))
 

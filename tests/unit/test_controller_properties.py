@@ -1,0 +1,198 @@
+"""Hypothesis properties of the controller core (DESIGN.md §2.2, §8 unit/):
+
+- masterEpoch and syncStateSetEpoch never decrease (also across a whole-set
+  CleanBrokerData and re-creation);
+- at most one master per (broker set, masterEpoch), even when several
+  leaders' election decisions, made on the same snapshot, commit in any
+  order (they are queued and delivered late on purpose);
+- an AlterSyncStateSet carrying any stale epoch or a wrong master is
+  rejected and changes nothing;
+- ApplyBrokerId is a compare-and-set: two registerCodes racing for one id,
+  exactly one wins when the id was free, none when it was already held.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from brokergroup_controller.election import (
+    ElectionRequest,
+    ElectionTrigger,
+    ReplicaHeartbeat,
+    decide_election,
+)
+from brokergroup_controller.errors import ErrorCode
+from brokergroup_controller.state import (
+    AlterSyncStateSet,
+    ApplyBrokerId,
+    BrokerSetKey,
+    CleanBrokerData,
+    ControllerState,
+    ElectMaster,
+    Event,
+    RegisterBroker,
+)
+
+C = "c"
+NAMES = ("a", "b")
+IDS = st.integers(min_value=1, max_value=4)
+
+heartbeat = st.builds(
+    ReplicaHeartbeat,
+    broker_id=IDS,
+    epoch=st.integers(0, 5),
+    max_offset=st.integers(0, 1000),
+    election_priority=st.integers(0, 2),
+)
+
+op = st.one_of(
+    st.tuples(st.just("apply"), st.sampled_from(NAMES), IDS, st.sampled_from(["x", "y"])),
+    st.tuples(st.just("register"), st.sampled_from(NAMES), IDS),
+    st.tuples(
+        st.just("alter"),
+        st.sampled_from(NAMES),
+        st.frozensets(IDS, max_size=4),
+        st.integers(-1, 1),  # masterEpoch skew
+        st.integers(-1, 1),  # syncStateSetEpoch skew
+        st.booleans(),  # wrong master
+    ),
+    st.tuples(
+        st.just("decide"),
+        st.sampled_from(NAMES),
+        st.lists(heartbeat, max_size=4),
+        st.sampled_from(list(ElectionTrigger)),
+        st.one_of(st.none(), IDS),
+        st.booleans(),  # designate the requester
+        st.booleans(),  # unclean
+    ),
+    st.tuples(st.just("deliver"), st.integers(0, 7)),
+    st.tuples(st.just("clean"), st.sampled_from(NAMES), st.one_of(st.none(), st.frozensets(IDS))),
+)
+
+
+class Checker:
+    def __init__(self) -> None:
+        self.state = ControllerState()
+        self.pending: list[ElectMaster] = []
+        self.high_water: dict[BrokerSetKey, tuple[int, int]] = {}
+        self.master_of_epoch: dict[tuple[BrokerSetKey, int], int | None] = {}
+
+    def apply(self, event: Event) -> ErrorCode:
+        before = copy.deepcopy(self.state.to_dict())
+        result = self.state.apply(event)
+        if not result.ok:
+            assert self.state.to_dict() == before, f"rejected {event} changed state"
+        self.check()
+        return result.code
+
+    def check(self) -> None:
+        for key, broker_set in self.state.broker_sets.items():
+            epochs = (broker_set.master_epoch, broker_set.sync_state_set_epoch)
+            old = self.high_water.get(key, (0, 0))
+            assert epochs[0] >= old[0] and epochs[1] >= old[1], (key, old, epochs)
+            self.high_water[key] = epochs
+            slot = (key, broker_set.master_epoch)
+            seen = self.master_of_epoch.setdefault(slot, broker_set.master_broker_id)
+            assert seen == broker_set.master_broker_id, f"two masters in {slot}"
+
+    def step(self, operation: tuple[Any, ...]) -> None:
+        kind = operation[0]
+        if kind == "apply":
+            _, name, broker_id, code = operation
+            self.apply(ApplyBrokerId(C, name, broker_id, code, f"h{broker_id}:1"))
+        elif kind == "register":
+            _, name, broker_id = operation
+            self.apply(RegisterBroker(C, name, broker_id, f"n{broker_id}:1"))
+        elif kind == "alter":
+            self.alter(*operation[1:])
+        elif kind == "decide":
+            self.decide(*operation[1:])
+        elif kind == "deliver" and self.pending:
+            self.apply(self.pending.pop(operation[1] % len(self.pending)))
+        elif kind == "clean":
+            _, name, ids = operation
+            self.apply(CleanBrokerData(C, name, ids))
+
+    def alter(
+        self, name: str, members: frozenset[int], m_skew: int, s_skew: int, wrong: bool
+    ) -> None:
+        broker_set = self.state.snapshot(C, name)
+        if broker_set is None or broker_set.master_broker_id is None:
+            return
+        master = broker_set.master_broker_id + (10 if wrong else 0)
+        event = AlterSyncStateSet(
+            C,
+            name,
+            master,
+            broker_set.master_epoch + m_skew,
+            members | {broker_set.master_broker_id},
+            broker_set.sync_state_set_epoch + s_skew,
+        )
+        code = self.apply(event)
+        if wrong or m_skew or s_skew:
+            assert code in (
+                ErrorCode.INVALID_MASTER,
+                ErrorCode.FENCED_MASTER_EPOCH,
+                ErrorCode.FENCED_SYNC_STATE_SET_EPOCH,
+            ), code
+
+    def decide(
+        self,
+        name: str,
+        heartbeats: list[ReplicaHeartbeat],
+        trigger: ElectionTrigger,
+        requester: int | None,
+        designate: bool,
+        unclean: bool,
+    ) -> None:
+        broker_set = self.state.snapshot(C, name)
+        if broker_set is None:
+            return
+        alive = {h.broker_id: h for h in heartbeats}
+        request = ElectionRequest(
+            trigger,
+            requester_broker_id=requester,
+            designated_broker_id=requester if designate else None,
+            enable_elect_unclean_master=unclean,
+        )
+        decision = decide_election(broker_set, alive, request)
+        assert decision.message
+        if decision.event is not None:
+            new_master = decision.event.new_master_broker_id
+            if new_master is not None and broker_set.master_epoch > 0 and not unclean:
+                assert new_master in broker_set.sync_state_set
+            self.pending.append(decision.event)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(op, max_size=60))
+def test_epochs_monotonic_and_one_master_per_epoch(operations: list[tuple[Any, ...]]) -> None:
+    checker = Checker()
+    for operation in operations:
+        checker.step(operation)
+    while checker.pending:
+        checker.apply(checker.pending.pop())
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(IDS, st.sampled_from(["p", "q", "r"])), max_size=6),
+    IDS,
+)
+def test_apply_broker_id_is_a_compare_and_set(
+    history: list[tuple[int, str]], contested_id: int
+) -> None:
+    state = ControllerState()
+    for broker_id, code in history:
+        state.apply(ApplyBrokerId(C, "a", broker_id, code, "h:1"))
+    broker_set = state.get(C, "a")
+    held = broker_set.brokers.get(contested_id) if broker_set else None
+    free = held is None and (broker_set is not None or contested_id == 1)
+    first = state.apply(ApplyBrokerId(C, "a", contested_id, "racer-1", "h:1")).ok
+    second = state.apply(ApplyBrokerId(C, "a", contested_id, "racer-2", "h:2")).ok
+    assert not (first and second)
+    assert (first or second) == free
