@@ -1,0 +1,359 @@
+"""Handlers of `brokergroup local up|status|kill|down` (and the hidden
+`supervise`, which is what `up --detach` runs in the background).
+
+Exit codes: 0 done, 1 refused or failed (with a message on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import errno
+import json
+import logging
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import aiohttp
+
+from brokergroup_cli.local.config import ConfigError, LocalConfig, build_config
+from brokergroup_cli.local.plan import Layout
+from brokergroup_cli.local.probe import Prober
+from brokergroup_cli.local.procs import is_alive, send_signal, wait_gone
+from brokergroup_cli.local.state import (
+    RuntimeState,
+    StateFileError,
+    read_state,
+    write_state,
+)
+from brokergroup_cli.local.status import StatusSnapshot, render_text
+from brokergroup_cli.local.supervisor import Supervisor, prepare_dir, wall_ms
+from brokergroup_cli.local.targets import TargetError, parse_target, resolve_target
+
+_CLEAR = "\x1b[H\x1b[2J"
+
+
+class LocalError(Exception):
+    """A refusal or failure to print (without a traceback) and exit 1."""
+
+
+def _fail(message: str) -> int:
+    print(f"brokergroup local: {message}", file=sys.stderr)
+    return 1
+
+
+def _layout(args: argparse.Namespace) -> Layout:
+    return Layout(Path(args.dir).expanduser().resolve())
+
+
+def _load(layout: Layout) -> tuple[LocalConfig, RuntimeState]:
+    try:
+        state = read_state(layout.state_file)
+    except StateFileError as exc:
+        raise LocalError(str(exc)) from exc
+    if state is None:
+        raise LocalError(f"nothing was started in {layout.root} (no state.json); run `local up`")
+    try:
+        config = LocalConfig.from_json(json.loads(layout.config_file.read_text()))
+    except (OSError, ValueError, TypeError) as exc:
+        raise LocalError(f"cannot read {layout.config_file}: {exc}") from exc
+    return config, state
+
+
+def _live_pids(state: RuntimeState) -> list[tuple[str, int, int | None]]:
+    out: list[tuple[str, int, int | None]] = []
+    if state.supervisor_pid is not None and is_alive(
+        state.supervisor_pid, state.supervisor_start_ticks
+    ):
+        out.append(("supervisor", state.supervisor_pid, state.supervisor_start_ticks))
+    for child in state.children():
+        if child.pid is not None and is_alive(child.pid, child.start_ticks):
+            out.append((child.name, child.pid, child.start_ticks))
+    return out
+
+
+def _check_not_running(layout: Layout) -> None:
+    try:
+        state = read_state(layout.state_file)
+    except StateFileError:
+        return  # unreadable leftovers: `up` overwrites them
+    if state is None:
+        return
+    live = _live_pids(state)
+    if live:
+        names = ", ".join(f"{name} (pid {pid})" for name, pid, _ in live)
+        raise LocalError(
+            f"a local runtime is already running in {layout.root}: {names}. "
+            f"See `brokergroup local status --dir {layout.root}`, or stop it with "
+            f"`brokergroup local down --dir {layout.root}`"
+        )
+
+
+def _check_ports_free(config: LocalConfig) -> None:
+    """Fail early and clearly if another installation holds the controller ports."""
+    for host in config.controller_hosts:
+        for port in (config.controller_api_port, config.controller_raft_port):
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    sock.bind((host, port))
+                except OSError as exc:
+                    if exc.errno == errno.EADDRNOTAVAIL:
+                        raise LocalError(
+                            f"cannot bind {host}: this machine does not route 127.0.0.0/8 to "
+                            "loopback (on macOS: `sudo ifconfig lo0 alias <addr>` for each)"
+                        ) from exc
+                    raise LocalError(
+                        f"{host}:{port} is in use ({exc.strerror}): is another local "
+                        "runtime (another --dir) running? Stop it with `local down`"
+                    ) from exc
+
+
+def _setup_logging(layout: Layout) -> None:
+    layout.logs_dir.mkdir(parents=True, exist_ok=True)
+    handler = logging.FileHandler(layout.supervisor_log)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger("brokergroup_cli")
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+
+
+# --- up ---------------------------------------------------------------------------
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    layout = _layout(args)
+    try:
+        config = build_config(layout.root, args.brokers, args.set or [])
+        _check_not_running(layout)
+        _check_ports_free(config)
+        prepare_dir(config, layout)
+        if args.detach:
+            return _up_detached(config, layout)
+        return asyncio.run(_foreground(config, layout))
+    except (ConfigError, LocalError) as exc:
+        return _fail(str(exc))
+
+
+async def _foreground(config: LocalConfig, layout: Layout) -> int:
+    _setup_logging(layout)
+    interactive = sys.stdout.isatty()
+
+    def show(snapshot: StatusSnapshot) -> None:
+        frame = render_text(snapshot, clock=time.strftime("%H:%M:%S"))
+        footer = f"\nCtrl-C stops everything · logs in {layout.logs_dir}"
+        if interactive:
+            sys.stdout.write(_CLEAR + frame + footer + "\n")
+        else:
+            sys.stdout.write(frame + "\n\n")
+        sys.stdout.flush()
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        loop.add_signal_handler(sig, stop.set)
+    print(
+        f"starting {len(config.controller_hosts)} controllers and {config.broker_count} "
+        f"brokers in {layout.root} …",
+        flush=True,
+    )
+    await Supervisor(config, layout, on_snapshot=show).run(stop)
+    print("\nstopped: every controller and broker of this runtime has exited", flush=True)
+    return 0
+
+
+def _up_detached(config: LocalConfig, layout: Layout) -> int:
+    layout.logs_dir.mkdir(parents=True, exist_ok=True)
+    with open(layout.supervisor_log, "ab") as out:
+        daemon = subprocess.Popen(
+            [sys.executable, "-m", "brokergroup_cli.local", "supervise", "--dir", str(layout.root)],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # no controlling terminal; survives this shell
+            close_fds=True,
+        )
+    print(f"supervisor started (pid {daemon.pid}); waiting for a master …", flush=True)
+    deadline = time.monotonic() + config.up_wait_timeout_ms / 1000
+    snapshot: StatusSnapshot | None = None
+    while time.monotonic() < deadline:
+        if daemon.poll() is not None:
+            tail = _tail(layout.supervisor_log, 20)
+            raise LocalError(
+                f"the supervisor exited with code {daemon.returncode}; "
+                f"{layout.supervisor_log} ends with:\n{tail}"
+            )
+        try:
+            snapshot = _snapshot(layout)
+        except LocalError:
+            snapshot = None  # state.json not written yet
+        if snapshot is not None and snapshot.master_broker_id is not None:
+            print(render_text(snapshot))
+            print(
+                f"\nthe group has a master. Status: brokergroup local status --dir {layout.root}"
+                f"\nStop: brokergroup local down --dir {layout.root}   logs: {layout.logs_dir}"
+            )
+            return 0
+        time.sleep(0.3)
+    if snapshot is not None:
+        print(render_text(snapshot))
+    raise LocalError(
+        f"no master after {config.up_wait_timeout_ms} ms; the runtime is still running "
+        f"(see {layout.logs_dir}, `local status`, or stop it with `local down --dir "
+        f"{layout.root}`)"
+    )
+
+
+def _tail(path: Path, lines: int) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def cmd_supervise(args: argparse.Namespace) -> int:
+    """The detached supervisor (started by `up --detach`, not by users)."""
+    layout = _layout(args)
+    try:
+        config = LocalConfig.from_json(json.loads(layout.config_file.read_text()))
+    except (OSError, ValueError, TypeError) as exc:
+        return _fail(f"cannot read {layout.config_file}: {exc}")
+    _setup_logging(layout)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(signal.SIGHUP, lambda: None)
+        await Supervisor(config, layout).run(stop)
+
+    asyncio.run(main())
+    return 0
+
+
+# --- status -----------------------------------------------------------------------
+
+
+def _snapshot(layout: Layout) -> StatusSnapshot:
+    config, state = _load(layout)
+    alive = {(c.kind.value, c.index): is_alive(c.pid, c.start_ticks) for c in state.children()}
+    supervisor_alive = is_alive(state.supervisor_pid, state.supervisor_start_ticks)
+
+    async def take() -> StatusSnapshot:
+        async with aiohttp.ClientSession() as session:
+            return await Prober(config, session).snapshot(
+                state, process_alive=alive, supervisor_alive=supervisor_alive, now_ms=wall_ms()
+            )
+
+    return asyncio.run(take())
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    try:
+        snapshot = _snapshot(_layout(args))
+    except LocalError as exc:
+        return _fail(str(exc))
+    if args.json:
+        print(json.dumps(snapshot.to_json(), indent=2))
+    else:
+        print(render_text(snapshot))
+    return 0
+
+
+# --- kill -------------------------------------------------------------------------
+
+
+def cmd_kill(args: argparse.Namespace) -> int:
+    layout = _layout(args)
+    try:
+        request = parse_target(args.target)
+        snapshot = _snapshot(layout)
+        target = resolve_target(request, snapshot)
+    except (LocalError, TargetError) as exc:
+        return _fail(str(exc))
+    if not send_signal(target.pid, target.start_ticks, signal.SIGKILL):
+        return _fail(f"{target.description} had already exited; nothing killed")
+    print(f"killed {target.description} with SIGKILL")
+    if not snapshot.supervisor_alive:
+        print("note: no supervisor is running, so nothing will restart it")
+    return 0
+
+
+# --- down -------------------------------------------------------------------------
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    layout = _layout(args)
+    try:
+        state = read_state(layout.state_file)
+    except StateFileError as exc:
+        return _fail(str(exc))
+    if state is None:
+        print(f"nothing was started in {layout.root}")
+        return _purge(layout) if args.purge else 0
+    try:
+        config = LocalConfig.from_json(json.loads(layout.config_file.read_text()))
+        stop_timeout_s = config.stop_timeout_ms / 1000
+    except (OSError, ValueError, TypeError):
+        stop_timeout_s = 5.0
+    before = _live_pids(state)
+    if not before:
+        print(f"nothing is running in {layout.root}")
+    stopped: list[str] = []
+    sup = [(pid, ticks) for name, pid, ticks in before if name == "supervisor"]
+    if sup:
+        pid, ticks = sup[0]
+        send_signal(pid, ticks, signal.SIGTERM)
+        # The supervisor stops brokers, then controllers, each within stop_timeout.
+        if wait_gone([(pid, ticks)], timeout_s=2 * stop_timeout_s + 5):
+            send_signal(pid, ticks, signal.SIGKILL)
+            wait_gone([(pid, ticks)], timeout_s=2)
+        stopped.append(f"supervisor (pid {pid})")
+    # Whatever is still alive (the supervisor was killed, or lost track): stop by pid.
+    with contextlib.suppress(StateFileError):
+        state = read_state(layout.state_file) or state
+    leftovers = {(pid, ticks): name for name, pid, ticks in before if name != "supervisor"}
+    leftovers.update(
+        {(pid, ticks): name for name, pid, ticks in _live_pids(state) if name != "supervisor"}
+    )
+    alive_left = [p for p in leftovers if is_alive(*p)]
+    for pid, ticks in alive_left:
+        send_signal(pid, ticks, signal.SIGTERM)
+    for pid, ticks in wait_gone(alive_left, timeout_s=stop_timeout_s):
+        send_signal(pid, ticks, signal.SIGKILL)
+    still = wait_gone(list(leftovers), timeout_s=2)
+    stopped += [f"{name} (pid {pid})" for (pid, _), name in leftovers.items()]
+    write_state(layout.state_file, state.stopped(wall_ms()))
+    with contextlib.suppress(FileNotFoundError):
+        layout.pid_file.unlink()
+    if stopped:
+        print("stopped: " + ", ".join(stopped))
+    if still:
+        return _fail(f"still alive after SIGKILL: {still}")
+    return _purge(layout) if args.purge else 0
+
+
+def _purge(layout: Layout) -> int:
+    """Delete only what `local up` creates (never the whole --dir blindly)."""
+    for sub in ("controllers", "brokers", "logs"):
+        shutil.rmtree(layout.root / sub, ignore_errors=True)
+    for path in (
+        layout.token_file,
+        layout.config_file,
+        layout.controller_config_file,
+        layout.state_file,
+        layout.pid_file,
+    ):
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+    with contextlib.suppress(OSError):
+        layout.root.rmdir()  # only if now empty
+    print(f"purged the data of {layout.root}")
+    return 0

@@ -1,0 +1,277 @@
+"""Typed settings of the local runtime (`brokergroup local up`).
+
+`--set key=value` on `local up` is routed by prefix:
+
+- `local.<name>=v`      one field of `LocalConfig` below (camelCase name),
+- `controller.<name>=v` written into DIR/controller.json for every controller
+  (`brokergroup controller --config`),
+- `broker.<name>=v` or a bare `<name>=v` passed to every broker as
+  `--set <name>=v` (the broker validates its own names).
+
+The address plan (docs/architecture.md): controllers on 127.0.1.1-3, brokers
+from 127.0.0.10 upward. Both stay below 127.0.2.0, which tests own.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from ipaddress import IPv4Address, IPv4Network
+from pathlib import Path
+from typing import Any
+
+#: The local runtime must stay inside this block; tests use 127.0.2.0/24 and above.
+LOCAL_RUNTIME_NETWORK = IPv4Network("127.0.0.0/23")
+
+
+class ConfigError(ValueError):
+    """A setting the user gave cannot be used; the message says which and why."""
+
+
+def default_launcher() -> tuple[str, ...]:
+    """How a child process runs the `brokergroup` command."""
+    return (sys.executable, "-m", "brokergroup_cli.main")
+
+
+@dataclass(frozen=True)
+class LocalConfig:
+    root_dir: Path
+    """Everything of this installation lives here: token, data dirs, logs, state."""
+
+    broker_count: int = 3
+    """Brokers in the BrokerGroup (replicas of one broker set)."""
+
+    cluster_name: str = "DefaultCluster"
+    broker_name: str = "broker-a"
+
+    controller_hosts: tuple[str, ...] = ("127.0.1.1", "127.0.1.2", "127.0.1.3")
+    """Stable controller addresses: a restarted controller keeps its address
+    because Raft members are named by address (DESIGN.md §2)."""
+
+    controller_raft_port: int = 9880
+    controller_api_port: int = 9878
+
+    broker_first_host: str = "127.0.0.10"
+    broker_last_host: str = "127.0.0.254"
+    """Brokers take addresses from this range; a restarted broker takes the
+    next unused one, like a rescheduled pod."""
+
+    broker_client_port: int = 10911
+    """HA port is +1, HTTP status port is +2 (docs/architecture.md)."""
+
+    restart_initial_delay_ms: int = 200
+    """Delay before the first restart of a child that crashed after running a
+    while. Short, so a killed broker is back quickly (failover does not wait for
+    it: the controller elects from the SyncStateSet)."""
+
+    restart_max_delay_ms: int = 10_000
+    """Upper bound of the doubling backoff of a crash-looping child."""
+
+    restart_multiplier: float = 2.0
+    restart_reset_after_ms: int = 30_000
+    """A child that ran at least this long before exiting starts its backoff anew."""
+
+    stop_timeout_ms: int = 5_000
+    """SIGTERM → SIGKILL grace for each child on `down` / Ctrl-C."""
+
+    poll_interval_ms: int = 1_000
+    """Status refresh and state-file cadence."""
+
+    http_timeout_ms: int = 800
+    """One status request to a controller or broker."""
+
+    controller_ready_timeout_ms: int = 15_000
+    """How long brokers wait for a controller leader before starting anyway."""
+
+    up_wait_timeout_ms: int = 60_000
+    """`up --detach` waits this long for the group to have a master."""
+
+    report_inactive: bool = True
+    """Tell the controller at once when a broker process exits
+    (POST /v1/brokers/inactive, DESIGN.md §2.3), so failover does not wait for
+    a heartbeat timeout."""
+
+    launcher: tuple[str, ...] = field(default_factory=default_launcher)
+    """Command prefix of every child (`… controller …`, `… broker …`). Tests
+    swap in stand-ins; users never need to."""
+
+    broker_settings: tuple[tuple[str, str], ...] = ()
+    controller_settings: tuple[tuple[str, str], ...] = ()
+
+    def validate(self) -> None:
+        if self.broker_count < 1:
+            raise ConfigError(f"--brokers must be at least 1, got {self.broker_count}")
+        if len(self.controller_hosts) < 1:
+            raise ConfigError("controllerHosts must name at least one address")
+        if len(set(self.controller_hosts)) != len(self.controller_hosts):
+            raise ConfigError(f"controllerHosts repeat an address: {self.controller_hosts}")
+        for host in (*self.controller_hosts, self.broker_first_host, self.broker_last_host):
+            try:
+                address = IPv4Address(host)
+            except ValueError as exc:
+                raise ConfigError(f"{host!r} is not an IPv4 address") from exc
+            if address not in LOCAL_RUNTIME_NETWORK:
+                raise ConfigError(
+                    f"{host} is outside {LOCAL_RUNTIME_NETWORK}: the local runtime stays there "
+                    "so it never collides with tests, which use 127.0.2.0/24 and above"
+                )
+        first, last = IPv4Address(self.broker_first_host), IPv4Address(self.broker_last_host)
+        if last < first:
+            raise ConfigError(f"brokerLastHost {last} is below brokerFirstHost {first}")
+        pool_size = int(last) - int(first) + 1
+        if pool_size < 2 * self.broker_count:
+            raise ConfigError(
+                f"the broker address range {first}-{last} has {pool_size} addresses; "
+                f"{self.broker_count} brokers need at least {2 * self.broker_count} so a "
+                "restarted broker can always move to an unused one"
+            )
+        for host in self.controller_hosts:
+            if first <= IPv4Address(host) <= last:
+                raise ConfigError(f"controller address {host} lies in the broker range")
+        for name, port in (
+            ("controllerRaftPort", self.controller_raft_port),
+            ("controllerApiPort", self.controller_api_port),
+            ("brokerClientPort", self.broker_client_port),
+        ):
+            if not 1 <= port <= 65533:
+                raise ConfigError(f"{name} {port} is not a usable port")
+        if self.controller_raft_port == self.controller_api_port:
+            raise ConfigError("controllerRaftPort and controllerApiPort must differ")
+        if not 0 < self.restart_initial_delay_ms <= self.restart_max_delay_ms:
+            raise ConfigError(
+                f"need 0 < restartInitialDelayMs ({self.restart_initial_delay_ms}) <= "
+                f"restartMaxDelayMs ({self.restart_max_delay_ms})"
+            )
+        if self.restart_multiplier < 1.0:
+            raise ConfigError(f"restartMultiplier must be >= 1, got {self.restart_multiplier}")
+        for name, value in (
+            ("stopTimeoutMs", self.stop_timeout_ms),
+            ("pollIntervalMs", self.poll_interval_ms),
+            ("httpTimeoutMs", self.http_timeout_ms),
+            ("upWaitTimeoutMs", self.up_wait_timeout_ms),
+            ("restartResetAfterMs", self.restart_reset_after_ms),
+        ):
+            if value <= 0:
+                raise ConfigError(f"{name} must be positive, got {value}")
+        if self.controller_ready_timeout_ms < 0:
+            raise ConfigError("controllerReadyTimeoutMs must not be negative")
+        if not self.launcher:
+            raise ConfigError("launcher must not be empty")
+
+    # --- addresses derived from the plan -------------------------------------
+
+    @property
+    def controller_peers(self) -> tuple[str, ...]:
+        return tuple(f"{h}:{self.controller_raft_port}" for h in self.controller_hosts)
+
+    @property
+    def controller_api_addresses(self) -> tuple[str, ...]:
+        return tuple(f"{h}:{self.controller_api_port}" for h in self.controller_hosts)
+
+    def broker_http_port(self) -> int:
+        return self.broker_client_port + 2
+
+    # --- JSON (DIR/config.json, read by the detached supervisor) ---------------
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, Path):
+                value = str(value)
+            elif isinstance(value, tuple):
+                value = [list(v) if isinstance(v, tuple) else v for v in value]
+            out[_camel(f.name)] = value
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> LocalConfig:
+        kwargs: dict[str, Any] = {}
+        by_camel = {_camel(f.name): f for f in dataclasses.fields(cls)}
+        for key, value in data.items():
+            f = by_camel.get(key)
+            if f is None:
+                continue  # written by a newer version; ignore
+            if f.name == "root_dir":
+                kwargs[f.name] = Path(value)
+            elif f.name in ("broker_settings", "controller_settings"):
+                kwargs[f.name] = tuple((str(k), str(v)) for k, v in value)
+            elif f.name in ("controller_hosts", "launcher"):
+                kwargs[f.name] = tuple(str(v) for v in value)
+            else:
+                kwargs[f.name] = value
+        config = cls(**kwargs)
+        config.validate()
+        return config
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.capitalize() for part in rest)
+
+
+_SETTABLE: dict[str, dataclasses.Field[Any]] = {
+    _camel(f.name): f
+    for f in dataclasses.fields(LocalConfig)
+    if f.name not in ("root_dir", "broker_count", "broker_settings", "controller_settings")
+}
+
+
+def _parse_field(f: dataclasses.Field[Any], key: str, text: str) -> Any:
+    kind = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", "")
+    try:
+        if kind == "int":
+            return int(text)
+        if kind == "float":
+            return float(text)
+        if kind == "bool":
+            lowered = text.lower()
+            if lowered in ("true", "1", "yes", "on"):
+                return True
+            if lowered in ("false", "0", "no", "off"):
+                return False
+            raise ValueError(text)
+        if kind == "str":
+            return text
+        if f.name == "launcher":
+            return tuple(shlex.split(text))
+        if f.name == "controller_hosts":
+            return tuple(h.strip() for h in text.split(",") if h.strip())
+    except ValueError as exc:
+        raise ConfigError(f"local.{key}: cannot use {text!r} ({kind} expected)") from exc
+    raise AssertionError(f"no parser for LocalConfig.{f.name} ({kind})")
+
+
+def build_config(root_dir: Path, broker_count: int, settings: Sequence[str]) -> LocalConfig:
+    """`local up` arguments → validated `LocalConfig` (prefix routing above)."""
+    local_overrides: dict[str, Any] = {}
+    broker_settings: list[tuple[str, str]] = []
+    controller_settings: list[tuple[str, str]] = []
+    for item in settings:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ConfigError(f"--set {item!r}: expected key=value")
+        if key.startswith("local."):
+            name = key.removeprefix("local.")
+            f = _SETTABLE.get(name)
+            if f is None:
+                known = ", ".join(sorted(_SETTABLE))
+                raise ConfigError(f"--set {key}: unknown local setting; known: {known}")
+            local_overrides[f.name] = _parse_field(f, name, value)
+        elif key.startswith("controller."):
+            controller_settings.append((key.removeprefix("controller."), value))
+        else:
+            broker_settings.append((key.removeprefix("broker."), value))
+    config = LocalConfig(
+        root_dir=root_dir.expanduser().resolve(),
+        broker_count=broker_count,
+        broker_settings=tuple(broker_settings),
+        controller_settings=tuple(controller_settings),
+        **local_overrides,
+    )
+    config.validate()
+    return config

@@ -1,0 +1,134 @@
+"""What `local up` runs and where its files live (pure).
+
+Files under DIR (`--dir`, default ~/.brokergroup/local):
+
+    token                    bearer token of the controllers' mutating API (0600)
+    config.json              the resolved LocalConfig (the detached supervisor reads it)
+    controller.json          controller settings from `--set controller.x=…` (if any)
+    state.json               every child's pid/address/role, rewritten by the supervisor
+    supervisor.pid           pid of the running supervisor
+    controllers/<n>/         controller n's data dir (Raft journal, dump)
+    brokers/<slot>/          broker slot's data dir: store + identity files, kept
+                             across restarts so the broker keeps its BrokerId
+    logs/                    supervisor.log, controller-<n>.log, broker-<slot>.log
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from brokergroup_cli.local.config import LocalConfig
+
+
+@dataclass(frozen=True)
+class Layout:
+    root: Path
+
+    @property
+    def token_file(self) -> Path:
+        return self.root / "token"
+
+    @property
+    def config_file(self) -> Path:
+        return self.root / "config.json"
+
+    @property
+    def controller_config_file(self) -> Path:
+        return self.root / "controller.json"
+
+    @property
+    def state_file(self) -> Path:
+        return self.root / "state.json"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.root / "supervisor.pid"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.root / "logs"
+
+    @property
+    def supervisor_log(self) -> Path:
+        return self.logs_dir / "supervisor.log"
+
+    def controller_data_dir(self, node_id: int) -> Path:
+        return self.root / "controllers" / str(node_id)
+
+    def broker_data_dir(self, slot: int) -> Path:
+        return self.root / "brokers" / str(slot)
+
+    def controller_log(self, node_id: int) -> Path:
+        return self.logs_dir / f"controller-{node_id}.log"
+
+    def broker_log(self, slot: int) -> Path:
+        return self.logs_dir / f"broker-{slot}.log"
+
+
+def controller_argv(config: LocalConfig, layout: Layout, node_id: int) -> list[str]:
+    """Controller `node_id` (1-based index into the peers), bound to its stable address."""
+    assert 1 <= node_id <= len(config.controller_hosts), node_id
+    argv = [
+        *config.launcher,
+        "controller",
+        "--node-id",
+        str(node_id),
+        "--peers",
+        ",".join(config.controller_peers),
+        "--data-dir",
+        str(layout.controller_data_dir(node_id)),
+        "--api-port",
+        str(config.controller_api_port),
+        "--bind-address",
+        config.controller_hosts[node_id - 1],
+        "--token-file",
+        str(layout.token_file),
+    ]
+    if config.controller_settings:
+        argv += ["--config", str(layout.controller_config_file)]
+    return argv
+
+
+def broker_argv(config: LocalConfig, layout: Layout, slot: int, host: str) -> list[str]:
+    """Broker `slot` bound to and advertising `host` (its current loopback address)."""
+    argv = [
+        *config.launcher,
+        "broker",
+        "--cluster-name",
+        config.cluster_name,
+        "--broker-name",
+        config.broker_name,
+        "--data-dir",
+        str(layout.broker_data_dir(slot)),
+        "--controller-addresses",
+        ",".join(config.controller_api_addresses),
+        "--controller-token-file",
+        str(layout.token_file),
+        "--bind-address",
+        host,
+        "--advertise-address",
+        host,
+        "--client-port",
+        str(config.broker_client_port),
+    ]
+    for key, value in config.broker_settings:
+        argv += ["--set", f"{key}={value}"]
+    return argv
+
+
+def controller_settings_json(config: LocalConfig) -> dict[str, object]:
+    """DIR/controller.json from `--set controller.name=value` (numbers/bools typed)."""
+    return {key: _json_scalar(value) for key, value in config.controller_settings}
+
+
+def _json_scalar(text: str) -> object:
+    lowered = text.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text

@@ -1,0 +1,129 @@
+"""HTTP I/O of the local runtime: read the controllers and brokers, report a
+dead broker. Plain aiohttp against the documented API (docs/architecture.md),
+every request bounded by `httpTimeoutMs`; a failed source becomes a
+"problem" line in the snapshot, never an exception.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import aiohttp
+
+from brokergroup_cli.local.config import LocalConfig
+from brokergroup_cli.local.state import ChildRecord, RuntimeState
+from brokergroup_cli.local.status import StatusSnapshot, build_snapshot
+
+
+class Prober:
+    def __init__(self, config: LocalConfig, session: aiohttp.ClientSession) -> None:
+        self._config = config
+        self._session = session
+        self._timeout = aiohttp.ClientTimeout(total=config.http_timeout_ms / 1000)
+
+    async def _get(
+        self, url: str, params: Mapping[str, str] | None = None
+    ) -> tuple[int, dict[str, Any] | None]:
+        async with self._session.get(url, params=params, timeout=self._timeout) as response:
+            try:
+                body = await response.json(content_type=None)
+            except ValueError:
+                body = None
+            return response.status, body if isinstance(body, dict) else None
+
+    async def raft(self, controller: ChildRecord) -> dict[str, Any] | None:
+        try:
+            status, body = await self._get(f"http://{controller.address}/v1/raft")
+        except (aiohttp.ClientError, TimeoutError, OSError):
+            return None
+        return body if status == 200 else None
+
+    async def broker_status(self, broker: ChildRecord) -> dict[str, Any] | None:
+        url = f"http://{broker.host}:{self._config.broker_http_port()}/v1/status"
+        try:
+            status, body = await self._get(url)
+        except (aiohttp.ClientError, TimeoutError, OSError):
+            return None
+        return body if status == 200 else None
+
+    async def replica_info(
+        self, controller_addresses: Sequence[str]
+    ) -> tuple[dict[str, Any] | None, str | None]:
+        """(ReplicaInfo JSON or None, a problem line or None)."""
+        params = {"clusterName": self._config.cluster_name, "brokerName": self._config.broker_name}
+        last_problem = "no controller answered /v1/replica-info"
+        for address in controller_addresses:
+            try:
+                status, body = await self._get(f"http://{address}/v1/replica-info", params)
+            except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+                last_problem = f"controller {address}: {type(exc).__name__} {exc}".strip()
+                continue
+            if status == 200 and body is not None:
+                return body, None
+            if status == 404:
+                return None, "the broker set is not registered with the controller yet"
+            code = body.get("code") if body else None
+            last_problem = f"controller {address}: HTTP {status} {code or ''}".strip()
+        return None, last_problem
+
+    async def snapshot(
+        self,
+        state: RuntimeState,
+        *,
+        process_alive: Mapping[tuple[str, int], bool],
+        supervisor_alive: bool,
+        now_ms: int,
+    ) -> StatusSnapshot:
+        raft_answers, broker_answers = await asyncio.gather(
+            asyncio.gather(*(self.raft(c) for c in state.controllers)),
+            asyncio.gather(*(self.broker_status(b) for b in state.brokers)),
+        )
+        raft = {c.index: a for c, a in zip(state.controllers, raft_answers, strict=True)}
+        brokers = {b.index: a for b, a in zip(state.brokers, broker_answers, strict=True)}
+        order = sorted(
+            state.controllers, key=lambda c: (not (raft.get(c.index) or {}).get("isLeader"),)
+        )
+        info, problem = await self.replica_info([c.address for c in order])
+        problems = (problem,) if problem else ()
+        return build_snapshot(
+            state,
+            cluster_name=self._config.cluster_name,
+            broker_name=self._config.broker_name,
+            raft_port=self._config.controller_raft_port,
+            replica_info=info,
+            raft=raft,
+            broker_status=brokers,
+            process_alive=process_alive,
+            supervisor_alive=supervisor_alive,
+            now_ms=now_ms,
+            problems=problems,
+        )
+
+    async def controller_leader_ready(self, controllers: Sequence[ChildRecord]) -> bool:
+        answers = await asyncio.gather(*(self.raft(c) for c in controllers))
+        return any(a and a.get("isLeader") for a in answers)
+
+    async def report_inactive(self, token: str, broker_id: int, reason: str) -> bool:
+        """POST /v1/brokers/inactive to any controller (followers forward)."""
+        body = {
+            "clusterName": self._config.cluster_name,
+            "brokerName": self._config.broker_name,
+            "brokerId": broker_id,
+            "reason": reason,
+        }
+        headers = {"Authorization": f"Bearer {token}"}
+        for address in self._config.controller_api_addresses:
+            try:
+                async with self._session.post(
+                    f"http://{address}/v1/brokers/inactive",
+                    json=body,
+                    headers=headers,
+                    timeout=self._timeout,
+                ) as response:
+                    if response.status < 300:
+                        return True
+            except (aiohttp.ClientError, TimeoutError, OSError):
+                continue
+        return False

@@ -1,0 +1,372 @@
+"""The supervisor: runs 3 controllers and N brokers as child processes.
+
+Theory of operation
+-------------------
+One asyncio task per slot (controller node or broker slot) loops:
+spawn → wait for exit → (broker: tell the controller it is gone) → back off
+(`backoff.on_exit`) → spawn again. A broker slot takes a *new* loopback
+address on every spawn (`addresses.allocate_host`), like a rescheduled pod;
+its data dir (DIR/brokers/<slot>/) is the same, so it keeps its BrokerId.
+A controller keeps its address: Raft members are named by address.
+
+Brokers start only after a controller leader exists (bounded wait), so the
+first broker's registration is not a string of connection errors.
+
+Every `pollIntervalMs` the supervisor takes a status snapshot (controllers'
+/v1/raft and /v1/replica-info, brokers' /v1/status), learns each slot's
+BrokerId and role from it, rewrites DIR/state.json and hands the snapshot
+to the view.
+
+Stopping (SIGINT/SIGTERM → the `stop` event): no more restarts; brokers get
+SIGTERM, then SIGKILL after `stopTimeoutMs`; then the controllers the same
+way; the state file is marked stopped and the pid file removed. Children run
+in their own sessions, so a terminal's Ctrl-C reaches only the supervisor,
+which then stops them in this order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import secrets
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+
+from brokergroup_cli.local.addresses import AddressPool, AddressPoolExhausted, allocate_host
+from brokergroup_cli.local.backoff import RestartHistory, RestartPolicy, on_exit
+from brokergroup_cli.local.config import LocalConfig
+from brokergroup_cli.local.plan import (
+    Layout,
+    broker_argv,
+    controller_argv,
+    controller_settings_json,
+)
+from brokergroup_cli.local.probe import Prober
+from brokergroup_cli.local.procs import process_start_ticks
+from brokergroup_cli.local.state import ChildKind, ChildRecord, Phase, RuntimeState, write_state
+from brokergroup_cli.local.status import StatusSnapshot
+
+log = logging.getLogger(__name__)
+
+
+def wall_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def monotonic_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+def prepare_dir(config: LocalConfig, layout: Layout) -> None:
+    """Create DIR's tree, the token (kept if present), config.json, controller.json."""
+    layout.root.mkdir(parents=True, exist_ok=True)
+    layout.logs_dir.mkdir(exist_ok=True)
+    for node_id in range(1, len(config.controller_hosts) + 1):
+        layout.controller_data_dir(node_id).mkdir(parents=True, exist_ok=True)
+    for slot in range(config.broker_count):
+        layout.broker_data_dir(slot).mkdir(parents=True, exist_ok=True)
+    if not layout.token_file.exists():
+        fd = os.open(layout.token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_urlsafe(32) + "\n")
+    layout.config_file.write_text(json.dumps(config.to_json(), indent=2) + "\n")
+    if config.controller_settings:
+        layout.controller_config_file.write_text(
+            json.dumps(controller_settings_json(config), indent=2) + "\n"
+        )
+
+
+@dataclass
+class _Slot:
+    kind: ChildKind
+    index: int
+    host: str
+    port: int
+    log_file: Path
+    proc: asyncio.subprocess.Process | None = None
+    start_ticks: int | None = None
+    phase: Phase = Phase.STARTING
+    started_at_ms: int | None = None
+    started_mono_ms: int = 0
+    history: RestartHistory = field(default_factory=RestartHistory)
+    last_exit_code: int | None = None
+    restart_at_ms: int | None = None
+    broker_id: int | None = None
+    role: str | None = None
+    previous_hosts: list[str] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return (
+            f"controller-{self.index}"
+            if self.kind is ChildKind.CONTROLLER
+            else (f"broker slot {self.index}")
+        )
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.returncode is None
+
+    def record(self) -> ChildRecord:
+        return ChildRecord(
+            kind=self.kind,
+            index=self.index,
+            host=self.host,
+            port=self.port,
+            pid=self.proc.pid if self.alive() and self.proc else None,
+            start_ticks=self.start_ticks if self.alive() else None,
+            phase=self.phase,
+            started_at_ms=self.started_at_ms,
+            restarts=self.history.restarts,
+            last_exit_code=self.last_exit_code,
+            restart_at_ms=self.restart_at_ms,
+            broker_id=self.broker_id,
+            role=self.role,
+            previous_hosts=tuple(self.previous_hosts[-8:]),
+            log_file=str(self.log_file),
+        )
+
+
+class Supervisor:
+    def __init__(
+        self,
+        config: LocalConfig,
+        layout: Layout,
+        *,
+        on_snapshot: Callable[[StatusSnapshot], None] | None = None,
+    ) -> None:
+        self._config = config
+        self._layout = layout
+        self._on_snapshot = on_snapshot
+        self._policy = RestartPolicy(
+            initial_delay_ms=config.restart_initial_delay_ms,
+            max_delay_ms=config.restart_max_delay_ms,
+            multiplier=config.restart_multiplier,
+            reset_after_ms=config.restart_reset_after_ms,
+        )
+        self._pool = AddressPool.of(config.broker_first_host, config.broker_last_host)
+        self._cursor: int | None = None
+        self._stopping = asyncio.Event()
+        self._started_at_ms = wall_ms()
+        self._pid = os.getpid()
+        self._pid_ticks = process_start_ticks(self._pid)
+        self._controllers = [
+            _Slot(
+                ChildKind.CONTROLLER, n, host, config.controller_api_port, layout.controller_log(n)
+            )
+            for n, host in enumerate(config.controller_hosts, start=1)
+        ]
+        self._brokers = [
+            _Slot(ChildKind.BROKER, slot, "", config.broker_client_port, layout.broker_log(slot))
+            for slot in range(config.broker_count)
+        ]
+        self._token = ""
+        self._prober: Prober | None = None
+        self.latest_snapshot: StatusSnapshot | None = None
+
+    # --- state file ------------------------------------------------------------
+
+    def runtime_state(self) -> RuntimeState:
+        return RuntimeState(
+            root_dir=str(self._layout.root),
+            supervisor_pid=self._pid,
+            supervisor_start_ticks=self._pid_ticks,
+            started_at_ms=self._started_at_ms,
+            updated_at_ms=wall_ms(),
+            address_cursor=self._cursor,
+            controllers=tuple(s.record() for s in self._controllers),
+            brokers=tuple(s.record() for s in self._brokers if s.host),
+            config=self._config.to_json(),
+        )
+
+    def _save(self) -> None:
+        try:
+            write_state(self._layout.state_file, self.runtime_state())
+        except OSError as exc:
+            log.error("cannot write %s: %s", self._layout.state_file, exc)
+
+    # --- children ----------------------------------------------------------------
+
+    def _argv(self, slot: _Slot) -> list[str]:
+        if slot.kind is ChildKind.CONTROLLER:
+            return controller_argv(self._config, self._layout, slot.index)
+        # Live brokers' addresses, and this slot's old one: a restart always moves.
+        in_use = {s.host for s in self._brokers if s.host and (s is slot or s.alive())}
+        allocation = allocate_host(self._pool, self._cursor, in_use)
+        self._cursor = allocation.cursor
+        if slot.host:
+            slot.previous_hosts.append(slot.host)
+        slot.host = allocation.host
+        return broker_argv(self._config, self._layout, slot.index, slot.host)
+
+    async def _spawn(self, slot: _Slot) -> None:
+        argv = self._argv(slot)
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        with open(slot.log_file, "ab") as out:
+            out.write(
+                f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} supervisor starts {slot.name} "
+                f"on {slot.host}: {' '.join(argv)}\n".encode()
+            )
+            out.flush()
+            slot.proc = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=out,
+                stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True,
+                env=env,
+            )
+        slot.start_ticks = process_start_ticks(slot.proc.pid)
+        slot.phase = Phase.RUNNING
+        slot.started_at_ms = wall_ms()
+        slot.started_mono_ms = monotonic_ms()
+        slot.restart_at_ms = None
+        slot.role = None
+        log.info("started %s pid %d on %s", slot.name, slot.proc.pid, slot.host)
+        self._save()
+
+    async def _run_slot(self, slot: _Slot) -> None:
+        while not self._stopping.is_set():
+            try:
+                await self._spawn(slot)
+            except (OSError, AddressPoolExhausted) as exc:
+                log.error("cannot start %s: %s", slot.name, exc)
+                slot.proc = None
+                code: int | None = None
+            else:
+                assert slot.proc is not None
+                code = await slot.proc.wait()
+            slot.last_exit_code = code
+            if self._stopping.is_set():
+                break
+            log.warning("%s on %s exited with code %s", slot.name, slot.host, code)
+            if slot.kind is ChildKind.BROKER:
+                await self._report_gone(slot, code)
+            decision = on_exit(self._policy, slot.history, slot.started_mono_ms, monotonic_ms())
+            slot.history = decision.history
+            slot.phase = Phase.BACKOFF
+            slot.role = None
+            slot.restart_at_ms = wall_ms() + decision.delay_ms
+            self._save()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), decision.delay_ms / 1000)
+        slot.phase = Phase.STOPPED
+
+    async def _supervise_slot(self, slot: _Slot) -> None:
+        """`_run_slot`, with a bug in it logged loudly instead of lost in a task."""
+        try:
+            await self._run_slot(slot)
+        except Exception:
+            log.exception("supervision of %s failed; it is no longer restarted", slot.name)
+            raise
+
+    async def _report_gone(self, slot: _Slot, code: int | None) -> None:
+        """DESIGN.md §2.3: the supervisor reports a gone process so the election
+        does not wait for a heartbeat timeout."""
+        if not self._config.report_inactive or slot.broker_id is None or self._prober is None:
+            return
+        reason = f"local supervisor: broker process on {slot.host} exited (code {code})"
+        ok = await self._prober.report_inactive(self._token, slot.broker_id, reason)
+        log.info("reported broker %d inactive: %s", slot.broker_id, "ok" if ok else "failed")
+
+    async def _terminate(self, slots: list[_Slot], tasks: list[asyncio.Task[None]]) -> None:
+        for slot in slots:
+            if slot.alive() and slot.proc is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    slot.proc.send_signal(signal.SIGTERM)
+        if not tasks:
+            return
+        _, pending = await asyncio.wait(tasks, timeout=self._config.stop_timeout_ms / 1000)
+        for slot in slots:
+            if slot.alive() and slot.proc is not None:
+                log.warning("%s ignored SIGTERM; sending SIGKILL", slot.name)
+                with contextlib.suppress(ProcessLookupError):
+                    slot.proc.kill()
+        if pending:
+            await asyncio.wait(pending, timeout=self._config.stop_timeout_ms / 1000)
+
+    # --- main loop ---------------------------------------------------------------
+
+    def _learn(self, snapshot: StatusSnapshot) -> None:
+        for row in snapshot.brokers:
+            slot = self._brokers[row.slot]
+            if row.broker_id is not None and slot.alive():
+                slot.broker_id = row.broker_id
+            slot.role = row.role if slot.alive() else None
+
+    async def _poll_once(self) -> None:
+        if self._prober is None:
+            return
+        alive = {(s.kind.value, s.index): s.alive() for s in (*self._controllers, *self._brokers)}
+        snapshot = await self._prober.snapshot(
+            self.runtime_state(), process_alive=alive, supervisor_alive=True, now_ms=wall_ms()
+        )
+        self._learn(snapshot)
+        self.latest_snapshot = snapshot
+        self._save()
+        if self._on_snapshot is not None:
+            self._on_snapshot(snapshot)
+
+    async def _wait_for_controller_leader(self) -> None:
+        assert self._prober is not None
+        deadline = monotonic_ms() + self._config.controller_ready_timeout_ms
+        while not self._stopping.is_set() and monotonic_ms() < deadline:
+            if await self._prober.controller_leader_ready([s.record() for s in self._controllers]):
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), 0.2)
+        if not self._stopping.is_set():
+            log.warning(
+                "no controller leader after %d ms; starting brokers anyway",
+                self._config.controller_ready_timeout_ms,
+            )
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Run until `stop` is set, then stop every child (see module doc)."""
+        self._token = self._layout.token_file.read_text().strip()
+        self._layout.pid_file.write_text(f"{self._pid}\n")
+        controller_tasks: list[asyncio.Task[None]] = []
+        broker_tasks: list[asyncio.Task[None]] = []
+        stop_watch = asyncio.create_task(self._forward_stop(stop))
+        async with aiohttp.ClientSession() as session:
+            self._prober = Prober(self._config, session)
+            try:
+                controller_tasks = [
+                    asyncio.create_task(self._supervise_slot(s)) for s in self._controllers
+                ]
+                await self._wait_for_controller_leader()
+                if not self._stopping.is_set():
+                    broker_tasks = [
+                        asyncio.create_task(self._supervise_slot(s)) for s in self._brokers
+                    ]
+                while not self._stopping.is_set():
+                    try:
+                        await self._poll_once()
+                    except Exception:  # the view must never take the supervisor down
+                        log.exception("status poll failed")
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(
+                            self._stopping.wait(), self._config.poll_interval_ms / 1000
+                        )
+            finally:
+                self._stopping.set()
+                log.info("stopping: brokers first, then controllers")
+                await self._terminate(self._brokers, broker_tasks)
+                await self._terminate(self._controllers, controller_tasks)
+                stop_watch.cancel()
+                final = self.runtime_state().stopped(wall_ms())
+                write_state(self._layout.state_file, final)
+                with contextlib.suppress(FileNotFoundError):
+                    self._layout.pid_file.unlink()
+                log.info("stopped")
+
+    async def _forward_stop(self, stop: asyncio.Event) -> None:
+        await stop.wait()
+        self._stopping.set()

@@ -1,0 +1,150 @@
+"""Local runtime settings, the process plan and the state file format.
+
+Checks `--set` routing (local./controller./broker. prefixes), validation of
+the address plan (never inside 127.0.2.0/24, which tests own), the exact
+argv of controllers and brokers (docs/architecture.md flags), and JSON
+round trips of config.json and state.json.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from brokergroup_cli.local.config import ConfigError, LocalConfig, build_config
+from brokergroup_cli.local.plan import Layout, broker_argv, controller_argv
+from brokergroup_cli.local.state import (
+    ChildKind,
+    ChildRecord,
+    Phase,
+    RuntimeState,
+    read_state,
+    write_state,
+)
+
+
+def test_defaults_follow_the_address_plan(tmp_path: Path) -> None:
+    config = build_config(tmp_path, 3, [])
+    assert config.controller_peers == ("127.0.1.1:9880", "127.0.1.2:9880", "127.0.1.3:9880")
+    assert config.controller_api_addresses[0] == "127.0.1.1:9878"
+    assert config.broker_first_host == "127.0.0.10"
+    assert config.broker_http_port() == 10913
+
+
+def test_set_routes_by_prefix(tmp_path: Path) -> None:
+    config = build_config(
+        tmp_path,
+        2,
+        [
+            "local.restartInitialDelayMs=50",
+            "local.reportInactive=false",
+            "local.launcher=/usr/bin/python3 fake.py",
+            "controller.raftMinTimeout=0.2",
+            "broker.heartbeatIntervalMs=200",
+            "allAckInSyncStateSet=true",
+        ],
+    )
+    assert config.restart_initial_delay_ms == 50
+    assert config.report_inactive is False
+    assert config.launcher == ("/usr/bin/python3", "fake.py")
+    assert config.controller_settings == (("raftMinTimeout", "0.2"),)
+    assert config.broker_settings == (
+        ("heartbeatIntervalMs", "200"),
+        ("allAckInSyncStateSet", "true"),
+    )
+
+
+@pytest.mark.parametrize(
+    ("sets", "brokers", "message"),
+    [
+        (["nokey"], 3, "expected key=value"),
+        (["local.noSuchThing=1"], 3, "unknown local setting"),
+        (["local.stopTimeoutMs=soon"], 3, "int expected"),
+        ([], 0, "at least 1"),
+        (["local.brokerFirstHost=127.0.2.10"], 3, "127.0.2.0/24 and above"),
+        (["local.controllerHosts=127.0.3.1,127.0.3.2,127.0.3.3"], 3, "outside"),
+        (["local.brokerLastHost=127.0.0.14"], 3, "need at least 6"),
+        (["local.controllerHosts=127.0.0.11"], 1, "lies in the broker range"),
+        (["local.restartInitialDelayMs=20000"], 3, "restartMaxDelayMs"),
+        (["local.controllerApiPort=9880"], 3, "must differ"),
+    ],
+)
+def test_bad_settings_are_refused_with_the_reason(
+    tmp_path: Path, sets: list[str], brokers: int, message: str
+) -> None:
+    with pytest.raises(ConfigError, match=message):
+        build_config(tmp_path, brokers, sets)
+
+
+def test_config_json_round_trip(tmp_path: Path) -> None:
+    config = build_config(tmp_path, 4, ["local.pollIntervalMs=250", "controller.x=1", "y=2"])
+    again = LocalConfig.from_json(json.loads(json.dumps(config.to_json())))
+    assert again == config
+
+
+def test_controller_argv(tmp_path: Path) -> None:
+    config = build_config(tmp_path, 3, ["local.launcher=bg"])
+    argv = controller_argv(config, Layout(tmp_path), 2)
+    assert argv == [
+        "bg", "controller", "--node-id", "2",
+        "--peers", "127.0.1.1:9880,127.0.1.2:9880,127.0.1.3:9880",
+        "--data-dir", str(tmp_path / "controllers" / "2"),
+        "--api-port", "9878", "--bind-address", "127.0.1.2",
+        "--token-file", str(tmp_path / "token"),
+    ]  # fmt: skip
+    with_settings = build_config(tmp_path, 3, ["local.launcher=bg", "controller.a=1"])
+    assert controller_argv(with_settings, Layout(tmp_path), 1)[-2:] == [
+        "--config",
+        str(tmp_path / "controller.json"),
+    ]
+
+
+def test_broker_argv_binds_and_advertises_its_own_address(tmp_path: Path) -> None:
+    config = build_config(tmp_path, 3, ["local.launcher=bg", "heartbeatIntervalMs=200"])
+    argv = broker_argv(config, Layout(tmp_path), 1, "127.0.0.13")
+    assert argv == [
+        "bg", "broker", "--cluster-name", "DefaultCluster", "--broker-name", "broker-a",
+        "--data-dir", str(tmp_path / "brokers" / "1"),
+        "--controller-addresses", "127.0.1.1:9878,127.0.1.2:9878,127.0.1.3:9878",
+        "--controller-token-file", str(tmp_path / "token"),
+        "--bind-address", "127.0.0.13", "--advertise-address", "127.0.0.13",
+        "--client-port", "10911", "--set", "heartbeatIntervalMs=200",
+    ]  # fmt: skip
+
+
+def test_state_file_round_trip_and_stopped(tmp_path: Path) -> None:
+    state = RuntimeState(
+        root_dir=str(tmp_path),
+        supervisor_pid=10,
+        supervisor_start_ticks=99,
+        started_at_ms=1,
+        updated_at_ms=2,
+        address_cursor=4,
+        controllers=(ChildRecord(ChildKind.CONTROLLER, 1, "127.0.1.1", 9878, pid=11),),
+        brokers=(
+            ChildRecord(
+                ChildKind.BROKER,
+                0,
+                "127.0.0.14",
+                10911,
+                pid=12,
+                start_ticks=5,
+                phase=Phase.RUNNING,
+                broker_id=1,
+                role="master",
+                previous_hosts=("127.0.0.10",),
+                restarts=1,
+            ),
+        ),
+        config={"brokerCount": 1},
+    )
+    path = tmp_path / "state.json"
+    write_state(path, state)
+    assert read_state(path) == state
+    assert read_state(tmp_path / "missing.json") is None
+    stopped = state.stopped(now_ms=50)
+    assert stopped.supervisor_pid is None and stopped.stopped_at_ms == 50
+    assert all(c.pid is None and c.phase is Phase.STOPPED for c in stopped.children())
+    assert stopped.brokers[0].broker_id == 1  # identity survives a stop
