@@ -1,0 +1,1 @@
+"""brokergroup broker: commit log store, AutoSwitch HA, ReplicasManager and client protocol."""

@@ -1,0 +1,593 @@
+"""RocketMQ v1 commit log record codec and the pure record scanner (DESIGN.md §3.1).
+
+Record layout (big-endian, exactly RocketMQ's CommitLog / MessageDecoder v1):
+
+    off  size  field
+      0     4  totalSize             whole record, these 4 bytes included
+      4     4  magicCode             MESSAGE_MAGIC_CODE 0xdaa320a7 (-626843481)
+      8     4  bodyCRC               zlib CRC32 of the body & 0x7FFFFFFF (UtilAll.crc32)
+     12     4  queueId
+     16     4  flag
+     20     8  queueOffset           index of the record in its consume queue
+     28     8  physicalOffset        commit log offset of this record
+     36     4  sysFlag               bit 4: born host IPv6, bit 5: store host IPv6
+     40     8  bornTimestamp (ms)
+     48   8|20 bornHost              IPv4 4 bytes + port int, or IPv6 16 bytes + port
+      .     8  storeTimestamp (ms)
+      .  8|20  storeHost
+      .     4  reconsumeTimes
+      .     8  preparedTransactionOffset
+      .     4  bodyLength, then body
+      .     1  topicLength (v1: one byte, so topics are at most 127 bytes), then topic
+      .     2  propertiesLength (short), then properties
+
+Properties are `name \\x01 value \\x02` repeated (MessageDecoder
+messageProperties2String). A segment's unused tail is a blank record:
+`int maxBlank, int BLANK_MAGIC_CODE (0xcbd43194)` followed by zeros up to the
+segment end. A message is placed in a segment only if `msgLen + 8 <= space
+left` (END_FILE_MIN_BLANK_LENGTH), so every full segment ends with a blank of
+at least 8 bytes and a reader can always tell "segment finished" from "log ends".
+
+The consume queue's tagsCode is Java's `String.hashCode()` of the TAGS property
+(0 when absent), as in MessageExtBrokerInner.tagsString2tagsCode.
+
+`scan_records` is a pure function over bytes: recovery, the slave's dispatch
+and the audit all use it, so one definition of "a valid record" exists.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import zlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import NamedTuple
+
+from .errors import MessageInvalid, StoreCorruption
+
+MESSAGE_MAGIC_CODE = -626843481  # 0xdaa320a7
+BLANK_MAGIC_CODE = -875286124  # 0xcbd43194
+END_FILE_MIN_BLANK_LENGTH = 4 + 4
+
+COMPRESSED_FLAG = 0x1
+MULTI_TAGS_FLAG = 0x1 << 1
+BORNHOST_V6_FLAG = 0x1 << 4
+STOREHOSTADDRESS_V6_FLAG = 0x1 << 5
+
+NAME_VALUE_SEPARATOR = "\x01"
+PROPERTY_SEPARATOR = "\x02"
+PROPERTY_KEYS = "KEYS"
+PROPERTY_TAGS = "TAGS"
+PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX = "UNIQ_KEY"
+
+MAX_TOPIC_BYTES = 127  # v1 stores the topic length in one signed byte
+MAX_PROPERTIES_BYTES = 32767  # stored as a Java short
+
+#: Bytes of a record with IPv4 hosts, excluding body, topic and properties.
+FIXED_V4_BYTES = 4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + 8 + 8 + 8 + 4 + 8 + 4 + 1 + 2
+MIN_RECORD_BYTES = FIXED_V4_BYTES + 1  # a topic has at least one byte
+
+_HEAD = struct.Struct(">iiiiiqqiq")  # totalSize .. bornTimestamp (48 bytes)
+_SIZE_MAGIC = struct.Struct(">ii")
+_I32 = struct.Struct(">i")
+_I16 = struct.Struct(">h")
+_Q = struct.Struct(">q")
+_HOST_V4 = struct.Struct(">4si")
+_HOST_V6 = struct.Struct(">16si")
+_AFTER_HOSTS = struct.Struct(">iqi")  # reconsumeTimes, preparedTransactionOffset, bodyLength
+_TAGS_NEEDLE = b"TAGS\x01"
+
+
+def body_crc(body: bytes | bytearray | memoryview) -> int:
+    """RocketMQ's UtilAll.crc32: CRC32 masked to a non-negative Java int."""
+    return zlib.crc32(body) & 0x7FFFFFFF
+
+
+def java_string_hash(text: str) -> int:
+    """Java's String.hashCode() (over UTF-16 code units) as a signed 32-bit int."""
+    data = text.encode("utf-16-be")
+    h = 0
+    for i in range(0, len(data), 2):
+        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def tags_code(tags: str | None) -> int:
+    return java_string_hash(tags) if tags else 0
+
+
+def encode_properties(properties: Mapping[str, str]) -> bytes:
+    if not properties:
+        return b""
+    return "".join(
+        f"{k}{NAME_VALUE_SEPARATOR}{v}{PROPERTY_SEPARATOR}" for k, v in properties.items()
+    ).encode()
+
+
+def decode_properties(data: bytes | bytearray | memoryview) -> dict[str, str]:
+    """MessageDecoder.string2messageProperties: items without exactly one separator are dropped."""
+    result: dict[str, str] = {}
+    if not data:
+        return result
+    for item in bytes(data).decode("utf-8", "replace").split(PROPERTY_SEPARATOR):
+        parts = item.split(NAME_VALUE_SEPARATOR)
+        if len(parts) == 2 and parts[0] and parts[1]:
+            result[parts[0]] = parts[1]
+    return result
+
+
+def encode_host(host: tuple[str, int]) -> tuple[bytes, bool]:
+    """(address bytes, is_ipv6) of a (ip, port) pair."""
+    ip = host[0]
+    if ":" in ip:
+        return socket.inet_pton(socket.AF_INET6, ip), True
+    return socket.inet_aton(ip), False
+
+
+def decode_host(addr: bytes, port: int) -> tuple[str, int]:
+    family = socket.AF_INET6 if len(addr) == 16 else socket.AF_INET
+    return socket.inet_ntop(family, addr), port
+
+
+def message_length(sys_flag: int, body_len: int, topic_len: int, properties_len: int) -> int:
+    """CommitLog.calMsgLength."""
+    born = 20 if sys_flag & BORNHOST_V6_FLAG else 8
+    store = 20 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 8
+    return (
+        4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + born + 8 + store + 4 + 8
+        + 4 + max(body_len, 0) + 1 + topic_len + 2 + max(properties_len, 0)
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class MessageInput:
+    """What the master appends; properties hold KEYS / TAGS / UNIQ_KEY as in RocketMQ."""
+
+    topic: str
+    queue_id: int
+    body: bytes
+    properties: dict[str, str] = field(default_factory=dict)
+    flag: int = 0
+    born_timestamp_ms: int = 0
+    born_host: tuple[str, int] = ("127.0.0.1", 0)
+
+
+@dataclass(frozen=True)
+class AppendedMessage:
+    physical_offset: int
+    size: int
+    queue_id: int
+    queue_offset: int
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    start_offset: int
+    end_offset: int
+    messages: list[AppendedMessage]
+
+
+@dataclass(frozen=True)
+class StoredMessage:
+    """One decoded v1 record."""
+
+    topic: str
+    queue_id: int
+    queue_offset: int
+    physical_offset: int
+    size: int
+    body: bytes
+    properties: dict[str, str]
+    flag: int
+    sys_flag: int
+    born_timestamp_ms: int
+    store_timestamp_ms: int
+    born_host: tuple[str, int]
+    store_host: tuple[str, int]
+    reconsume_times: int
+    prepared_transaction_offset: int
+    body_crc: int
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(PROPERTY_TAGS)
+
+
+@dataclass(frozen=True)
+class FileRange:
+    """A slice of ONE segment file, for os.sendfile(sock, fd, file_position, length).
+
+    `offset` is the commit log offset of the first byte. The fd belongs to the
+    store: do not close it; it stays valid until the segment is truncated away.
+    """
+
+    fd: int
+    file_position: int
+    length: int
+    offset: int
+
+
+class RecordIndex(NamedTuple):
+    """What dispatch needs from a record: its consume queue entry."""
+
+    topic: str
+    queue_id: int
+    queue_offset: int
+    physical_offset: int
+    size: int
+    tags_code: int
+
+
+def encode_message(
+    message: MessageInput,
+    *,
+    queue_offset: int,
+    physical_offset: int,
+    store_host: tuple[str, int],
+    store_timestamp_ms: int,
+    reconsume_times: int = 0,
+    prepared_transaction_offset: int = 0,
+    sys_flag: int = 0,
+) -> bytes:
+    """Encode one record (reference encoder; put_messages uses the batched `encode_batch`)."""
+    topic = _check_topic(message.topic)
+    props = _check_properties(message.properties)
+    born_addr, born_v6 = encode_host(message.born_host)
+    store_addr, store_v6 = encode_host(store_host)
+    sys_flag &= ~(BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)
+    sys_flag |= (BORNHOST_V6_FLAG if born_v6 else 0) | (STOREHOSTADDRESS_V6_FLAG if store_v6 else 0)
+    body = message.body
+    total = message_length(sys_flag, len(body), len(topic), len(props))
+    out = bytearray(total)
+    _HEAD.pack_into(
+        out, 0, total, MESSAGE_MAGIC_CODE, body_crc(body), message.queue_id, message.flag,
+        queue_offset, physical_offset, sys_flag, message.born_timestamp_ms,
+    )  # fmt: skip
+    pos = 48
+    host = _HOST_V6 if born_v6 else _HOST_V4
+    host.pack_into(out, pos, born_addr, message.born_host[1])
+    pos += host.size
+    _Q.pack_into(out, pos, store_timestamp_ms)
+    pos += 8
+    host = _HOST_V6 if store_v6 else _HOST_V4
+    host.pack_into(out, pos, store_addr, store_host[1])
+    pos += host.size
+    _AFTER_HOSTS.pack_into(out, pos, reconsume_times, prepared_transaction_offset, len(body))
+    pos += _AFTER_HOSTS.size
+    out[pos : pos + len(body)] = body
+    pos += len(body)
+    out[pos] = len(topic)
+    out[pos + 1 : pos + 1 + len(topic)] = topic
+    pos += 1 + len(topic)
+    _I16.pack_into(out, pos, len(props))
+    out[pos + 2 :] = props
+    return bytes(out)
+
+
+def _check_topic(topic: str) -> bytes:
+    data = topic.encode()
+    if not data or len(data) > MAX_TOPIC_BYTES:
+        raise MessageInvalid(f"topic {topic!r} is {len(data)} bytes; must be 1..{MAX_TOPIC_BYTES}")
+    return data
+
+
+def _check_properties(properties: Mapping[str, str]) -> bytes:
+    text = "".join([f"{k}\x01{v}\x02" for k, v in properties.items()])
+    n = len(properties)
+    # One C-speed count instead of scanning every key and value for the separators.
+    if text.count(NAME_VALUE_SEPARATOR) != n or text.count(PROPERTY_SEPARATOR) != n:
+        bad = {k: v for k, v in properties.items() if any(c in k + v for c in "\x01\x02")}
+        raise MessageInvalid(f"properties {bad!r} contain a \\x01/\\x02 separator")
+    data = text.encode()
+    if len(data) > MAX_PROPERTIES_BYTES:
+        raise MessageInvalid(
+            f"properties are {len(data)} bytes encoded; the limit is {MAX_PROPERTIES_BYTES}"
+        )
+    return data
+
+
+@dataclass
+class EncodedBatch:
+    """A batch laid out for the log at `start_offset`, blank records included."""
+
+    data: bytearray
+    start_offset: int
+    messages: list[AppendedMessage]
+    index: list[RecordIndex]
+    next_queue_offsets: dict[tuple[str, int], int]
+
+
+def encode_batch(
+    batch: Sequence[MessageInput],
+    *,
+    start_offset: int,
+    segment_bytes: int,
+    store_host: tuple[str, int],
+    store_timestamp_ms: int,
+    queue_offset_of: Callable[[tuple[str, int]], int],
+    max_message_bytes: int,
+) -> EncodedBatch:
+    """Lay a batch out as it will sit in the log starting at `start_offset` (pure).
+
+    Validates every message before producing anything, so a bad message rejects
+    the whole batch. `queue_offset_of` gives the next queue offset of a
+    (topic, queueId); the advanced values are returned, not stored anywhere.
+    Two passes: sizes and positions first (blank records where a message does
+    not fit its segment), then one preallocated bytearray filled with pack_into.
+    """
+    store_addr, store_v6 = encode_host(store_host)
+    store_port = store_host[1]
+    topics: dict[str, bytes] = {}
+    hosts: dict[tuple[str, int], tuple[bytes, bool]] = {}
+    tag_codes: dict[str, int] = {}
+    next_qo: dict[tuple[str, int], int] = {}
+    # Pass 1: validate, size, place.
+    plan: list[tuple[int, int, bytes, bytes, bytes, bool, int, int]] = []
+    pos = start_offset
+    for msg in batch:
+        topic = topics.get(msg.topic)
+        if topic is None:
+            topic = topics[msg.topic] = _check_topic(msg.topic)
+        if msg.queue_id < 0:
+            raise MessageInvalid(f"queue id {msg.queue_id} of topic {msg.topic!r} is negative")
+        props_map = msg.properties
+        props = _check_properties(props_map) if props_map else b""
+        born = hosts.get(msg.born_host)
+        if born is None:
+            born = hosts[msg.born_host] = encode_host(msg.born_host)
+        sys_flag = (BORNHOST_V6_FLAG if born[1] else 0) | (
+            STOREHOSTADDRESS_V6_FLAG if store_v6 else 0
+        )
+        total = message_length(sys_flag, len(msg.body), len(topic), len(props))
+        if total > max_message_bytes:
+            raise MessageInvalid(
+                f"message of {total} bytes (body {len(msg.body)}) to {msg.topic!r} exceeds "
+                f"max_message_bytes {max_message_bytes}"
+            )
+        space = segment_bytes - pos % segment_bytes
+        if total + END_FILE_MIN_BLANK_LENGTH > space:
+            plan.append((pos, space, b"", b"", b"", False, -1, 0))  # blank record
+            pos += space
+        key = (msg.topic, msg.queue_id)
+        qo = next_qo.get(key)
+        if qo is None:
+            qo = queue_offset_of(key)
+        next_qo[key] = qo + 1
+        tags = props_map.get(PROPERTY_TAGS) if props_map else None
+        tcode = 0
+        if tags:
+            cached = tag_codes.get(tags)
+            tcode = tag_codes[tags] = java_string_hash(tags) if cached is None else cached
+        plan.append((pos, total, topic, props, born[0], born[1], qo, tcode))
+        pos += total
+    # Pass 2: fill.
+    out = bytearray(pos - start_offset)
+    messages: list[AppendedMessage] = []
+    index: list[RecordIndex] = []
+    it = iter(batch)
+    for phys, total, topic, props, born_addr, born_v6, qo, tcode in plan:
+        o = phys - start_offset
+        if qo < 0:
+            _SIZE_MAGIC.pack_into(out, o, total, BLANK_MAGIC_CODE)  # rest stays zero
+            continue
+        msg = next(it)
+        body = msg.body
+        sys_flag = (BORNHOST_V6_FLAG if born_v6 else 0) | (
+            STOREHOSTADDRESS_V6_FLAG if store_v6 else 0
+        )
+        _HEAD.pack_into(
+            out, o, total, MESSAGE_MAGIC_CODE, zlib.crc32(body) & 0x7FFFFFFF, msg.queue_id,
+            msg.flag, qo, phys, sys_flag, msg.born_timestamp_ms,
+        )  # fmt: skip
+        p = o + 48
+        if born_v6:
+            _HOST_V6.pack_into(out, p, born_addr, msg.born_host[1])
+            p += 20
+        else:
+            _HOST_V4.pack_into(out, p, born_addr, msg.born_host[1])
+            p += 8
+        _Q.pack_into(out, p, store_timestamp_ms)
+        p += 8
+        if store_v6:
+            _HOST_V6.pack_into(out, p, store_addr, store_port)
+            p += 20
+        else:
+            _HOST_V4.pack_into(out, p, store_addr, store_port)
+            p += 8
+        _AFTER_HOSTS.pack_into(out, p, 0, 0, len(body))
+        p += 16
+        end = p + len(body)
+        out[p:end] = body
+        tl = len(topic)
+        out[end] = tl
+        out[end + 1 : end + 1 + tl] = topic
+        p = end + 1 + tl
+        _I16.pack_into(out, p, len(props))
+        if props:
+            out[p + 2 : p + 2 + len(props)] = props
+        messages.append(AppendedMessage(phys, total, msg.queue_id, qo))
+        index.append(RecordIndex(msg.topic, msg.queue_id, qo, phys, total, tcode))
+    return EncodedBatch(out, start_offset, messages, index, next_qo)
+
+
+def decode_record(buf: bytes | bytearray | memoryview, pos: int = 0) -> StoredMessage:
+    """Decode the message record at `buf[pos:]` (no CRC check; callers validated or trust it)."""
+    (total, magic, crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts) = _HEAD.unpack_from(
+        buf, pos
+    )
+    if magic != MESSAGE_MAGIC_CODE:
+        raise StoreCorruption(phys, f"magic code {magic:#x} is not a message record")
+    p = pos + 48
+    host = _HOST_V6 if sys_flag & BORNHOST_V6_FLAG else _HOST_V4
+    born_addr, born_port = host.unpack_from(buf, p)
+    p += host.size
+    (store_ts,) = _Q.unpack_from(buf, p)
+    p += 8
+    host = _HOST_V6 if sys_flag & STOREHOSTADDRESS_V6_FLAG else _HOST_V4
+    store_addr, store_port = host.unpack_from(buf, p)
+    p += host.size
+    reconsume, prepared, body_len = _AFTER_HOSTS.unpack_from(buf, p)
+    p += 16
+    body = bytes(buf[p : p + body_len])
+    p += body_len
+    topic_len = buf[p]
+    topic = bytes(buf[p + 1 : p + 1 + topic_len]).decode()
+    p += 1 + topic_len
+    (props_len,) = _I16.unpack_from(buf, p)
+    props = decode_properties(buf[p + 2 : p + 2 + props_len]) if props_len > 0 else {}
+    return StoredMessage(
+        topic=topic,
+        queue_id=queue_id,
+        queue_offset=queue_offset,
+        physical_offset=phys,
+        size=total,
+        body=body,
+        properties=props,
+        flag=flag,
+        sys_flag=sys_flag,
+        born_timestamp_ms=born_ts,
+        store_timestamp_ms=store_ts,
+        born_host=decode_host(born_addr, born_port),
+        store_host=decode_host(store_addr, store_port),
+        reconsume_times=reconsume,
+        prepared_transaction_offset=prepared,
+        body_crc=crc,
+    )
+
+
+class ScanStop(StrEnum):
+    """Why a scan stopped; the first two are clean ends, the rest mean 'cut here'."""
+
+    END = "end of data"
+    PARTIAL = "record incomplete (torn write or still arriving)"
+    ZEROS = "zero-filled space (preallocated or never written)"
+    BAD_MAGIC = "unknown magic code"
+    BAD_SIZE = "record size out of range"
+    BAD_BLANK = "blank record does not end at the segment end"
+    BAD_PHYSICAL_OFFSET = "physicalOffset field differs from the record position"
+    BAD_STRUCTURE = "field lengths do not add up to totalSize"
+    BAD_CRC = "body CRC mismatch"
+
+    @property
+    def is_corrupt(self) -> bool:
+        return self not in (ScanStop.END, ScanStop.PARTIAL, ScanStop.ZEROS)
+
+
+@dataclass(frozen=True)
+class ScanResult:
+    end: int
+    """Commit log offset just past the last complete valid record (or blank)."""
+    records: list[RecordIndex]
+    stop: ScanStop
+    detail: str
+
+
+def scan_records(
+    buf: bytes | bytearray | memoryview,
+    base_offset: int,
+    segment_bytes: int,
+    *,
+    verify_crc: bool = True,
+    max_record_bytes: int | None = None,
+) -> ScanResult:
+    """Walk records in `buf` (whose first byte is at commit log offset `base_offset`).
+
+    `buf` must start at a record boundary. Blank records are accepted when they
+    end exactly at a segment end (`buf` may continue into the next segment).
+    Returns the records found and why the walk stopped; never raises on bad input.
+    """
+    n = len(buf)
+    pos = 0
+    size_limit = max_record_bytes if max_record_bytes is not None else segment_bytes
+    records: list[RecordIndex] = []
+    append = records.append
+    unpack_head = _SIZE_MAGIC.unpack_from
+    while True:
+        if pos == n:
+            return ScanResult(base_offset + pos, records, ScanStop.END, "")
+        phys = base_offset + pos
+        space = segment_bytes - phys % segment_bytes
+        if n - pos < 8:
+            stop = ScanStop.ZEROS if not any(buf[pos:n]) else ScanStop.PARTIAL
+            return ScanResult(phys, records, stop, f"{n - pos} header bytes at {phys}")
+        total, magic = unpack_head(buf, pos)
+        if magic == BLANK_MAGIC_CODE:
+            if total != space:
+                return ScanResult(
+                    phys, records, ScanStop.BAD_BLANK,
+                    f"blank at {phys} claims {total} bytes, segment has {space} left",
+                )  # fmt: skip
+            if n - pos < total:
+                return ScanResult(phys, records, ScanStop.PARTIAL, f"blank at {phys}")
+            pos += total
+            continue
+        if magic != MESSAGE_MAGIC_CODE:
+            if total == 0 and magic == 0:
+                return ScanResult(phys, records, ScanStop.ZEROS, f"zeros at {phys}")
+            return ScanResult(
+                phys, records, ScanStop.BAD_MAGIC, f"magic {magic & 0xFFFFFFFF:#010x} at {phys}"
+            )
+        if (
+            total < MIN_RECORD_BYTES
+            or total + END_FILE_MIN_BLANK_LENGTH > space
+            or total > size_limit
+        ):
+            return ScanResult(
+                phys, records, ScanStop.BAD_SIZE,
+                f"totalSize {total} at {phys} with {space} bytes left in the segment",
+            )  # fmt: skip
+        if n - pos < total:
+            return ScanResult(
+                phys, records, ScanStop.PARTIAL, f"{n - pos} of {total} bytes at {phys}"
+            )
+        record = _check_record(buf, pos, total, phys, verify_crc)
+        if not isinstance(record, RecordIndex):  # RecordIndex is a tuple too: test it first
+            stop, detail = record
+            return ScanResult(phys, records, stop, detail)
+        append(record)
+        pos += total
+
+
+def _check_record(
+    buf: bytes | bytearray | memoryview, pos: int, total: int, phys: int, verify_crc: bool
+) -> RecordIndex | tuple[ScanStop, str]:
+    """Structure, position and CRC checks of one complete message record."""
+    (_, _, crc, queue_id, _, queue_offset, phys_field, sys_flag, _) = _HEAD.unpack_from(buf, pos)
+    if phys_field != phys:
+        return ScanStop.BAD_PHYSICAL_OFFSET, f"record at {phys} says physicalOffset {phys_field}"
+    p = pos + 48 + (20 if sys_flag & BORNHOST_V6_FLAG else 8) + 8
+    p += (20 if sys_flag & STOREHOSTADDRESS_V6_FLAG else 8) + 16
+    end = pos + total
+    (body_len,) = _I32.unpack_from(buf, p - 4)
+    if body_len < 0 or p + body_len + 3 > end:
+        return ScanStop.BAD_STRUCTURE, f"bodyLength {body_len} at {phys} overruns totalSize {total}"
+    body_at = p
+    p += body_len
+    topic_len = buf[p]
+    if topic_len == 0 or topic_len > MAX_TOPIC_BYTES or p + 1 + topic_len + 2 > end:
+        return ScanStop.BAD_STRUCTURE, f"topicLength {topic_len} at {phys}"
+    topic_at = p + 1
+    p = topic_at + topic_len
+    (props_len,) = _I16.unpack_from(buf, p)
+    if message_length(sys_flag, body_len, topic_len, props_len) != total:
+        return ScanStop.BAD_STRUCTURE, (
+            f"record at {phys}: body {body_len} + topic {topic_len} + properties {props_len} "
+            f"do not add up to totalSize {total}"
+        )
+    if verify_crc:
+        actual = zlib.crc32(memoryview(buf)[body_at : body_at + body_len]) & 0x7FFFFFFF
+        if actual != crc:
+            return ScanStop.BAD_CRC, f"record at {phys}: bodyCRC {crc}, computed {actual}"
+    try:
+        topic = bytes(buf[topic_at : topic_at + topic_len]).decode()
+    except UnicodeDecodeError:
+        return ScanStop.BAD_STRUCTURE, f"record at {phys}: topic is not UTF-8"
+    tcode = 0
+    if props_len > 0:
+        props = bytes(buf[p + 2 : p + 2 + props_len])
+        if _TAGS_NEEDLE in props:
+            tags = decode_properties(props).get(PROPERTY_TAGS)
+            tcode = tags_code(tags)
+    return RecordIndex(topic, queue_id, queue_offset, phys, total, tcode)

@@ -1,0 +1,224 @@
+"""DESIGN.md §3.1 flush policy and serving rules, §3.4a store health, and the
+docs/architecture.md store API: one fdatasync per batch on SYNC_FLUSH (group
+commit), ASYNC_FLUSH durable at flush(), get_messages never beyond
+max_physical_offset (confirmOffset), writable() false on a full disk or after
+an I/O error (ENOSPC injected) with state unchanged, one process per store.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from brokergroup_broker.store import (
+    FlushDiskType,
+    MessageInput,
+    MessageInvalid,
+    MessageStore,
+    PartialTailPresent,
+    StoreConfig,
+    StoreIOError,
+    StoreLocked,
+    StoreNotWritable,
+    measure_disk_ceiling,
+)
+
+HOST = ("127.0.0.1", 10911)
+
+
+def cfg(**kw: object) -> StoreConfig:
+    return StoreConfig(commit_log_segment_bytes=8192, **kw)  # type: ignore[arg-type]
+
+
+def batch(n: int, topic: str = "T", queue_id: int = 0) -> list[MessageInput]:
+    return [MessageInput(topic, queue_id, b"%d" % i * 50, {"TAGS": "x"}) for i in range(n)]
+
+
+def count_fdatasyncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    calls: list[int] = []
+    real = os.fdatasync
+
+    def counting(fd: int) -> None:
+        calls.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", counting)
+    return calls
+
+
+def test_sync_flush_is_one_fdatasync_per_batch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = MessageStore.open(tmp_path, cfg())
+    calls = count_fdatasyncs(monkeypatch)
+    res = store.put_messages(batch(20), HOST, 1)
+    assert len(calls) == 1
+    assert store.flushed_offset == store.max_offset == res.end_offset
+    store.close()
+
+
+def test_concurrent_writers_share_fdatasyncs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = MessageStore.open(tmp_path, StoreConfig())
+    calls = count_fdatasyncs(monkeypatch)
+
+    def writer() -> None:
+        for _ in range(25):
+            store.put_messages(batch(4), HOST, 1)
+
+    threads = [threading.Thread(target=writer) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert store.flushed_offset == store.max_offset
+    assert len(calls) <= 100
+    assert store.queue_offset_range("T", 0) == (0, 400)
+    store.close()
+
+
+def test_async_flush_is_durable_at_flush(tmp_path: Path) -> None:
+    store = MessageStore.open(tmp_path, cfg(flush_disk_type=FlushDiskType.ASYNC_FLUSH))
+    store.put_messages(batch(10), HOST, 1)
+    assert store.flushed_offset == 0 < store.max_offset
+    # ASYNC_FLUSH serves written records (bounded by confirmOffset as always).
+    assert len(store.get_messages("T", 0, 0, 100, store.max_offset)) == 10
+    assert store.flush() == store.max_offset
+    assert store.checkpoint.recover_offset == store.max_offset
+    store.close()
+
+
+def test_get_messages_respects_max_physical_offset(tmp_path: Path) -> None:
+    store = MessageStore.open(tmp_path, cfg())
+    res = store.put_messages(batch(10), HOST, 1)
+    confirm = res.messages[3].physical_offset + res.messages[3].size
+    got = store.get_messages("T", 0, 0, 100, confirm)
+    assert [m.queue_offset for m in got] == [0, 1, 2, 3]
+    assert store.get_messages("T", 0, 0, 100, confirm - 1)[-1].queue_offset == 2
+    assert store.get_messages("T", 0, 8, 100, 1 << 40)[0].body == b"8" * 50
+    assert store.get_messages("T", 0, 10, 100, 1 << 40) == []
+    assert store.get_messages("nope", 0, 0, 100, 1 << 40) == []
+    assert store.queue_offset_range("T", 0, max_physical_offset=confirm) == (0, 4)
+    assert store.queue_count("T") == 4 and store.queue_count("nope") == 0
+    store.close()
+
+
+def test_invalid_batch_changes_nothing(tmp_path: Path) -> None:
+    store = MessageStore.open(tmp_path, cfg())
+    store.put_messages(batch(2), HOST, 1)
+    end = store.max_offset
+    bad = [*batch(2), MessageInput("x" * 200, 0, b"b")]
+    with pytest.raises(MessageInvalid, match=r"1\.\.127"):
+        store.put_messages(bad, HOST, 1)
+    with pytest.raises(MessageInvalid, match="exceeds max_message_bytes"):
+        store.put_messages([MessageInput("T", 0, b"z" * 9000)], HOST, 1)
+    assert store.max_offset == end and store.queue_offset_range("T", 0) == (0, 2)
+    store.close()
+
+
+def test_disk_full_ratio_makes_the_store_unwritable(tmp_path: Path) -> None:
+    store = MessageStore.open(tmp_path, cfg(disk_full_ratio=0.0))
+    ok, reason = store.writable()
+    assert not ok and reason is not None and "diskFullRatio" in reason
+    with pytest.raises(StoreNotWritable, match="diskFullRatio"):
+        store.put_messages(batch(1), HOST, 1)
+    assert 0.0 < store.disk_usage_ratio() <= 1.0
+    store.close()
+
+
+def test_enospc_is_rolled_back_and_reported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = MessageStore.open(tmp_path, cfg())
+    store.put_messages(batch(5), HOST, 1)
+    end = store.max_offset
+    real = os.pwrite
+
+    def full_disk(fd: int, data: object, pos: int) -> int:
+        real(fd, memoryview(data)[:10], pos)  # type: ignore[arg-type]  # a short write first
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "pwrite", full_disk)
+    with pytest.raises(StoreIOError, match="No space left"):
+        store.put_messages(batch(50), HOST, 1)
+    monkeypatch.setattr(os, "pwrite", real)
+    assert store.max_offset == end and store.queue_offset_range("T", 0) == (0, 5)
+    assert (tmp_path / "commitlog" / f"{0:020d}").stat().st_size == end
+    # Space is back (the real disk has plenty): writes resume, nothing was corrupted.
+    assert store.writable() == (True, None)
+    store.put_messages(batch(1), HOST, 1)
+    store.close()
+    store = MessageStore.open(tmp_path, cfg())
+    assert store.queue_offset_range("T", 0) == (0, 6) and store.recovery.truncated_bytes == 0
+    store.close()
+
+
+def test_fdatasync_failure_sticks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = MessageStore.open(tmp_path, cfg())
+
+    def eio(fd: int) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "fdatasync", eio)
+    with pytest.raises(StoreIOError, match="fdatasync"):
+        store.put_messages(batch(1), HOST, 1)
+    monkeypatch.undo()
+    ok, reason = store.writable()
+    assert not ok and reason is not None and "reopen" in reason
+    # Not durable, so not served.
+    assert store.get_messages("T", 0, 0, 10, 1 << 40) == []
+    store.close(flush=False)
+
+
+def test_master_write_on_a_partial_tail_is_refused(tmp_path: Path) -> None:
+    master = MessageStore.open(tmp_path / "m", cfg())
+    master.put_messages(batch(3), HOST, 1)
+    slave = MessageStore.open(tmp_path / "s", cfg())
+    slave.append_replicated(0, master.read_bytes(0, 1 << 20)[:-3])
+    with pytest.raises(PartialTailPresent, match="truncate_partial_tail"):
+        slave.put_messages(batch(1), HOST, 1)
+    master.close()
+    slave.close()
+
+
+def test_one_process_per_store(tmp_path: Path) -> None:
+    store = MessageStore.open(tmp_path, cfg())
+    with pytest.raises(StoreLocked):
+        MessageStore.open(tmp_path, cfg())
+    store.close()
+    MessageStore.open(tmp_path, cfg()).close()
+
+
+def test_reset_for_a_full_resync(tmp_path: Path) -> None:
+    store = MessageStore.open(tmp_path, cfg())
+    store.put_messages(batch(5), HOST, 1)
+    store.reset(8192 * 3)
+    assert store.min_offset == store.max_offset == 8192 * 3
+    assert store.queue_count("T") == 0
+    store.close()
+    store = MessageStore.open(tmp_path, cfg())
+    assert store.min_offset == store.max_offset == 8192 * 3
+    store.close()
+
+
+def test_confirm_offset_is_persisted_and_clamped(tmp_path: Path) -> None:
+    store = MessageStore.open(tmp_path, cfg())
+    res = store.put_messages(batch(5), HOST, 1)
+    store.set_confirm_offset(res.end_offset)
+    store.close()
+    store = MessageStore.open(tmp_path, cfg())
+    assert store.confirm_offset == res.end_offset
+    store.truncate(res.messages[2].physical_offset)
+    assert store.confirm_offset == res.messages[2].physical_offset
+    store.close()
+
+
+def test_disk_ceiling_probe(tmp_path: Path) -> None:
+    c = measure_disk_ceiling(tmp_path, seq_total_bytes=2 << 20, small_ops=20)
+    assert c.seq_write_fdatasync_mb_s > 0 and c.small_write_fdatasync_ops_s > 0
+    assert list(tmp_path.iterdir()) == []
