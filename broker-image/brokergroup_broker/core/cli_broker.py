@@ -1,0 +1,139 @@
+"""`brokergroup broker …` (docs/architecture.md, Commands).
+
+`register` only declares arguments (brokergroup_broker/cli.py imports this
+module and calls it) (cheap imports);
+`run_broker_command` loads the config once, builds the controller client
+and runs `Broker` under asyncio until SIGTERM/SIGINT, then stops it
+gracefully (pending produces get the protocol server's grace period, a
+master tells the controller it is going away so failover starts at once).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("brokergroup_broker")
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "broker",
+        help="run one broker of a replica group",
+        description="Run a broker: commit log store, AutoSwitch HA, client protocol.",
+    )
+    parser.add_argument("--cluster-name", required=True)
+    parser.add_argument("--broker-name", required=True)
+    parser.add_argument("--data-dir", required=True, type=Path)
+    parser.add_argument(
+        "--controller-addresses",
+        required=True,
+        help="comma-separated controller API addresses host:port",
+    )
+    parser.add_argument("--controller-token-file", type=Path, default=None)
+    parser.add_argument("--bind-address", default="0.0.0.0")
+    parser.add_argument(
+        "--advertise-address",
+        default=None,
+        help="address registered with the controller (default: the bind address)",
+    )
+    parser.add_argument("--client-port", type=int, default=10911)
+    parser.add_argument("--config", type=Path, default=None, help="broker.json (camelCase)")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="override one config field (repeatable)",
+    )
+    parser.add_argument("--log-level", default="INFO")
+    parser.set_defaults(func=run_broker_command)
+
+
+def run_broker_command(args: argparse.Namespace) -> int:
+    from brokergroup_broker.core.broker import BrokerSettings
+    from brokergroup_broker.core.config import BrokerConfigError, load_broker_config
+    from brokergroup_broker.core.registration import RegistrationFailed
+
+    logging.basicConfig(
+        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        config = load_broker_config(args.config, args.overrides)
+    except BrokerConfigError as exc:
+        print(f"brokergroup broker: {exc}", file=sys.stderr)
+        return 2
+    token = None
+    if args.controller_token_file is not None:
+        token = args.controller_token_file.read_text().strip()
+    advertise = args.advertise_address
+    if advertise is None:
+        if args.bind_address in ("0.0.0.0", "::", ""):
+            print(
+                "brokergroup broker: --advertise-address is required when binding all "
+                "interfaces (the controller must record a reachable address)",
+                file=sys.stderr,
+            )
+            return 2
+        advertise = args.bind_address
+    settings = BrokerSettings(
+        cluster_name=args.cluster_name,
+        broker_name=args.broker_name,
+        data_dir=args.data_dir,
+        controller_addresses=tuple(
+            a.strip() for a in str(args.controller_addresses).split(",") if a.strip()
+        ),
+        controller_token=token,
+        bind_address=args.bind_address,
+        advertise_address=advertise,
+        client_port=args.client_port,
+    )
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        failed = asyncio.run(_main(settings, config))
+    except RegistrationFailed as exc:
+        log.error("registration failed: %s", exc)
+        return 1
+    return 1 if failed else 0
+
+
+async def _main(settings: Any, config: Any) -> bool:
+    from brokergroup_broker.core.broker import Broker
+    from brokergroup_broker.core.controller_link import ControllerLink
+    from brokergroup_controller.client import ControllerClient
+
+    client = ControllerClient(
+        settings.controller_addresses,
+        settings.controller_token,
+        request_timeout_s=config.controller_request_timeout_ms / 1000,
+    )
+    broker = Broker(
+        settings, config, ControllerLink(client, settings.cluster_name, settings.broker_name)
+    )
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, broker.request_stop)
+    await broker.run()
+    return broker.failed
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m brokergroup_broker.core.cli_broker broker …`: the broker alone,
+    without importing the other components' commands (tests, images)."""
+    parser = argparse.ArgumentParser(prog="brokergroup")
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    register(subparsers)
+    args = parser.parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,260 @@
+"""Broker configuration: one frozen, typed object, loaded once (DESIGN.md §3.3, §2.3).
+
+The JSON file (``--config broker.json``) uses the camelCase names of
+DESIGN.md (``heartbeatIntervalMs``); ``--set name=value`` overrides one
+field (camelCase or snake_case). Attributes are snake_case. Relationships
+between fields are checked at construction, so a broker never starts with
+a configuration that could acknowledge a write a failover then loses.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from brokergroup_broker.core.lease import LeaseConfigError, validate_lease
+
+FLUSH_DISK_TYPES = ("SYNC_FLUSH", "ASYNC_FLUSH")
+
+
+class BrokerConfigError(ValueError):
+    """The configuration cannot be used; the message names the field and values."""
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    heartbeat_interval_ms: int = 500
+    """How often the broker heartbeats to the controller. Shorter: the
+    controller (and the role it pushes back) reacts sooner; longer: less
+    controller load. Must stay well below heartbeatTimeoutMs."""
+
+    heartbeat_timeout_ms: int = 2000
+    """After this long without a heartbeat the controller declares the broker
+    inactive (and elects a new master if it was one). Shorter: faster
+    failover; longer: fewer false failovers under GC or I/O stalls."""
+
+    all_ack_in_sync_state_set: bool = True
+    """Acknowledge a produce only when every SyncStateSet member holds it
+    (end offset ≤ confirmOffset). True: no acknowledged message is lost by a
+    failover; false: lower latency, at the risk of losing what only
+    inSyncReplicas members held."""
+
+    in_sync_replicas: int = 1
+    """With allAckInSyncStateSet false: how many replicas (the master
+    included) must hold a message before it is acknowledged."""
+
+    min_in_sync_replicas: int = 1
+    """Refuse produces with IN_SYNC_REPLICAS_NOT_ENOUGH while the
+    SyncStateSet is smaller than this. Higher: writes stop rather than run
+    on too few copies; lower: writes continue with less redundancy."""
+
+    slave_timeout_ms: int = 3000
+    """How long a produce waits for its acknowledgements before failing with
+    SLAVE_TIMEOUT. Should exceed haMaxTimeSlaveNotCatchUpMs' share of a
+    shrink so a stalled slave is usually shrunk out before producers time
+    out; shorter fails fast, longer rides out slow slaves."""
+
+    ha_max_time_slave_not_catch_up_ms: int = 5000
+    """A SyncStateSet member that has not caught up for this long is shrunk
+    out. Shorter: a slow slave stops holding up acknowledgements sooner;
+    longer: fewer set changes (and fewer electable replicas lost) on
+    transient lag."""
+
+    master_lease_ms: int = 1500
+    """A master that has not had a heartbeat answered by the controller
+    leader for this long stops acknowledging (FENCED). Must be <
+    heartbeatTimeoutMs so a partitioned master stops before a new one is
+    elected; longer rides out more controller hiccups."""
+
+    flush_disk_type: str = "SYNC_FLUSH"
+    """SYNC_FLUSH: fsync every appended batch before it counts (durable on
+    power loss, slower); ASYNC_FLUSH: fsync every flushIntervalMs (faster;
+    a power loss of every replica may lose acknowledged messages)."""
+
+    flush_interval_ms: int = 500
+    """ASYNC_FLUSH cadence: the window of data a machine crash may lose."""
+
+    mapped_file_size_commit_log: int = 1 << 30
+    """Commit log segment size in bytes. Larger: fewer files; smaller: finer
+    retention and faster tests."""
+
+    disk_full_ratio: float = 0.95
+    """Above this disk usage the store refuses writes and the broker reports
+    itself not writable, so the controller fails over (RocketMQ issue 6468)."""
+
+    election_priority: int = 0
+    """Tie-breaker among equally up-to-date candidates; lower wins."""
+
+    default_topic_queue_nums: int = 4
+    """Queues of an auto-created topic. More: more consumer parallelism; fewer:
+    less per-queue bookkeeping."""
+
+    max_pending_acks: int = 10_000
+    """Produces waiting for replication at once (DLedger's
+    maxPendingRequestsNum). Beyond it produces fail with SYSTEM_BUSY at once:
+    back-pressure instead of unbounded memory."""
+
+    sync_state_set_check_interval_ms: int = 500
+    """How often the master re-evaluates SyncStateSet shrink/expand. Shorter:
+    a caught-up slave rejoins sooner (more electable replicas after a
+    failover); longer: fewer checks."""
+
+    controller_request_timeout_ms: int = 1000
+    """Timeout of one controller request (a heartbeat, an alter)."""
+
+    controller_retry_backoff_ms: int = 200
+    """First delay before repeating a failed controller request (doubles up to
+    controllerRetryBackoffMaxMs)."""
+
+    controller_retry_backoff_max_ms: int = 2000
+    """Upper bound of the controller retry backoff."""
+
+    watch_timeout_ms: int = 10_000
+    """Long-poll duration of the controller watch. Longer: fewer requests;
+    shorter: quicker notice of a dead watch connection."""
+
+    enable_slave_acting_master: bool = True
+    """With no master alive, the live slave with the smallest brokerId serves
+    reads and offset queries read-only (RIP-32)."""
+
+    max_pull_messages: int = 256
+    """Upper bound of messages returned by one pull."""
+
+    max_send_batch_messages: int = 1024
+    """Upper bound of messages in one produce batch."""
+
+    def __post_init__(self) -> None:
+        for spec in dataclasses.fields(self):
+            value = getattr(self, spec.name)
+            if isinstance(value, int) and not isinstance(value, bool) and value < 0:
+                raise BrokerConfigError(f"{camel(spec.name)} must be ≥ 0, got {value}")
+        positive = (
+            "heartbeat_interval_ms",
+            "heartbeat_timeout_ms",
+            "in_sync_replicas",
+            "min_in_sync_replicas",
+            "slave_timeout_ms",
+            "ha_max_time_slave_not_catch_up_ms",
+            "flush_interval_ms",
+            "default_topic_queue_nums",
+            "max_pending_acks",
+            "sync_state_set_check_interval_ms",
+            "controller_request_timeout_ms",
+            "controller_retry_backoff_ms",
+            "watch_timeout_ms",
+            "max_pull_messages",
+            "max_send_batch_messages",
+        )
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise BrokerConfigError(f"{camel(name)} must be > 0, got {getattr(self, name)}")
+        if self.heartbeat_interval_ms >= self.heartbeat_timeout_ms:
+            raise BrokerConfigError(
+                f"heartbeatIntervalMs {self.heartbeat_interval_ms} must be < "
+                f"heartbeatTimeoutMs {self.heartbeat_timeout_ms}: every heartbeat would "
+                "arrive after the controller declared the broker inactive"
+            )
+        try:
+            validate_lease(
+                master_lease_ms=self.master_lease_ms,
+                heartbeat_timeout_ms=self.heartbeat_timeout_ms,
+                heartbeat_interval_ms=self.heartbeat_interval_ms,
+            )
+        except LeaseConfigError as exc:
+            raise BrokerConfigError(str(exc)) from exc
+        if self.flush_disk_type not in FLUSH_DISK_TYPES:
+            raise BrokerConfigError(
+                f"flushDiskType must be one of {', '.join(FLUSH_DISK_TYPES)}, "
+                f"got {self.flush_disk_type!r}"
+            )
+        if not 0.0 < self.disk_full_ratio <= 1.0:
+            raise BrokerConfigError(f"diskFullRatio must be in (0, 1], got {self.disk_full_ratio}")
+        if self.mapped_file_size_commit_log < 4096:
+            raise BrokerConfigError(
+                f"mappedFileSizeCommitLog must be ≥ 4096 bytes, got "
+                f"{self.mapped_file_size_commit_log}"
+            )
+        if self.controller_retry_backoff_ms > self.controller_retry_backoff_max_ms:
+            raise BrokerConfigError(
+                f"controllerRetryBackoffMs {self.controller_retry_backoff_ms} must be ≤ "
+                f"controllerRetryBackoffMaxMs {self.controller_retry_backoff_max_ms}"
+            )
+
+    def to_json(self) -> dict[str, Any]:
+        return {camel(f.name): getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+def camel(snake: str) -> str:
+    head, *rest = snake.split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+def snake(name: str) -> str:
+    return re.sub(r"(?<!^)([A-Z])", r"_\1", name).lower()
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(BrokerConfig)}
+
+
+def _field_name(key: str) -> str:
+    name = key if key in _FIELDS else snake(key)
+    if name not in _FIELDS:
+        known = ", ".join(sorted(camel(n) for n in _FIELDS))
+        raise BrokerConfigError(f"unknown broker config field {key!r}; known fields: {known}")
+    return name
+
+
+def _coerce(name: str, value: Any) -> Any:
+    default = _FIELDS[name].default
+    label = camel(name)
+    if isinstance(default, bool):
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false"):
+            return value.lower() == "true"
+        raise BrokerConfigError(f"{label} must be true or false, got {value!r}")
+    if isinstance(default, int):
+        if isinstance(value, bool):
+            raise BrokerConfigError(f"{label} must be an integer, got {value!r}")
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            raise BrokerConfigError(f"{label} must be an integer, got {value!r}") from None
+    if isinstance(default, float):
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise BrokerConfigError(f"{label} must be a number, got {value!r}") from None
+    return str(value)
+
+
+def config_from_mapping(values: Mapping[str, Any]) -> BrokerConfig:
+    kwargs = {}
+    for key, value in values.items():
+        name = _field_name(key)
+        kwargs[name] = _coerce(name, value)
+    return BrokerConfig(**kwargs)
+
+
+def load_broker_config(path: Path | None = None, overrides: Sequence[str] = ()) -> BrokerConfig:
+    """File (if any), then each ``name=value`` override, validated once."""
+    values: dict[str, Any] = {}
+    if path is not None:
+        try:
+            raw = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise BrokerConfigError(f"cannot read broker config {path}: {exc}") from exc
+        if not isinstance(raw, dict):
+            raise BrokerConfigError(f"broker config {path} must hold a JSON object")
+        values.update(raw)
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise BrokerConfigError(f"--set expects name=value, got {item!r}")
+        values[key.strip()] = value.strip()
+    return config_from_mapping(values)

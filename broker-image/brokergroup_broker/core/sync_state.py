@@ -1,0 +1,218 @@
+"""The master's SyncStateSet maintenance decisions (DESIGN.md §3.3).
+
+Seed: controller-mode-design ("Shrink SyncStateSet", "Expand"); the
+"union while pending" rule is Kafka's maximal-ISR (kafka-controller-isr
+seed, KIP-497). Pure: time and replica progress come in as arguments.
+
+Theory of operation
+-------------------
+The master owns the SyncStateSet's *proposals*; the controller owns its
+*value*. Every `sync_state_set_check_interval_ms` the driver calls
+`decide(now_ms, …)` with the HA service's per-slave progress. It returns at
+most one `AlterProposal` (new set = old − shrunk ∪ expanded) and remembers
+it as pending; no second proposal is made until `on_alter_accepted`,
+`on_alter_failed` or a newer controller view settles it.
+
+Rules:
+- Shrink a member whose connection is gone, or whose last caught-up time
+  (the HA service's lastCaughtUpTimeMs: it acked everything the master had
+  when it last sent) is older than ``haMaxTimeSlaveNotCatchUpMs``. A member
+  that never connected to this master is measured from the moment it
+  became master, so a freshly elected master gives its old set one full
+  window to reconnect.
+- Expand a connected non-member whose ack ≥ confirmOffset and ≥ the start
+  offset of the master's current epoch (it holds everything committed and
+  has truncated to this epoch's lineage).
+- confirmOffset = min ack over the *effective* set, the master counting
+  its own max offset. While a proposal is pending the effective set is the
+  union of the old and the proposed sets: whichever the controller ends up
+  holding, every acknowledged byte is on all of its members, so an
+  election from either set loses nothing.
+- confirmOffset never decreases within one master term (the floor starts
+  at the persisted confirm offset, capped at the log end): consumers may
+  already have read up to it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+@dataclass(frozen=True)
+class ReplicaProgress:
+    """What the master's HA service knows of one slave (HAMasterService.slaves)."""
+
+    ack_offset: int
+    last_caught_up_ms: int
+    connected: bool
+
+
+class ShrinkReason(StrEnum):
+    DISCONNECTED = "the HA connection to the master is gone"
+    NOT_CAUGHT_UP = "has not caught up with the master within haMaxTimeSlaveNotCatchUpMs"
+    NEVER_CONNECTED = "has not connected to the new master within haMaxTimeSlaveNotCatchUpMs"
+
+
+@dataclass(frozen=True)
+class AlterProposal:
+    new_set: frozenset[int]
+    based_on_sync_state_set_epoch: int
+    shrunk: tuple[tuple[int, ShrinkReason], ...] = ()
+    expanded: frozenset[int] = field(default_factory=frozenset)
+
+    def describe(self) -> str:
+        parts = [f"{broker_id} {reason}" for broker_id, reason in self.shrunk]
+        parts += [f"{broker_id} caught up" for broker_id in sorted(self.expanded)]
+        return f"SyncStateSet → {sorted(self.new_set)}: " + "; ".join(parts)
+
+
+class SyncStateSetManager:
+    """The set as one master at one masterEpoch sees it; rebuilt on every role change."""
+
+    def __init__(
+        self,
+        *,
+        master_broker_id: int,
+        master_epoch: int,
+        epoch_start_offset: int,
+        sync_state_set: frozenset[int],
+        sync_state_set_epoch: int,
+        confirm_offset_floor: int,
+        master_since_ms: int,
+        ha_max_time_slave_not_catch_up_ms: int,
+    ) -> None:
+        self.master_broker_id = master_broker_id
+        self.master_epoch = master_epoch
+        self.epoch_start_offset = epoch_start_offset
+        # The controller may hand a set without us after a data wipe; the
+        # master always counts itself (AlterSyncStateSet demands it too).
+        self.sync_state_set = frozenset(sync_state_set) | {master_broker_id}
+        self.sync_state_set_epoch = sync_state_set_epoch
+        self.pending: AlterProposal | None = None
+        self._confirm_offset = confirm_offset_floor
+        self._master_since_ms = master_since_ms
+        self._not_catch_up_ms = ha_max_time_slave_not_catch_up_ms
+
+    # ---------------------------------------------------------- reads
+
+    def effective_set(self) -> frozenset[int]:
+        if self.pending is None:
+            return self.sync_state_set
+        return self.sync_state_set | self.pending.new_set
+
+    def settled_set_size(self) -> int:
+        """Members that stay in the set whatever a pending proposal's fate
+        (for the minInSyncReplicas check)."""
+        if self.pending is None:
+            return len(self.sync_state_set)
+        return len(self.sync_state_set & self.pending.new_set)
+
+    def member_acks(
+        self, master_max_offset: int, progress: Mapping[int, ReplicaProgress]
+    ) -> dict[int, int]:
+        """Ack offset of every effective member; the master's is its own max,
+        a member this master has not heard from counts 0."""
+        acks: dict[int, int] = {}
+        for broker_id in self.effective_set():
+            if broker_id == self.master_broker_id:
+                acks[broker_id] = master_max_offset
+            else:
+                seen = progress.get(broker_id)
+                acks[broker_id] = 0 if seen is None else min(seen.ack_offset, master_max_offset)
+        return acks
+
+    def confirm_offset(
+        self, master_max_offset: int, progress: Mapping[int, ReplicaProgress]
+    ) -> int:
+        computed = min(self.member_acks(master_max_offset, progress).values())
+        if computed > self._confirm_offset:
+            self._confirm_offset = computed
+        return self._confirm_offset
+
+    # ---------------------------------------------------------- decisions
+
+    def decide(
+        self,
+        now_ms: int,
+        master_max_offset: int,
+        progress: Mapping[int, ReplicaProgress],
+    ) -> AlterProposal | None:
+        """At most one proposal in flight; None when nothing should change."""
+        if self.pending is not None:
+            return None
+        confirm = self.confirm_offset(master_max_offset, progress)
+        shrunk: list[tuple[int, ShrinkReason]] = []
+        for broker_id in sorted(self.sync_state_set - {self.master_broker_id}):
+            reason = self._shrink_reason(now_ms, progress.get(broker_id))
+            if reason is not None:
+                shrunk.append((broker_id, reason))
+        expanded = frozenset(
+            broker_id
+            for broker_id, seen in progress.items()
+            if broker_id not in self.sync_state_set
+            and broker_id != self.master_broker_id
+            and seen.connected
+            and seen.ack_offset >= confirm
+            and seen.ack_offset >= self.epoch_start_offset
+        )
+        if not shrunk and not expanded:
+            return None
+        new_set = (self.sync_state_set - {b for b, _ in shrunk}) | expanded
+        self.pending = AlterProposal(
+            new_set=new_set,
+            based_on_sync_state_set_epoch=self.sync_state_set_epoch,
+            shrunk=tuple(shrunk),
+            expanded=expanded,
+        )
+        return self.pending
+
+    def _shrink_reason(self, now_ms: int, seen: ReplicaProgress | None) -> ShrinkReason | None:
+        if seen is None:
+            if now_ms - self._master_since_ms > self._not_catch_up_ms:
+                return ShrinkReason.NEVER_CONNECTED
+            return None
+        if not seen.connected:
+            return ShrinkReason.DISCONNECTED
+        # A member connected before this master took over is measured from the
+        # takeover at the earliest: its clock only starts with our first send.
+        caught_up_ms = max(seen.last_caught_up_ms, self._master_since_ms)
+        if now_ms - caught_up_ms > self._not_catch_up_ms:
+            return ShrinkReason.NOT_CAUGHT_UP
+        return None
+
+    # ---------------------------------------------------------- answers
+
+    def on_alter_accepted(
+        self, proposal: AlterProposal, new_set: frozenset[int], new_set_epoch: int
+    ) -> None:
+        if self.pending is proposal:
+            self.pending = None
+        self._adopt(new_set, new_set_epoch)
+
+    def on_alter_failed(self, proposal: AlterProposal) -> None:
+        """Refused or lost: forget it; the next `decide` re-evaluates from the
+        current set (a fresher controller view arrives through heartbeats).
+        An answer to a proposal already settled by a newer view is ignored."""
+        if self.pending is proposal:
+            self.pending = None
+
+    def on_controller_view(self, sync_state_set: frozenset[int], sync_state_set_epoch: int) -> None:
+        """A heartbeat/watch answer at our masterEpoch. Newer epochs win; a
+        pending proposal based on an older epoch is settled by it (either it
+        was applied — the new value shows it — or it lost the race)."""
+        if sync_state_set_epoch <= self.sync_state_set_epoch:
+            return
+        self._adopt(sync_state_set, sync_state_set_epoch)
+        if (
+            self.pending is not None
+            and self.pending.based_on_sync_state_set_epoch < sync_state_set_epoch
+        ):
+            self.pending = None
+
+    def _adopt(self, new_set: frozenset[int], new_set_epoch: int) -> None:
+        if new_set_epoch < self.sync_state_set_epoch:
+            return
+        self.sync_state_set = frozenset(new_set) | {self.master_broker_id}
+        self.sync_state_set_epoch = new_set_epoch
