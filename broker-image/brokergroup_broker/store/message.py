@@ -37,7 +37,7 @@ and the audit all use it, so one definition of "a valid record" exists.
 
 from __future__ import annotations
 
-import socket
+import ipaddress
 import struct
 import zlib
 from collections.abc import Callable, Mapping, Sequence
@@ -120,15 +120,14 @@ def decode_properties(data: bytes | bytearray | memoryview) -> dict[str, str]:
 
 def encode_host(host: tuple[str, int]) -> tuple[bytes, bool]:
     """(address bytes, is_ipv6) of a (ip, port) pair."""
-    ip = host[0]
-    if ":" in ip:
-        return socket.inet_pton(socket.AF_INET6, ip), True
-    return socket.inet_aton(ip), False
+    # ipaddress, not socket.inet_*: pysyncobj replaces socket.inet_ntop with a
+    # Windows-only shim at import time, which breaks any process importing both.
+    ip = ipaddress.ip_address(host[0])
+    return ip.packed, ip.version == 6
 
 
 def decode_host(addr: bytes, port: int) -> tuple[str, int]:
-    family = socket.AF_INET6 if len(addr) == 16 else socket.AF_INET
-    return socket.inet_ntop(family, addr), port
+    return str(ipaddress.ip_address(addr)), port
 
 
 def message_length(sys_flag: int, body_len: int, topic_len: int, properties_len: int) -> int:

@@ -1,0 +1,633 @@
+"""Master side of AutoSwitch HA (DESIGN.md §3.2/§3.3; seed controller-mode-design;
+RocketMQ ``AutoSwitchHAConnection``).
+
+Theory of operation
+-------------------
+One listening socket; one connection per slave, driven by two tasks once the
+handshake is done (a sender and an ack reader). Per connection::
+
+    slave  -> SlaveHandshake(brokerId, flags)
+    master -> MasterHandshake(maxPhyOffset, lastEpoch, all epoch entries)
+              (the slave computes its truncation point and truncates)
+    slave  -> SlaveAck(maxOffset)          <- the *transfer request*
+    master -> Transfer(offset = that maxOffset, ...) ... (stream)
+    slave  -> SlaveAck(new maxOffset) after every Transfer, heartbeats included
+
+**The first ack is the transfer request** (as ``slaveRequestOffset`` in
+RocketMQ): the slave's max offset *after* truncation is exactly where its log
+and the master's agree, so the master streams from there. If that offset is
+below the master's min offset (the master already deleted those segments, or
+the slave is new and empty) the master starts at its min offset -- or, with
+``isSyncFromLastFile`` and an empty slave, at its last segment's start -- and
+the slave, seeing a first batch beyond its own end, resets its log there (a
+full resync). An offset beyond the master's max is a protocol violation (the
+slave did not truncate) and closes the connection.
+
+Sending: each batch is at most ``transfer_batch_bytes``, ends at the segment's
+end (one ``FileRange``), and is cut at the next epoch's start offset so that
+**no batch spans two epochs** (seed: currentTransferEpochEndOffset); the
+header names the batch's epoch and that epoch's start offset. The 36-byte
+header goes out with ``sock_sendall``; the body goes from the segment file
+straight to the socket with ``os.sendfile`` on the store's ``read_range``
+slice -- no copy through Python bytes. When there is nothing to send the
+sender sleeps on an event set by ``notify_appended()`` (no polling) or by a
+changed confirm offset, and sends an empty-body heartbeat every
+``heartbeat_interval_ms`` of silence.
+
+Caught-up tracking (seed, "Shrink SyncStateSet"): when a batch (or heartbeat)
+is sent the master records ``(lastMasterMaxOffset = its max offset,
+lastTransferTimeMs = now)``; an ack >= lastMasterMaxOffset sets
+``lastCaughtUpTimeMs = lastTransferTimeMs``. Because batches are pipelined (the
+master does not wait for an ack before the next batch) a single pair would be
+overwritten before its ack arrives and a slave that keeps up under steady load
+would never count as caught up; so the pairs of unacked sends are kept in a
+bounded FIFO and an ack consumes every pair it covers. With one batch in
+flight this is exactly the seed's rule.
+
+Invariants
+----------
+* A batch's bytes all lie in one epoch: ``epochStartOffset <= offset`` and
+  ``offset + bodySize <= next epoch's start``.
+* Batches of one connection are contiguous: each starts where the last ended.
+* Acks of one connection never decrease and never exceed what was sent.
+* At most one live connection per slave brokerId: a newer one replaces (and
+  closes) the older, and only the current one reports the disconnect.
+* Every wait is bounded: reads by ``read_timeout_ms`` (the slave acks each
+  heartbeat), writes by ``write_timeout_ms``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import collections
+import contextlib
+import logging
+import os
+import socket
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from brokergroup_broker.ha.codec import (
+    NEED_DATA,
+    HAProtocolError,
+    MasterHandshake,
+    SlaveAck,
+    SlaveFrame,
+    SlaveFrameDecoder,
+    SlaveHandshake,
+    Transfer,
+    WireEpochEntry,
+    encode_transfer_header,
+)
+from brokergroup_broker.ha.config import HAConfig
+from brokergroup_broker.store import MessageStore
+
+__all__ = ["HAMasterService", "SlaveProgress"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class SlaveProgress:
+    """What the master knows about one slave (a snapshot; see ``HAMasterService.slaves``).
+
+    ``ack_offset`` is -1 until the slave's first ack; ``last_caught_up_ms`` is 0
+    until it first caught up (seed: lastCaughtUpTimeMs).
+    """
+
+    broker_id: int
+    ack_offset: int
+    last_caught_up_ms: int
+    connected: bool
+    is_async_learner: bool
+    address: str
+
+
+class _ConnectionClosed(Exception):
+    """The peer closed the socket."""
+
+
+@dataclass(eq=False)  # identity semantics: connections live in a set
+class _Connection:
+    sock: socket.socket
+    address: str
+    decoder: SlaveFrameDecoder
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    broker_id: int | None = None
+    is_async_learner: bool = False
+    ack_offset: int = -1
+    last_caught_up_ms: int = 0
+    # First offset not yet sent; acks above it are a protocol violation.
+    next_offset: int = -1
+    # (lastMasterMaxOffset, lastTransferTimeMs) of sent but not yet covered batches.
+    inflight: collections.deque[tuple[int, int]] = field(default_factory=collections.deque)
+    task: asyncio.Task[None] | None = None
+
+
+class HAMasterService:
+    """Streams the master's commit log to its slaves (one listener, one task per slave).
+
+    Call ``start`` only after the epoch file holds this master's entry
+    ``(master_epoch, startOffset)`` (DESIGN §3.2, "On becoming master").
+    Callbacks run on the event loop and must not block.
+    """
+
+    def __init__(
+        self,
+        store: MessageStore,
+        config: HAConfig,
+        *,
+        master_epoch: int,
+        on_slave_ack: Callable[[int, int], None],
+        on_slave_disconnect: Callable[[int], None],
+        now_ms: Callable[[], int],
+    ) -> None:
+        self._store = store
+        self._config = config
+        self._master_epoch = master_epoch
+        self._on_slave_ack = on_slave_ack
+        self._on_slave_disconnect = on_slave_disconnect
+        self._now_ms = now_ms
+        self._confirm_offset = 0
+        self._listener: socket.socket | None = None
+        self._accept_task: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: int | None = None
+        self._connections: set[_Connection] = set()
+        self._by_broker: dict[int, _Connection] = {}
+        self._progress: dict[int, SlaveProgress] = {}
+        self._stopping = False
+
+    # ------------------------------------------------------------------ public API
+
+    @property
+    def bound_address(self) -> tuple[str, int]:
+        """The listening (host, port); useful with port 0."""
+        if self._listener is None:
+            raise RuntimeError("HAMasterService is not started")
+        host, port = self._listener.getsockname()[:2]
+        return str(host), int(port)
+
+    @property
+    def master_epoch(self) -> int:
+        return self._master_epoch
+
+    async def start(self, bind_host: str, port: int) -> None:
+        if self._listener is not None:
+            raise RuntimeError("HAMasterService already started")
+        last_epoch = self._store.epoch_file.last_epoch()
+        if last_epoch != self._master_epoch:
+            # Slaves would be told one epoch and sent batches of another: refuse.
+            raise RuntimeError(
+                f"HA master for epoch {self._master_epoch} cannot start: the epoch file's last "
+                f"epoch is {last_epoch}; append (masterEpoch, maxPhyOffset) before starting"
+            )
+        self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
+        listener = socket.socket(
+            socket.AF_INET6 if ":" in bind_host else socket.AF_INET, socket.SOCK_STREAM
+        )
+        try:
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listener.bind((bind_host, port))
+            listener.listen(64)
+            listener.setblocking(False)
+        except OSError:
+            listener.close()
+            raise
+        self._listener = listener
+        self._stopping = False
+        self._accept_task = asyncio.create_task(self._accept_loop(), name="ha-master-accept")
+        log.info(
+            "HA master (epoch %d) listening on %s:%d",
+            self._master_epoch,
+            *self.bound_address,
+        )
+
+    async def stop(self) -> None:
+        """Close the listener and every slave connection; waits for their tasks."""
+        self._stopping = True
+        tasks: list[asyncio.Task[None]] = []
+        if self._accept_task is not None:
+            tasks.append(self._accept_task)
+            self._accept_task = None
+        tasks.extend(conn.task for conn in list(self._connections) if conn.task is not None)
+        for task in tasks:
+            task.cancel()
+        # Tasks close their own sockets; the listener goes after its accept task ended, so
+        # no selector registration outlives the fd.
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+
+    def set_confirm_offset(self, offset: int) -> None:
+        """The confirmOffset carried in every following transfer header; an idle link
+        carries a change at once in an empty transfer."""
+        if offset < 0:
+            raise ValueError(f"confirm offset {offset} must be >= 0")
+        if offset != self._confirm_offset:
+            self._confirm_offset = offset
+            self.notify_appended()
+
+    @property
+    def confirm_offset(self) -> int:
+        return self._confirm_offset
+
+    def notify_appended(self) -> None:
+        """Wake every sender: the commit log (or confirm offset) moved. Thread-safe."""
+        loop = self._loop
+        if loop is None:
+            return
+        if threading.get_ident() == self._loop_thread:
+            self._wake_all()
+        else:
+            with contextlib.suppress(RuntimeError):  # loop already closed
+                loop.call_soon_threadsafe(self._wake_all)
+
+    def slaves(self) -> dict[int, SlaveProgress]:
+        """brokerId -> progress for every slave seen since start (disconnected included)."""
+        return dict(self._progress)
+
+    # ------------------------------------------------------------------ accept / serve
+
+    def _wake_all(self) -> None:
+        for conn in self._connections:
+            conn.wake.set()
+
+    async def _accept_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        listener = self._listener
+        assert listener is not None
+        while not self._stopping:
+            try:
+                sock, peer = await loop.sock_accept(listener)
+            except OSError as exc:
+                if self._stopping:
+                    return
+                log.warning("HA master: accept failed: %s", exc)
+                await asyncio.sleep(0.05)  # e.g. EMFILE: do not spin
+                continue
+            try:
+                sock.setblocking(False)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                conn = _Connection(
+                    sock=sock,
+                    address=f"{peer[0]}:{peer[1]}",
+                    decoder=SlaveFrameDecoder(self._config.max_frame_body_bytes),
+                )
+            except OSError as exc:  # the peer may already be gone
+                log.warning("HA master: could not set up connection from %s: %s", peer, exc)
+                sock.close()
+                continue
+            self._connections.add(conn)
+            conn.task = asyncio.create_task(self._serve(conn), name=f"ha-master-{conn.address}")
+
+    async def _serve(self, conn: _Connection) -> None:
+        try:
+            await self._serve_inner(conn)
+        except asyncio.CancelledError:
+            raise
+        except HAProtocolError as exc:
+            log.error(
+                "HA master: slave %s (broker %s) broke the protocol: %s",
+                conn.address,
+                conn.broker_id,
+                exc,
+            )
+        except _ConnectionClosed:
+            log.info(
+                "HA master: slave %s (broker %s) closed the connection",
+                conn.address,
+                conn.broker_id,
+            )
+        except TimeoutError:
+            log.warning(
+                "HA master: slave %s (broker %s) timed out (read %d ms / write %d ms)",
+                conn.address,
+                conn.broker_id,
+                self._config.read_timeout_ms,
+                self._config.write_timeout_ms,
+            )
+        except OSError as exc:
+            log.warning(
+                "HA master: connection to slave %s (broker %s) failed: %s",
+                conn.address,
+                conn.broker_id,
+                exc,
+            )
+        except Exception:
+            log.exception(
+                "HA master: unexpected error serving slave %s (broker %s)",
+                conn.address,
+                conn.broker_id,
+            )
+        finally:
+            self._close(conn)
+
+    def _close(self, conn: _Connection) -> None:
+        self._connections.discard(conn)
+        with contextlib.suppress(OSError):
+            conn.sock.close()
+        broker_id = conn.broker_id
+        if broker_id is None or self._by_broker.get(broker_id) is not conn:
+            return  # never identified itself, or already replaced by a newer connection
+        del self._by_broker[broker_id]
+        self._publish(conn, connected=False)
+        try:
+            self._on_slave_disconnect(broker_id)
+        except Exception:
+            log.exception("HA master: on_slave_disconnect(%d) failed", broker_id)
+
+    async def _serve_inner(self, conn: _Connection) -> None:
+        handshake = await self._read_frame(conn)
+        if not isinstance(handshake, SlaveHandshake):
+            raise HAProtocolError(f"expected a handshake first, got {handshake!r}")
+        self._register(conn, handshake)
+
+        entries = self._store.epoch_file.entries()
+        max_offset = self._store.max_offset
+        reply = MasterHandshake(
+            max_phy_offset=max_offset,
+            last_epoch=self._store.epoch_file.last_epoch(),
+            epoch_entries=tuple(WireEpochEntry(e.epoch, e.start_offset) for e in entries),
+        )
+        await self._send(conn, reply.encode())
+
+        request = await self._read_frame(conn)
+        if not isinstance(request, SlaveAck):
+            raise HAProtocolError(
+                f"expected the slave's first ack (its max offset), got {request!r}"
+            )
+        start = self._start_offset(conn, request.max_offset, handshake.is_sync_from_last_file)
+        conn.next_offset = start
+        self._accept_ack(conn, request.max_offset, first=True)
+        log.info(
+            "HA master: slave broker %d at %s requests offset %d; transfer starts at %d "
+            "(master max %d, min %d)",
+            conn.broker_id,
+            conn.address,
+            request.max_offset,
+            start,
+            self._store.max_offset,
+            self._store.min_offset,
+        )
+
+        sender = asyncio.create_task(self._send_loop(conn), name=f"ha-send-{conn.address}")
+        reader = asyncio.create_task(self._ack_loop(conn), name=f"ha-acks-{conn.address}")
+        try:
+            done, _ = await asyncio.wait({sender, reader}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (sender, reader):
+                task.cancel()
+            for task in (sender, reader):
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        for task in done:
+            if not task.cancelled() and (exc := task.exception()) is not None:
+                raise exc
+
+    def _register(self, conn: _Connection, handshake: SlaveHandshake) -> None:
+        broker_id = handshake.slave_broker_id
+        old = self._by_broker.get(broker_id)
+        if old is not None and old is not conn:
+            # A reconnect can beat the old socket's timeout: the newest connection wins.
+            log.warning(
+                "HA master: broker %d reconnected from %s; closing its old connection %s",
+                broker_id,
+                conn.address,
+                old.address,
+            )
+            # Its task closes its own socket once cancelled, after its selector callbacks
+            # are gone (closing it here could let a new socket reuse the registered fd).
+            if old.task is not None:
+                old.task.cancel()
+            conn.last_caught_up_ms = old.last_caught_up_ms
+        previous = self._progress.get(broker_id)
+        if previous is not None:
+            conn.last_caught_up_ms = max(conn.last_caught_up_ms, previous.last_caught_up_ms)
+        conn.broker_id = broker_id
+        conn.is_async_learner = handshake.is_async_learner
+        self._by_broker[broker_id] = conn
+        self._publish(conn, connected=True)
+        log.info(
+            "HA master: handshake from slave broker %d at %s (learner=%s, fromLastFile=%s)",
+            broker_id,
+            conn.address,
+            handshake.is_async_learner,
+            handshake.is_sync_from_last_file,
+        )
+
+    def _start_offset(self, conn: _Connection, requested: int, from_last_file: bool) -> int:
+        store = self._store
+        min_offset, max_offset = store.min_offset, store.max_offset
+        if requested > max_offset:
+            raise HAProtocolError(
+                f"slave broker {conn.broker_id} requests offset {requested} beyond the master's "
+                f"max offset {max_offset}: it did not truncate to the handshake's point"
+            )
+        if requested >= min_offset and not (requested == 0 and from_last_file):
+            return requested
+        if from_last_file and requested == 0:
+            segment = store.config.commit_log_segment_bytes
+            last_file_start = max(min_offset, max_offset - max_offset % segment)
+            return last_file_start
+        # The master no longer holds the slave's next byte: full resync from our min.
+        log.warning(
+            "HA master: slave broker %d requests offset %d below the master's min offset %d; "
+            "it restarts from %d (full resync)",
+            conn.broker_id,
+            requested,
+            min_offset,
+            min_offset,
+        )
+        return min_offset
+
+    # ------------------------------------------------------------------ acks
+
+    async def _ack_loop(self, conn: _Connection) -> None:
+        while True:
+            frame = await self._read_frame(conn)
+            if not isinstance(frame, SlaveAck):
+                raise HAProtocolError(f"expected an ack during transfer, got {frame!r}")
+            self._accept_ack(conn, frame.max_offset, first=False)
+
+    def _accept_ack(self, conn: _Connection, ack: int, *, first: bool) -> None:
+        assert conn.broker_id is not None
+        if not first:
+            if ack < conn.ack_offset:
+                raise HAProtocolError(
+                    f"slave broker {conn.broker_id} ack went back from {conn.ack_offset} to {ack}"
+                )
+            if ack > conn.next_offset:
+                raise HAProtocolError(
+                    f"slave broker {conn.broker_id} acks {ack} but only {conn.next_offset} was sent"
+                )
+        conn.ack_offset = ack
+        # Seed: ack >= lastMasterMaxOffset => lastCaughtUpTimeMs = lastTransferTimeMs,
+        # applied to every pipelined send the ack covers.
+        while conn.inflight and conn.inflight[0][0] <= ack:
+            _, sent_ms = conn.inflight.popleft()
+            conn.last_caught_up_ms = max(conn.last_caught_up_ms, sent_ms)
+        self._publish(conn, connected=True)
+        try:
+            self._on_slave_ack(conn.broker_id, ack)
+        except Exception:
+            log.exception("HA master: on_slave_ack(%d, %d) failed", conn.broker_id, ack)
+
+    def _publish(self, conn: _Connection, *, connected: bool) -> None:
+        assert conn.broker_id is not None
+        self._progress[conn.broker_id] = SlaveProgress(
+            broker_id=conn.broker_id,
+            ack_offset=conn.ack_offset,
+            last_caught_up_ms=conn.last_caught_up_ms,
+            connected=connected,
+            is_async_learner=conn.is_async_learner,
+            address=conn.address,
+        )
+
+    # ------------------------------------------------------------------ sending
+
+    def _epoch_of(self, offset: int) -> tuple[int, int, int | None] | None:
+        """(epoch, its start, next epoch's start or None) of the epoch holding ``offset``."""
+        entries = self._store.epoch_file.entries()
+        starts = [e.start_offset for e in entries]
+        i = bisect.bisect_right(starts, offset) - 1
+        if i < 0:
+            return None
+        end = entries[i + 1].start_offset if i + 1 < len(entries) else None
+        return entries[i].epoch, entries[i].start_offset, end
+
+    def _mark_sent(self, conn: _Connection, master_max: int) -> None:
+        if len(conn.inflight) >= self._config.max_inflight_batches:
+            conn.inflight.popleft()  # forget the oldest: caught-up only gets stricter
+        conn.inflight.append((master_max, self._now_ms()))
+
+    async def _send_loop(self, conn: _Connection) -> None:
+        loop = asyncio.get_running_loop()
+        heartbeat_s = self._config.heartbeat_interval_ms / 1000
+        last_write = loop.time()
+        sent_confirm = -1
+        while True:
+            conn.wake.clear()  # before reading max_offset: an append after this re-sets it
+            store_max = self._store.max_offset
+            if conn.next_offset < store_max:
+                await self._send_batch(conn, store_max)
+                sent_confirm = self._confirm_offset
+                last_write = loop.time()
+                # sock_sendall/sendfile finish without yielding while the socket buffer
+                # has room: yield so a long catch-up does not starve the loop.
+                await asyncio.sleep(0)
+                continue
+            if sent_confirm != self._confirm_offset:
+                # Idle but the confirm offset moved: tell the slave now, not at the heartbeat.
+                await self._send_heartbeat(conn, store_max)
+                sent_confirm = self._confirm_offset
+                last_write = loop.time()
+                continue
+            remaining = last_write + heartbeat_s - loop.time()
+            if remaining <= 0:
+                await self._send_heartbeat(conn, store_max)
+                sent_confirm = self._confirm_offset
+                last_write = loop.time()
+                continue
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(remaining):
+                    await conn.wake.wait()
+
+    async def _send_batch(self, conn: _Connection, store_max: int) -> None:
+        offset = conn.next_offset
+        epoch_info = self._epoch_of(offset)
+        if epoch_info is None:
+            raise RuntimeError(
+                f"offset {offset} lies before the first epoch entry of the master's epoch file; "
+                "cannot name its epoch for slave broker " + str(conn.broker_id)
+            )
+        epoch, epoch_start, epoch_end = epoch_info
+        limit = store_max if epoch_end is None else min(store_max, epoch_end)
+        want = min(self._config.transfer_batch_bytes, limit - offset)
+        if want <= 0:
+            raise RuntimeError(f"empty batch at {offset}: epoch {epoch} ends at {epoch_end}")
+        rng = self._store.read_range(offset, want)
+        if rng is None or rng.length <= 0 or rng.offset != offset:
+            raise RuntimeError(f"store returned no data at {offset} below its max {store_max}")
+        header = encode_transfer_header(
+            offset=offset,
+            epoch=epoch,
+            epoch_start_offset=epoch_start,
+            confirm_offset=self._confirm_offset,
+            body_size=rng.length,
+        )
+        # Advance first: the ack for these bytes may be processed before sendfile returns.
+        conn.next_offset = offset + rng.length
+        self._mark_sent(conn, store_max)
+        async with asyncio.timeout(self._config.write_timeout_ms / 1000):
+            await asyncio.get_running_loop().sock_sendall(conn.sock, header)
+            await _sendfile(conn.sock, rng.fd, rng.file_position, rng.length)
+
+    async def _send_heartbeat(self, conn: _Connection, store_max: int) -> None:
+        offset = conn.next_offset
+        epoch_info = self._epoch_of(offset)
+        epoch, epoch_start = (
+            (epoch_info[0], epoch_info[1]) if epoch_info is not None else (self._master_epoch, 0)
+        )
+        frame = Transfer(
+            offset=offset,
+            epoch=epoch,
+            epoch_start_offset=min(epoch_start, offset),
+            confirm_offset=self._confirm_offset,
+        )
+        self._mark_sent(conn, store_max)
+        await self._send(conn, frame.encode())
+
+    # ------------------------------------------------------------------ socket helpers
+
+    async def _send(self, conn: _Connection, data: bytes) -> None:
+        async with asyncio.timeout(self._config.write_timeout_ms / 1000):
+            await asyncio.get_running_loop().sock_sendall(conn.sock, data)
+
+    async def _read_frame(self, conn: _Connection) -> SlaveFrame:
+        loop = asyncio.get_running_loop()
+        while True:
+            event = conn.decoder.next_event()
+            if event is not NEED_DATA:
+                return event
+            async with asyncio.timeout(self._config.read_timeout_ms / 1000):
+                data = await loop.sock_recv(conn.sock, self._config.read_chunk_bytes)
+            if not data:
+                raise _ConnectionClosed()
+            conn.decoder.receive_data(data)
+
+
+async def _sendfile(sock: socket.socket, fd: int, position: int, count: int) -> None:
+    """Copy ``count`` bytes of ``fd`` from ``position`` to the non-blocking ``sock``
+    with ``os.sendfile`` (kernel to kernel). Unlike ``loop.sock_sendfile`` this never
+    moves the file's own position, which the store shares."""
+    loop = asyncio.get_running_loop()
+    out = sock.fileno()
+    while count > 0:
+        try:
+            sent = os.sendfile(out, fd, position, count)
+        except BlockingIOError:
+            sent = -1
+        if sent == 0:
+            raise OSError(f"segment file ended {count} bytes early at position {position}")
+        if sent > 0:
+            position += sent
+            count -= sent
+            continue
+        writable = loop.create_future()
+        loop.add_writer(out, _set_done, writable)
+        try:
+            await writable
+        finally:
+            loop.remove_writer(out)
+
+
+def _set_done(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)

@@ -1,0 +1,300 @@
+"""asyncio server of the client protocol: the I/O shell around `codec`.
+
+Theory of operation. One task per connection reads chunks, feeds them to a
+`FrameDecoder` and, per whole frame, decodes the request and starts one task
+that awaits the `RequestHandler` and writes the response. Requests of one
+connection therefore run concurrently (pipelining) and their responses go
+out in completion order, matched by request id. Handler calls start in
+arrival order (tasks are scheduled FIFO), which keeps a producer's batches
+in order for a handler that appends before its first await.
+
+Bounds (all `ServerConfig` fields):
+- in-flight requests per connection: when reached, the reader stops reading
+  until one completes, so TCP pushes back on the client instead of this
+  process queueing without limit;
+- the write buffer: after a write, a response drains only when the
+  transport holds more than `write_buffer_high_water_bytes`, so small
+  responses never wait per message but a slow reader cannot grow memory;
+- frame size, connections and the time one handler call may take.
+
+Errors: a framing error closes the connection (the stream is unusable); a
+malformed body answers BAD_REQUEST to that request only; a `BrokerError`
+becomes its code; anything else is a bug, logged with its traceback and
+answered SYSTEM_ERROR so the client is not left waiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from dataclasses import dataclass
+
+from brokergroup_broker.protocol.codec import (
+    DEFAULT_MAX_FRAME_BYTES,
+    Frame,
+    FrameDecoder,
+    ProtocolError,
+    decode_request,
+    encode_response,
+)
+from brokergroup_broker.protocol.handler import RequestHandler
+from brokergroup_broker.protocol.messages import (
+    BrokerError,
+    CommitConsumerOffsetRequest,
+    CommitResult,
+    ConsumerOffsetResult,
+    ErrorResponse,
+    OffsetsResult,
+    PullMessagesRequest,
+    QueryConsumerOffsetRequest,
+    QueryOffsetsRequest,
+    QueueCountResult,
+    Request,
+    Response,
+    ResponseCode,
+    SendMessagesRequest,
+    TopicQueueCountRequest,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    #: Largest frame accepted; bigger is a protocol error that closes the
+    #: connection. Must cover the largest batch producers send.
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    #: Requests one connection may have in the handler at once. Higher lets
+    #: one producer pipeline more batches (throughput); lower bounds memory
+    #: per connection (in_flight × batch size).
+    max_in_flight_per_connection: int = 128
+    #: Concurrent connections; further ones are closed at once.
+    max_connections: int = 1024
+    #: Bytes read per `read()` call.
+    read_chunk_bytes: int = 256 * 1024
+    #: Transport buffer above which a response write waits for drain.
+    write_buffer_high_water_bytes: int = 4 * 1024 * 1024
+    #: Longest one handler call may take before the client gets SYSTEM_BUSY.
+    #: Above the commit rule's slaveTimeoutMs so the core's own SLAVE_TIMEOUT
+    #: normally answers first.
+    handler_timeout_ms: int = 30_000
+    #: Time `stop()` gives open requests to finish before cancelling them.
+    stop_grace_ms: int = 2_000
+
+    def __post_init__(self) -> None:
+        if self.max_in_flight_per_connection < 1:
+            raise ValueError("max_in_flight_per_connection must be >= 1")
+        if self.max_frame_bytes < 1024:
+            raise ValueError("max_frame_bytes must be >= 1024")
+        if self.read_chunk_bytes < 1 or self.write_buffer_high_water_bytes < 1:
+            raise ValueError("read_chunk_bytes and write_buffer_high_water_bytes must be >= 1")
+        if self.handler_timeout_ms < 1 or self.max_connections < 1:
+            raise ValueError("handler_timeout_ms and max_connections must be >= 1")
+
+
+class BrokerProtocolServer:
+    """Serves the client protocol on one listening socket."""
+
+    def __init__(self, handler: RequestHandler, config: ServerConfig | None = None) -> None:
+        self._handler = handler
+        self._config = config or ServerConfig()
+        self._server: asyncio.Server | None = None
+        self._connections: dict[asyncio.Task[None], _Connection] = {}
+
+    @property
+    def port(self) -> int:
+        """The bound port (useful after `start(host, 0)`)."""
+        assert self._server is not None, "server not started"
+        return int(self._server.sockets[0].getsockname()[1])
+
+    @property
+    def connection_count(self) -> int:
+        return len(self._connections)
+
+    async def start(self, bind_host: str, port: int) -> None:
+        assert self._server is None, "server already started"
+        self._server = await asyncio.start_server(
+            self._on_connection,
+            bind_host,
+            port,
+            limit=self._config.read_chunk_bytes,
+            reuse_address=True,
+        )
+
+    async def stop(self) -> None:
+        """Stop accepting, let open requests finish (bounded), close all."""
+        server, self._server = self._server, None
+        if server is None:
+            return
+        server.close()
+        tasks = list(self._connections)
+        for task, conn in list(self._connections.items()):
+            if not conn.draining:
+                task.cancel()  # stops reading; open requests get the grace period
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=self._config.stop_grace_ms / 1000)
+            for task in pending:
+                stuck = self._connections.get(task)
+                if stuck is not None:
+                    stuck.abort()
+            if pending:
+                await asyncio.wait(pending, timeout=1.0)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(server.wait_closed(), self._config.stop_grace_ms / 1000)
+
+    async def _on_connection(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        if len(self._connections) >= self._config.max_connections:
+            log.warning(
+                "refusing connection from %s: %d connections open (max_connections)",
+                writer.get_extra_info("peername"),
+                len(self._connections),
+            )
+            writer.close()
+            return
+        conn = _Connection(self._handler, self._config, reader, writer)
+        self._connections[task] = conn
+        try:
+            await conn.run()
+        finally:
+            self._connections.pop(task, None)
+
+
+class _Connection:
+    def __init__(
+        self,
+        handler: RequestHandler,
+        config: ServerConfig,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> None:
+        self._handler = handler
+        self._config = config
+        self._reader = reader
+        self._writer = writer
+        self._peer = writer.get_extra_info("peername")
+        self._slots = asyncio.Semaphore(config.max_in_flight_per_connection)
+        self._requests: set[asyncio.Task[None]] = set()
+        self._transport = writer.transport
+        #: Reading has ended; only requests already taken are finishing.
+        self.draining = False
+
+    def abort(self) -> None:
+        """Drop the connection now: cancel open requests, reset the socket."""
+        for task in list(self._requests):
+            task.cancel()
+        self._transport.abort()
+
+    async def run(self) -> None:
+        sock = self._writer.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        decoder = FrameDecoder(self._config.max_frame_bytes)
+        try:
+            while True:
+                data = await self._reader.read(self._config.read_chunk_bytes)
+                if not data:
+                    break
+                decoder.feed(data)
+                for frame in decoder.frames():
+                    # Back-pressure: wait for a slot before taking the next
+                    # frame; while waiting nothing more is read.
+                    await self._slots.acquire()
+                    task = asyncio.create_task(self._serve(frame))
+                    self._requests.add(task)
+                    task.add_done_callback(self._requests.discard)
+        except ProtocolError as exc:
+            log.warning("closing connection from %s: %s", self._peer, exc)
+        except (ConnectionError, OSError) as exc:
+            log.debug("connection from %s lost: %s", self._peer, exc)
+        finally:
+            self.draining = True
+            try:
+                # Let requests already in the handler finish (they may have
+                # appended; the client may still read the answer if only its
+                # write side closed), bounded by the handler timeout.
+                if self._requests:
+                    await asyncio.wait(
+                        list(self._requests), timeout=self._config.handler_timeout_ms / 1000
+                    )
+            finally:  # also when cancelled while waiting: never leak the socket
+                for task in list(self._requests):
+                    task.cancel()
+                self._writer.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._writer.wait_closed(), 1.0)
+
+    async def _serve(self, frame: Frame) -> None:
+        try:
+            response = await self._respond(frame)
+            if self._transport.is_closing():
+                return
+            try:
+                data = encode_response(frame.request_id, response)
+            except ProtocolError as exc:  # the handler returned something unencodable
+                log.error("cannot encode the answer to %s: %s", self._peer, exc)
+                data = encode_response(
+                    frame.request_id,
+                    ErrorResponse(
+                        frame.code, ResponseCode.SYSTEM_ERROR, f"cannot encode response: {exc}"
+                    ),
+                )
+            self._writer.write(data)
+            if self._transport.get_write_buffer_size() > self._config.write_buffer_high_water_bytes:
+                await self._writer.drain()
+        except (ConnectionError, OSError) as exc:
+            log.debug("connection from %s lost while answering: %s", self._peer, exc)
+        finally:
+            self._slots.release()
+
+    async def _respond(self, frame: Frame) -> Response:
+        try:
+            request = decode_request(frame)
+        except ProtocolError as exc:
+            return ErrorResponse(frame.code, ResponseCode.BAD_REQUEST, str(exc))
+        try:
+            async with asyncio.timeout(self._config.handler_timeout_ms / 1000):
+                return await self._call(request)
+        except BrokerError as exc:
+            return ErrorResponse(frame.code, exc.code, exc.message, exc.master_address)
+        except TimeoutError:
+            return ErrorResponse(
+                frame.code,
+                ResponseCode.SYSTEM_BUSY,
+                f"handler did not answer in {self._config.handler_timeout_ms} ms "
+                "(handler_timeout_ms); the request may or may not have taken effect",
+            )
+        except Exception as exc:
+            log.exception("handler failed on %s from %s", type(request).__name__, self._peer)
+            return ErrorResponse(
+                frame.code, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}"
+            )
+
+    async def _call(self, request: Request) -> Response:
+        h = self._handler
+        if isinstance(request, SendMessagesRequest):
+            return await h.send_messages(request.topic, request.queue_id, request.messages)
+        if isinstance(request, PullMessagesRequest):
+            return await h.pull_messages(
+                request.topic, request.queue_id, request.queue_offset, request.max_count
+            )
+        if isinstance(request, QueryOffsetsRequest):
+            low, high = await h.query_offsets(request.topic, request.queue_id)
+            return OffsetsResult(low, high)
+        if isinstance(request, TopicQueueCountRequest):
+            return QueueCountResult(await h.topic_queue_count(request.topic))
+        if isinstance(request, CommitConsumerOffsetRequest):
+            await h.commit_consumer_offset(
+                request.group, request.topic, request.queue_id, request.offset
+            )
+            return CommitResult()
+        if isinstance(request, QueryConsumerOffsetRequest):
+            offset = await h.query_consumer_offset(request.group, request.topic, request.queue_id)
+            return ConsumerOffsetResult(offset)
+        raise AssertionError(f"unhandled request type {type(request).__name__}")
