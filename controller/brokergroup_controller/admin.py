@@ -1,0 +1,174 @@
+"""`brokergroup admin …`: the controller API for people (like `mqadmin
+getSyncStateSet`, `electMaster`, `cleanBrokerMetadata`).
+
+Each command prints a table, or with `--json` one JSON document, and exits
+1 with the controller's code and message when the controller refuses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any, TextIO
+
+from brokergroup_controller import api
+from brokergroup_controller.client import ControllerClient, ControllerUnavailable
+from brokergroup_controller.errors import ControllerError
+
+TOKEN_ENV = "BROKERGROUP_TOKEN"
+
+
+def resolve_token(token_file: str | None) -> str | None:
+    if token_file:
+        with open(token_file, encoding="utf-8") as f:
+            return f.read().strip() or None
+    return os.environ.get(TOKEN_ENV) or None
+
+
+def _table(rows: Sequence[Sequence[object]], out: TextIO) -> None:
+    cells = [["-" if c is None else str(c) for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]))]
+    for row in cells:
+        out.write("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() + "\n")
+
+
+def _print_replica_info(info: api.ReplicaInfo, out: TextIO) -> None:
+    out.write(
+        f"{info.cluster_name}/{info.broker_name}: master {info.master_broker_id} "
+        f"({info.master_address or 'none alive'}), masterEpoch {info.master_epoch}, "
+        f"SyncStateSet {sorted(info.sync_state_set)} (epoch {info.sync_state_set_epoch}), "
+        f"nextBrokerId {info.next_broker_id}\n"
+    )
+    rows: list[list[object]] = [
+        ["BROKER_ID", "ADDRESS", "ROLE", "ALIVE", "IN_SYNC", "EPOCH", "MAX_OFFSET",
+         "CONFIRM_OFFSET", "PRIORITY", "HB_AGE_MS"],
+    ]  # fmt: skip
+    for b in info.brokers:
+        rows.append(
+            [
+                b.broker_id,
+                b.address,
+                "master" if b.broker_id == info.master_broker_id else "slave",
+                b.alive,
+                b.broker_id in info.sync_state_set,
+                b.epoch,
+                b.max_offset,
+                b.confirm_offset,
+                b.election_priority,
+                b.last_heartbeat_age_ms,
+            ]
+        )
+    _table(rows, out)
+
+
+def _print_sync_state_sets(infos: Sequence[api.ReplicaInfo], out: TextIO) -> None:
+    rows: list[list[object]] = [
+        ["#CLUSTER", "#BROKER_NAME", "#MASTER_ID", "#MASTER_ADDR", "#MASTER_EPOCH",
+         "#SYNC_STATE_SET_EPOCH", "#SYNC_STATE_SET"],
+    ]  # fmt: skip
+    for info in infos:
+        rows.append(
+            [
+                info.cluster_name,
+                info.broker_name,
+                info.master_broker_id,
+                info.master_address,
+                info.master_epoch,
+                info.sync_state_set_epoch,
+                ",".join(str(x) for x in sorted(info.sync_state_set)) or "-",
+            ]
+        )
+    _table(rows, out)
+
+
+async def _run(args: argparse.Namespace, out: TextIO) -> int:
+    addresses = api.split_addresses(args.controller_addresses)
+    token = resolve_token(args.token_file)
+    async with ControllerClient(addresses, token, request_timeout_s=args.timeout) as client:
+        command = args.admin_command
+        result: Any
+        if command == "replica-info":
+            info = await client.replica_info(args.cluster_name, args.broker_name)
+            result = info.to_json()
+            if not args.json:
+                _print_replica_info(info, out)
+        elif command == "sync-state-set":
+            infos = [await client.replica_info(args.cluster_name, n) for n in args.broker_name]
+            result = [i.to_json() for i in infos]
+            if not args.json:
+                _print_sync_state_sets(infos, out)
+        elif command == "elect-master":
+            info = await client.elect_master(
+                args.cluster_name, args.broker_name, designated_broker_id=args.broker_id
+            )
+            result = info.to_json()
+            if not args.json:
+                _print_replica_info(info, out)
+        elif command == "clean-broker-data":
+            ids = None if args.broker_ids is None else api.split_addresses(args.broker_ids)
+            removed = await client.clean_broker_data(
+                args.cluster_name,
+                args.broker_name,
+                None if ids is None else [int(x) for x in ids],
+                force=args.force,
+            )
+            result = {"removed": removed}
+            if not args.json:
+                out.write(f"removed BrokerIds {removed} from {args.broker_name}\n")
+        elif command == "raft":
+            result = []
+            for address in addresses:
+                try:
+                    result.append(await client.raft_status(address))
+                except ControllerUnavailable as exc:
+                    result.append({"self": address, "error": str(exc)})
+            if not args.json:
+                rows: list[list[object]] = [
+                    ["API", "RAFT", "LEADER", "TERM", "COMMIT", "APPLIED", "READY"]
+                ]
+                for address, status in zip(addresses, result, strict=True):
+                    if "error" in status:
+                        rows.append([address, "unreachable", "-", "-", "-", "-", "-"])
+                        continue
+                    rows.append(
+                        [
+                            address,
+                            status["self"],
+                            status["leader"],
+                            status["term"],
+                            status["commitIndex"],
+                            status["lastApplied"],
+                            status["ready"],
+                        ]
+                    )
+                _table(rows, out)
+        elif command == "groups":
+            groups = await client.groups()
+            result = [g.to_json() for g in groups]
+            if not args.json:
+                _print_sync_state_sets(groups, out)
+        else:  # argparse restricts the choices
+            raise AssertionError(command)
+        if args.json:
+            out.write(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        return asyncio.run(_run(args, sys.stdout))
+    except ControllerError as exc:
+        sys.stderr.write(f"error: {exc.code}: {exc.message}\n")
+        return 1
+    except ControllerUnavailable as exc:
+        sys.stderr.write(f"error: controller unavailable: {exc}\n")
+        for attempt in exc.attempts[-6:]:
+            sys.stderr.write(f"  {attempt}\n")
+        return 2
+    except (OSError, ValueError) as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        return 2

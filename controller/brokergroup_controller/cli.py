@@ -1,0 +1,138 @@
+"""`brokergroup controller` and `brokergroup admin …` (docs/architecture.md, Commands).
+
+Only argument declarations live here; handlers import the server, client
+and pysyncobj lazily so `brokergroup --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+DEFAULT_CONTROLLER_ADDRESSES = "127.0.1.1:9878,127.0.1.2:9878,127.0.1.3:9878"
+
+
+def register(subparsers: Any) -> None:
+    """Add the `controller` and `admin` subcommands to the `brokergroup` parser."""
+    controller = subparsers.add_parser(
+        "controller",
+        help="run one Raft controller node",
+        description="Run one controller node (Raft via pysyncobj + HTTP API).",
+    )
+    controller.add_argument(
+        "--node-id", type=int, required=True, help="1-based index of this node in --peers"
+    )
+    controller.add_argument(
+        "--peers",
+        required=True,
+        help="every node's stable host:raftPort, comma separated (DNS names, never pod IPs)",
+    )
+    controller.add_argument("--data-dir", required=True, help="Raft journal and snapshots")
+    controller.add_argument("--api-port", type=int, default=None, help="HTTP API port (9878)")
+    controller.add_argument(
+        "--bind-address", default=None, help="address to bind Raft and API (0.0.0.0)"
+    )
+    auth = controller.add_mutually_exclusive_group()
+    auth.add_argument("--token-file", help="file holding the bearer token for POSTs")
+    auth.add_argument(
+        "--insecure-no-auth", action="store_true", help="accept POSTs without a token (dev only)"
+    )
+    controller.add_argument("--config", help="controller.json (camelCase settings)")
+    controller.add_argument("--log-level", default="INFO", help="Python log level")
+    controller.set_defaults(func=_run_controller)
+
+    admin = subparsers.add_parser(
+        "admin",
+        help="inspect and operate the controller",
+        description="Controller administration (like mqadmin).",
+    )
+    commands = admin.add_subparsers(dest="admin_command", required=True, metavar="ADMIN_COMMAND")
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--controller-addresses",
+            default=DEFAULT_CONTROLLER_ADDRESSES,
+            help="controller API addresses host:port, comma separated",
+        )
+        p.add_argument("--token-file", help="bearer token file (default: $BROKERGROUP_TOKEN)")
+        p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+        p.add_argument("--timeout", type=float, default=5.0, help="seconds per request")
+        p.set_defaults(func=_run_admin)
+
+    def broker_set(p: argparse.ArgumentParser, *, many: bool = False) -> None:
+        p.add_argument("--cluster-name", default="DefaultCluster")
+        if many:
+            p.add_argument("--broker-name", required=True, nargs="+")
+        else:
+            p.add_argument("--broker-name", required=True)
+
+    p = commands.add_parser("replica-info", help="a broker set with liveness per broker")
+    broker_set(p)
+    common(p)
+    p = commands.add_parser(
+        "sync-state-set", help="master, epochs and SyncStateSet (mqadmin getSyncStateSet)"
+    )
+    broker_set(p, many=True)
+    common(p)
+    p = commands.add_parser("elect-master", help="switch the master to a designated broker")
+    broker_set(p)
+    p.add_argument("--broker-id", type=int, required=True, help="designated new master")
+    common(p)
+    p = commands.add_parser(
+        "clean-broker-data", help="forget brokers (mqadmin cleanBrokerMetadata)"
+    )
+    broker_set(p)
+    p.add_argument("--broker-ids", help="comma separated BrokerIds (default: the whole set)")
+    p.add_argument("--force", action="store_true", help="even if they are alive")
+    common(p)
+    p = commands.add_parser("raft", help="Raft status of every controller node")
+    common(p)
+    p = commands.add_parser("groups", help="every broker set")
+    common(p)
+
+
+def _run_controller(args: argparse.Namespace) -> int:
+    import asyncio
+    import logging
+    import sys
+
+    from brokergroup_controller import server
+
+    logging.basicConfig(
+        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        config = server.load_config(
+            config_path=args.config,
+            node_id=args.node_id,
+            peers=args.peers,
+            data_dir=args.data_dir,
+            api_port=args.api_port,
+            bind_address=args.bind_address,
+            token_file=args.token_file,
+            insecure_no_auth=args.insecure_no_auth,
+        )
+    except (OSError, ValueError) as exc:
+        sys.stderr.write(f"brokergroup controller: invalid configuration: {exc}\n")
+        return 2
+    asyncio.run(server.serve(config))
+    return 0
+
+
+def _run_admin(args: argparse.Namespace) -> int:
+    from brokergroup_controller import admin
+
+    return admin.run(args)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry used by tests and `python -m brokergroup_controller.cli`, without the other components."""
+    parser = argparse.ArgumentParser(prog="brokergroup")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

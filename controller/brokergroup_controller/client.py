@@ -1,0 +1,337 @@
+"""Typed async client of the controller HTTP API (docs/architecture.md).
+
+Brokers and the operator use it. Any node answers (followers forward), but
+the client remembers the leader each answer names (`X-Brokergroup-Leader`)
+and goes there first to save a hop.
+
+Failure handling, by what the caller does next:
+- `errors.ControllerError(code, message, **details)`: the controller
+  answered and refused (4xx/409) or could not commit in time
+  (COMMIT_TIMEOUT: the outcome is unknown, read the state before retrying).
+  Never retried here, so a request is not applied twice behind your back.
+- `ControllerUnavailable`: no node gave an answer within `request_timeout_s`
+  (connection errors, timeouts, 503 NOT_LEADER during an election are
+  retried across the addresses with a short backoff until then).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable, Sequence
+from types import TracebackType
+from typing import Any
+
+from aiohttp import ClientError, ClientSession, ClientTimeout, TCPConnector
+
+from brokergroup_controller import api
+from brokergroup_controller.errors import ControllerError, ErrorCode
+
+LEADER_HEADER = "X-Brokergroup-Leader"
+
+
+class ControllerUnavailable(Exception):
+    """No controller node answered in time; retry later (the cluster may be electing)."""
+
+    def __init__(self, message: str, attempts: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.attempts = list(attempts)
+
+
+def _normalize(address: str) -> str:
+    for prefix in ("http://", "https://"):
+        if address.startswith(prefix):
+            address = address[len(prefix) :]
+    return address.rstrip("/")
+
+
+class ControllerClient:
+    """Async client; use as `async with ControllerClient([...], token) as client:`."""
+
+    def __init__(
+        self,
+        addresses: Sequence[str],
+        token: str | None = None,
+        *,
+        request_timeout_s: float = 3.0,
+        max_connections: int = 1000,
+    ) -> None:
+        self._addresses = [_normalize(a) for a in api.split_addresses(addresses)]
+        if not self._addresses:
+            raise ValueError("ControllerClient needs at least one controller address")
+        if request_timeout_s <= 0:
+            raise ValueError("request_timeout_s must be positive")
+        self._token = token
+        self._timeout_s = request_timeout_s
+        self._leader: str | None = None
+        self._session: ClientSession | None = None
+        # aiohttp's default pool of 100 left queued requests waiting past their
+        # timeout under heavy concurrency (bench): keep the pool above the callers.
+        self._max_connections = max_connections
+
+    async def __aenter__(self) -> ControllerClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    @property
+    def leader_address(self) -> str | None:
+        """The leader's API address as last reported by a node (a hint)."""
+        return self._leader
+
+    # -------------------------------------------------------------- transport
+
+    def _candidates(self) -> list[str]:
+        order = [self._leader] if self._leader else []
+        return order + [a for a in self._addresses if a != self._leader]
+
+    def _get_session(self) -> ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = ClientSession(connector=TCPConnector(limit=self._max_connections))
+        return self._session
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: dict[str, Any] | None = None,
+        body: dict[str, Any] | None = None,
+        extra_timeout_s: float = 0.0,
+        only: str | None = None,
+    ) -> dict[str, Any]:
+        session = self._get_session()
+        headers = {}
+        if self._token is not None and method == "POST":
+            headers["Authorization"] = f"Bearer {self._token}"
+        query = None if params is None else {k: str(v) for k, v in params.items()}
+        budget_s = self._timeout_s + extra_timeout_s
+        deadline = time.monotonic() + budget_s
+        attempts: list[str] = []
+        backoff_s = 0.02
+        while True:
+            candidates = [_normalize(only)] if only else self._candidates()
+            for address in candidates:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                # One hung node must not eat the whole budget when others may answer.
+                share = remaining if len(candidates) == 1 else max(remaining / 2, 0.5)
+                attempt_s = min(remaining, share + extra_timeout_s)
+                try:
+                    async with session.request(
+                        method,
+                        f"http://{address}{path}",
+                        params=query,
+                        json=body,
+                        headers=headers,
+                        timeout=ClientTimeout(total=attempt_s, sock_connect=min(attempt_s, 1.0)),
+                        allow_redirects=True,
+                    ) as response:
+                        leader = response.headers.get(LEADER_HEADER)
+                        try:
+                            payload = await response.json(content_type=None)
+                        except ValueError:
+                            payload = None
+                        status = response.status
+                except (ClientError, TimeoutError, OSError) as exc:
+                    attempts.append(f"{address}: {type(exc).__name__} {exc}".strip())
+                    if self._leader == address:
+                        self._leader = None
+                    continue
+                if not isinstance(payload, dict):
+                    attempts.append(f"{address}: HTTP {status} without a JSON body")
+                    continue
+                if leader and not only:
+                    self._leader = _normalize(leader)
+                if status == 200:
+                    return payload
+                code = _code(payload.get("code"))
+                if status == 503 and code is ErrorCode.NOT_LEADER:
+                    hinted = payload.get("leader")
+                    attempts.append(f"{address}: NOT_LEADER (leader {hinted})")
+                    self._leader = _normalize(hinted) if isinstance(hinted, str) else None
+                    continue
+                details = {k: v for k, v in payload.items() if k not in ("code", "message")}
+                raise ControllerError(
+                    code, str(payload.get("message", f"HTTP {status}")), **details
+                )
+            if time.monotonic() + backoff_s >= deadline:
+                raise ControllerUnavailable(
+                    f"no controller answered {method} {path} within {budget_s:.1f}s "
+                    f"(tried {', '.join(candidates)})",
+                    attempts,
+                )
+            await asyncio.sleep(backoff_s)
+            backoff_s = min(backoff_s * 2, 0.1)
+
+    # -------------------------------------------------------------- identity
+
+    async def get_next_broker_id(self, cluster_name: str, broker_name: str) -> int:
+        body = await self._request(
+            "GET", "/v1/next-broker-id", params=_key(cluster_name, broker_name)
+        )
+        return int(body["nextBrokerId"])
+
+    async def apply_broker_id(
+        self,
+        cluster_name: str,
+        broker_name: str,
+        broker_id: int,
+        register_code: str,
+        address: str,
+    ) -> int:
+        """The applied BrokerId; ControllerError BROKER_ID_INVALID carries `nextBrokerId`."""
+        body = await self._request(
+            "POST",
+            "/v1/brokers/apply-id",
+            body={
+                **_key(cluster_name, broker_name),
+                "brokerId": broker_id,
+                "registerCode": register_code,
+                "address": address,
+            },
+        )
+        return int(body["brokerId"])
+
+    async def register_broker(
+        self, cluster_name: str, broker_name: str, broker_id: int, address: str
+    ) -> api.ReplicaInfo:
+        body = await self._request(
+            "POST",
+            "/v1/brokers/register",
+            body={**_key(cluster_name, broker_name), "brokerId": broker_id, "address": address},
+        )
+        return api.ReplicaInfo.from_json(body)
+
+    # -------------------------------------------------------------- liveness
+
+    async def heartbeat(self, hb: api.BrokerHeartbeat) -> api.ReplicaInfo:
+        body = await self._request("POST", "/v1/brokers/heartbeat", body=hb.to_json())
+        return api.ReplicaInfo.from_json(body)
+
+    async def report_inactive(
+        self, cluster_name: str, broker_name: str, broker_id: int, reason: str
+    ) -> api.ReplicaInfo:
+        body = await self._request(
+            "POST",
+            "/v1/brokers/inactive",
+            body={**_key(cluster_name, broker_name), "brokerId": broker_id, "reason": reason},
+        )
+        return api.ReplicaInfo.from_json(body)
+
+    # -------------------------------------------------------------- SyncStateSet / election
+
+    async def alter_sync_state_set(
+        self,
+        cluster_name: str,
+        broker_name: str,
+        master_broker_id: int,
+        master_epoch: int,
+        sync_state_set: Iterable[int],
+        sync_state_set_epoch: int,
+    ) -> tuple[frozenset[int], int]:
+        body = await self._request(
+            "POST",
+            "/v1/sync-state-set/alter",
+            body={
+                **_key(cluster_name, broker_name),
+                "masterBrokerId": master_broker_id,
+                "masterEpoch": master_epoch,
+                "syncStateSet": sorted(set(sync_state_set)),
+                "syncStateSetEpoch": sync_state_set_epoch,
+            },
+        )
+        return frozenset(int(x) for x in body["syncStateSet"]), int(body["syncStateSetEpoch"])
+
+    async def elect_master(
+        self,
+        cluster_name: str,
+        broker_name: str,
+        *,
+        requester_broker_id: int | None = None,
+        designated_broker_id: int | None = None,
+    ) -> api.ReplicaInfo:
+        payload: dict[str, Any] = _key(cluster_name, broker_name)
+        if requester_broker_id is not None:
+            payload["brokerId"] = requester_broker_id
+        if designated_broker_id is not None:
+            payload["designatedBrokerId"] = designated_broker_id
+            payload["trigger"] = "admin"
+        else:
+            payload["trigger"] = "broker"
+        body = await self._request("POST", "/v1/elect-master", body=payload)
+        return api.ReplicaInfo.from_json(body)
+
+    async def clean_broker_data(
+        self,
+        cluster_name: str,
+        broker_name: str,
+        broker_ids: Iterable[int] | None = None,
+        force: bool = False,
+    ) -> list[int]:
+        payload: dict[str, Any] = {**_key(cluster_name, broker_name), "force": force}
+        if broker_ids is not None:
+            payload["brokerIds"] = sorted(set(broker_ids))
+        body = await self._request("POST", "/v1/brokers/clean", body=payload)
+        return [int(x) for x in body["removed"]]
+
+    # -------------------------------------------------------------- reads
+
+    async def replica_info(self, cluster_name: str, broker_name: str) -> api.ReplicaInfo:
+        body = await self._request(
+            "GET", "/v1/replica-info", params=_key(cluster_name, broker_name)
+        )
+        return api.ReplicaInfo.from_json(body)
+
+    async def groups(self) -> list[api.ReplicaInfo]:
+        body = await self._request("GET", "/v1/groups")
+        return [api.ReplicaInfo.from_json(g) for g in body["groups"]]
+
+    async def watch(
+        self,
+        cluster_name: str,
+        broker_name: str,
+        master_epoch: int,
+        sync_state_set_epoch: int,
+        timeout_ms: int,
+    ) -> api.ReplicaInfo:
+        """Long-poll: returns once either epoch is above the given one, else at timeout."""
+        body = await self._request(
+            "GET",
+            "/v1/watch",
+            params={
+                **_key(cluster_name, broker_name),
+                "masterEpoch": master_epoch,
+                "syncStateSetEpoch": sync_state_set_epoch,
+                "timeoutMs": timeout_ms,
+            },
+            extra_timeout_s=max(0, timeout_ms) / 1000,
+        )
+        return api.ReplicaInfo.from_json(body)
+
+    async def raft_status(self, address: str | None = None) -> dict[str, Any]:
+        """`GET /v1/raft` of one node (`address`), or of whichever node answers."""
+        return await self._request("GET", "/v1/raft", only=address)
+
+
+def _key(cluster_name: str, broker_name: str) -> dict[str, Any]:
+    return {"clusterName": cluster_name, "brokerName": broker_name}
+
+
+def _code(raw: object) -> ErrorCode:
+    try:
+        return ErrorCode(str(raw))
+    except ValueError:
+        return ErrorCode.INTERNAL_ERROR

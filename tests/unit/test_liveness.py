@@ -1,0 +1,224 @@
+"""Leader-local liveness (DESIGN.md §2.3) on the pure `Liveness` class.
+
+Time is an argument (`now_ms`), so every scenario is exact: per-broker
+heartbeat timeouts, the store-not-writable / reported / connection-closed
+verdicts, the one-timeout grace of a new leader, forward-only progress
+(hypothesis), and the election schedule: a master that becomes inactive is
+due at once, retried with exponential backoff while attempts fail, and
+dropped when an attempt succeeds or the master is alive again.
+"""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from brokergroup_controller.api import BrokerHeartbeat
+from brokergroup_controller.election import ReplicaHeartbeat
+from brokergroup_controller.liveness import InactiveReason, Liveness, WatchedSet
+
+C, B = "DefaultCluster", "broker-a"
+SET = (C, B)
+
+
+def hb(
+    broker_id: int,
+    *,
+    epoch: int = 1,
+    max_offset: int = 0,
+    timeout_ms: int = 1000,
+    writable: bool = True,
+    priority: int = 0,
+) -> BrokerHeartbeat:
+    return BrokerHeartbeat(
+        C,
+        B,
+        broker_id,
+        f"10.0.0.{broker_id}:10911",
+        epoch=epoch,
+        max_offset=max_offset,
+        confirm_offset=max_offset,
+        election_priority=priority,
+        heartbeat_timeout_ms=timeout_ms,
+        store_writable=writable,
+        store_error=None if writable else "disk 96% full",
+    )
+
+
+def leader(now_ms: int = 0, **kw: int) -> Liveness:
+    liveness = Liveness(default_timeout_ms=2000, **kw)
+    liveness.become_leader(now_ms)
+    return liveness
+
+
+def test_heartbeat_timeout_is_per_broker() -> None:
+    """§2.3: inactive when the heartbeat is older than the broker's own timeout."""
+    lv = leader(now_ms=-10_000)  # grace long over
+    lv.heartbeat(hb(1, timeout_ms=500), 0)
+    lv.heartbeat(hb(2, timeout_ms=3000), 0)
+    assert lv.is_alive((C, B, 1), 500) and lv.is_alive((C, B, 2), 500)
+    assert not lv.is_alive((C, B, 1), 501)
+    assert lv.inactive_reason((C, B, 1), 501) == InactiveReason.HEARTBEAT_TIMEOUT.value
+    assert lv.is_alive((C, B, 2), 3000) and not lv.is_alive((C, B, 2), 3001)
+
+
+def test_store_not_writable_is_inactive_until_writable_again() -> None:
+    """§2.3 (RocketMQ issue 6468): a full disk is a reason to fail over."""
+    lv = leader()
+    lv.heartbeat(hb(1, writable=False), 10)
+    reason = lv.inactive_reason((C, B, 1), 10)
+    assert reason is not None and "disk 96% full" in reason
+    lv.heartbeat(hb(1), 20)
+    assert lv.is_alive((C, B, 1), 20)
+
+
+def test_report_inactive_holds_until_a_later_heartbeat() -> None:
+    """§2.3: the operator or supervisor reporting a pod gone makes it inactive at once."""
+    lv = leader()
+    lv.heartbeat(hb(1), 0)
+    lv.report_inactive((C, B, 1), "pod deleted", 5)
+    assert lv.inactive_reason((C, B, 1), 5) == "pod deleted"
+    assert lv.inactive_reason((C, B, 1), 100) == "pod deleted"
+    lv.heartbeat(hb(1), 200)  # the restarted broker heartbeats again
+    assert lv.is_alive((C, B, 1), 200)
+
+
+def test_report_of_a_broker_never_heard_is_inactive_even_in_grace() -> None:
+    lv = leader(now_ms=0)
+    lv.report_inactive((C, B, 3), "", 10)
+    assert lv.inactive_reason((C, B, 3), 10) == InactiveReason.REPORTED.value
+
+
+def test_connection_closed_waits_a_grace_for_a_new_heartbeat() -> None:
+    """§2.3 connection close: inactive after the close grace unless it heartbeats again."""
+    lv = leader(now_ms=-10_000, connection_close_grace_ms=300)
+    lv.heartbeat(hb(1, timeout_ms=5000), 0)
+    lv.heartbeat(hb(2, timeout_ms=5000), 0)
+    lv.connection_closed((C, B, 1), 100)
+    lv.connection_closed((C, B, 2), 100)
+    lv.heartbeat(hb(2, timeout_ms=5000), 250)  # a pooled connection was recycled
+    assert lv.is_alive((C, B, 1), 399)
+    assert lv.inactive_reason((C, B, 1), 400) == InactiveReason.CONNECTION_CLOSED.value
+    assert lv.is_alive((C, B, 2), 400)
+
+
+def test_new_leader_gives_one_timeout_of_grace() -> None:
+    """§2.3: a new controller leader gives every broker one timeout of grace."""
+    lv = Liveness(default_timeout_ms=2000)
+    assert not lv.is_alive((C, B, 1), 0)  # not leader: knows nothing
+    lv.become_leader(1000)
+    assert lv.is_alive((C, B, 1), 1000)
+    assert lv.is_alive((C, B, 1), 3000)
+    assert lv.inactive_reason((C, B, 1), 3001) == InactiveReason.NEVER_HEARD.value
+    # Heartbeats during the grace are kept; grace ends only for the silent ones.
+    lv.heartbeat(hb(2, timeout_ms=2000), 2500)
+    assert lv.is_alive((C, B, 2), 4000)
+
+
+def test_step_down_forgets_everything() -> None:
+    lv = leader()
+    lv.heartbeat(hb(1), 0)
+    lv.step_down()
+    assert not lv.is_alive((C, B, 1), 0)
+    assert lv.tracked() == []
+
+
+def test_alive_replicas_feed_election_views() -> None:
+    """Progress of alive replicas only; graced, unheard replicas rank with zeros."""
+    lv = leader(now_ms=0)
+    lv.heartbeat(hb(1, epoch=3, max_offset=100, priority=2), 10)
+    lv.heartbeat(hb(2, epoch=3, max_offset=90), 10)
+    lv.report_inactive((C, B, 2), "gone", 20)
+    alive = lv.alive_replicas(SET, [1, 2, 3], 30)
+    assert alive == {
+        1: ReplicaHeartbeat(1, epoch=3, max_offset=100, confirm_offset=100, election_priority=2),
+        3: ReplicaHeartbeat(3),
+    }
+
+
+def test_progress_only_moves_forward() -> None:
+    """§2.3: epoch/offset only move forward; a reordered old heartbeat refreshes time only."""
+    lv = leader(now_ms=-10_000)
+    lv.heartbeat(hb(1, epoch=2, max_offset=500, timeout_ms=100), 0)
+    lv.heartbeat(hb(1, epoch=2, max_offset=300, timeout_ms=100), 90)
+    view = lv.view((C, B, 1), 150)
+    assert (view.epoch, view.max_offset) == (2, 500)
+    assert view.alive  # the late request still proved liveness
+    lv.heartbeat(hb(1, epoch=3, max_offset=10, timeout_ms=100), 160)
+    view = lv.view((C, B, 1), 160)
+    assert (view.epoch, view.max_offset) == (3, 10)
+
+
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(0, 1000)), min_size=1, max_size=40))
+def test_progress_is_monotonic_under_any_order(reports: list[tuple[int, int]]) -> None:
+    """Property (§2.3): the (epoch, maxOffset) view never decreases, whatever arrives."""
+    lv = leader()
+    seen: list[tuple[int, int]] = []
+    for t, (epoch, offset) in enumerate(reports):
+        lv.heartbeat(hb(1, epoch=epoch, max_offset=offset), t)
+        view = lv.view((C, B, 1), t)
+        seen.append((view.epoch, view.max_offset))
+    assert seen == sorted(seen)
+    assert seen[-1] == max(reports)
+
+
+def test_master_inactive_is_due_at_once_then_backs_off() -> None:
+    """§2.3: master inactive → election at once, retried with backoff until it succeeds."""
+    lv = leader(now_ms=-10_000, election_retry_initial_ms=100, election_retry_max_ms=400)
+    lv.heartbeat(hb(1, timeout_ms=1000), 0)
+    sets = {SET: WatchedSet(master=1, broker_ids=frozenset({1, 2}))}
+    assert lv.tick(500, sets) == []
+    lv.report_inactive((C, B, 1), "killed", 600)
+    assert lv.tick(600, sets) == [SET]  # same tick as the transition
+    assert lv.tick(601, sets) == []  # in flight: no duplicate attempt
+    lv.election_attempted(SET, 610, succeeded=False)
+    assert lv.tick(709, sets) == []
+    assert lv.tick(710, sets) == [SET]
+    lv.election_attempted(SET, 710, succeeded=False)
+    assert lv.tick(909, sets) == [] and lv.tick(910, sets) == [SET]
+    lv.election_attempted(SET, 910, succeeded=False)
+    assert lv.tick(1309, sets) == [] and lv.tick(1310, sets) == [SET]  # capped at 400
+    lv.election_attempted(SET, 1310, succeeded=False)
+    assert lv.tick(1710, sets) == [SET]
+    lv.election_attempted(SET, 1710, succeeded=True)
+    new_sets = {SET: WatchedSet(master=2, broker_ids=frozenset({1, 2}))}
+    lv.heartbeat(hb(2, timeout_ms=1000), 1710)
+    assert lv.tick(1720, new_sets) == []
+    assert lv.pending_elections() == []
+
+
+def test_pending_election_dropped_when_master_is_back() -> None:
+    lv = leader(now_ms=-10_000)
+    lv.heartbeat(hb(1, timeout_ms=100), 0)
+    sets = {SET: WatchedSet(master=1, broker_ids=frozenset({1}))}
+    assert lv.tick(200, sets) == [SET]
+    lv.election_attempted(SET, 200, succeeded=False)
+    lv.heartbeat(hb(1, timeout_ms=100), 250)
+    assert lv.tick(300, sets) == []
+    assert lv.pending_elections() == []
+
+
+def test_masterless_set_is_due_when_a_replica_returns() -> None:
+    """After a "no master" election, a replica heartbeating again triggers an election."""
+    lv = leader(now_ms=-10_000, election_retry_initial_ms=100, election_retry_max_ms=1600)
+    sets = {SET: WatchedSet(master=None, broker_ids=frozenset({1, 2}))}
+    assert lv.tick(0, sets) == []  # nobody alive: nothing to elect
+    lv.heartbeat(hb(2, timeout_ms=5000), 10)
+    assert lv.tick(10, sets) == [SET]
+    lv.election_attempted(SET, 10, succeeded=False)  # e.g. 2 is not in the SyncStateSet
+    assert lv.tick(110, sets) == [SET]
+    lv.election_attempted(SET, 110, succeeded=False)  # next retry not before 310
+    assert lv.tick(150, sets) == []
+    # A SyncStateSet member coming back retries at once instead of after the backoff.
+    lv.heartbeat(hb(1, timeout_ms=5000), 150)
+    lv.report_inactive((C, B, 1), "flap", 151)
+    lv.heartbeat(hb(1, timeout_ms=5000), 152)
+    assert lv.tick(152, sets) == [SET]
+
+
+def test_graced_masters_are_not_elected_away() -> None:
+    """A new leader must not replace a healthy master it has not heard from yet."""
+    lv = leader(now_ms=0)
+    sets = {SET: WatchedSet(master=1, broker_ids=frozenset({1, 2}))}
+    assert lv.tick(1999, sets) == []
+    assert lv.tick(2001, sets) == [SET]  # silent for a whole timeout: now it is dead
