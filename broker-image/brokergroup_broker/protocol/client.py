@@ -102,10 +102,13 @@ R = TypeVar("R", bound=Response)
 class ClientConfig:
     #: TCP connect timeout to one broker.
     connect_timeout_ms: int = 3_000
-    #: Longest wait for one response. Above the server's handler_timeout_ms
-    #: (30 s) so a slow commit is answered by the broker, not cut here; a
-    #: paused (SIGSTOP) broker is detected by this too, so keep it bounded.
-    request_timeout_ms: int = 35_000
+    #: Longest wait for one response (RocketMQ's sendMsgTimeout is 3 s). A
+    #: broker answers or fails every produce within slaveTimeoutMs (3 s by
+    #: default), so slaveTimeoutMs + 1 s cuts only a dead or paused (SIGSTOP,
+    #: partitioned) broker — and that wait is the client's share of a
+    #: partition failover (DESIGN.md §9: p99 ≤ 5 s). Raise it together with
+    #: slaveTimeoutMs.
+    request_timeout_ms: int = 4_000
     #: Requests in flight on one connection (pipelining depth).
     max_in_flight: int = 128
     #: Largest frame sent or accepted.
