@@ -39,8 +39,11 @@ Role transitions (no process restart, §3.2/§3.4):
 
 Produce path: checks (role, lease, store, admission) → `store.put_messages`
 *before the first await* (keeps a connection's pipelined batches in order,
-protocol/handler.py) → `AckWaiters.add` → await the waiter's future, which
-the HA ack callback or the ticker resolves.
+protocol/handler.py; on SYNC_FLUSH without an fdatasync: the store's
+`GroupCommitService` thread syncs for every batch appended meanwhile, and the
+commit rule counts this replica only up to `flushed_offset`) → `AckWaiters.add`
+→ await the waiter's future, which the HA ack callback, the group commit's
+"flushed" callback or the ticker resolves.
 
 Clocks: `mono_ms` (monotonic) for leases, timeouts and HA progress;
 `wall_ms` only for stored timestamps.
@@ -96,6 +99,7 @@ from brokergroup_broker.protocol.messages import (
 from brokergroup_broker.protocol.server import BrokerProtocolServer, ServerConfig
 from brokergroup_broker.store import (
     FlushDiskType,
+    GroupCommitService,
     MessageInput,
     MessageStore,
     StoreConfig,
@@ -225,6 +229,8 @@ class Broker:
             )
         )
         self.store: MessageStore | None = None
+        #: SYNC_FLUSH: fdatasyncs appended produces off the event loop (group commit).
+        self._committer: GroupCommitService | None = None
         self.sync: SyncStateSetManager | None = None
         self.ha_master: HAMasterService | None = None
         self.ha_slave: HASlaveService | None = None
@@ -257,6 +263,21 @@ class Broker:
         s = self.settings
         self.store = MessageStore.open(s.data_dir, store_config_of(self.config))
         self._confirm_offset = min(self.store.confirm_offset, self.store.max_offset)
+        if self.store.config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
+            loop = asyncio.get_running_loop()
+
+            def flushed(_offset: int) -> None:  # group commit thread
+                with contextlib.suppress(RuntimeError):  # loop already closed
+                    loop.call_soon_threadsafe(self._release)
+
+            def failed(_exc: StoreError) -> None:  # group commit thread
+                with contextlib.suppress(RuntimeError):
+                    loop.call_soon_threadsafe(self._heartbeat_now.set)
+
+            self._committer = GroupCommitService(
+                self.store, on_flushed=flushed, on_error=failed, name="broker-group-commit"
+            )
+            self._committer.start()
         self._session = aiohttp.ClientSession()
         self._http = StatusServer(self)
         try:
@@ -345,6 +366,8 @@ class Broker:
             await self._session.close()
         with contextlib.suppress(Exception):
             await self.controller.close()
+        if self._committer is not None:
+            await asyncio.to_thread(self._committer.stop)
         if self.store is not None:
             try:
                 self.store.close()  # flushes log, queues, checkpoint, consumer offsets
@@ -574,6 +597,9 @@ class Broker:
             now_ms=mono_ms,
         )
         await master.start(self.settings.bind_address, self.settings.ha_port)
+        # Headers carry confirmOffset only on change: seed it, or slaves (and an
+        # acting master among them) would serve nothing until the next write.
+        master.set_confirm_offset(self._confirm_offset)
         self.ha_master = master
         self._release()
 
@@ -876,19 +902,29 @@ class Broker:
         chosen = self._choose_queue(topic, queue_id)
         host = (self.settings.advertise_address, self.settings.client_port)
         born = wall_ms()
+        no_properties: dict[str, str] = {}  # shared: the store only reads properties
         inputs = [
             MessageInput(
-                topic=m.topic or topic,
-                queue_id=chosen,
-                body=m.body,
-                properties=m.store_properties(),
-                born_timestamp_ms=born,
-                born_host=host,
+                m.topic or topic,
+                chosen,
+                m.body,
+                m.store_properties()
+                if m.properties or m.key is not None or m.tags is not None
+                else no_properties,
+                0,
+                born,
+                host,
             )
             for m in messages
         ]
+        committer = self._committer
         try:
-            result = store.put_messages(inputs, host, born)
+            # SYNC_FLUSH: append now (keeps the order), fdatasync in the group commit
+            # thread; the commit rule counts this replica only up to flushed_offset
+            # (_master_own_offset), so nothing is acknowledged before it is durable.
+            result = store.put_messages(
+                inputs, host, born, flush=False if committer is not None else None
+            )
         except MessageInvalid as exc:
             raise BrokerError(ResponseCode.BAD_REQUEST, str(exc)) from exc
         except StoreNotWritable as exc:
@@ -897,6 +933,8 @@ class Broker:
             self._heartbeat_now.set()
             raise BrokerError(ResponseCode.STORE_NOT_WRITABLE, str(exc)) from exc
         master_epoch = self.role.master_epoch
+        if committer is not None:
+            committer.request(result.end_offset)
         if self.ha_master is not None:
             self.ha_master.notify_appended()
         token = next(self._tokens)

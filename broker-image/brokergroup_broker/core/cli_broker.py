@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import signal
 import sys
@@ -110,6 +111,8 @@ async def _main(settings: Any, config: Any) -> bool:
     from brokergroup_broker.core.controller_link import ControllerLink
     from brokergroup_controller.client import ControllerClient
 
+    _tune_gc()
+
     client = ControllerClient(
         settings.controller_addresses,
         settings.controller_token,
@@ -123,6 +126,23 @@ async def _main(settings: Any, config: Any) -> bool:
         loop.add_signal_handler(sig, broker.request_stop)
     await broker.run()
     return broker.failed
+
+
+#: Young-generation threshold of the cyclic GC. Python's default (700 allocations)
+#: runs a collection every ~100 produced messages (each allocates a few objects);
+#: profiles of the master under load showed the collector at ~7% of its CPU. The
+#: hot path makes almost no reference cycles, so collecting 30x less often costs
+#: little memory.
+_GC_GEN0_THRESHOLD = 20_000
+
+
+def _tune_gc() -> None:
+    """Freeze what start-up allocated (modules, config) so full collections do not
+    walk it again and again, and collect the young generation less often."""
+    gc.collect()
+    gc.freeze()
+    _, gen1, gen2 = gc.get_threshold()
+    gc.set_threshold(_GC_GEN0_THRESHOLD, gen1, gen2)
 
 
 def main(argv: list[str] | None = None) -> int:

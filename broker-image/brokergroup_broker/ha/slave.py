@@ -27,12 +27,22 @@ Per transfer frame, in this order:
    appends ``(epoch, epochStartOffset)`` to the epoch file, **before** the
    data is written: a crash in between leaves an epoch entry without data
    (harmless, truncation ignores the gap) rather than data without its epoch.
-3. ``store.append_replicated(offset, body)``; on SYNC_FLUSH the store makes
-   the bytes durable before it returns, so the ack below never covers a byte
-   that a crash could lose (DESIGN §3.1).
-4. Ack the new max offset (every frame is acked, heartbeats included, so the
-   master's caught-up clock and read timeout keep moving on an idle group).
+3. ``store.append_replicated(offset, body, flush=False)`` (on the loop: a
+   page-cache write), then on SYNC_FLUSH ask the group commit thread (``GroupCommitService``) to
+   fdatasync up to the new max offset; the reader goes on to the next frame
+   meanwhile, so receiving, writing and syncing overlap and one fdatasync
+   covers every frame that arrived while the previous one ran.
+4. Ack the *durable* offset: on SYNC_FLUSH ``min(flushed_offset, max_offset)``,
+   sent by the ack task whenever a sync finishes, so an ack never covers a
+   byte a crash could lose (DESIGN §3.1); on ASYNC_FLUSH the max offset. Every
+   frame leads to an ack (heartbeats at once), so the master's caught-up clock
+   and read timeout keep moving on an idle group; acks of frames that arrive
+   together may be coalesced into one (the highest), which covers them all.
 5. ``on_confirm_offset(min(header confirmOffset, own max))`` when it changed.
+
+Before the first ack (the transfer request) the session fdatasyncs the log, so
+the request -- the max offset -- is durable and later durable acks never go
+below it.
 
 Invariants
 ----------
@@ -69,7 +79,7 @@ from brokergroup_broker.ha.truncation import (
     TruncationReason,
     find_truncation_point,
 )
-from brokergroup_broker.store import MessageStore, StoreError
+from brokergroup_broker.store import FlushDiskType, GroupCommitService, MessageStore, StoreError
 
 __all__ = ["HASlaveService", "ReplicationDiverged"]
 
@@ -111,7 +121,8 @@ class HASlaveService:
         self._last_truncation: TruncationPoint | None = None
         self._connected = False
         self._sessions = 0
-        self._inflight_write: asyncio.Future[int] | None = None
+        self._committer: GroupCommitService | None = None
+        self._ack_wanted: asyncio.Event | None = None  # the current session's
 
     # ------------------------------------------------------------------ public API
 
@@ -142,6 +153,17 @@ class HASlaveService:
         self._running = True
         self._run_finished.clear()
         backoff_ms = self._config.reconnect_backoff_min_ms
+        if self._store.config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
+            loop = asyncio.get_running_loop()
+
+            def flushed(_offset: int) -> None:
+                with contextlib.suppress(RuntimeError):  # loop already closed
+                    loop.call_soon_threadsafe(self._wake_acker)
+
+            self._committer = GroupCommitService(
+                self._store, on_flushed=flushed, name=f"ha-slave-{self._broker_id}-commit"
+            )
+            self._committer.start()
         try:
             while not self._stop_requested.is_set():
                 sessions_before = self._sessions
@@ -167,6 +189,9 @@ class HASlaveService:
         finally:
             self._connected = False
             self._session = None
+            committer, self._committer = self._committer, None
+            if committer is not None:
+                await asyncio.shield(asyncio.to_thread(committer.stop))
             self._running = False
             self._run_finished.set()
 
@@ -211,10 +236,6 @@ class HASlaveService:
 
     async def _session_inner(self, master: tuple[str, int]) -> None:
         loop = asyncio.get_running_loop()
-        if self._inflight_write is not None:
-            # A write of the previous session may still be running in its thread.
-            await asyncio.wait({self._inflight_write})
-            self._inflight_write = None
         family = socket.AF_INET6 if ":" in master[0] else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         try:
@@ -236,6 +257,10 @@ class HASlaveService:
             if not isinstance(handshake, MasterHandshake):
                 raise HAProtocolError(f"expected the master's handshake first, got {handshake!r}")
             point = self._truncate(handshake)
+            if self._committer is not None:
+                # Earlier sessions' writes may still await their sync: make the request
+                # durable, so no later (durable) ack can be below it.
+                await asyncio.to_thread(self._store.sync_log)
             requested = self._store.max_offset
             await self._send(sock, SlaveAck(max_offset=requested).encode())
             self._connected = True
@@ -249,18 +274,53 @@ class HASlaveService:
                 point.reason.name,
             )
             first = True
-            while True:
-                frame = await self._read_frame(sock, decoder, self._config.read_timeout_ms)
-                if not isinstance(frame, Transfer):
-                    raise HAProtocolError("a second master handshake during transfer")
-                await self._apply(frame, first=first, requested=requested)
-                first = False
-                await self._send(sock, SlaveAck(max_offset=self._store.max_offset).encode())
-                self._report_confirm(frame.confirm_offset)
+            ack_wanted = self._ack_wanted = asyncio.Event()
+            acker = asyncio.create_task(self._ack_loop(sock, ack_wanted, requested))
+            try:
+                while True:
+                    frame = await self._read_frame(sock, decoder, self._config.read_timeout_ms)
+                    if not isinstance(frame, Transfer):
+                        raise HAProtocolError("a second master handshake during transfer")
+                    if acker.done():
+                        acker.result()  # raises what ended it
+                        raise _ConnectionClosed()
+                    await self._apply(frame, first=first, requested=requested)
+                    first = False
+                    if frame.body and self._committer is not None:
+                        self._committer.request(self._store.max_offset)  # acked once synced
+                    else:
+                        ack_wanted.set()
+                    self._report_confirm(frame.confirm_offset)
+            finally:
+                self._ack_wanted = None
+                acker.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await acker
         finally:
             self._connected = False
             with contextlib.suppress(OSError):
                 sock.close()
+
+    def _wake_acker(self) -> None:
+        if self._ack_wanted is not None:
+            self._ack_wanted.set()
+
+    def _durable_offset(self) -> int:
+        store = self._store
+        if self._committer is None:
+            return store.max_offset
+        return min(store.flushed_offset, store.max_offset)
+
+    async def _ack_loop(self, sock: socket.socket, wanted: asyncio.Event, floor: int) -> None:
+        """Send the durable offset whenever a frame or a finished sync asks for an ack.
+        One task owns the socket's write side, so acks never interleave."""
+        last = floor
+        while True:
+            await wanted.wait()
+            wanted.clear()
+            offset = max(self._durable_offset(), last)
+            last = offset
+            await self._send(sock, SlaveAck(max_offset=offset).encode())
 
     # ------------------------------------------------------------------ decisions + store
 
@@ -352,15 +412,12 @@ class HASlaveService:
                 )
             # Epoch first, data second (see module docstring).
             store.epoch_file.append(frame.epoch, frame.epoch_start_offset)
-        # In a worker thread (the store is thread-safe): on SYNC_FLUSH the call includes an
-        # fdatasync, which must not stall the broker's event loop. Shielded and remembered,
-        # so a cancelled session cannot leave a write landing after the next handshake
-        # computed its truncation point.
-        write = asyncio.ensure_future(
-            asyncio.to_thread(store.append_replicated, frame.offset, frame.body)
-        )
-        self._inflight_write = write
-        await asyncio.shield(write)
+        # On the event loop, never with an fdatasync: on SYNC_FLUSH that is the group commit
+        # thread's (see the module docstring), on ASYNC_FLUSH the store's flush timer's. A
+        # pwrite into the page cache is short, a thread hop per frame cost more CPU than it
+        # saved, and a write done inline cannot outlive a cancelled session (so it cannot
+        # land after the next handshake computed its truncation point).
+        store.append_replicated(frame.offset, frame.body, flush=False)
 
     def _restart_log_at(self, offset: int) -> None:
         self._store.reset(offset)  # a segment boundary: the master's min offset

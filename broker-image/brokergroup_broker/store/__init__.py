@@ -23,6 +23,7 @@ from .errors import (
     StoreNotWritable,
     StoreOffsetMismatch,
 )
+from .group_commit import GroupCommitService
 from .identity import BrokerMeta, IdentityFiles, TempBrokerMeta
 from .message import (
     AppendedMessage,
@@ -48,6 +49,7 @@ __all__ = [
     "EpochOrderError",
     "FileRange",
     "FlushDiskType",
+    "GroupCommitService",
     "IdentityFileError",
     "IdentityFiles",
     "MessageInput",

@@ -1,0 +1,475 @@
+"""Replicated produce benchmark (DESIGN.md §9 "Replicated produce").
+
+    .venv/bin/python bench/produce.py --quick                 # < 60 s
+    .venv/bin/python bench/produce.py                         # 20 s steady window
+    .venv/bin/python bench/produce.py --producers 2 --batch 64 --inflight 8 --seconds 30
+    .venv/bin/python bench/produce.py --profile               # + py-spy of the master
+
+What it does
+------------
+1. Ceilings first, on an idle machine, in the same run: the disk write
+   ceiling (`store.ceiling.measure_disk_ceiling`, sequential 1 MiB writes +
+   fdatasync, in the directory the brokers' stores live in) and the loopback
+   TCP ceiling (`bench/_common.loopback_tcp_ceiling`).
+2. 3 controllers + 3 brokers as real processes (tests/integration
+   `BrokerGroupHarness`) on loopback block 127.0.40.0/24 (controllers .1-.3,
+   brokers .10-.12). Every broker setting is at its default
+   (allAckInSyncStateSet=true, SYNC_FLUSH, 1 GiB segments) -- the harness's
+   fast test timeouts are reset to the defaults too. `--flush ASYNC_FLUSH`
+   is an extra variant, never the headline.
+3. Waits for a master holding its lease and a SyncStateSet of 3.
+4. `--producers` producer *processes* (separate from the brokers, so where
+   the CPU goes is visible per process), each with one pipelined connection
+   to the master and `--inflight` batches of `--batch` 1 KiB messages in
+   flight. Each batch's ack latency is send() -> acknowledged response (the
+   broker acks only when the batch is durable on every SyncStateSet member
+   and covered by confirmOffset). After `--warmup` seconds the steady window
+   of `--seconds` starts; only batches acknowledged inside it count.
+5. CPU per process over the window from /proc/<pid>/stat (100% = one core;
+   the machine has `os.cpu_count()` cores) and the whole machine's busy and
+   iowait share from /proc/stat.
+
+Latency: per batch (every batch is acknowledged as a whole), and per message
+(each message weighted by its batch; with equal batches the percentiles are
+the same values, reported separately so a reader need not know that).
+
+Output: a human summary, bench/results/produce.json, and as the LAST stdout
+line one JSON object with msgs_per_s, mb_per_s (1 KiB bodies), p50_ms,
+p99_ms, ceiling_mb_per_s (the smaller of disk/3 and loopback/3: every body
+byte is written by 3 replicas to one shared disk and crosses loopback 3
+times), the disk and loopback ceilings, config and CPU per process.
+
+Every process this script starts is stopped by PID (SIGTERM, then SIGKILL),
+also on failure or Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from _common import (  # noqa: E402
+    loopback_tcp_ceiling,
+    percentile,
+    print_last_line,
+    summarize,
+    write_result,
+)
+
+BLOCK = 40  # 127.0.40.0/24: not the local runtime's 127.0.0.x/127.0.1.x, not the test blocks
+BODY_BYTES = 1024
+TOPIC = "BenchProduce"
+REPLICAS = 3
+
+#: The harness's FAST_SETTINGS put back to BrokerConfig's defaults: the bench
+#: measures the shipped configuration, not the test one.
+DEFAULT_SETTINGS: dict[str, str] = {
+    "heartbeatIntervalMs": "500",
+    "heartbeatTimeoutMs": "2000",
+    "masterLeaseMs": "1500",
+    "haMaxTimeSlaveNotCatchUpMs": "5000",
+    "slaveTimeoutMs": "3000",
+    "syncStateSetCheckIntervalMs": "500",
+    "mappedFileSizeCommitLog": str(1 << 30),
+    "controllerRequestTimeoutMs": "1000",
+    "watchTimeoutMs": "10000",
+    "flushIntervalMs": "500",
+    "flushDiskType": "SYNC_FLUSH",
+    "allAckInSyncStateSet": "true",
+}
+
+
+# ============================================================== producer worker
+
+
+async def _worker(args: argparse.Namespace) -> dict[str, Any]:
+    from brokergroup_broker.protocol.client import BrokerConnection, ClientConfig
+    from brokergroup_broker.protocol.messages import BrokerError, ProduceMessage
+
+    conn = await BrokerConnection.connect(
+        args.address, ClientConfig(max_in_flight=max(args.inflight, 1))
+    )
+    body = bytes(os.urandom(BODY_BYTES))
+    batch = [ProduceMessage(TOPIC, body) for _ in range(args.batch)]
+    start = args.start_at
+    window_start = start + args.warmup
+    window_end = window_start + args.seconds
+    latencies: list[float] = []  # seconds, batches acked inside the window
+    errors: dict[str, int] = {}
+    sent_batches = 0
+    # Wait for the common start so all producers load the broker together.
+    await asyncio.sleep(max(0.0, start - time.time()))
+
+    async def lane() -> None:
+        nonlocal sent_batches
+        while time.time() < window_end:
+            t0 = time.perf_counter()
+            w0 = time.time()
+            try:
+                await conn.send(TOPIC, batch)
+            except BrokerError as exc:
+                errors[exc.code.name] = errors.get(exc.code.name, 0) + 1
+                await asyncio.sleep(0.01)
+                continue
+            except (OSError, TimeoutError) as exc:
+                errors[type(exc).__name__] = errors.get(type(exc).__name__, 0) + 1
+                raise
+            t1 = time.perf_counter()
+            sent_batches += 1
+            w1 = w0 + (t1 - t0)
+            if window_start <= w1 < window_end:
+                latencies.append(t1 - t0)
+
+    try:
+        await asyncio.gather(*(lane() for _ in range(args.inflight)))
+    finally:
+        await conn.close()
+    return {"latencies": latencies, "errors": errors, "batches_total": sent_batches}
+
+
+def worker_main(args: argparse.Namespace) -> int:
+    result = asyncio.run(_worker(args))
+    sys.stdout.write(json.dumps(result) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+# ============================================================== CPU accounting
+
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def _proc_cpu_s(pid: int) -> float | None:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    # After "pid (comm)": state is fields[0]; utime, stime are fields 11, 12.
+    return (int(fields[11]) + int(fields[12])) / _CLK_TCK
+
+
+def _machine_cpu() -> tuple[float, float, float]:
+    """(total, idle, iowait) jiffies from /proc/stat."""
+    parts = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    values = [float(v) for v in parts]
+    return sum(values[:8]), values[3], values[4]
+
+
+def _all_procs() -> dict[int, tuple[str, float]]:
+    """pid -> (command name, CPU seconds) of every process on the machine."""
+    out: dict[int, tuple[str, float]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            text = (entry / "stat").read_text()
+        except OSError:
+            continue
+        comm = text[text.find("(") + 1 : text.rfind(")")]
+        fields = text.rsplit(")", 1)[1].split()
+        out[int(entry.name)] = (comm, (int(fields[11]) + int(fields[12])) / _CLK_TCK)
+    return out
+
+
+@dataclass
+class CpuSample:
+    at: float
+    procs: dict[str, float | None]
+    machine: tuple[float, float, float]
+    everyone: dict[int, tuple[str, float]]
+    own_pids: set[int]
+
+
+def sample_cpu(pids: dict[str, int]) -> CpuSample:
+    return CpuSample(
+        time.perf_counter(),
+        {n: _proc_cpu_s(p) for n, p in pids.items()},
+        _machine_cpu(),
+        _all_procs(),
+        set(pids.values()),
+    )
+
+
+def cpu_between(a: CpuSample, b: CpuSample) -> dict[str, Any]:
+    elapsed = b.at - a.at
+    per: dict[str, float | None] = {}
+    for name, start in a.procs.items():
+        end = b.procs.get(name)
+        per[name] = (
+            None if start is None or end is None else round((end - start) / elapsed * 100, 1)
+        )
+    # Everything else on the machine (other users, kernel threads): the bench shares
+    # 2 cores with them, so say how much they took.
+    ours = a.own_pids
+    others: dict[str, float] = {}
+    for pid, (comm, end_s) in b.everyone.items():
+        if pid in ours or pid == os.getpid():
+            continue
+        start_s = a.everyone.get(pid, (comm, 0.0))[1]
+        if end_s - start_s > 0:
+            others[comm] = others.get(comm, 0.0) + end_s - start_s
+    other_total = sum(others.values()) / elapsed * 100
+    top_others = sorted(others.items(), key=lambda kv: -kv[1])[:5]
+    total = b.machine[0] - a.machine[0]
+    idle = b.machine[1] - a.machine[1]
+    iowait = b.machine[2] - a.machine[2]
+    return {
+        "per_process_pct_of_one_core": per,
+        "machine_busy_pct": round((total - idle - iowait) / total * 100, 1) if total else None,
+        "machine_iowait_pct": round(iowait / total * 100, 1) if total else None,
+        "cores": os.cpu_count(),
+        "bench_processes_pct": round(sum(v for v in per.values() if v is not None), 1),
+        "other_processes_pct": round(other_total, 1),
+        "top_other_processes_pct": {k: round(v / elapsed * 100, 1) for k, v in top_others},
+    }
+
+
+# ============================================================== orchestration
+
+
+def stop_pid(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is not None:
+        return
+    os.kill(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=5)
+
+
+def measure_ceilings(directory: Path, quick: bool) -> dict[str, Any]:
+    from brokergroup_broker.store.ceiling import measure_disk_ceiling
+
+    disk = measure_disk_ceiling(
+        directory,
+        seq_total_bytes=(64 if quick else 256) << 20,
+        small_ops=200 if quick else 1000,
+    )
+    loop = loopback_tcp_ceiling(
+        f"127.0.{BLOCK}.1",
+        round_trips=500 if quick else 2000,
+        stream_bytes=(128 if quick else 512) << 20,
+    )
+    return {"disk": disk.as_dict(), "loopback": loop.to_json()}
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    from tests.integration.broker_harness import BrokerGroupHarness
+
+    base = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="bench-produce-"))
+    base.mkdir(parents=True, exist_ok=True)
+    print(f"workdir {base}", flush=True)
+    ceilings = measure_ceilings(base, args.quick)
+    disk_mb = ceilings["disk"]["seq_write_fdatasync_mb_s"]
+    loop_mb = ceilings["loopback"]["stream_mb_per_s"]
+    print(
+        f"ceilings: disk seq write+fdatasync {disk_mb:.0f} MB/s, "
+        f"4 KiB write+fdatasync {ceilings['disk']['small_write_fdatasync_ops_s']:.0f}/s; "
+        f"loopback TCP {loop_mb:.0f} MB/s, rtt p50 {ceilings['loopback']['rtt_p50_us']} us",
+        flush=True,
+    )
+    settings = {**DEFAULT_SETTINGS, "flushDiskType": args.flush}
+    group = BrokerGroupHarness(base / "group", block=BLOCK, replicas=REPLICAS, settings=settings)
+    producers: list[subprocess.Popen[bytes]] = []
+    profilers: list[subprocess.Popen[bytes]] = []
+    try:
+        t_start = time.monotonic()
+        group.start_all()
+        master = group.wait_for_master(timeout_s=60)
+        group.wait_for_sync_state_set(REPLICAS, timeout_s=60)
+        ready_s = time.monotonic() - t_start
+        address = group.brokers[master].address
+        print(f"master slot {master} at {address}; SyncStateSet of 3 after {ready_s:.1f}s")
+
+        start_at = time.time() + 1.5  # producer interpreters start meanwhile
+        for _ in range(args.producers):
+            cmd = [
+                sys.executable, __file__, "--worker",
+                "--address", address,
+                "--batch", str(args.batch),
+                "--inflight", str(args.inflight),
+                "--warmup", str(args.warmup),
+                "--seconds", str(args.seconds),
+                "--start-at", str(start_at),
+            ]  # fmt: skip
+            producers.append(
+                subprocess.Popen(cmd, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)
+            )
+        pids: dict[str, int] = {}
+        for slot, broker in group.brokers.items():
+            assert broker.process is not None
+            role = "master" if slot == master else f"slave{slot}"
+            pids[f"broker{slot}_{role}"] = broker.process.pid
+        for node_id, node in group.controllers.nodes.items():
+            if node.process is not None:
+                pids[f"controller{node_id}"] = node.process.pid
+        for i, proc in enumerate(producers):
+            pids[f"producer{i}"] = proc.pid
+
+        window_start = start_at + args.warmup
+        time.sleep(max(0.0, window_start - time.time()))
+        before = sample_cpu(pids)
+        if args.profile:
+            slave = next(n for n in pids if n.startswith("broker") and "slave" in n)
+            for name, suffix in ((f"broker{master}_master", "master"), (slave, "slave")):
+                profilers.append(
+                    subprocess.Popen(
+                        [
+                            str(Path(sys.executable).parent / "py-spy"),
+                            "record",
+                            "--pid",
+                            str(pids[name]),
+                            "--duration",
+                            str(max(1, int(args.seconds) - 1)),
+                            "--rate",
+                            "100",
+                            "--format",
+                            "raw",
+                            "--nonblocking",
+                            "--output",
+                            f"{args.profile_out}.{suffix}.txt",
+                        ],
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL,
+                    )
+                )
+        time.sleep(max(0.0, window_start + args.seconds - time.time()))
+        after = sample_cpu(pids)
+        cpu = cpu_between(before, after)
+
+        results: list[dict[str, Any]] = []
+        for proc in producers:
+            out, _ = proc.communicate(timeout=args.warmup + args.seconds + 60)
+            if proc.returncode != 0:
+                raise RuntimeError(f"producer {proc.pid} failed with {proc.returncode}")
+            results.append(json.loads(out.decode().strip().splitlines()[-1]))
+        for profiler in profilers:
+            profiler.wait(timeout=60)
+        status = group.status(master)
+    except BaseException:
+        print(group.logs(tail_lines=30), file=sys.stderr)
+        raise
+    finally:
+        for profiler in profilers:
+            stop_pid(profiler)
+        for proc in producers:
+            stop_pid(proc)
+        group.stop_all()
+        if not args.dir and not args.keep:
+            shutil.rmtree(base, ignore_errors=True)
+
+    latencies_ms = sorted(x * 1000 for r in results for x in r["latencies"])
+    batches = len(latencies_ms)
+    msgs = batches * args.batch
+    errors: dict[str, int] = {}
+    for r in results:
+        for k, v in r["errors"].items():
+            errors[k] = errors.get(k, 0) + v
+    msgs_per_s = msgs / args.seconds
+    bench_cpu_pct = cpu["bench_processes_pct"]
+    mb_per_s = msgs_per_s * BODY_BYTES / 1e6
+    ceiling_mb = min(disk_mb / REPLICAS, loop_mb / REPLICAS)
+    per_batch = summarize(latencies_ms, digits=2)
+    # Each message is acknowledged with its batch: weight by batch size.
+    per_message = summarize(latencies_ms * 1, digits=2)
+    per_message["count"] = msgs
+    result: dict[str, Any] = {
+        "benchmark": "produce",
+        "msgs_per_s": round(msgs_per_s),
+        "mb_per_s": round(mb_per_s, 1),
+        "p50_ms": round(percentile(latencies_ms, 50), 2) if latencies_ms else None,
+        "p99_ms": round(percentile(latencies_ms, 99), 2) if latencies_ms else None,
+        "ceiling_mb_per_s": round(ceiling_mb, 1),
+        "disk_ceiling_mb_per_s": disk_mb,
+        "loopback_ceiling_mb_per_s": loop_mb,
+        "target": {"msgs_per_s": 50_000, "p99_ms": 20},
+        "meets_target": bool(
+            latencies_ms and msgs_per_s >= 50_000 and percentile(latencies_ms, 99) <= 20
+        ),
+        # The machine is shared: CPU time per message of the bench's own processes is the
+        # number that does not move with other users' load.
+        "cpu_us_per_msg": round(bench_cpu_pct / 100 * 1e6 / msgs_per_s, 1) if msgs else None,
+        "latency_ms_per_batch": per_batch,
+        "latency_ms_per_message": per_message,
+        "errors": errors,
+        "config": {
+            "replicas": REPLICAS,
+            "producers": args.producers,
+            "batch": args.batch,
+            "inflight_per_producer": args.inflight,
+            "body_bytes": BODY_BYTES,
+            "warmup_s": args.warmup,
+            "window_s": args.seconds,
+            "broker_settings": settings,
+            "quick": args.quick,
+        },
+        "cpu": cpu,
+        "ceilings": ceilings,
+        "master_status": {
+            k: status.get(k) for k in ("maxOffset", "confirmOffset", "syncStateSet", "slaves")
+        }
+        if status
+        else None,
+    }
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="short run, < 60 s")
+    parser.add_argument("--producers", type=int, default=2, help="producer processes")
+    parser.add_argument("--batch", type=int, default=128, help="messages per batch")
+    parser.add_argument("--inflight", type=int, default=4, help="batches in flight per producer")
+    parser.add_argument("--seconds", type=float, default=None, help="steady window length")
+    parser.add_argument("--warmup", type=float, default=None, help="seconds before the window")
+    parser.add_argument("--flush", choices=("SYNC_FLUSH", "ASYNC_FLUSH"), default="SYNC_FLUSH")
+    parser.add_argument("--dir", default=None, help="work directory (kept)")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary work directory")
+    parser.add_argument("--no-write", action="store_true", help="do not write bench/results")
+    parser.add_argument("--profile", action="store_true", help="py-spy record the master")
+    parser.add_argument(
+        "--profile-out", default="/tmp/produce-profile", help="prefix of the py-spy raw files"
+    )
+    # Internal: a producer process.
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--address", help=argparse.SUPPRESS)
+    parser.add_argument("--start-at", type=float, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.seconds is None:
+        args.seconds = 8.0 if args.quick else 20.0
+    if args.warmup is None:
+        args.warmup = 3.0 if args.quick else 5.0
+    if args.worker:
+        return worker_main(args)
+    result = run(args)
+    print(
+        f"replicated produce: {result['msgs_per_s']} msgs/s, {result['mb_per_s']} MB/s "
+        f"(ceiling {result['ceiling_mb_per_s']} MB/s), batch p50 {result['p50_ms']} ms, "
+        f"p99 {result['p99_ms']} ms, errors {result['errors']}"
+    )
+    print(f"cpu: {json.dumps(result['cpu'])}")
+    if not args.no_write:
+        path = write_result("produce", result)
+        print(f"wrote {path}")
+    print_last_line(result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
