@@ -2,16 +2,7 @@
 `local status --json`, `local kill master`, `local down`, with real processes
 on loopback (controllers 127.0.1.1-3, brokers from 127.0.0.10).
 
-Two backends run the same scenarios:
-
-- `stand-in`: tiny stand-ins for `brokergroup controller` / `broker` written
-  below (just the documented HTTP surface and a naive election). They prove
-  the supervisor, address moves, state file, kill and down on their own.
-- `real`: the project's controller and broker. Skipped, with the reason,
-  until both `brokergroup_controller.cli` and `brokergroup_broker.core.cli_broker`
-  (the `brokergroup broker` command) exist.
-
-Each backend uses its own ports (not the defaults), so a developer's running
+The runtime uses its own ports here (not the defaults), so a developer's running
 `local up` is not disturbed. Every process is started by the runtime under
 test and stopped by `local down`; the fixture then SIGKILLs, by pid and
 start time, any process it saw in state.json that is somehow still alive.
@@ -19,7 +10,6 @@ start time, any process it saw in state.json that is somehow still alive.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import signal
 import subprocess
@@ -35,173 +25,6 @@ import pytest
 from brokergroup_cli.local.procs import is_alive, send_signal
 
 pytestmark = pytest.mark.integration
-
-STAND_INS = r'''
-"""Stand-ins for `brokergroup controller` / `brokergroup broker` (test only).
-
-Just enough of the documented HTTP surface for the local runtime's supervisor,
-status, kill and down: controllers answer /v1/raft, /v1/replica-info,
-/v1/brokers/heartbeat and /v1/brokers/inactive and elect the live broker with
-the lowest id when the master is gone (masterEpoch + 1); brokers keep their
-BrokerId in their data dir, heartbeat every 100 ms and answer /v1/status.
-"""
-
-import argparse
-import json
-import sys
-import threading
-import time
-import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
-from urllib.parse import parse_qs, urlparse
-
-
-def serve(host, port, get, post):
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *a):
-            pass
-
-        def _reply(self, body):
-            data = json.dumps(body).encode()
-            self.send_response(200 if body is not None else 404)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def do_GET(self):
-            url = urlparse(self.path)
-            self._reply(get(url.path, parse_qs(url.query)))
-
-        def do_POST(self):
-            n = int(self.headers.get("Content-Length") or 0)
-            self._reply(post(self.path, json.loads(self.rfile.read(n) or b"{}")))
-
-    ThreadingHTTPServer((host, port), Handler).serve_forever()
-
-
-def controller(a):
-    lock = threading.Lock()
-    st = {"brokers": {}, "master": None, "epoch": 0, "sse": 1}
-    peers = [p.split(":")[0] for p in a.peers.split(",")]
-
-    def alive(bid):
-        b = st["brokers"].get(bid)
-        return b is not None and time.time() - b["hb"] < 1.0
-
-    def info():
-        with lock:
-            if st["master"] is None or not alive(st["master"]):
-                live = sorted(b for b in st["brokers"] if alive(b))
-                if live:
-                    st["master"], st["epoch"], st["sse"] = live[0], st["epoch"] + 1, st["sse"] + 1
-            m = st["master"] if st["master"] is not None and alive(st["master"]) else None
-            return {
-                "clusterName": "DefaultCluster", "brokerName": "broker-a",
-                "masterBrokerId": m,
-                "masterAddress": st["brokers"][m]["address"] if m else None,
-                "masterEpoch": st["epoch"],
-                "syncStateSet": sorted(b for b in st["brokers"] if alive(b)),
-                "syncStateSetEpoch": st["sse"],
-                "brokers": [
-                    {"brokerId": b, "address": v["address"], "alive": alive(b),
-                     "maxOffset": v["maxOffset"], "confirmOffset": v["maxOffset"]}
-                    for b, v in sorted(st["brokers"].items())
-                ],
-            }
-
-    def is_leader():
-        for host in peers[: a.node_id - 1]:
-            try:
-                urllib.request.urlopen(f"http://{host}:{a.api_port}/healthz", timeout=0.2)
-                return False
-            except OSError:
-                continue
-        return True
-
-    def get(path, q):
-        if path == "/healthz":
-            return {"code": "SUCCESS"}
-        if path == "/v1/raft":
-            return {"nodeId": a.node_id, "isLeader": is_leader(), "term": 1, "commitIndex": 0}
-        if path == "/v1/replica-info":
-            return info() if st["brokers"] else None
-        return None
-
-    def post(path, body):
-        with lock:
-            if path == "/v1/brokers/heartbeat":
-                st["brokers"][body["brokerId"]] = {
-                    "address": body["address"], "hb": time.time(), "maxOffset": body["maxOffset"]}
-            elif path == "/v1/brokers/inactive":
-                if body["brokerId"] in st["brokers"]:
-                    st["brokers"][body["brokerId"]]["hb"] = 0.0
-        return info()
-
-    serve(a.bind_address, a.api_port, get, post)
-
-
-def broker(a):
-    data = Path(a.data_dir)
-    id_file = data / "fake-broker-id"
-    if not id_file.exists():
-        id_file.write_text(str(int(data.name) + 1))
-    bid = int(id_file.read_text())
-    address = f"{a.advertise_address}:{a.client_port}"
-    st = {"role": "slave", "epoch": 0, "start": time.time()}
-
-    def offset():
-        return int((time.time() - st["start"]) * 1000)
-
-    def beat():
-        while True:
-            for c in a.controller_addresses.split(","):
-                body = json.dumps({"brokerId": bid, "address": address, "maxOffset": offset()})
-                req = urllib.request.Request(f"http://{c}/v1/brokers/heartbeat", body.encode(),
-                                             {"Content-Type": "application/json"})
-                try:
-                    with urllib.request.urlopen(req, timeout=0.3) as r:
-                        info = json.loads(r.read())
-                    if c == a.controller_addresses.split(",")[0] or info["masterEpoch"] > st["epoch"]:
-                        st["role"] = "master" if info["masterBrokerId"] == bid else "slave"
-                        st["epoch"] = info["masterEpoch"]
-                except OSError:
-                    pass
-            time.sleep(0.1)
-
-    threading.Thread(target=beat, daemon=True).start()
-
-    def get(path, q):
-        if path == "/v1/status":
-            return {"brokerId": bid, "role": st["role"], "masterEpoch": st["epoch"],
-                    "maxOffset": offset(), "confirmOffset": offset(), "address": address}
-        return None
-
-    serve(a.bind_address, a.client_port + 2, get, lambda p, b: None)
-
-
-def main():
-    p = argparse.ArgumentParser()
-    sub = p.add_subparsers(dest="cmd")
-    c = sub.add_parser("controller")
-    for flag in ("--peers", "--data-dir", "--bind-address", "--token-file", "--config"):
-        c.add_argument(flag)
-    c.add_argument("--node-id", type=int)
-    c.add_argument("--api-port", type=int)
-    b = sub.add_parser("broker")
-    for flag in ("--cluster-name", "--broker-name", "--data-dir", "--controller-addresses",
-                 "--controller-token-file", "--bind-address", "--advertise-address"):
-        b.add_argument(flag)
-    b.add_argument("--client-port", type=int)
-    b.add_argument("--set", action="append")
-    a = p.parse_args()
-    print("fake", sys.argv[1:], flush=True)
-    controller(a) if a.cmd == "controller" else broker(a)
-
-
-main()
-'''
 
 
 @dataclass
@@ -275,54 +98,20 @@ def wait_for(
     )
 
 
-def _missing_real_components() -> str | None:
-    # `brokergroup controller` and `brokergroup broker` (the broker's command
-    # lives in its core; brokergroup_broker.cli registers it once it exists).
-    for module in ("brokergroup_controller.cli", "brokergroup_broker.core.cli_broker"):
-        try:
-            found = importlib.util.find_spec(module)
-        except ModuleNotFoundError:
-            found = None
-        if found is None:
-            return f"{module} is not in this tree yet: the real local runtime cannot start"
-    return None
-
-
-@pytest.fixture(params=["stand-in", "real"])
-def runtime(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Runtime]:
-    fast = [
-        "local.restartInitialDelayMs=100",
-        "local.pollIntervalMs=300",
-        "local.stopTimeoutMs=3000",
-    ]
-    if request.param == "stand-in":
-        script = tmp_path / "stand_ins.py"
-        script.write_text(STAND_INS)
-        rt = Runtime(
-            root=tmp_path / "local",
-            command=[sys.executable, "-m", "brokergroup_cli.local"],
-            settings=[
-                *fast,
-                f"local.launcher={sys.executable} {script}",
-                "local.controllerApiPort=29878",
-                "local.controllerRaftPort=29880",
-                "local.brokerClientPort=30911",
-            ],
-        )
-    else:
-        reason = _missing_real_components()
-        if reason:
-            pytest.skip(reason)
-        rt = Runtime(
-            root=tmp_path / "local",
-            command=[sys.executable, "-m", "brokergroup_cli.main", "local"],
-            settings=[
-                *fast,
-                "local.controllerApiPort=19878",
-                "local.controllerRaftPort=19880",
-                "local.brokerClientPort=20911",
-            ],
-        )
+@pytest.fixture
+def runtime(tmp_path: Path) -> Iterator[Runtime]:
+    rt = Runtime(
+        root=tmp_path / "local",
+        command=[sys.executable, "-m", "brokergroup_cli.main", "local"],
+        settings=[
+            "local.restartInitialDelayMs=100",
+            "local.pollIntervalMs=300",
+            "local.stopTimeoutMs=3000",
+            "local.controllerApiPort=19878",
+            "local.controllerRaftPort=19880",
+            "local.brokerClientPort=20911",
+        ],
+    )
     try:
         yield rt
     finally:
