@@ -32,7 +32,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
-from tests.integration.controller_harness import ControllerCluster
+from tests.integration.controller_harness import ControllerCluster, terminate_all, wait_or_kill
 
 CLIENT_PORT = 10911
 CLUSTER = "itest"
@@ -196,11 +196,7 @@ class BrokerGroupHarness:
         os.kill(broker.process.pid, sig)
         if sig in (signal.SIGKILL, signal.SIGTERM):
             broker.signalled = True
-            try:
-                broker.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.kill(broker.process.pid, signal.SIGKILL)
-                broker.process.wait(timeout=10)
+            wait_or_kill(broker.process, 15)
 
     def pause(self, slot: int) -> None:
         broker = self.brokers[slot]
@@ -215,23 +211,9 @@ class BrokerGroupHarness:
         broker.paused = False
 
     def stop_all(self) -> None:
+        terminate_all((b.process for b in self.brokers.values() if b.process is not None), 10)
         for broker in self.brokers.values():
-            if broker.process is not None and broker.running():
-                if broker.paused:
-                    os.kill(broker.process.pid, signal.SIGCONT)
-                os.kill(broker.process.pid, signal.SIGTERM)
-        deadline = time.monotonic() + 10
-        for broker in self.brokers.values():
-            if broker.process is None:
-                continue
-            try:
-                broker.process.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                os.kill(broker.process.pid, signal.SIGKILL)
-                broker.process.wait(timeout=10)
-        for node in self.controllers.nodes.values():
-            if node.process is not None and node.running():
-                os.kill(node.process.pid, signal.SIGCONT)
+            broker.paused = False
         self.controllers.stop_all()
 
     def __enter__(self) -> BrokerGroupHarness:

@@ -38,6 +38,26 @@ API_PORT = 9878
 DEFAULT_TOKEN = "integration-test-token"
 
 
+def wait_or_kill(process: subprocess.Popen[bytes], timeout_s: float) -> None:
+    """Wait for `process` to exit; SIGKILL it (by PID) if it has not by then."""
+    try:
+        process.wait(timeout=max(0.1, timeout_s))
+    except subprocess.TimeoutExpired:
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)
+
+
+def terminate_all(processes: Iterable[subprocess.Popen[bytes]], grace_s: float) -> None:
+    """SIGCONT + SIGTERM every running process, SIGKILL whatever outlives `grace_s`."""
+    running = [p for p in processes if p.poll() is None]
+    for process in running:
+        os.kill(process.pid, signal.SIGCONT)  # a paused process cannot handle SIGTERM
+        os.kill(process.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    for process in running:
+        wait_or_kill(process, deadline - time.monotonic())
+
+
 @dataclass
 class ControllerProcess:
     node_id: int
@@ -185,11 +205,7 @@ class ControllerCluster:
             return
         os.kill(node.process.pid, sig)
         if sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGINT):
-            try:
-                node.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.kill(node.process.pid, signal.SIGKILL)
-                node.process.wait(timeout=10)
+            wait_or_kill(node.process, 10)
 
     def kill_all(self, sig: int = signal.SIGKILL) -> None:
         for node_id in self.nodes:
@@ -201,18 +217,7 @@ class ControllerCluster:
 
     def stop_all(self) -> None:
         """SIGTERM every running node, SIGKILL what does not exit in 5 s."""
-        for node in self.nodes.values():
-            if node.running() and node.process is not None:
-                os.kill(node.process.pid, signal.SIGTERM)
-        deadline = time.monotonic() + 5
-        for node in self.nodes.values():
-            if node.process is None:
-                continue
-            try:
-                node.process.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                os.kill(node.process.pid, signal.SIGKILL)
-                node.process.wait(timeout=10)
+        terminate_all((n.process for n in self.nodes.values() if n.process is not None), 5)
 
     def __enter__(self) -> ControllerCluster:
         return self

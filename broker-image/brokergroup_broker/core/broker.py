@@ -56,7 +56,7 @@ import contextlib
 import itertools
 import logging
 import time
-from collections.abc import Awaitable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -89,11 +89,16 @@ from brokergroup_broker.ha import HAConfig, HAMasterService, HASlaveService
 from brokergroup_broker.protocol.messages import (
     NO_CONSUMER_OFFSET,
     BrokerError,
+    ErrorResponse,
     ProduceMessage,
     PulledMessage,
     PullResult,
+    RequestCode,
+    Response,
     ResponseCode,
+    SendBatch,
     SendResult,
+    SendRunResult,
     SentMessage,
 )
 from brokergroup_broker.protocol.server import BrokerProtocolServer, ServerConfig
@@ -238,7 +243,7 @@ class Broker:
         self._ha_config = ha_config_of(config)
         self._accepting_writes = False
         self._confirm_offset = 0  # master: SyncStateSet confirmOffset; slave: from the master
-        self._futures: dict[int, asyncio.Future[AckOutcome]] = {}
+        self._futures: dict[int, Callable[[AckOutcome], None]] = {}
         self._tokens = itertools.count(1)
         self._queue_cursor: dict[str, int] = {}
         self._latest_info: ReplicaInfo | None = None
@@ -704,9 +709,9 @@ class Broker:
 
     def _resolve(self, released: Sequence[tuple[int, AckOutcome]]) -> None:
         for token, outcome in released:
-            future = self._futures.pop(token, None)
-            if future is not None and not future.done():
-                future.set_result(outcome)
+            on_outcome = self._futures.pop(token, None)
+            if on_outcome is not None:
+                on_outcome(outcome)
 
     async def _sync_state_loop(self) -> None:
         interval_s = self.config.sync_state_set_check_interval_ms / 1000
@@ -867,17 +872,16 @@ class Broker:
             return 0
         return min(self._confirm_offset, store.max_offset)
 
-    async def send_messages(
-        self, topic: str, queue_id: int | None, messages: Sequence[ProduceMessage]
-    ) -> SendResult:
-        # Everything up to put_messages is synchronous: see the module docstring.
+    def _check_send(self, count: int) -> int:
+        """The checks before a produce appends (role, size, lease, store, admission);
+        raises BrokerError; returns now (mono ms)."""
         self._require_master_for_write()
-        if not messages:
+        if count < 1:
             raise BrokerError(ResponseCode.BAD_REQUEST, "a produce needs at least one message")
-        if len(messages) > self.config.max_send_batch_messages:
+        if count > self.config.max_send_batch_messages:
             raise BrokerError(
                 ResponseCode.BAD_REQUEST,
-                f"{len(messages)} messages in one batch; maxSendBatchMessages is "
+                f"{count} messages in one batch; maxSendBatchMessages is "
                 f"{self.config.max_send_batch_messages}",
             )
         now = mono_ms()
@@ -888,7 +892,6 @@ class Broker:
                 f"controller heartbeat answer for masterLeaseMs {self.config.master_lease_ms}: "
                 "not acknowledging writes until the controller confirms it",
             )
-        store = self._store()
         writable, reason = self._store_health()
         if not writable:
             raise BrokerError(
@@ -899,6 +902,82 @@ class Broker:
         refusal = self.waiters.admit(view)
         if refusal is not None:
             raise BrokerError(_OUTCOME_CODES[refusal], self._refusal_text(refusal, view))
+        return now
+
+    def _appended(
+        self, end_offset: int, now: int, on_outcome: Callable[[AckOutcome], None]
+    ) -> None:
+        """After an append ending at `end_offset`: wake the group commit thread and the
+        HA senders, then call `on_outcome` once the commit rule decides (maybe now)."""
+        committer = self._committer
+        if committer is not None:
+            committer.request(end_offset)
+        if self.ha_master is not None:
+            self.ha_master.notify_appended()
+        token = next(self._tokens)
+        outcome = self.waiters.add(token, end_offset, now, self._view())
+        if outcome is not None:
+            on_outcome(outcome)
+            return
+        self._futures[token] = on_outcome
+        self._release()
+
+    def _outcome_error(self, outcome: AckOutcome) -> BrokerError:
+        return BrokerError(
+            _OUTCOME_CODES[outcome],
+            self._refusal_text(outcome, self._view()),
+            master_address=self._master_hint(),
+        )
+
+    def start_send_batch(self, batch: SendBatch, reply: Callable[[Response], None]) -> None:
+        """The produce fast path (protocol server, `SendBatch` from the wire): the same
+        checks, order and commit rule as `send_messages`, without per-message objects.
+        Appends synchronously (so a connection's batches keep their order); `reply` is
+        called once, now or when the commit rule decides. Raises BrokerError to refuse
+        before anything is appended."""
+        now = self._check_send(len(batch))
+        store = self._store()
+        chosen = self._choose_queue(batch.topic, batch.queue_id)
+        host = (self.settings.advertise_address, self.settings.client_port)
+        born = wall_ms()
+        committer = self._committer
+        try:
+            run = store.put_run(
+                batch.topic,
+                chosen,
+                batch.bodies,
+                batch.store_properties(),
+                store_host=host,
+                born_host=host,
+                now_ms=born,
+                flush=False if committer is not None else None,
+            )
+        except MessageInvalid as exc:
+            raise BrokerError(ResponseCode.BAD_REQUEST, str(exc)) from exc
+        except StoreNotWritable as exc:
+            self._heartbeat_now.set()
+            raise BrokerError(ResponseCode.STORE_NOT_WRITABLE, str(exc)) from exc
+        result = SendRunResult(
+            chosen, run.first_queue_offset, run.physical_offsets, self.role.master_epoch
+        )
+
+        def on_outcome(outcome: AckOutcome) -> None:
+            if outcome is AckOutcome.ACKED:
+                reply(result)
+                return
+            err = self._outcome_error(outcome)
+            reply(
+                ErrorResponse(RequestCode.SEND_MESSAGES, err.code, err.message, err.master_address)
+            )
+
+        self._appended(run.end_offset, now, on_outcome)
+
+    async def send_messages(
+        self, topic: str, queue_id: int | None, messages: Sequence[ProduceMessage]
+    ) -> SendResult:
+        # Everything up to put_messages is synchronous: see the module docstring.
+        now = self._check_send(len(messages))
+        store = self._store()
         chosen = self._choose_queue(topic, queue_id)
         host = (self.settings.advertise_address, self.settings.client_port)
         born = wall_ms()
@@ -933,23 +1012,16 @@ class Broker:
             self._heartbeat_now.set()
             raise BrokerError(ResponseCode.STORE_NOT_WRITABLE, str(exc)) from exc
         master_epoch = self.role.master_epoch
-        if committer is not None:
-            committer.request(result.end_offset)
-        if self.ha_master is not None:
-            self.ha_master.notify_appended()
-        token = next(self._tokens)
-        outcome = self.waiters.add(token, result.end_offset, now, self._view())
-        if outcome is None:
-            future: asyncio.Future[AckOutcome] = asyncio.get_running_loop().create_future()
-            self._futures[token] = future
-            self._release()
-            outcome = await future
+        future: asyncio.Future[AckOutcome] = asyncio.get_running_loop().create_future()
+
+        def on_outcome(outcome: AckOutcome) -> None:
+            if not future.done():
+                future.set_result(outcome)
+
+        self._appended(result.end_offset, now, on_outcome)
+        outcome = await future
         if outcome is not AckOutcome.ACKED:
-            raise BrokerError(
-                _OUTCOME_CODES[outcome],
-                self._refusal_text(outcome, self._view()),
-                master_address=self._master_hint(),
-            )
+            raise self._outcome_error(outcome)
         return SendResult(
             messages=tuple(
                 SentMessage(m.queue_id, m.queue_offset, m.physical_offset) for m in result.messages

@@ -31,6 +31,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from itertools import repeat
 
 from brokergroup_broker.protocol.messages import (
     CommitConsumerOffsetRequest,
@@ -49,8 +50,10 @@ from brokergroup_broker.protocol.messages import (
     RequestCode,
     Response,
     ResponseCode,
+    SendBatch,
     SendMessagesRequest,
     SendResult,
+    SendRunResult,
     SentMessage,
     TopicQueueCountRequest,
 )
@@ -271,6 +274,14 @@ def _encode_response(request_id: int, response: Response) -> bytes:
         msgs = response.messages
         parts.append(_II.pack(response.master_epoch, len(msgs)))
         parts.extend([_SENT.pack(m.queue_id, m.queue_offset, m.physical_offset) for m in msgs])
+    elif isinstance(response, SendRunResult):
+        phys = response.physical_offsets
+        n = len(phys)
+        first = response.first_queue_offset
+        parts.append(_II.pack(response.master_epoch, n))
+        parts.append(
+            b"".join(map(_SENT.pack, repeat(response.queue_id, n), range(first, first + n), phys))
+        )
     elif isinstance(response, PullResult):
         msgs2 = response.messages
         parts.append(
@@ -437,6 +448,68 @@ def _decode_request(frame: Frame) -> Request:
     return request
 
 
+#: What follows a body when the message has no key, no tags and no properties:
+#: key = null string, tags = null string, property count 0.
+_PLAIN_TRAILER = _NULL_STRING + _NULL_STRING + _NO_PROPERTIES
+
+
+def decode_send_batch(frame: Frame) -> SendBatch:
+    """A SEND_MESSAGES request as a `SendBatch` (bodies are memoryviews into
+    `frame.body`): the same validation and errors as `decode_request`, which gives
+    the equivalent `SendMessagesRequest` (a unit test checks both on random input)."""
+    if frame.is_response:
+        raise RemoteProtocolError(f"request {frame.request_id}: a response frame was sent")
+    if frame.code != RequestCode.SEND_MESSAGES:
+        raise RemoteProtocolError(f"request {frame.request_id}: code {frame.code} is not a send")
+    try:
+        return _decode_send_batch(frame.body)
+    except RemoteProtocolError as exc:
+        raise RemoteProtocolError(f"request {frame.request_id} (code {frame.code}): {exc}") from exc
+    except (struct.error, UnicodeDecodeError, ValueError) as exc:
+        raise RemoteProtocolError(
+            f"request {frame.request_id} (code {frame.code}): malformed body: {exc}"
+        ) from exc
+
+
+def _decode_send_batch(buf: bytes) -> SendBatch:
+    topic, pos = _read_str(buf, 0)
+    qid, count = _II.unpack_from(buf, pos)
+    pos += 8
+    if qid < -1:
+        raise RemoteProtocolError(f"queueId {qid} is invalid")
+    if count < 1:
+        raise RemoteProtocolError(f"send request with {count} messages")
+    _check_count(count, 10, buf, pos, "message")
+    view = memoryview(buf)
+    n = len(buf)
+    bodies: list[bytes | memoryview] = []
+    add_body = bodies.append
+    extras: list[tuple[str | None, str | None, Mapping[str, str]] | None] | None = None
+    unpack_i = _I.unpack_from
+    plain = _PLAIN_TRAILER
+    startswith = buf.startswith
+    for i in range(count):
+        (blen,) = unpack_i(buf, pos)
+        pos += 4
+        end = pos + blen
+        if blen < 0 or end > n:
+            raise RemoteProtocolError(f"body length {blen} at byte {pos} is invalid")
+        add_body(view[pos:end])
+        if startswith(plain, end):
+            pos = end + 6
+            if extras is not None:
+                extras.append(None)
+            continue
+        key, pos = _read_opt_str(buf, end)
+        tags, pos = _read_opt_str(buf, pos)
+        props, pos = _read_props(buf, pos)
+        if extras is None:
+            extras = [None] * i
+        extras.append((key, tags, props))
+    _check_end(buf, pos)
+    return SendBatch(topic, None if qid == -1 else qid, bodies, extras)
+
+
 def decode_response(frame: Frame) -> Response:
     """The typed response in `frame`; RemoteProtocolError if it is not one."""
     if not frame.is_response:
@@ -520,6 +593,7 @@ _REQUEST_CODES: dict[type, RequestCode] = {
 }
 _RESPONSE_CODES: dict[type, RequestCode] = {
     SendResult: RequestCode.SEND_MESSAGES,
+    SendRunResult: RequestCode.SEND_MESSAGES,
     PullResult: RequestCode.PULL_MESSAGES,
     OffsetsResult: RequestCode.QUERY_OFFSETS,
     QueueCountResult: RequestCode.TOPIC_QUEUE_COUNT,

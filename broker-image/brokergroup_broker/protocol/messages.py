@@ -12,7 +12,7 @@ the on-disk layout (docs/architecture.md, "seams"), so the core converts
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 
@@ -198,6 +198,55 @@ class PullMessagesRequest:
     max_count: int
 
 
+@dataclass(frozen=True, slots=True)
+class SendBatch:
+    """A produce request decoded without per-message objects (`codec.decode_send_batch`,
+    the server's fast path for a handler with `start_send_batch`).
+
+    `bodies` may be memoryviews into the request frame. `extras` is None when no
+    message has a key, tags or properties (the common case); otherwise one entry
+    per message, None or `(key, tags, properties)`.
+    """
+
+    topic: str
+    queue_id: int | None
+    bodies: Sequence[bytes | memoryview]
+    extras: Sequence[tuple[str | None, str | None, Mapping[str, str]] | None] | None = None
+
+    def __len__(self) -> int:
+        return len(self.bodies)
+
+    def store_properties(self) -> list[dict[str, str] | None] | None:
+        """Per message, the properties as the store keeps them (`ProduceMessage.
+        store_properties`); None when no message has any."""
+        if self.extras is None:
+            return None
+        out: list[dict[str, str] | None] = []
+        for extra in self.extras:
+            if extra is None:
+                out.append(None)
+                continue
+            key, tags, props = extra
+            merged = dict(props)
+            if key is not None:
+                merged[PROPERTY_KEYS] = key
+            if tags is not None:
+                merged[PROPERTY_TAGS] = tags
+            out.append(merged or None)
+        return out
+
+    def messages(self) -> tuple[ProduceMessage, ...]:
+        """The same request as `ProduceMessage`s (the reference representation)."""
+        if self.extras is None:
+            return tuple(ProduceMessage(self.topic, bytes(b)) for b in self.bodies)
+        return tuple(
+            ProduceMessage(self.topic, bytes(b))
+            if e is None
+            else ProduceMessage(self.topic, bytes(b), e[0], e[1], e[2])
+            for b, e in zip(self.bodies, self.extras, strict=True)
+        )
+
+
 @dataclass(frozen=True)
 class QueryOffsetsRequest:
     topic: str
@@ -275,8 +324,27 @@ class ErrorResponse:
         return BrokerError(self.code, self.message, master_address=self.master_address)
 
 
+@dataclass(frozen=True, slots=True)
+class SendRunResult:
+    """A `SendResult` whose messages all went to one queue at consecutive queue
+    offsets (the broker's fast path); same wire bytes, no per-message objects."""
+
+    queue_id: int
+    first_queue_offset: int
+    physical_offsets: Sequence[int]
+    master_epoch: int = 0
+
+    def to_send_result(self) -> SendResult:
+        qid, first = self.queue_id, self.first_queue_offset
+        return SendResult(
+            tuple(SentMessage(qid, first + i, p) for i, p in enumerate(self.physical_offsets)),
+            self.master_epoch,
+        )
+
+
 Response = (
     SendResult
+    | SendRunResult
     | PullResult
     | OffsetsResult
     | QueueCountResult

@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from brokergroup_broker.protocol.codec import (
@@ -37,6 +38,7 @@ from brokergroup_broker.protocol.codec import (
     FrameDecoder,
     ProtocolError,
     decode_request,
+    decode_send_batch,
     encode_response,
 )
 from brokergroup_broker.protocol.handler import RequestHandler
@@ -52,8 +54,10 @@ from brokergroup_broker.protocol.messages import (
     QueryOffsetsRequest,
     QueueCountResult,
     Request,
+    RequestCode,
     Response,
     ResponseCode,
+    SendBatch,
     SendMessagesRequest,
     TopicQueueCountRequest,
 )
@@ -180,7 +184,11 @@ class _Connection:
         self._peer = writer.get_extra_info("peername")
         self._slots = asyncio.Semaphore(config.max_in_flight_per_connection)
         self._requests: set[asyncio.Task[None]] = set()
+        self._sends: set[_PendingSend] = set()  # fast-path produces awaiting their answer
         self._transport = writer.transport
+        self._start_send: Callable[[SendBatch, Callable[[Response], None]], None] | None = getattr(
+            handler, "start_send_batch", None
+        )
         #: Reading has ended; only requests already taken are finishing.
         self.draining = False
 
@@ -188,6 +196,8 @@ class _Connection:
         """Drop the connection now: cancel open requests, reset the socket."""
         for task in list(self._requests):
             task.cancel()
+        for pending in list(self._sends):
+            pending.drop()
         self._transport.abort()
 
     async def run(self) -> None:
@@ -197,7 +207,11 @@ class _Connection:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         decoder = FrameDecoder(self._config.max_frame_bytes)
         try:
+            high_water = self._config.write_buffer_high_water_bytes
+            start_send = self._start_send
             while True:
+                if self._transport.get_write_buffer_size() > high_water:
+                    await self._writer.drain()  # fast-path answers are written from callbacks
                 data = await self._reader.read(self._config.read_chunk_bytes)
                 if not data:
                     break
@@ -206,6 +220,9 @@ class _Connection:
                     # Back-pressure: wait for a slot before taking the next
                     # frame; while waiting nothing more is read.
                     await self._slots.acquire()
+                    if start_send is not None and frame.code == RequestCode.SEND_MESSAGES:
+                        self._serve_send(start_send, frame)
+                        continue
                     task = asyncio.create_task(self._serve(frame))
                     self._requests.add(task)
                     task.add_done_callback(self._requests.discard)
@@ -219,16 +236,59 @@ class _Connection:
                 # Let requests already in the handler finish (they may have
                 # appended; the client may still read the answer if only its
                 # write side closed), bounded by the handler timeout.
-                if self._requests:
-                    await asyncio.wait(
-                        list(self._requests), timeout=self._config.handler_timeout_ms / 1000
-                    )
+                waits: list[asyncio.Future[None]] = [*self._requests]
+                waits += [p.finished for p in self._sends]
+                if waits:
+                    await asyncio.wait(waits, timeout=self._config.handler_timeout_ms / 1000)
             finally:  # also when cancelled while waiting: never leak the socket
                 for task in list(self._requests):
                     task.cancel()
+                for pending in list(self._sends):
+                    pending.drop()
                 self._writer.close()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._writer.wait_closed(), 1.0)
+
+    def _serve_send(
+        self, start_send: Callable[[SendBatch, Callable[[Response], None]], None], frame: Frame
+    ) -> None:
+        """Produce fast path: no task and no per-message objects. The handler appends
+        now (so batches keep their arrival order) and calls back once with the answer;
+        a timer answers SYSTEM_BUSY after handler_timeout_ms as `_respond` would."""
+        pending = _PendingSend(self, frame)
+        try:
+            batch = decode_send_batch(frame)
+        except ProtocolError as exc:
+            pending.reply(ErrorResponse(frame.code, ResponseCode.BAD_REQUEST, str(exc)))
+            return
+        self._sends.add(pending)
+        pending.timer = asyncio.get_running_loop().call_later(
+            self._config.handler_timeout_ms / 1000, pending.timed_out
+        )
+        try:
+            start_send(batch, pending.reply)
+        except BrokerError as exc:
+            pending.reply(ErrorResponse(frame.code, exc.code, exc.message, exc.master_address))
+        except Exception as exc:
+            log.exception("handler failed on a send from %s", self._peer)
+            pending.reply(
+                ErrorResponse(frame.code, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+            )
+
+    def _write_response(self, frame: Frame, response: Response) -> None:
+        if self._transport.is_closing():
+            return
+        try:
+            data = encode_response(frame.request_id, response)
+        except ProtocolError as exc:  # the handler returned something unencodable
+            log.error("cannot encode the answer to %s: %s", self._peer, exc)
+            data = encode_response(
+                frame.request_id,
+                ErrorResponse(
+                    frame.code, ResponseCode.SYSTEM_ERROR, f"cannot encode response: {exc}"
+                ),
+            )
+        self._writer.write(data)
 
     async def _serve(self, frame: Frame) -> None:
         try:
@@ -298,3 +358,54 @@ class _Connection:
             offset = await h.query_consumer_offset(request.group, request.topic, request.queue_id)
             return ConsumerOffsetResult(offset)
         raise AssertionError(f"unhandled request type {type(request).__name__}")
+
+
+class _PendingSend:
+    """One fast-path produce between its append and its answer (exactly one)."""
+
+    __slots__ = ("conn", "done", "finished", "frame", "timer")
+
+    def __init__(self, conn: _Connection, frame: Frame) -> None:
+        self.conn = conn
+        self.frame = frame
+        self.timer: asyncio.TimerHandle | None = None
+        self.finished: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.done = False
+
+    def _finish(self) -> bool:
+        if self.done:
+            return False
+        self.done = True
+        if self.timer is not None:
+            self.timer.cancel()
+        self.conn._sends.discard(self)
+        self.conn._slots.release()
+        if not self.finished.done():
+            self.finished.set_result(None)
+        return True
+
+    def reply(self, response: Response) -> None:
+        """The handler's answer (later calls, e.g. after a timeout, are ignored)."""
+        if not self._finish():
+            return
+        try:
+            self.conn._write_response(self.frame, response)
+        except (ConnectionError, OSError) as exc:
+            log.debug("connection from %s lost while answering: %s", self.conn._peer, exc)
+        except Exception:
+            log.exception("answering a send from %s failed", self.conn._peer)
+
+    def timed_out(self) -> None:
+        ms = self.conn._config.handler_timeout_ms
+        self.reply(
+            ErrorResponse(
+                self.frame.code,
+                ResponseCode.SYSTEM_BUSY,
+                f"handler did not answer in {ms} ms (handler_timeout_ms); the request may "
+                "or may not have taken effect",
+            )
+        )
+
+    def drop(self) -> None:
+        """The connection is going away: no answer."""
+        self._finish()

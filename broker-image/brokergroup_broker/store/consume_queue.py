@@ -22,7 +22,8 @@ import os
 import re
 import shutil
 import struct
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from itertools import repeat
 from pathlib import Path
 
 from ._fileio import fsync_dir, write_all
@@ -281,6 +282,22 @@ class ConsumeQueueSet:
             group[1].extend(pack(rec.physical_offset, rec.size, rec.tags_code))
         for (topic, queue_id), (first, data) in groups.items():
             self.get_or_create(topic, queue_id).append(first, data)
+
+    def append_run(
+        self,
+        topic: str,
+        queue_id: int,
+        first_queue_offset: int,
+        physical_offsets: Sequence[int],
+        sizes: Sequence[int],
+        tags_codes: Sequence[int] | None,
+    ) -> None:
+        """`dispatch` of consecutive records of one queue (entries packed in one C loop)."""
+        if not physical_offsets:
+            return
+        codes = repeat(0) if tags_codes is None else tags_codes
+        data = b"".join(map(CQ_ENTRY.pack, physical_offsets, sizes, codes))
+        self.get_or_create(topic, queue_id).append(first_queue_offset, data)
 
     def truncate_physical(self, physical_offset: int) -> int:
         """Drop entries of records that end after `physical_offset`; returns entries dropped."""

@@ -37,6 +37,7 @@ and the audit all use it, so one definition of "a valid record" exists.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import struct
 import zlib
@@ -118,8 +119,9 @@ def decode_properties(data: bytes | bytearray | memoryview) -> dict[str, str]:
     return result
 
 
+@functools.lru_cache(maxsize=1024)
 def encode_host(host: tuple[str, int]) -> tuple[bytes, bool]:
-    """(address bytes, is_ipv6) of a (ip, port) pair."""
+    """(address bytes, is_ipv6) of a (ip, port) pair (cached: pure, and ipaddress is slow)."""
     # ipaddress, not socket.inet_*: pysyncobj replaces socket.inet_ntop with a
     # Windows-only shim at import time, which breaks any process importing both.
     ip = ipaddress.ip_address(host[0])
@@ -409,6 +411,160 @@ def encode_batch(
         messages.append(AppendedMessage(phys, total, msg.queue_id, qo))
         index.append(RecordIndex(msg.topic, msg.queue_id, qo, phys, total, tcode))
     return EncodedBatch(out, start_offset, messages, index, next_qo)
+
+
+@dataclass
+class EncodedRun:
+    """A batch of ONE topic and queue laid out for the log (`encode_run`), blank records
+    included. Message i sits at `physical_offsets[i]`, is `sizes[i]` bytes long and has
+    queue offset `first_queue_offset + i`."""
+
+    data: bytes
+    start_offset: int
+    first_queue_offset: int
+    physical_offsets: list[int]
+    sizes: list[int]
+    tags_codes: list[int] | None  # None: every message's tagsCode is 0
+
+    @property
+    def end_offset(self) -> int:
+        return self.start_offset + len(self.data)
+
+
+#: Record prefix up to and including bodyLength, with the hosts/storeTimestamp/
+#: reconsumeTimes/preparedTransactionOffset block (constant within a batch) as one
+#: string: v4 hosts make it 8 + 8 + 8 + 4 + 8 = 36 bytes, v6 ones 60 or 48.
+_RUN_PREFIX: dict[int, struct.Struct] = {}
+
+
+def _run_prefix(middle_len: int) -> struct.Struct:
+    st = _RUN_PREFIX.get(middle_len)
+    if st is None:
+        st = _RUN_PREFIX[middle_len] = struct.Struct(f">iiiiiqqiq{middle_len}si")
+    return st
+
+
+def encode_run(
+    topic: str,
+    queue_id: int,
+    bodies: Sequence[bytes | bytearray | memoryview],
+    properties: Sequence[Mapping[str, str] | None] | None,
+    *,
+    flag: int,
+    born_timestamp_ms: int,
+    born_host: tuple[str, int],
+    start_offset: int,
+    segment_bytes: int,
+    store_host: tuple[str, int],
+    store_timestamp_ms: int,
+    first_queue_offset: int,
+    max_message_bytes: int,
+) -> EncodedRun:
+    """`encode_batch` for the produce hot path: one topic, one queue, one flag, born
+    timestamp and born host for the whole batch (pure).
+
+    Byte-for-byte the layout `encode_batch` gives the equivalent `MessageInput`s (a
+    unit test checks it on random batches), without per-message objects: per message
+    one CRC, one `struct.pack` of the record prefix, and the body and a per-topic
+    trailer (topic, properties) joined once. `properties` is None when no message has
+    any, else one mapping (or None) per message. Validates everything before
+    returning, so an invalid message rejects the batch.
+    """
+    topic_bytes = _check_topic(topic)
+    if queue_id < 0:
+        raise MessageInvalid(f"queue id {queue_id} of topic {topic!r} is negative")
+    born_addr, born_v6 = encode_host(born_host)
+    store_addr, store_v6 = encode_host(store_host)
+    sys_flag = (BORNHOST_V6_FLAG if born_v6 else 0) | (STOREHOSTADDRESS_V6_FLAG if store_v6 else 0)
+    middle = (
+        (_HOST_V6 if born_v6 else _HOST_V4).pack(born_addr, born_host[1])
+        + _Q.pack(store_timestamp_ms)
+        + (_HOST_V6 if store_v6 else _HOST_V4).pack(store_addr, store_host[1])
+        + b"\x00" * 12  # reconsumeTimes 0, preparedTransactionOffset 0
+    )
+    pack = _run_prefix(len(middle)).pack
+    fixed = message_length(sys_flag, 0, len(topic_bytes), 0)
+    topic_part = bytes([len(topic_bytes)]) + topic_bytes
+    plain_trailer = topic_part + b"\x00\x00"
+    crc32 = zlib.crc32
+    magic = MESSAGE_MAGIC_CODE
+    parts: list[bytes | bytearray | memoryview] = []
+    append = parts.append
+    phys_list: list[int] = []
+    sizes: list[int] = []
+    tcodes: list[int] | None = None
+    pos = start_offset
+    qo = first_queue_offset
+    limit = max_message_bytes
+    if properties is None:
+        # The common case: no properties anywhere, one constant trailer.
+        for body in bodies:
+            blen = len(body)
+            total = fixed + blen
+            if total > limit:
+                raise MessageInvalid(
+                    f"message of {total} bytes (body {blen}) to {topic!r} exceeds "
+                    f"max_message_bytes {max_message_bytes}"
+                )
+            if total + END_FILE_MIN_BLANK_LENGTH > segment_bytes - pos % segment_bytes:
+                space = segment_bytes - pos % segment_bytes
+                append(_SIZE_MAGIC.pack(space, BLANK_MAGIC_CODE) + bytes(space - 8))
+                pos += space
+            append(
+                pack(
+                    total, magic, crc32(body) & 0x7FFFFFFF, queue_id, flag, qo, pos, sys_flag,
+                    born_timestamp_ms, middle, blen,
+                )
+            )  # fmt: skip
+            append(body)
+            append(plain_trailer)
+            phys_list.append(pos)
+            sizes.append(total)
+            pos += total
+            qo += 1
+    else:
+        if len(properties) != len(bodies):
+            raise ValueError(f"{len(properties)} property maps for {len(bodies)} bodies")
+        tcodes = []
+        tag_codes: dict[str, int] = {}
+        for body, props_map in zip(bodies, properties, strict=True):
+            if props_map:
+                props = _check_properties(props_map)
+                trailer = topic_part + _I16.pack(len(props)) + props
+                tags = props_map.get(PROPERTY_TAGS)
+                tcode = 0
+                if tags:
+                    cached = tag_codes.get(tags)
+                    tcode = tag_codes[tags] = java_string_hash(tags) if cached is None else cached
+            else:
+                props = b""
+                trailer = plain_trailer
+                tcode = 0
+            blen = len(body)
+            total = fixed + blen + len(props)
+            if total > limit:
+                raise MessageInvalid(
+                    f"message of {total} bytes (body {blen}) to {topic!r} exceeds "
+                    f"max_message_bytes {max_message_bytes}"
+                )
+            if total + END_FILE_MIN_BLANK_LENGTH > segment_bytes - pos % segment_bytes:
+                space = segment_bytes - pos % segment_bytes
+                append(_SIZE_MAGIC.pack(space, BLANK_MAGIC_CODE) + bytes(space - 8))
+                pos += space
+            append(
+                pack(
+                    total, magic, crc32(body) & 0x7FFFFFFF, queue_id, flag, qo, pos, sys_flag,
+                    born_timestamp_ms, middle, blen,
+                )
+            )  # fmt: skip
+            append(body)
+            append(trailer)
+            phys_list.append(pos)
+            sizes.append(total)
+            tcodes.append(tcode)
+            pos += total
+            qo += 1
+    return EncodedRun(b"".join(parts), start_offset, first_queue_offset, phys_list, sizes, tcodes)
 
 
 def decode_record(buf: bytes | bytearray | memoryview, pos: int = 0) -> StoredMessage:

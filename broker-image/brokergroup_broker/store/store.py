@@ -49,7 +49,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from .checkpoint import StoreCheckpoint
@@ -72,12 +72,14 @@ from .errors import (
 from .identity import IdentityFiles
 from .message import (
     AppendResult,
+    EncodedRun,
     FileRange,
     MessageInput,
     RecordIndex,
     StoredMessage,
     decode_record,
     encode_batch,
+    encode_run,
     scan_records,
 )
 from .recovery import RecoveryReport, recover
@@ -335,15 +337,77 @@ class MessageStore:
             self._sync_to(end)
         return AppendResult(start, end, enc.messages)
 
+    def put_run(
+        self,
+        topic: str,
+        queue_id: int,
+        bodies: Sequence[bytes | bytearray | memoryview],
+        properties: Sequence[Mapping[str, str] | None] | None,
+        *,
+        store_host: tuple[str, int],
+        born_host: tuple[str, int],
+        now_ms: int,
+        flag: int = 0,
+        flush: bool | None = None,
+    ) -> EncodedRun:
+        """`put_messages` for a batch of one topic and queue (the produce hot path):
+        born timestamp = store timestamp = `now_ms`, one born host. Same validation,
+        durability and `flush` contract as `put_messages`; returns where each message
+        went (`EncodedRun`: physical offsets, sizes, first queue offset)."""
+        self._check_writable()
+        with self._lock:
+            self._check_open()
+            start = self.commitlog.max_offset
+            if self._last_record_end != start:
+                raise PartialTailPresent(start, self._last_record_end)
+            run = encode_run(
+                topic,
+                queue_id,
+                bodies,
+                properties,
+                flag=flag,
+                born_timestamp_ms=now_ms,
+                born_host=born_host,
+                start_offset=start,
+                segment_bytes=self.commitlog.segment_bytes,
+                store_host=store_host,
+                store_timestamp_ms=now_ms,
+                first_queue_offset=self.queues.next_queue_offset((topic, queue_id)),
+                max_message_bytes=self.config.max_message_bytes,
+            )
+            end = run.end_offset
+            if bodies:
+                queues = self.queues
+
+                def dispatch() -> None:
+                    queues.append_run(
+                        topic, queue_id, run.first_queue_offset, run.physical_offsets,
+                        run.sizes, run.tags_codes,
+                    )  # fmt: skip
+
+                self._write_dispatch_locked(start, run.data, dispatch)
+                self._last_record_end = end
+        if bodies and (
+            flush if flush is not None else self.config.flush_disk_type is FlushDiskType.SYNC_FLUSH
+        ):
+            self._sync_to(end)
+        return run
+
     def _write_locked(
         self, offset: int, data: bytes | bytearray | memoryview, index: list[RecordIndex]
+    ) -> None:
+        queues = self.queues
+        self._write_dispatch_locked(offset, data, lambda: queues.dispatch(index))
+
+    def _write_dispatch_locked(
+        self, offset: int, data: bytes | bytearray | memoryview, dispatch: Callable[[], None]
     ) -> None:
         try:
             self.commitlog.write(offset, data)
         except OSError as exc:
             raise self._io_failed(f"writing {len(data)} bytes at {offset}", exc, len(data)) from exc
         try:
-            self.queues.dispatch(index)
+            dispatch()
         except OSError as exc:
             # Undo the log write so the log and its index stay consistent.
             err = self._io_failed(f"writing consume queue entries for {offset}", exc, len(data))
