@@ -1,7 +1,7 @@
 """Replicated produce benchmark (DESIGN.md §9 "Replicated produce").
 
     .venv/bin/python bench/produce.py --quick                 # < 60 s
-    .venv/bin/python bench/produce.py                         # 20 s steady window
+    .venv/bin/python bench/produce.py                         # 20 s window, + inflight-4 variant
     .venv/bin/python bench/produce.py --producers 2 --batch 64 --inflight 8 --seconds 30
     .venv/bin/python bench/produce.py --profile               # + py-spy of the master
 
@@ -413,6 +413,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "producers": args.producers,
             "batch": args.batch,
             "inflight_per_producer": args.inflight,
+            "messages_in_flight": args.producers * args.inflight * args.batch,
             "body_bytes": BODY_BYTES,
             "warmup_s": args.warmup,
             "window_s": args.seconds,
@@ -435,7 +436,15 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="short run, < 60 s")
     parser.add_argument("--producers", type=int, default=2, help="producer processes")
     parser.add_argument("--batch", type=int, default=128, help="messages per batch")
-    parser.add_argument("--inflight", type=int, default=4, help="batches in flight per producer")
+    parser.add_argument("--inflight", type=int, default=2, help="batches in flight per producer")
+    parser.add_argument(
+        "--variant-inflight",
+        type=int,
+        nargs="*",
+        default=None,
+        help="after the headline, the same run again (fresh cluster) with these in-flight "
+        "depths; summaries go under 'variants' (default: 4 for a full run, none with --quick)",
+    )
     parser.add_argument("--seconds", type=float, default=None, help="steady window length")
     parser.add_argument("--warmup", type=float, default=None, help="seconds before the window")
     parser.add_argument("--flush", choices=("SYNC_FLUSH", "ASYNC_FLUSH"), default="SYNC_FLUSH")
@@ -457,6 +466,8 @@ def main() -> int:
         args.warmup = 3.0 if args.quick else 5.0
     if args.worker:
         return worker_main(args)
+    if args.variant_inflight is None:
+        args.variant_inflight = [] if args.quick else [4]
     result = run(args)
     print(
         f"replicated produce: {result['msgs_per_s']} msgs/s, {result['mb_per_s']} MB/s "
@@ -464,6 +475,28 @@ def main() -> int:
         f"p99 {result['p99_ms']} ms, errors {result['errors']}"
     )
     print(f"cpu: {json.dumps(result['cpu'])}")
+    variants: dict[str, Any] = {}
+    for depth in args.variant_inflight:
+        # Same settings (3 replicas, allAck, SYNC_FLUSH), fresh cluster, deeper pipeline:
+        # more messages in flight trade latency (Little's law) for throughput.
+        v_args = argparse.Namespace(**{**vars(args), "inflight": depth, "profile": False})
+        v = run(v_args)
+        variants[f"inflight_{depth}"] = {
+            k: v[k]
+            for k in (
+                "msgs_per_s", "mb_per_s", "p50_ms", "p99_ms", "cpu_us_per_msg", "meets_target",
+                "ceiling_mb_per_s", "errors",
+            )
+        } | {
+            "messages_in_flight": args.producers * depth * args.batch,
+            "cpu": v["cpu"],
+        }  # fmt: skip
+        print(
+            f"variant inflight {depth}: {v['msgs_per_s']} msgs/s, p50 {v['p50_ms']} ms, "
+            f"p99 {v['p99_ms']} ms, {v['cpu_us_per_msg']} us CPU/msg"
+        )
+    if variants:
+        result["variants"] = variants
     if not args.no_write:
         path = write_result("produce", result)
         print(f"wrote {path}")

@@ -37,13 +37,16 @@ Role transitions (no process restart, §3.2/§3.4):
   master's client port + 1 (the HA handshake truncates to the common epoch);
 - fence: stop taking writes and stop the HA master.
 
-Produce path: checks (role, lease, store, admission) → `store.put_messages`
-*before the first await* (keeps a connection's pipelined batches in order,
+Produce path: checks (role, lease, store, admission) → `store.put_run` (the
+server's fast path, `start_send_batch`: the wire batch goes straight into the
+record encoder) or `store.put_messages` (`send_messages`), *before the first
+await* (keeps a connection's pipelined batches in order,
 protocol/handler.py; on SYNC_FLUSH without an fdatasync: the store's
 `GroupCommitService` thread syncs for every batch appended meanwhile, and the
 commit rule counts this replica only up to `flushed_offset`) → `AckWaiters.add`
-→ await the waiter's future, which the HA ack callback, the group commit's
-"flushed" callback or the ticker resolves.
+→ the waiter's callback (a future's for `send_messages`, the server's reply
+for the fast path), which the HA ack callback, the group commit's "flushed"
+callback or the ticker fires.
 
 Clocks: `mono_ms` (monotonic) for leases, timeouts and HA progress;
 `wall_ms` only for stored timestamps.

@@ -10,6 +10,12 @@ exception becomes SYSTEM_ERROR (and is logged as a bug).
 Ordering: the server starts handler calls for one connection in the order
 the requests arrived (each in its own task), so a handler that appends
 before its first `await` keeps a producer's pipelined batches in order.
+
+Optional fast path: a handler may also define
+`start_send_batch(batch: SendBatch, reply: Callable[[Response], None]) -> None`
+(the broker core does). The server then uses it instead of `send_messages`
+for SEND_MESSAGES frames: it must append synchronously, call `reply` exactly
+once (now or later) and raise `BrokerError` to refuse before appending.
 """
 
 from __future__ import annotations

@@ -8,6 +8,13 @@ out in completion order, matched by request id. Handler calls start in
 arrival order (tasks are scheduled FIFO), which keeps a producer's batches
 in order for a handler that appends before its first await.
 
+Produce fast path: if the handler has `start_send_batch(batch, reply)`, a
+SEND_MESSAGES frame is decoded into a `SendBatch` (no per-message objects) and
+handed over synchronously from the reader, in arrival order, without a task or
+an `asyncio.timeout`; the handler calls `reply` once with the response and a
+timer answers SYSTEM_BUSY after handler_timeout_ms if it never does. The
+in-flight slot is held until the answer, exactly as for the task path.
+
 Bounds (all `ServerConfig` fields):
 - in-flight requests per connection: when reached, the reader stops reading
   until one completes, so TCP pushes back on the client instead of this

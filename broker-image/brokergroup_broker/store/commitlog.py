@@ -31,6 +31,9 @@ from .message import FileRange
 log = logging.getLogger(__name__)
 
 _SEGMENT_NAME = re.compile(r"^\d{20}$")
+_PAGE_BYTES = 4096
+#: drop_cache_below works in steps of at least this many bytes (one fadvise per step).
+_DROP_CHUNK_BYTES = 4 << 20
 
 
 def segment_file_name(start_offset: int) -> str:
@@ -58,6 +61,7 @@ class CommitLog:
         # segment start -> (fd, write sequence number) of segments written since their last sync
         self._unsynced: dict[int, tuple[int, int]] = {}
         self._write_seq = 0
+        self._cache_dropped = 0  # page cache below this offset was already let go
         directory.mkdir(parents=True, exist_ok=True)
         self._load()
 
@@ -201,6 +205,22 @@ class CommitLog:
                 os.fdatasync(seg.fd)
         self._unsynced.clear()
 
+    def drop_cache_below(self, offset: int) -> None:
+        """Let the kernel drop the page cache of [.., offset) (durable bytes only: the
+        caller passes at most the flushed offset). A hint: reads still work, from disk."""
+        start = max(self._cache_dropped, self.min_offset)
+        if offset - start < _DROP_CHUNK_BYTES:
+            return
+        for seg in self.segments:
+            lo, hi = max(start, seg.start), min(offset, seg.end)
+            if hi <= lo:
+                continue
+            first = (lo - seg.start) & ~(_PAGE_BYTES - 1)
+            last = (hi - seg.start) & ~(_PAGE_BYTES - 1)  # keep a partial last page
+            if last > first:
+                os.posix_fadvise(seg.fd, first, last - first, os.POSIX_FADV_DONTNEED)
+        self._cache_dropped = offset
+
     # -- reading -------------------------------------------------------------------------
     def file_range(self, offset: int, max_bytes: int, end: int) -> FileRange | None:
         """Bytes [offset, min(offset+max_bytes, end, segment end)) as one file slice."""
@@ -243,6 +263,7 @@ class CommitLog:
             raise OffsetOutOfRange("truncate", offset, self.min_offset, self.max_offset)
         removed = 0
         dir_changed = False
+        self._cache_dropped = min(self._cache_dropped, offset)
         # Later segments go entirely; the first segment is kept (empty) so the log start survives.
         while len(self.segments) > 1 and self.segments[-1].start >= offset:
             removed += self.segments[-1].size
@@ -267,6 +288,7 @@ class CommitLog:
             )
         while self.segments:
             self._drop_last_segment()
+        self._cache_dropped = offset
         self._create_segment(offset)
 
     def close(self) -> None:

@@ -41,6 +41,12 @@ class StoreConfig:
     """Entries per consume queue file; RocketMQ uses 300,000 (6,000,000-byte files)."""
     verify_crc_on_recover: bool = True
     """checkCRCOnRecover: verify body CRCs of every record scanned during recovery."""
+    page_cache_window_bytes: int = 64 << 20
+    """Drop-behind: after each commit log fdatasync, the page cache of durable bytes more
+    than this far behind the flushed offset is dropped (POSIX_FADV_DONTNEED), so new
+    writes reuse recycled pages instead of claiming fresh memory (which costs ~1 us of
+    CPU per KiB on a fresh VM, docs/benchmarks.md). Tail readers (HA transfer, consumers
+    within the window) still read from memory; older reads go to disk. 0 disables."""
 
     def __post_init__(self) -> None:
         seg = self.commit_log_segment_bytes
@@ -58,6 +64,10 @@ class StoreConfig:
             raise StoreConfigMismatch(f"disk_full_ratio {self.disk_full_ratio} not in [0, 1]")
         if self.default_queue_count <= 0:
             raise StoreConfigMismatch(f"default_queue_count {self.default_queue_count} must be > 0")
+        if self.page_cache_window_bytes < 0:
+            raise StoreConfigMismatch(
+                f"page_cache_window_bytes {self.page_cache_window_bytes} must be >= 0"
+            )
         if self.consume_queue_entries_per_file <= 0:
             raise StoreConfigMismatch(
                 f"consume_queue_entries_per_file {self.consume_queue_entries_per_file} must be > 0"

@@ -18,6 +18,7 @@ durable and recovery rebuilds whatever came after the last checkpoint.
 from __future__ import annotations
 
 import logging
+import operator
 import os
 import re
 import shutil
@@ -39,6 +40,10 @@ _FILE_NAME = re.compile(r"^\d{20}$")
 TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]{1,127}$")
 
 Entry = tuple[int, int, int]  # (commit log offset, size, tagsCode)
+_QUEUE_KEY = operator.itemgetter(0, 1)  # RecordIndex -> (topic, queue_id)
+_PHYS = operator.itemgetter(3)
+_SIZE = operator.itemgetter(4)
+_TAGS = operator.itemgetter(5)
 
 
 class ConsumeQueue:
@@ -262,26 +267,43 @@ class ConsumeQueueSet:
             key = (rec.topic, rec.queue_id)
             want = expected.get(key)
             if want is None:
+                if not TOPIC_PATTERN.match(rec.topic):  # once per queue and call
+                    return rec
                 cq = self.queues.get(key)
                 # An empty queue accepts any start (a slave reset to a later offset).
                 want = rec.queue_offset if cq is None or cq.is_empty else cq.max_offset
-            if rec.queue_offset != want or not TOPIC_PATTERN.match(rec.topic):
+            if rec.queue_offset != want:
                 return rec
             expected[key] = want + 1
         return None
 
     def dispatch(self, index: Iterable[RecordIndex]) -> None:
         """Append the entries of records (in log order): one write per queue per call."""
-        groups: dict[tuple[str, int], tuple[int, bytearray]] = {}
+        records = index if isinstance(index, list) else list(index)
+        if not records:
+            return
+        keys = set(map(_QUEUE_KEY, records))
+        if len(keys) == 1:  # the usual replicated batch: one queue, entries packed in C loops
+            topic, queue_id = keys.pop()
+            self.append_run(
+                topic,
+                queue_id,
+                records[0].queue_offset,
+                list(map(_PHYS, records)),
+                list(map(_SIZE, records)),
+                list(map(_TAGS, records)),
+            )
+            return
+        groups: dict[tuple[str, int], tuple[int, list[bytes]]] = {}
         pack = CQ_ENTRY.pack
-        for rec in index:
-            key = (rec.topic, rec.queue_id)
+        for topic, queue_id, queue_offset, physical_offset, size, tags_code in records:
+            key = (topic, queue_id)
             group = groups.get(key)
             if group is None:
-                group = groups[key] = (rec.queue_offset, bytearray())
-            group[1].extend(pack(rec.physical_offset, rec.size, rec.tags_code))
-        for (topic, queue_id), (first, data) in groups.items():
-            self.get_or_create(topic, queue_id).append(first, data)
+                group = groups[key] = (queue_offset, [])
+            group[1].append(pack(physical_offset, size, tags_code))
+        for (topic, queue_id), (first, entries) in groups.items():
+            self.get_or_create(topic, queue_id).append(first, b"".join(entries))
 
     def append_run(
         self,

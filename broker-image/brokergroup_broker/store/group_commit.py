@@ -27,7 +27,9 @@ next request instead of retrying in a loop.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import threading
 from collections.abc import Callable
 
@@ -51,7 +53,10 @@ class GroupCommitService:
         self._store = store
         self._on_flushed = on_flushed
         self._on_error = on_error
-        self._cond = threading.Condition()
+        # The thread sleeps in a read of this eventfd: a writer wakes it with one
+        # write(2) and never waits for a lock the thread may hold (a Condition made
+        # the event loop block, and hand the GIL back and forth, on every batch).
+        self._wakeup = os.eventfd(0, os.EFD_CLOEXEC)
         self._requested = -1
         self._request_lock = threading.Lock()
         self._idle = False
@@ -62,55 +67,67 @@ class GroupCommitService:
         self._thread.start()
 
     def request(self, end: int) -> None:
-        """Ask for [.., end) to become durable; returns at once. Thread-safe.
+        """Ask for [.., end) to become durable; returns at once, never blocks. Thread-safe.
 
-        Takes the lock only to wake an idle thread: `_requested` is stored before
-        `_idle` is read here, and the thread sets `_idle` before it re-reads
-        `_requested` under the lock, so one of the two always sees the other."""
+        `_requested` is stored before `_idle` is read here, and the thread sets
+        `_idle` before it re-reads `_requested`, so either this call sees the thread
+        idle and writes the eventfd, or the thread sees the new request."""
         if end <= self._requested:
             return
         with self._request_lock:  # several writer threads: keep _requested monotonic
             if end > self._requested:
                 self._requested = end
-        if self._idle:
-            with self._cond:
-                self._cond.notify()
+        if self._idle and not self._stopping:
+            self._wake()
+
+    def _wake(self) -> None:
+        with contextlib.suppress(OSError):  # closed after stop(): nothing to wake
+            os.eventfd_write(self._wakeup, 1)
 
     def stop(self, timeout_s: float = 5.0) -> None:
         """Finish the sync in progress (if any) and end the thread; bounded."""
-        with self._cond:
-            self._stopping = True
-            self._cond.notify()
+        self._stopping = True
+        self._wake()
         if self._thread.is_alive():
             self._thread.join(timeout_s)
+        if not self._thread.is_alive() and self._wakeup >= 0:
+            fd, self._wakeup = self._wakeup, -1
+            os.close(fd)
+
+    def _sleep_unless(self, ready: Callable[[], bool]) -> None:
+        """Block until woken, unless `ready()` (or stop) already holds once idle is set."""
+        self._idle = True
+        try:
+            if not self._stopping and not ready():
+                os.eventfd_read(self._wakeup)  # resets the counter; spurious wakes are fine
+        finally:
+            self._idle = False
+
+    def _wait_for_request_after(self, failed_at: int) -> None:
+        """After a failure: sleep until a new request (or stop)."""
+        while not self._stopping and self._requested <= failed_at:
+            self._sleep_unless(lambda: self._requested > failed_at)
 
     def _run(self) -> None:
         store = self._store
         while True:
-            with self._cond:
-                self._idle = True
-                while not self._stopping and not store.needs_sync(self._requested):
-                    self._cond.wait()
-                self._idle = False
-                if self._stopping:
-                    return
-                failed_at = self._requested
+            if self._stopping:
+                return
+            if not store.needs_sync(self._requested):
+                self._sleep_unless(lambda: store.needs_sync(self._requested))
+                continue
+            failed_at = self._requested
             try:
                 flushed = store.sync_log()
             except StoreError as exc:
                 log.error("group commit: fdatasync failed: %s", exc)
                 if self._on_error is not None:
                     self._on_error(exc)
-                with self._cond:
-                    # Wait for a new request (or stop): do not spin on a broken disk.
-                    while not self._stopping and self._requested <= failed_at:
-                        self._cond.wait()
+                self._wait_for_request_after(failed_at)  # do not spin on a broken disk
                 continue
             except Exception:  # a bug: log it, keep the thread (the owner sees no progress)
                 log.exception("group commit: unexpected error")
-                with self._cond:
-                    while not self._stopping and self._requested <= failed_at:
-                        self._cond.wait()
+                self._wait_for_request_after(failed_at)
                 continue
             try:
                 self._on_flushed(flushed)

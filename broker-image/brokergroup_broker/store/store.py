@@ -43,6 +43,7 @@ the store is reopened.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import logging
@@ -497,6 +498,11 @@ class MessageStore:
             with self._lock:
                 self.commitlog.mark_synced(captured)
             self._flushed = max(self._flushed, target)
+            window = self.config.page_cache_window_bytes
+            if window:
+                # Under _flush_lock: truncation (which closes fds) cannot run meanwhile.
+                with contextlib.suppress(OSError):  # only a hint
+                    self.commitlog.drop_cache_below(self._flushed - window)
 
     def sync_log(self) -> int:
         """fdatasync the commit log up to its current max offset; returns flushed_offset.
