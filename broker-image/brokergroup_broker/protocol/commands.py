@@ -266,6 +266,8 @@ async def consume(args: argparse.Namespace, out: IO[str]) -> tuple[int, str | No
             else:
                 body = message.body[:80].decode(errors="replace")
                 out.write(f"{message.queue_id}\t{message.queue_offset}\t{message.key}\t{body}\n")
+    except BrokenPipeError:
+        raise  # the reader went away: not a consumer failure (see cmd_consume)
     except _FAILURES as exc:
         return count, f"{_error_code(exc)}: {exc}"
     finally:
@@ -275,7 +277,13 @@ async def consume(args: argparse.Namespace, out: IO[str]) -> tuple[int, str | No
 
 
 def cmd_consume(args: argparse.Namespace) -> int:
-    count, error = asyncio.run(consume(args, sys.stdout))
+    try:
+        count, error = asyncio.run(consume(args, sys.stdout))
+    except BrokenPipeError:
+        # `consume … | head`: stop quietly as Unix tools do; point stdout at
+        # /dev/null so the interpreter's final flush does not complain.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     print(f"consumed {count} messages", file=sys.stderr)
     if error:
         print(f"stopped: {error}", file=sys.stderr)
