@@ -302,17 +302,7 @@ class _Connection:
             response = await self._respond(frame)
             if self._transport.is_closing():
                 return
-            try:
-                data = encode_response(frame.request_id, response)
-            except ProtocolError as exc:  # the handler returned something unencodable
-                log.error("cannot encode the answer to %s: %s", self._peer, exc)
-                data = encode_response(
-                    frame.request_id,
-                    ErrorResponse(
-                        frame.code, ResponseCode.SYSTEM_ERROR, f"cannot encode response: {exc}"
-                    ),
-                )
-            self._writer.write(data)
+            self._write_response(frame, response)
             if self._transport.get_write_buffer_size() > self._config.write_buffer_high_water_bytes:
                 await self._writer.drain()
         except (ConnectionError, OSError) as exc:
