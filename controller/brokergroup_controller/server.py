@@ -29,11 +29,10 @@ import contextlib
 import hmac
 import json
 import logging
-import os
 import signal
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import ClientError, ClientSession, ClientTimeout, web
@@ -41,10 +40,32 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from brokergroup_controller import api
+from brokergroup_controller.config import (
+    DEFAULT_API_PORT,
+    DEFAULT_RAFT_PORT,
+    ControllerConfig,
+    config_from_sources,
+    load_config,
+    read_token_file,
+)
 from brokergroup_controller.election import ElectionRequest, ElectionTrigger, decide_election
 from brokergroup_controller.errors import ControllerError, ErrorCode, http_status
 from brokergroup_controller.liveness import Liveness, WatchedSet
-from brokergroup_controller.raft_node import ControllerRaftNode, RaftSettings, parse_peers
+from brokergroup_controller.raft_node import ControllerRaftNode
+from brokergroup_controller.request_parsing import (
+    BadRequest,
+    int_field,
+    parse_alter,
+    parse_apply,
+    parse_clean,
+    parse_elect,
+    parse_heartbeat,
+    parse_inactive,
+    parse_none,
+    parse_register,
+    parse_watch,
+    query_key,
+)
 from brokergroup_controller.state import (
     AlterSyncStateSet,
     ApplyBrokerId,
@@ -57,219 +78,8 @@ from brokergroup_controller.state import (
 
 log = logging.getLogger(__name__)
 
-DEFAULT_API_PORT = 9878
-DEFAULT_RAFT_PORT = 9880
 FORWARDED_HEADER = "X-Brokergroup-Forwarded-By"
 LEADER_HEADER = "X-Brokergroup-Leader"
-
-# ---------------------------------------------------------------- config
-
-
-@dataclass(frozen=True)
-class ControllerConfig:
-    """Everything a controller node reads at start-up, validated once.
-
-    controller.json uses the camelCase of each field name (e.g.
-    `enableElectUncleanMaster`); command-line flags override the file.
-    """
-
-    node_id: int
-    """1-based index of this node's own address in `peers`."""
-    peers: tuple[str, ...]
-    """Stable `host:raftPort` of every node (StatefulSet DNS names, never pod IPs)."""
-    data_dir: str
-    api_port: int = DEFAULT_API_PORT
-    bind_address: str = "0.0.0.0"
-    token: str | None = None
-    """Bearer token for every POST; None only with insecure_no_auth."""
-    insecure_no_auth: bool = False
-    enable_elect_unclean_master: bool = False
-    """Elect outside the SyncStateSet when no member is alive: availability over no-loss."""
-    heartbeat_timeout_ms: int = 2000
-    """Grace a new leader gives every broker; timeout of heartbeats that carry none."""
-    connection_close_grace_ms: int = 750
-    """After a broker's heartbeat connection closes, wait this long for a new heartbeat."""
-    liveness_tick_ms: int = 100
-    election_retry_initial_ms: int = 100
-    election_retry_max_ms: int = 2000
-    commit_timeout_ms: int = 3000
-    """Bound on one Raft commit; past it the caller gets COMMIT_TIMEOUT (outcome unknown)."""
-    forward_timeout_ms: int = 5000
-    watch_max_timeout_ms: int = 60000
-    raft_min_timeout_ms: int = 200
-    raft_max_timeout_ms: int = 400
-    append_entries_period_ms: int = 10
-    connection_timeout_ms: int = 2000
-    connection_retry_ms: int = 500
-    log_compaction_min_entries: int = 5000
-    log_compaction_min_time_s: float = 300.0
-    raft_fsync: bool = True
-    """fdatasync the Raft journal before acknowledging (power-loss safe)."""
-    dns_cache_ms: int = 2000
-
-    @property
-    def self_address(self) -> str:
-        return self.peers[self.node_id - 1]
-
-    def api_address_of(self, raft_address: str) -> str:
-        host = raft_address.rsplit(":", 1)[0]
-        return f"{host}:{self.api_port}"
-
-    def raft_settings(self) -> RaftSettings:
-        return RaftSettings(
-            self_address=self.self_address,
-            peers=self.peers,
-            data_dir=self.data_dir,
-            bind_host=self.bind_address,
-            raft_min_timeout_s=self.raft_min_timeout_ms / 1000,
-            raft_max_timeout_s=self.raft_max_timeout_ms / 1000,
-            append_entries_period_s=self.append_entries_period_ms / 1000,
-            connection_timeout_s=self.connection_timeout_ms / 1000,
-            connection_retry_s=self.connection_retry_ms / 1000,
-            log_compaction_min_entries=self.log_compaction_min_entries,
-            log_compaction_min_time_s=self.log_compaction_min_time_s,
-            fsync=self.raft_fsync,
-            dns_cache_s=self.dns_cache_ms / 1000,
-        )
-
-    def validate(self) -> None:
-        """Relationships between settings (STYLE.md §6); ValueError names the rule."""
-        if not self.peers:
-            raise ValueError("--peers is empty")
-        if not 1 <= self.node_id <= len(self.peers):
-            raise ValueError(f"--node-id {self.node_id} is not in 1..{len(self.peers)}")
-        if not 0 < self.api_port < 65536:
-            raise ValueError(f"apiPort {self.api_port} is not a TCP port")
-        if self.token is None and not self.insecure_no_auth:
-            raise ValueError("a token is required (--token-file) unless --insecure-no-auth")
-        if self.token is not None and not self.token.strip():
-            raise ValueError("the token file is empty")
-        if self.liveness_tick_ms <= 0 or self.liveness_tick_ms >= self.heartbeat_timeout_ms:
-            raise ValueError("need 0 < livenessTickMs < heartbeatTimeoutMs")
-        if self.connection_close_grace_ms >= self.heartbeat_timeout_ms:
-            raise ValueError("connectionCloseGraceMs must be below heartbeatTimeoutMs")
-        if not 0 < self.election_retry_initial_ms <= self.election_retry_max_ms:
-            raise ValueError("need 0 < electionRetryInitialMs <= electionRetryMaxMs")
-        if self.commit_timeout_ms <= self.raft_max_timeout_ms:
-            raise ValueError("commitTimeoutMs must exceed raftMaxTimeoutMs (survive one election)")
-        if self.forward_timeout_ms <= self.commit_timeout_ms:
-            raise ValueError("forwardTimeoutMs must exceed commitTimeoutMs")
-        self.raft_settings().validate()
-
-
-def _camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(part.capitalize() for part in rest)
-
-
-_CONFIG_FIELDS = {_camel(f.name): f for f in fields(ControllerConfig)}
-_FILE_ONLY_EXCLUDED = {"token", "nodeId", "peers"}  # identity comes from flags/secrets
-
-
-def config_from_sources(
-    file_values: Mapping[str, Any], overrides: Mapping[str, Any]
-) -> ControllerConfig:
-    """Build the config from controller.json values (camelCase) and flag overrides
-    (snake_case field names, None = not given). Raises ValueError on unknown or
-    wrongly-typed settings and on broken relationships."""
-    values: dict[str, Any] = {}
-    for key, raw in file_values.items():
-        field = _CONFIG_FIELDS.get(key)
-        if field is None or key in _FILE_ONLY_EXCLUDED:
-            raise ValueError(
-                f"unknown controller setting {key!r} (node identity and the token come from flags)"
-            )
-        values[field.name] = raw
-    values.update({k: v for k, v in overrides.items() if v is not None})
-    if "peers" in values:
-        values["peers"] = parse_peers(values["peers"])
-    for f in fields(ControllerConfig):
-        if f.name not in values:
-            continue
-        value = values[f.name]
-        expected: dict[str, type | tuple[type, ...]] = {
-            "int": int,
-            "float": (int, float),
-            "bool": bool,
-        }
-        kind = expected.get(str(f.type))
-        if kind is not None and (
-            not isinstance(value, kind) or (kind is not bool and isinstance(value, bool))
-        ):
-            raise ValueError(f"setting {_camel(f.name)} must be {f.type}, got {value!r}")
-    config = ControllerConfig(**values)
-    config.validate()
-    return config
-
-
-# ---------------------------------------------------------------- input parsing
-
-
-class BadRequest(Exception):
-    """Malformed input; the message names the field."""
-
-
-def _str(data: Mapping[str, Any], name: str) -> str:
-    value = data.get(name)
-    if not isinstance(value, str) or not value:
-        raise BadRequest(f"field '{name}' is required and must be a non-empty string")
-    return value
-
-
-def _opt_str(data: Mapping[str, Any], name: str) -> str | None:
-    value = data.get(name)
-    if value is not None and not isinstance(value, str):
-        raise BadRequest(f"field '{name}' must be a string or null")
-    return value
-
-
-def _int(data: Mapping[str, Any], name: str, *, minimum: int | None = 0, text: bool = False) -> int:
-    value = data.get(name)
-    if text and isinstance(value, str):  # query parameters arrive as text
-        try:
-            value = int(value)
-        except ValueError:
-            raise BadRequest(f"field '{name}' must be an integer, got {value!r}") from None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise BadRequest(f"field '{name}' is required and must be an integer")
-    if minimum is not None and value < minimum:
-        raise BadRequest(f"field '{name}' must be >= {minimum}, got {value}")
-    return value
-
-
-def _opt_int(
-    data: Mapping[str, Any], name: str, default: int | None, minimum: int = 0
-) -> int | None:
-    if data.get(name) is None:
-        return default
-    return _int(data, name, minimum=minimum)
-
-
-def _opt_bool(data: Mapping[str, Any], name: str, default: bool) -> bool:
-    value = data.get(name, default)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        raise BadRequest(f"field '{name}' must be true or false")
-    return value
-
-
-def _int_list(data: Mapping[str, Any], name: str, *, required: bool) -> list[int] | None:
-    value = data.get(name)
-    if value is None:
-        if required:
-            raise BadRequest(f"field '{name}' is required and must be a list of integers")
-        return None
-    if not isinstance(value, list) or any(
-        isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in value
-    ):
-        raise BadRequest(f"field '{name}' must be a list of BrokerIds (integers >= 1)")
-    return list(value)
-
-
-def _broker_set_key(data: Mapping[str, Any]) -> tuple[str, str]:
-    return _str(data, "clusterName"), _str(data, "brokerName")
-
 
 # ---------------------------------------------------------------- metrics
 
@@ -468,7 +278,10 @@ class ControllerService:
         timeout_s = self.config.forward_timeout_ms / 1000
         if request.path == "/v1/watch":
             timeout_s += (
-                min(_int(request.query, "timeoutMs", text=True), self.config.watch_max_timeout_ms)
+                min(
+                    int_field(request.query, "timeoutMs", text=True),
+                    self.config.watch_max_timeout_ms,
+                )
                 / 1000
             )
         url = f"http://{leader_api}{request.path_qs}"
@@ -837,101 +650,6 @@ class ControllerService:
 # ---------------------------------------------------------------- endpoint table
 
 
-def _q_key(data: Mapping[str, Any]) -> dict[str, Any]:
-    cluster, name = _broker_set_key(data)
-    return {"clusterName": cluster, "brokerName": name}
-
-
-def _p_none(data: Mapping[str, Any]) -> dict[str, Any]:
-    return {}
-
-
-def _p_apply(b: Mapping[str, Any]) -> dict[str, Any]:
-    return {
-        **_q_key(b),
-        "brokerId": _int(b, "brokerId"),
-        "registerCode": _str(b, "registerCode"),
-        "address": _str(b, "address"),
-    }
-
-
-def _p_register(b: Mapping[str, Any]) -> dict[str, Any]:
-    return {**_q_key(b), "brokerId": _int(b, "brokerId", minimum=1), "address": _str(b, "address")}
-
-
-def _p_heartbeat(b: Mapping[str, Any]) -> dict[str, Any]:
-    key = _q_key(b)
-    hb = api.BrokerHeartbeat(
-        cluster_name=key["clusterName"],
-        broker_name=key["brokerName"],
-        broker_id=_int(b, "brokerId", minimum=1),
-        address=_str(b, "address"),
-        epoch=_int(b, "epoch"),
-        max_offset=_int(b, "maxOffset"),
-        confirm_offset=_int(b, "confirmOffset"),
-        election_priority=_opt_int(b, "electionPriority", 0) or 0,
-        heartbeat_timeout_ms=_opt_int(b, "heartbeatTimeoutMs", 0, minimum=0) or 0,
-        store_writable=_opt_bool(b, "storeWritable", True),
-        store_error=_opt_str(b, "storeError"),
-    )
-    return {"heartbeat": hb}
-
-
-def _p_inactive(b: Mapping[str, Any]) -> dict[str, Any]:
-    reason = _opt_str(b, "reason") or "reported inactive"
-    return {**_q_key(b), "brokerId": _int(b, "brokerId", minimum=1), "reason": reason}
-
-
-def _p_alter(b: Mapping[str, Any]) -> dict[str, Any]:
-    members = _int_list(b, "syncStateSet", required=True)
-    assert members is not None
-    return {
-        **_q_key(b),
-        "masterBrokerId": _int(b, "masterBrokerId", minimum=1),
-        "masterEpoch": _int(b, "masterEpoch"),
-        "syncStateSet": members,
-        "syncStateSetEpoch": _int(b, "syncStateSetEpoch"),
-    }
-
-
-def _p_elect(b: Mapping[str, Any]) -> dict[str, Any]:
-    key = _q_key(b)
-    requester = _opt_int(b, "brokerId", None, minimum=1)
-    designated = _opt_int(b, "designatedBrokerId", None, minimum=1)
-    raw_trigger = b.get("trigger")
-    if raw_trigger is None:
-        trigger = ElectionTrigger.ADMIN if designated is not None else ElectionTrigger.BROKER
-    elif raw_trigger in (ElectionTrigger.BROKER.value, ElectionTrigger.ADMIN.value):
-        trigger = ElectionTrigger(raw_trigger)
-    else:
-        raise BadRequest("field 'trigger' must be 'broker' or 'admin'")
-    if requester is None and designated is None:
-        raise BadRequest("field 'brokerId' (requester) or 'designatedBrokerId' is required")
-    return {
-        **key,
-        "brokerId": requester,
-        "designatedBrokerId": designated,
-        "trigger": trigger,
-    }
-
-
-def _p_clean(b: Mapping[str, Any]) -> dict[str, Any]:
-    return {
-        **_q_key(b),
-        "brokerIds": _int_list(b, "brokerIds", required=False),
-        "force": _opt_bool(b, "force", False),
-    }
-
-
-def _p_watch(q: Mapping[str, Any]) -> dict[str, Any]:
-    return {
-        **_q_key(q),
-        "masterEpoch": _int(q, "masterEpoch", text=True),
-        "syncStateSetEpoch": _int(q, "syncStateSetEpoch", text=True),
-        "timeoutMs": _int(q, "timeoutMs", text=True),
-    }
-
-
 @dataclass(frozen=True)
 class _Endpoint:
     name: str
@@ -942,25 +660,29 @@ class _Endpoint:
 
 
 _ENDPOINTS = (
-    _Endpoint("next_broker_id", "GET", "/v1/next-broker-id", _q_key, lambda s: s.next_broker_id),
+    _Endpoint("next_broker_id", "GET", "/v1/next-broker-id", query_key, lambda s: s.next_broker_id),
     _Endpoint(
-        "apply_broker_id", "POST", "/v1/brokers/apply-id", _p_apply, lambda s: s.apply_broker_id
+        "apply_broker_id", "POST", "/v1/brokers/apply-id", parse_apply, lambda s: s.apply_broker_id
     ),
-    _Endpoint("register", "POST", "/v1/brokers/register", _p_register, lambda s: s.register_broker),
-    _Endpoint("heartbeat", "POST", "/v1/brokers/heartbeat", _p_heartbeat, lambda s: s.heartbeat),
-    _Endpoint("inactive", "POST", "/v1/brokers/inactive", _p_inactive, lambda s: s.report_inactive),
+    _Endpoint(
+        "register", "POST", "/v1/brokers/register", parse_register, lambda s: s.register_broker
+    ),
+    _Endpoint("heartbeat", "POST", "/v1/brokers/heartbeat", parse_heartbeat, lambda s: s.heartbeat),
+    _Endpoint(
+        "inactive", "POST", "/v1/brokers/inactive", parse_inactive, lambda s: s.report_inactive
+    ),
     _Endpoint(
         "alter_sync_state_set",
         "POST",
         "/v1/sync-state-set/alter",
-        _p_alter,
+        parse_alter,
         lambda s: s.alter_sync_state_set,
     ),
-    _Endpoint("elect_master", "POST", "/v1/elect-master", _p_elect, lambda s: s.elect_master),
-    _Endpoint("clean", "POST", "/v1/brokers/clean", _p_clean, lambda s: s.clean_broker_data),
-    _Endpoint("replica_info", "GET", "/v1/replica-info", _q_key, lambda s: s.get_replica_info),
-    _Endpoint("groups", "GET", "/v1/groups", _p_none, lambda s: s.groups),
-    _Endpoint("watch", "GET", "/v1/watch", _p_watch, lambda s: s.watch),
+    _Endpoint("elect_master", "POST", "/v1/elect-master", parse_elect, lambda s: s.elect_master),
+    _Endpoint("clean", "POST", "/v1/brokers/clean", parse_clean, lambda s: s.clean_broker_data),
+    _Endpoint("replica_info", "GET", "/v1/replica-info", query_key, lambda s: s.get_replica_info),
+    _Endpoint("groups", "GET", "/v1/groups", parse_none, lambda s: s.groups),
+    _Endpoint("watch", "GET", "/v1/watch", parse_watch, lambda s: s.watch),
 )
 
 
@@ -1121,42 +843,13 @@ async def serve(config: ControllerConfig, *, stop: asyncio.Event | None = None) 
         await asyncio.to_thread(node.stop)
 
 
-def read_token_file(path: str) -> str:
-    with open(path, encoding="utf-8") as f:
-        token = f.read().strip()
-    if not token:
-        raise ValueError(f"token file {path} is empty")
-    return token
-
-
-def load_config(
-    *,
-    config_path: str | None,
-    node_id: int,
-    peers: str,
-    data_dir: str,
-    api_port: int | None = None,
-    bind_address: str | None = None,
-    token_file: str | None = None,
-    insecure_no_auth: bool = False,
-) -> ControllerConfig:
-    file_values: dict[str, Any] = {}
-    if config_path:
-        with open(config_path, encoding="utf-8") as f:
-            loaded = json.load(f)
-        if not isinstance(loaded, dict):
-            raise ValueError(f"{config_path} must hold a JSON object")
-        file_values = loaded
-    token = read_token_file(token_file) if token_file else None
-    return config_from_sources(
-        file_values,
-        {
-            "node_id": node_id,
-            "peers": peers,
-            "data_dir": os.path.abspath(data_dir),
-            "api_port": api_port,
-            "bind_address": bind_address,
-            "token": token,
-            "insecure_no_auth": insecure_no_auth or None,
-        },
-    )
+__all__ = [
+    "DEFAULT_API_PORT",
+    "DEFAULT_RAFT_PORT",
+    "ControllerConfig",
+    "config_from_sources",
+    "create_app",
+    "load_config",
+    "read_token_file",
+    "serve",
+]

@@ -1,0 +1,194 @@
+"""Controller node settings (DESIGN.md §2, §10): one frozen, typed object
+loaded once from `controller.json` (camelCase) and command-line flags, with
+the relationships pysyncobj and the liveness rules need checked at start-up."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from brokergroup_controller.raft_node import RaftSettings, parse_peers
+
+DEFAULT_API_PORT = 9878
+DEFAULT_RAFT_PORT = 9880
+
+
+@dataclass(frozen=True)
+class ControllerConfig:
+    """Everything a controller node reads at start-up, validated once.
+
+    controller.json uses the camelCase of each field name (e.g.
+    `enableElectUncleanMaster`); command-line flags override the file.
+    """
+
+    node_id: int
+    """1-based index of this node's own address in `peers`."""
+    peers: tuple[str, ...]
+    """Stable `host:raftPort` of every node (StatefulSet DNS names, never pod IPs)."""
+    data_dir: str
+    api_port: int = DEFAULT_API_PORT
+    bind_address: str = "0.0.0.0"
+    token: str | None = None
+    """Bearer token for every POST; None only with insecure_no_auth."""
+    insecure_no_auth: bool = False
+    enable_elect_unclean_master: bool = False
+    """Elect outside the SyncStateSet when no member is alive: availability over no-loss."""
+    heartbeat_timeout_ms: int = 2000
+    """Grace a new leader gives every broker; timeout of heartbeats that carry none."""
+    connection_close_grace_ms: int = 750
+    """After a broker's heartbeat connection closes, wait this long for a new heartbeat."""
+    liveness_tick_ms: int = 100
+    election_retry_initial_ms: int = 100
+    election_retry_max_ms: int = 2000
+    commit_timeout_ms: int = 3000
+    """Bound on one Raft commit; past it the caller gets COMMIT_TIMEOUT (outcome unknown)."""
+    forward_timeout_ms: int = 5000
+    watch_max_timeout_ms: int = 60000
+    raft_min_timeout_ms: int = 200
+    raft_max_timeout_ms: int = 400
+    append_entries_period_ms: int = 10
+    connection_timeout_ms: int = 2000
+    connection_retry_ms: int = 500
+    log_compaction_min_entries: int = 5000
+    log_compaction_min_time_s: float = 300.0
+    raft_fsync: bool = True
+    """fdatasync the Raft journal before acknowledging (power-loss safe)."""
+    dns_cache_ms: int = 2000
+
+    @property
+    def self_address(self) -> str:
+        return self.peers[self.node_id - 1]
+
+    def api_address_of(self, raft_address: str) -> str:
+        host = raft_address.rsplit(":", 1)[0]
+        return f"{host}:{self.api_port}"
+
+    def raft_settings(self) -> RaftSettings:
+        return RaftSettings(
+            self_address=self.self_address,
+            peers=self.peers,
+            data_dir=self.data_dir,
+            bind_host=self.bind_address,
+            raft_min_timeout_s=self.raft_min_timeout_ms / 1000,
+            raft_max_timeout_s=self.raft_max_timeout_ms / 1000,
+            append_entries_period_s=self.append_entries_period_ms / 1000,
+            connection_timeout_s=self.connection_timeout_ms / 1000,
+            connection_retry_s=self.connection_retry_ms / 1000,
+            log_compaction_min_entries=self.log_compaction_min_entries,
+            log_compaction_min_time_s=self.log_compaction_min_time_s,
+            fsync=self.raft_fsync,
+            dns_cache_s=self.dns_cache_ms / 1000,
+        )
+
+    def validate(self) -> None:
+        """Relationships between settings (STYLE.md §6); ValueError names the rule."""
+        if not self.peers:
+            raise ValueError("--peers is empty")
+        if not 1 <= self.node_id <= len(self.peers):
+            raise ValueError(f"--node-id {self.node_id} is not in 1..{len(self.peers)}")
+        if not 0 < self.api_port < 65536:
+            raise ValueError(f"apiPort {self.api_port} is not a TCP port")
+        if self.token is None and not self.insecure_no_auth:
+            raise ValueError("a token is required (--token-file) unless --insecure-no-auth")
+        if self.token is not None and not self.token.strip():
+            raise ValueError("the token file is empty")
+        if self.liveness_tick_ms <= 0 or self.liveness_tick_ms >= self.heartbeat_timeout_ms:
+            raise ValueError("need 0 < livenessTickMs < heartbeatTimeoutMs")
+        if self.connection_close_grace_ms >= self.heartbeat_timeout_ms:
+            raise ValueError("connectionCloseGraceMs must be below heartbeatTimeoutMs")
+        if not 0 < self.election_retry_initial_ms <= self.election_retry_max_ms:
+            raise ValueError("need 0 < electionRetryInitialMs <= electionRetryMaxMs")
+        if self.commit_timeout_ms <= self.raft_max_timeout_ms:
+            raise ValueError("commitTimeoutMs must exceed raftMaxTimeoutMs (survive one election)")
+        if self.forward_timeout_ms <= self.commit_timeout_ms:
+            raise ValueError("forwardTimeoutMs must exceed commitTimeoutMs")
+        self.raft_settings().validate()
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.capitalize() for part in rest)
+
+
+_CONFIG_FIELDS = {_camel(f.name): f for f in fields(ControllerConfig)}
+_FILE_ONLY_EXCLUDED = {"token", "nodeId", "peers"}  # identity comes from flags/secrets
+
+
+def config_from_sources(
+    file_values: Mapping[str, Any], overrides: Mapping[str, Any]
+) -> ControllerConfig:
+    """Build the config from controller.json values (camelCase) and flag overrides
+    (snake_case field names, None = not given). Raises ValueError on unknown or
+    wrongly-typed settings and on broken relationships."""
+    values: dict[str, Any] = {}
+    for key, raw in file_values.items():
+        field = _CONFIG_FIELDS.get(key)
+        if field is None or key in _FILE_ONLY_EXCLUDED:
+            raise ValueError(
+                f"unknown controller setting {key!r} (node identity and the token come from flags)"
+            )
+        values[field.name] = raw
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    if "peers" in values:
+        values["peers"] = parse_peers(values["peers"])
+    for f in fields(ControllerConfig):
+        if f.name not in values:
+            continue
+        value = values[f.name]
+        expected: dict[str, type | tuple[type, ...]] = {
+            "int": int,
+            "float": (int, float),
+            "bool": bool,
+        }
+        kind = expected.get(str(f.type))
+        if kind is not None and (
+            not isinstance(value, kind) or (kind is not bool and isinstance(value, bool))
+        ):
+            raise ValueError(f"setting {_camel(f.name)} must be {f.type}, got {value!r}")
+    config = ControllerConfig(**values)
+    config.validate()
+    return config
+
+
+def read_token_file(path: str) -> str:
+    with open(path, encoding="utf-8") as f:
+        token = f.read().strip()
+    if not token:
+        raise ValueError(f"token file {path} is empty")
+    return token
+
+
+def load_config(
+    *,
+    config_path: str | None,
+    node_id: int,
+    peers: str,
+    data_dir: str,
+    api_port: int | None = None,
+    bind_address: str | None = None,
+    token_file: str | None = None,
+    insecure_no_auth: bool = False,
+) -> ControllerConfig:
+    file_values: dict[str, Any] = {}
+    if config_path:
+        with open(config_path, encoding="utf-8") as f:
+            loaded = json.load(f)
+        if not isinstance(loaded, dict):
+            raise ValueError(f"{config_path} must hold a JSON object")
+        file_values = loaded
+    token = read_token_file(token_file) if token_file else None
+    return config_from_sources(
+        file_values,
+        {
+            "node_id": node_id,
+            "peers": peers,
+            "data_dir": os.path.abspath(data_dir),
+            "api_port": api_port,
+            "bind_address": bind_address,
+            "token": token,
+            "insecure_no_auth": insecure_no_auth or None,
+        },
+    )

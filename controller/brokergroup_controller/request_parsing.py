@@ -1,0 +1,181 @@
+"""Parsing and type-checking of API request bodies and queries (DESIGN.md §2.4).
+
+Every parser returns the keyword arguments of one `ControllerService` call or
+raises `BadRequest` naming the field, so malformed input is answered with 400
+before anything is forwarded or proposed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from brokergroup_controller import api
+from brokergroup_controller.election import ElectionTrigger
+
+
+class BadRequest(Exception):
+    """Malformed input; the message names the field."""
+
+
+def _str(data: Mapping[str, Any], name: str) -> str:
+    value = data.get(name)
+    if not isinstance(value, str) or not value:
+        raise BadRequest(f"field '{name}' is required and must be a non-empty string")
+    return value
+
+
+def _opt_str(data: Mapping[str, Any], name: str) -> str | None:
+    value = data.get(name)
+    if value is not None and not isinstance(value, str):
+        raise BadRequest(f"field '{name}' must be a string or null")
+    return value
+
+
+def int_field(
+    data: Mapping[str, Any], name: str, *, minimum: int | None = 0, text: bool = False
+) -> int:
+    value = data.get(name)
+    if text and isinstance(value, str):  # query parameters arrive as text
+        try:
+            value = int(value)
+        except ValueError:
+            raise BadRequest(f"field '{name}' must be an integer, got {value!r}") from None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BadRequest(f"field '{name}' is required and must be an integer")
+    if minimum is not None and value < minimum:
+        raise BadRequest(f"field '{name}' must be >= {minimum}, got {value}")
+    return value
+
+
+def _opt_int(
+    data: Mapping[str, Any], name: str, default: int | None, minimum: int = 0
+) -> int | None:
+    if data.get(name) is None:
+        return default
+    return int_field(data, name, minimum=minimum)
+
+
+def _opt_bool(data: Mapping[str, Any], name: str, default: bool) -> bool:
+    value = data.get(name, default)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise BadRequest(f"field '{name}' must be true or false")
+    return value
+
+
+def _int_list(data: Mapping[str, Any], name: str, *, required: bool) -> list[int] | None:
+    value = data.get(name)
+    if value is None:
+        if required:
+            raise BadRequest(f"field '{name}' is required and must be a list of integers")
+        return None
+    if not isinstance(value, list) or any(
+        isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in value
+    ):
+        raise BadRequest(f"field '{name}' must be a list of BrokerIds (integers >= 1)")
+    return list(value)
+
+
+def _broker_set_key(data: Mapping[str, Any]) -> tuple[str, str]:
+    return _str(data, "clusterName"), _str(data, "brokerName")
+
+
+def query_key(data: Mapping[str, Any]) -> dict[str, Any]:
+    cluster, name = _broker_set_key(data)
+    return {"clusterName": cluster, "brokerName": name}
+
+
+def parse_none(data: Mapping[str, Any]) -> dict[str, Any]:
+    return {}
+
+
+def parse_apply(b: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        **query_key(b),
+        "brokerId": int_field(b, "brokerId"),
+        "registerCode": _str(b, "registerCode"),
+        "address": _str(b, "address"),
+    }
+
+
+def parse_register(b: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        **query_key(b),
+        "brokerId": int_field(b, "brokerId", minimum=1),
+        "address": _str(b, "address"),
+    }
+
+
+def parse_heartbeat(b: Mapping[str, Any]) -> dict[str, Any]:
+    key = query_key(b)
+    hb = api.BrokerHeartbeat(
+        cluster_name=key["clusterName"],
+        broker_name=key["brokerName"],
+        broker_id=int_field(b, "brokerId", minimum=1),
+        address=_str(b, "address"),
+        epoch=int_field(b, "epoch"),
+        max_offset=int_field(b, "maxOffset"),
+        confirm_offset=int_field(b, "confirmOffset"),
+        election_priority=_opt_int(b, "electionPriority", 0) or 0,
+        heartbeat_timeout_ms=_opt_int(b, "heartbeatTimeoutMs", 0, minimum=0) or 0,
+        store_writable=_opt_bool(b, "storeWritable", True),
+        store_error=_opt_str(b, "storeError"),
+    )
+    return {"heartbeat": hb}
+
+
+def parse_inactive(b: Mapping[str, Any]) -> dict[str, Any]:
+    reason = _opt_str(b, "reason") or "reported inactive"
+    return {**query_key(b), "brokerId": int_field(b, "brokerId", minimum=1), "reason": reason}
+
+
+def parse_alter(b: Mapping[str, Any]) -> dict[str, Any]:
+    members = _int_list(b, "syncStateSet", required=True)
+    assert members is not None
+    return {
+        **query_key(b),
+        "masterBrokerId": int_field(b, "masterBrokerId", minimum=1),
+        "masterEpoch": int_field(b, "masterEpoch"),
+        "syncStateSet": members,
+        "syncStateSetEpoch": int_field(b, "syncStateSetEpoch"),
+    }
+
+
+def parse_elect(b: Mapping[str, Any]) -> dict[str, Any]:
+    key = query_key(b)
+    requester = _opt_int(b, "brokerId", None, minimum=1)
+    designated = _opt_int(b, "designatedBrokerId", None, minimum=1)
+    raw_trigger = b.get("trigger")
+    if raw_trigger is None:
+        trigger = ElectionTrigger.ADMIN if designated is not None else ElectionTrigger.BROKER
+    elif raw_trigger in (ElectionTrigger.BROKER.value, ElectionTrigger.ADMIN.value):
+        trigger = ElectionTrigger(raw_trigger)
+    else:
+        raise BadRequest("field 'trigger' must be 'broker' or 'admin'")
+    if requester is None and designated is None:
+        raise BadRequest("field 'brokerId' (requester) or 'designatedBrokerId' is required")
+    return {
+        **key,
+        "brokerId": requester,
+        "designatedBrokerId": designated,
+        "trigger": trigger,
+    }
+
+
+def parse_clean(b: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        **query_key(b),
+        "brokerIds": _int_list(b, "brokerIds", required=False),
+        "force": _opt_bool(b, "force", False),
+    }
+
+
+def parse_watch(q: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        **query_key(q),
+        "masterEpoch": int_field(q, "masterEpoch", text=True),
+        "syncStateSetEpoch": int_field(q, "syncStateSetEpoch", text=True),
+        "timeoutMs": int_field(q, "timeoutMs", text=True),
+    }
