@@ -377,6 +377,12 @@ def kopf_poster(body: Any) -> PostEvent:
     return post
 
 
+@kopf.on.login(registry=registry)
+def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    """In-cluster ServiceAccount or KUBECONFIG, through the kubernetes client."""
+    return kopf.login_via_client(**kwargs)
+
+
 @kopf.on.startup(registry=registry)
 async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.persistence.finalizer = FINALIZER
