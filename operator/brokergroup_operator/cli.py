@@ -24,7 +24,20 @@ def register(subparsers: Any) -> None:
     scope.add_argument("--all-namespaces", action="store_true", help="watch every namespace")
     p.add_argument("--peering", default="brokergroup", help="kopf peering object name")
     p.add_argument("--standalone", action="store_true", help="no peering (a single replica)")
-    p.add_argument("--priority", type=int, default=0, help="kopf peering priority")
+    p.add_argument(
+        "--priority",
+        type=int,
+        default=None,
+        help="kopf peering priority (default: random, so replicas never tie: "
+        "kopf pauses every replica that shares a priority)",
+    )
+    p.add_argument(
+        "--peering-lifetime",
+        type=int,
+        default=15,
+        help="seconds a silent peer counts as alive (how long a standby waits "
+        "after the active replica is killed)",
+    )
     p.add_argument("--liveness", default=None, help="e.g. http://0.0.0.0:8080/healthz")
     p.add_argument("--metrics-port", type=int, default=0, help="Prometheus port (0 = off)")
     p.add_argument("--kubeconfig", default=None)
@@ -84,7 +97,14 @@ def run_operator_command(args: argparse.Namespace) -> int:
         targets: list[str | None] = list(namespaces) if namespaces else [None]
         for ns in targets:
             asyncio.run(kube.ensure_peering(args.peering, ns))
-    memo = kopf.Memo(runtime=Runtime(settings=settings, kube=kube))
+    priority = args.priority
+    if priority is None:
+        import random
+
+        priority = random.SystemRandom().randint(1, 2**31 - 1)
+    memo = kopf.Memo(
+        runtime=Runtime(settings=settings, kube=kube), peering_lifetime_s=args.peering_lifetime
+    )
     kopf.run(
         registry=registry,
         memo=memo,
@@ -92,7 +112,7 @@ def run_operator_command(args: argparse.Namespace) -> int:
         namespaces=namespaces,
         standalone=bool(args.standalone),
         peering_name=None if args.standalone else args.peering,
-        priority=args.priority,
+        priority=priority,
         liveness_endpoint=args.liveness,
     )
     return 0

@@ -80,6 +80,7 @@ class GroupMemory:
     view: GroupView | None = None
     master_lost_at_ms: int | None = None
     applied: tuple[int, int] | None = None
+    addresses: tuple[str, ...] = ()
     applied_at: float = 0.0
 
 
@@ -156,6 +157,7 @@ async def _reconcile(
 ) -> None:
     key = (ctx.namespace, ctx.name)
     mem = rt.memory(key)
+    mem.addresses = ctx.addresses
     metrics.RECONCILES.labels(*key).inc()
     try:
         ctx.validate()
@@ -384,8 +386,9 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
 
 
 @kopf.on.startup(registry=registry)
-async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
     settings.persistence.finalizer = FINALIZER
+    settings.peering.lifetime = int(getattr(memo, "peering_lifetime_s", 15))
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 60
     settings.networking.request_timeout = 30
@@ -514,14 +517,15 @@ async def pod_event(
         view = mem.view
         if view is not None and view.live_master == decision.broker_id:
             mem.master_lost_at_ms = mem.master_lost_at_ms or now_ms()
-        try:
-            group_body = await rt.kube.read_group(ns, group)
-        except Exception:
-            group_body = None
-        if group_body is not None:
-            ctx = context_of(group_body, rt.settings)
+        addresses = mem.addresses
+        if not addresses:  # no pass of this group yet (operator just started)
             try:
-                await rt.controller(ctx.addresses).report_inactive(
+                addresses = context_of(await rt.kube.read_group(ns, group), rt.settings).addresses
+            except Exception as exc:
+                log.warning("cannot read BrokerGroup %s/%s: %s", ns, group, exc)
+        if addresses:
+            try:
+                await rt.controller(addresses).report_inactive(
                     ns, group, decision.broker_id, decision.text
                 )
                 metrics.INACTIVE_REPORTS.labels(str(decision.reason)).inc()
