@@ -87,7 +87,11 @@ class Kube:
         self, namespace: str, name: str, labels: Mapping[str, str | None]
     ) -> None:
         body = {"metadata": {"labels": dict(labels)}}
-        await asyncio.to_thread(self.core.patch_namespaced_pod, name, namespace, body)
+        try:
+            await asyncio.to_thread(self.core.patch_namespaced_pod, name, namespace, body)
+        except ApiException as exc:
+            if exc.status != 404:  # gone since the list: the next pass sees that
+                raise
 
     async def delete_pod(self, namespace: str, name: str, uid: str) -> None:
         options = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid))

@@ -57,7 +57,11 @@ def liveness_decision(before: PodFacts | None, after: PodFacts | None) -> Report
         return ReportInactive(broker_id, seen.name, InactiveReason.POD_DELETED)
     if after.broker_terminated and not (before is not None and before.broker_terminated):
         return ReportInactive(broker_id, after.name, InactiveReason.CONTAINER_TERMINATED)
-    if before is not None and after.restart_count > before.restart_count:
+    if (
+        before is not None
+        and after.restart_count > before.restart_count
+        and not before.broker_terminated  # else already reported: this is the new process
+    ):
         return ReportInactive(broker_id, after.name, InactiveReason.CONTAINER_TERMINATED)
     if before is not None and before.ready and not after.ready:
         return ReportInactive(broker_id, after.name, InactiveReason.POD_NOT_READY)

@@ -35,6 +35,10 @@ def test_each_transition_reports_once() -> None:
     assert liveness_decision(BASE, crashed) == ReportInactive(
         2, "bg-1", InactiveReason.CONTAINER_TERMINATED
     )
+    # The kubelet shows the terminated state, then the restarted container:
+    # only the first is a report (the second would mark the new process dead).
+    back = replace(BASE, restart_count=1, ready=False)
+    assert liveness_decision(crashed, back) is None
     restarted = replace(BASE, restart_count=1)  # crash and restart between two events
     assert liveness_decision(BASE, restarted) == ReportInactive(
         2, "bg-1", InactiveReason.CONTAINER_TERMINATED
