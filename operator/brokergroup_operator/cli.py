@@ -68,6 +68,11 @@ def run_operator_command(args: argparse.Namespace) -> int:
     import logging
     import os
 
+    if args.kubeconfig:
+        # Before the kubernetes client is imported: it reads KUBECONFIG at import
+        # time, and kopf's login goes through it.
+        os.environ["KUBECONFIG"] = args.kubeconfig
+
     import kopf
     from prometheus_client import start_http_server
 
@@ -86,8 +91,6 @@ def run_operator_command(args: argparse.Namespace) -> int:
     except SettingsError as exc:
         print(f"brokergroup operator: {exc}", file=sys.stderr)
         return 2
-    if args.kubeconfig:
-        os.environ["KUBECONFIG"] = args.kubeconfig
     kube = Kube(load_kube_config(args.kubeconfig))
     namespaces: list[str] = list(args.namespace)
     clusterwide = bool(args.all_namespaces) or not namespaces
