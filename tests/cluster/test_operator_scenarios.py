@@ -264,6 +264,16 @@ def test_operator_down_controller_still_fails_over(env: OperatorEnv) -> None:
 
 def test_standby_operator_takes_over(env: OperatorEnv) -> None:
     env.add_operator(1)  # two operators now, peering on KopfPeering/brokergroup
+
+    def peers() -> int | None:
+        body = env.custom.get_namespaced_custom_object(
+            "kopf.dev", "v1", env.namespace, "kopfpeerings", "brokergroup"
+        )
+        n = len(body.get("status") or {})
+        return n if n == 2 else None
+
+    wait_for("both operators in the peering object", peers, 30)
+    time.sleep(1.0)  # one peering round: the lower priority pauses
     env.create_group("orders", 1)
     env.wait_available("orders", 1)
     active = [op for op in env.operators if "group_changed" in op.log_path.read_text()]
