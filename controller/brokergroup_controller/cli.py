@@ -30,12 +30,22 @@ def register(subparsers: Any) -> None:
     controller.add_argument("--data-dir", required=True, help="Raft journal and snapshots")
     controller.add_argument("--api-port", type=int, default=None, help="HTTP API port (9878)")
     controller.add_argument(
-        "--bind-address", default=None, help="address to bind Raft and API (0.0.0.0)"
+        "--bind-address", default=None, help="address to bind the HTTP API (0.0.0.0)"
     )
-    auth = controller.add_mutually_exclusive_group()
-    auth.add_argument("--token-file", help="file holding the bearer token for POSTs")
-    auth.add_argument(
-        "--insecure-no-auth", action="store_true", help="accept POSTs without a token (dev only)"
+    controller.add_argument(
+        "--raft-bind-address",
+        default=None,
+        help="address to bind the Raft port (default: this node's own host in --peers)",
+    )
+    controller.add_argument("--token-file", help="file holding the bearer token for POSTs")
+    controller.add_argument(
+        "--raft-password-file",
+        help="file holding the Raft port's shared secret (frames authenticated before decoding)",
+    )
+    controller.add_argument(
+        "--insecure-no-auth",
+        action="store_true",
+        help="dev only: no API token and an unauthenticated Raft port",
     )
     controller.add_argument("--config", help="controller.json (camelCase settings)")
     controller.add_argument("--log-level", default="INFO", help="Python log level")
@@ -110,7 +120,9 @@ def _run_controller(args: argparse.Namespace) -> int:
             data_dir=args.data_dir,
             api_port=args.api_port,
             bind_address=args.bind_address,
+            raft_bind_address=args.raft_bind_address,
             token_file=args.token_file,
+            raft_password_file=args.raft_password_file,
             insecure_no_auth=args.insecure_no_auth,
         )
     except (OSError, ValueError) as exc:

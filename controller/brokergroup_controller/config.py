@@ -31,9 +31,18 @@ class ControllerConfig:
     data_dir: str
     api_port: int = DEFAULT_API_PORT
     bind_address: str = "0.0.0.0"
+    """Bind host of the HTTP API (token-authenticated, so all interfaces is the default)."""
+    raft_bind_address: str | None = None
+    """Bind host of the Raft port; None = the host of this node's own peer address.
+    Never all interfaces (DESIGN.md §11): the Raft port is internal."""
     token: str | None = None
     """Bearer token for every POST; None only with insecure_no_auth."""
+    raft_password: str | None = None
+    """Shared secret of the Raft port (pysyncobj `password`: every frame is a Fernet
+    token, authenticated before it is unpickled); None only with insecure_no_auth."""
     insecure_no_auth: bool = False
+    """Dev only: no API token and an unauthenticated Raft port (anyone who reaches it
+    can run code as the controller)."""
     enable_elect_unclean_master: bool = False
     """Elect outside the SyncStateSet when no member is alive: availability over no-loss."""
     heartbeat_timeout_ms: int = 2000
@@ -71,7 +80,8 @@ class ControllerConfig:
             self_address=self.self_address,
             peers=self.peers,
             data_dir=self.data_dir,
-            bind_host=self.bind_address,
+            bind_host=self.raft_bind_address,
+            password=self.raft_password,
             raft_min_timeout_s=self.raft_min_timeout_ms / 1000,
             raft_max_timeout_s=self.raft_max_timeout_ms / 1000,
             append_entries_period_s=self.append_entries_period_ms / 1000,
@@ -91,10 +101,18 @@ class ControllerConfig:
             raise ValueError(f"--node-id {self.node_id} is not in 1..{len(self.peers)}")
         if not 0 < self.api_port < 65536:
             raise ValueError(f"apiPort {self.api_port} is not a TCP port")
+        if self.insecure_no_auth and (self.token is not None or self.raft_password is not None):
+            raise ValueError("--insecure-no-auth cannot be combined with a token or Raft password")
         if self.token is None and not self.insecure_no_auth:
             raise ValueError("a token is required (--token-file) unless --insecure-no-auth")
         if self.token is not None and not self.token.strip():
             raise ValueError("the token file is empty")
+        if self.raft_password is None and not self.insecure_no_auth:
+            raise ValueError(
+                "a Raft password is required (--raft-password-file) unless --insecure-no-auth"
+            )
+        if self.raft_password is not None and len(self.raft_password) < 16:
+            raise ValueError("the Raft password file must hold at least 16 characters")
         if self.liveness_tick_ms <= 0 or self.liveness_tick_ms >= self.heartbeat_timeout_ms:
             raise ValueError("need 0 < livenessTickMs < heartbeatTimeoutMs")
         if self.connection_close_grace_ms >= self.heartbeat_timeout_ms:
@@ -114,7 +132,8 @@ def _camel(name: str) -> str:
 
 
 _CONFIG_FIELDS = {_camel(f.name): f for f in fields(ControllerConfig)}
-_FILE_ONLY_EXCLUDED = {"token", "nodeId", "peers"}  # identity comes from flags/secrets
+# Identity and secrets come from flags and files, never from controller.json.
+_FILE_ONLY_EXCLUDED = {"token", "raftPassword", "nodeId", "peers"}
 
 
 def config_from_sources(
@@ -153,12 +172,17 @@ def config_from_sources(
     return config
 
 
-def read_token_file(path: str) -> str:
+def read_secret_file(path: str, what: str = "token") -> str:
+    """A secret from a file (a mounted Secret key or the local runtime's file)."""
     with open(path, encoding="utf-8") as f:
-        token = f.read().strip()
-    if not token:
-        raise ValueError(f"token file {path} is empty")
-    return token
+        secret = f.read().strip()
+    if not secret:
+        raise ValueError(f"{what} file {path} is empty")
+    return secret
+
+
+def read_token_file(path: str) -> str:
+    return read_secret_file(path, "token")
 
 
 def load_config(
@@ -169,7 +193,9 @@ def load_config(
     data_dir: str,
     api_port: int | None = None,
     bind_address: str | None = None,
+    raft_bind_address: str | None = None,
     token_file: str | None = None,
+    raft_password_file: str | None = None,
     insecure_no_auth: bool = False,
 ) -> ControllerConfig:
     file_values: dict[str, Any] = {}
@@ -180,6 +206,9 @@ def load_config(
             raise ValueError(f"{config_path} must hold a JSON object")
         file_values = loaded
     token = read_token_file(token_file) if token_file else None
+    raft_password = (
+        read_secret_file(raft_password_file, "Raft password") if raft_password_file else None
+    )
     return config_from_sources(
         file_values,
         {
@@ -188,7 +217,9 @@ def load_config(
             "data_dir": os.path.abspath(data_dir),
             "api_port": api_port,
             "bind_address": bind_address,
+            "raft_bind_address": raft_bind_address,
             "token": token,
+            "raft_password": raft_password,
             "insecure_no_auth": insecure_no_auth or None,
         },
     )

@@ -383,6 +383,9 @@ class SnapshotStore:
 # ---------------------------------------------------------------- settings
 
 
+_ALL_INTERFACES = frozenset({"0.0.0.0", "::", "", "*"})
+
+
 @dataclass(frozen=True)
 class RaftSettings:
     """Raft tuning (docs/controller.md explains each choice)."""
@@ -392,7 +395,11 @@ class RaftSettings:
     peers: tuple[str, ...]
     """Every member's `host:port`, this node included."""
     data_dir: str
-    bind_host: str = "0.0.0.0"
+    bind_host: str | None = None
+    """Host the Raft port binds; None = the host of `self_address` (never all interfaces)."""
+    password: str | None = None
+    """pysyncobj `password`: frames are Fernet tokens (AES + HMAC) checked before
+    unpickling. None leaves the port open to anyone who can reach it (dev only)."""
     raft_min_timeout_s: float = 0.2
     """Election timeout lower bound: lower is faster failover, more spurious elections."""
     raft_max_timeout_s: float = 0.4
@@ -408,7 +415,16 @@ class RaftSettings:
     """Short, so a peer pod that comes back with a new IP is reached quickly."""
     snapshots_kept: int = 3
 
+    @property
+    def raft_bind_host(self) -> str:
+        return self.bind_host or self.self_address.rsplit(":", 1)[0]
+
     def validate(self) -> None:
+        if self.raft_bind_host in _ALL_INTERFACES:
+            raise ValueError(
+                f"the Raft port may not bind all interfaces ({self.raft_bind_host}): "
+                "bind it to the node's own address"
+            )
         if self.self_address not in self.peers:
             raise ValueError(f"self address {self.self_address} is not in peers {self.peers}")
         if len(set(self.peers)) != len(self.peers):
@@ -524,7 +540,8 @@ class ControllerRaftNode(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
             useFork=False,
             serializer=self._serialize,
             deserializer=self._deserialize,
-            bindAddress=f"{settings.bind_host}:{settings.self_address.rsplit(':', 1)[1]}",
+            bindAddress=f"{settings.raft_bind_host}:{settings.self_address.rsplit(':', 1)[1]}",
+            password=settings.password,
             bindRetryTime=0.2,
             maxBindRetries=50,
             dnsCacheTime=settings.dns_cache_s,

@@ -102,6 +102,7 @@ class ControllerCluster:
         token: str = DEFAULT_TOKEN,
         config: Mapping[str, Any] | None = None,
         python: str = sys.executable,
+        insecure: bool = False,
         log_level: str = "INFO",
     ) -> None:
         if not 2 <= block <= 9:
@@ -111,9 +112,13 @@ class ControllerCluster:
         self.token = token
         self.python = python
         self.log_level = log_level
+        self.insecure = insecure
         self.base_dir.mkdir(parents=True, exist_ok=True)
         self.token_file = self.base_dir / "token"
         self.token_file.write_text(token + "\n")
+        self.raft_password = f"raft-password-of-{token}"
+        self.raft_password_file = self.base_dir / "raft-password"
+        self.raft_password_file.write_text(self.raft_password + "\n")
         self.config_file: Path | None = None
         if config:
             self.config_file = self.base_dir / "controller.json"
@@ -164,11 +169,18 @@ class ControllerCluster:
             str(node.data_dir),
             "--bind-address",
             node.host,
-            "--token-file",
-            str(self.token_file),
             "--log-level",
             self.log_level,
         ]
+        if self.insecure:
+            cmd += ["--insecure-no-auth"]
+        else:
+            cmd += [
+                "--token-file",
+                str(self.token_file),
+                "--raft-password-file",
+                str(self.raft_password_file),
+            ]
         if self.config_file is not None:
             cmd += ["--config", str(self.config_file)]
         return cmd

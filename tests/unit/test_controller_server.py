@@ -31,6 +31,7 @@ from brokergroup_controller.server import ControllerConfig, config_from_sources,
 from brokergroup_controller.state import ControllerState
 
 TOKEN = "s3cret"
+RAFT_PASSWORD = "raft-secret-of-this-test"
 C, B = "DefaultCluster", "broker-a"
 _hosts = itertools.count(1)
 
@@ -42,6 +43,7 @@ def _config(tmp_path: Path, host: str, **kw: Any) -> ControllerConfig:
         data_dir=str(tmp_path / "data"),
         bind_address=host,
         token=TOKEN,
+        raft_password=RAFT_PASSWORD,
         **kw,
     )
 
@@ -464,6 +466,7 @@ def test_config_defaults_and_relationships(tmp_path: Path) -> None:
         "peers": "h1:9880,h2:9880,h3:9880",
         "data_dir": str(tmp_path),
         "token": "t",
+        "raft_password": RAFT_PASSWORD,
     }
     config = config_from_sources({}, base)
     assert config.enable_elect_unclean_master is False
@@ -478,6 +481,11 @@ def test_config_defaults_and_relationships(tmp_path: Path) -> None:
         ({"token": "in-the-file"}, {}, "token"),
         ({}, {"node_id": 4}, "--node-id"),
         ({}, {"token": None, "insecure_no_auth": None}, "token"),
+        ({"raftPassword": "in-the-file-is-refused"}, {}, "raftPassword"),
+        ({}, {"raft_password": None}, "Raft password is required"),
+        ({}, {"raft_password": "short"}, "at least 16"),
+        ({}, {"raft_bind_address": "0.0.0.0"}, "all interfaces"),
+        ({}, {"insecure_no_auth": True}, "cannot be combined"),
         ({}, {"peers": "h1:9880,h1:9880"}, "duplicate"),
     ]
     for file_values, overrides, needle in bad:

@@ -93,6 +93,7 @@ def test_controller_argv(tmp_path: Path) -> None:
         "--data-dir", str(tmp_path / "controllers" / "2"),
         "--api-port", "9878", "--bind-address", "127.0.1.2",
         "--token-file", str(tmp_path / "token"),
+        "--raft-password-file", str(tmp_path / "raft-password"),
     ]  # fmt: skip
     with_settings = build_config(tmp_path, 3, ["local.launcher=bg", "controller.a=1"])
     assert controller_argv(with_settings, Layout(tmp_path), 1)[-2:] == [

@@ -113,8 +113,14 @@ from brokergroup_broker.store import (
     StoreConfig,
 )
 from brokergroup_broker.store.consumer_offsets import ConsumerOffsetSnapshot
-from brokergroup_broker.store.errors import MessageInvalid, StoreError, StoreNotWritable
+from brokergroup_broker.store.errors import (
+    MessageInvalid,
+    StoreError,
+    StoreNotWritable,
+    TopicNotStorable,
+)
 from brokergroup_broker.store.identity import IdentityFiles
+from brokergroup_broker.topics import topic_error
 from brokergroup_controller.api import BrokerHeartbeat, ReplicaInfo
 
 log = logging.getLogger(__name__)
@@ -938,6 +944,7 @@ class Broker:
         Appends synchronously (so a connection's batches keep their order); `reply` is
         called once, now or when the commit rule decides. Raises BrokerError to refuse
         before anything is appended."""
+        _require_valid_topic(batch.topic)
         now = self._check_send(len(batch))
         store = self._store()
         chosen = self._choose_queue(batch.topic, batch.queue_id)
@@ -955,6 +962,8 @@ class Broker:
                 now_ms=born,
                 flush=False if committer is not None else None,
             )
+        except TopicNotStorable as exc:
+            raise BrokerError(ResponseCode.TOPIC_INVALID, str(exc)) from exc
         except MessageInvalid as exc:
             raise BrokerError(ResponseCode.BAD_REQUEST, str(exc)) from exc
         except StoreNotWritable as exc:
@@ -979,6 +988,8 @@ class Broker:
         self, topic: str, queue_id: int | None, messages: Sequence[ProduceMessage]
     ) -> SendResult:
         # Everything up to put_messages is synchronous: see the module docstring.
+        for name in {topic, *(m.topic for m in messages if m.topic)}:
+            _require_valid_topic(name)
         now = self._check_send(len(messages))
         store = self._store()
         chosen = self._choose_queue(topic, queue_id)
@@ -1007,6 +1018,8 @@ class Broker:
             result = store.put_messages(
                 inputs, host, born, flush=False if committer is not None else None
             )
+        except TopicNotStorable as exc:
+            raise BrokerError(ResponseCode.TOPIC_INVALID, str(exc)) from exc
         except MessageInvalid as exc:
             raise BrokerError(ResponseCode.BAD_REQUEST, str(exc)) from exc
         except StoreNotWritable as exc:
@@ -1076,6 +1089,7 @@ class Broker:
     async def pull_messages(
         self, topic: str, queue_id: int, queue_offset: int, max_count: int
     ) -> PullResult:
+        _require_valid_topic(topic)
         self._require_readable()
         store = self._store()
         confirm = self.confirm_offset()
@@ -1103,11 +1117,13 @@ class Broker:
         return PullResult(pulled, next_offset, low, high)
 
     async def query_offsets(self, topic: str, queue_id: int) -> tuple[int, int]:
+        _require_valid_topic(topic)
         self._require_master_reads()
         # Max is what a consumer can read: records up to confirmOffset.
         return self._store().queue_offset_range(topic, queue_id, self.confirm_offset())
 
     async def topic_queue_count(self, topic: str) -> int:
+        _require_valid_topic(topic)
         self._require_readable()
         count = self._store().queue_count(topic)
         if count == 0:
@@ -1117,10 +1133,12 @@ class Broker:
     async def commit_consumer_offset(
         self, group: str, topic: str, queue_id: int, offset: int
     ) -> None:
+        _require_valid_topic(topic)
         self._require_master_reads()  # the master, or an acting master (RIP-32)
         self._store().consumer_offsets.commit(group, topic, queue_id, offset, wall_ms())
 
     async def query_consumer_offset(self, group: str, topic: str, queue_id: int) -> int:
+        _require_valid_topic(topic)
         self._require_master_reads()
         found = self._store().consumer_offsets.get(group, topic, queue_id)
         return NO_CONSUMER_OFFSET if found is None else found
@@ -1200,3 +1218,10 @@ class Broker:
         if store is None:
             return ConsumerOffsetSnapshot.from_json({}).to_json()
         return store.consumer_offsets.snapshot().to_json()
+
+
+def _require_valid_topic(topic: str) -> None:
+    """Every request that names a topic checks it first (DESIGN.md §3.4b)."""
+    error = topic_error(topic)
+    if error is not None:
+        raise BrokerError(ResponseCode.TOPIC_INVALID, error)

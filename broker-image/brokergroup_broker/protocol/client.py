@@ -24,7 +24,7 @@ Retry policy of `Producer`, and why:
   now. Retried only `isr_retry_max_attempts` times so a caller learns of
   the lost redundancy instead of hanging; SLAVE_TIMEOUT and timeouts may
   have appended, so a retry can duplicate (at-least-once, like RocketMQ).
-- Anything else (TOPIC_NOT_FOUND, BAD_REQUEST, SYSTEM_ERROR): raised at
+- Anything else (TOPIC_NOT_FOUND, TOPIC_INVALID, BAD_REQUEST, SYSTEM_ERROR): raised at
   once; retrying cannot help.
 """
 

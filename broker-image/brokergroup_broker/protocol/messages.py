@@ -33,7 +33,8 @@ class ResponseCode(IntEnum):
     re-discover the master (NOT_MASTER, FENCED, STORE_NOT_WRITABLE), try
     another replica for reads (READ_ONLY), back off and retry a bounded number
     of times (SYSTEM_BUSY, IN_SYNC_REPLICAS_NOT_ENOUGH, SLAVE_TIMEOUT), or
-    give up on this request (TOPIC_NOT_FOUND, BAD_REQUEST, SYSTEM_ERROR).
+    give up on this request (TOPIC_NOT_FOUND, TOPIC_INVALID, BAD_REQUEST,
+    SYSTEM_ERROR).
     """
 
     SUCCESS = 0
@@ -59,6 +60,9 @@ class ResponseCode(IntEnum):
     SYSTEM_BUSY = 9
     #: A bug or unexpected failure on the broker; the message says what.
     SYSTEM_ERROR = 10
+    #: The topic name breaks the topic rule (brokergroup_broker.topics); nothing
+    #: was written. Fix the name: retrying cannot help.
+    TOPIC_INVALID = 11
 
 
 class RequestCode(IntEnum):

@@ -27,6 +27,8 @@ from collections.abc import Callable, Iterable, Sequence
 from itertools import repeat
 from pathlib import Path
 
+from brokergroup_broker.topics import is_valid_topic
+
 from ._fileio import fsync_dir, write_all
 from .errors import StoreConfigMismatch, StoreCorruption
 from .message import RecordIndex
@@ -36,8 +38,6 @@ log = logging.getLogger(__name__)
 CQ_ENTRY = struct.Struct(">qiq")
 CQ_ENTRY_BYTES = CQ_ENTRY.size  # 20
 _FILE_NAME = re.compile(r"^\d{20}$")
-#: RocketMQ's topic rule (TopicValidator): also keeps topic names safe as directory names.
-TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]{1,127}$")
 
 Entry = tuple[int, int, int]  # (commit log offset, size, tagsCode)
 _QUEUE_KEY = operator.itemgetter(0, 1)  # RecordIndex -> (topic, queue_id)
@@ -247,7 +247,7 @@ class ConsumeQueueSet:
     def get_or_create(self, topic: str, queue_id: int) -> ConsumeQueue:
         cq = self.queues.get((topic, queue_id))
         if cq is None:
-            if not TOPIC_PATTERN.match(topic) or queue_id < 0:
+            if not _indexable((topic, queue_id)):
                 raise StoreCorruption(-1, f"topic {topic!r} / queue {queue_id} cannot be stored")
             cq = self._open(topic, queue_id)
         return cq
@@ -263,13 +263,17 @@ class ConsumeQueueSet:
     def first_mismatch(self, index: Iterable[RecordIndex]) -> RecordIndex | None:
         """The first record whose queue offset does not continue its queue (None if all do)."""
         expected: dict[tuple[str, int], int] = {}
+        unindexable: set[tuple[str, int]] = set()
         for rec in index:
             key = (rec.topic, rec.queue_id)
             want = expected.get(key)
             if want is None:
-                if not TOPIC_PATTERN.match(rec.topic):  # once per queue and call
-                    return rec
+                if key in unindexable:
+                    continue
                 cq = self.queues.get(key)
+                if cq is None and not _indexable(key):  # once per queue and call
+                    unindexable.add(key)  # `dispatch` skips and reports it
+                    continue
                 # An empty queue accepts any start (a slave reset to a later offset).
                 want = rec.queue_offset if cq is None or cq.is_empty else cq.max_offset
             if rec.queue_offset != want:
@@ -277,12 +281,27 @@ class ConsumeQueueSet:
             expected[key] = want + 1
         return None
 
-    def dispatch(self, index: Iterable[RecordIndex]) -> None:
-        """Append the entries of records (in log order): one write per queue per call."""
+    def dispatch(self, index: Iterable[RecordIndex]) -> list[RecordIndex]:
+        """Append the entries of records (in log order): one write per queue per call.
+
+        Returns the records no consume queue can hold (a topic that breaks the
+        topic rule, a negative queue id; only a store written before that rule
+        was enforced has them). They stay in the commit log, so replicas remain
+        byte-identical, but no queue indexes them: callers report them loudly.
+        """
         records = index if isinstance(index, list) else list(index)
         if not records:
-            return
+            return []
         keys = set(map(_QUEUE_KEY, records))
+        queues = self.queues
+        bad_keys = {k for k in keys if k not in queues and not _indexable(k)}
+        skipped: list[RecordIndex] = []
+        if bad_keys:
+            skipped = [r for r in records if _QUEUE_KEY(r) in bad_keys]
+            records = [r for r in records if _QUEUE_KEY(r) not in bad_keys]
+            keys -= bad_keys
+            if not records:
+                return skipped
         if len(keys) == 1:  # the usual replicated batch: one queue, entries packed in C loops
             topic, queue_id = keys.pop()
             self.append_run(
@@ -293,7 +312,7 @@ class ConsumeQueueSet:
                 list(map(_SIZE, records)),
                 list(map(_TAGS, records)),
             )
-            return
+            return skipped
         groups: dict[tuple[str, int], tuple[int, list[bytes]]] = {}
         pack = CQ_ENTRY.pack
         for topic, queue_id, queue_offset, physical_offset, size, tags_code in records:
@@ -304,6 +323,7 @@ class ConsumeQueueSet:
             group[1].append(pack(physical_offset, size, tags_code))
         for (topic, queue_id), (first, entries) in groups.items():
             self.get_or_create(topic, queue_id).append(first, b"".join(entries))
+        return skipped
 
     def append_run(
         self,
@@ -355,3 +375,20 @@ class ConsumeQueueSet:
         for cq in self.queues.values():
             cq.close()
         self.queues.clear()
+
+
+def _indexable(key: tuple[str, int]) -> bool:
+    """A consume queue can hold this (topic, queue id): the name is a safe directory."""
+    return key[1] >= 0 and is_valid_topic(key[0])
+
+
+def describe_unindexed(records: Sequence[RecordIndex], limit: int = 5) -> str:
+    """One log line's worth about records `dispatch` could not index."""
+    shown = ", ".join(
+        f"{r.topic[:40]!r}/{r.queue_id} at {r.physical_offset}" for r in records[:limit]
+    )
+    more = f" and {len(records) - limit} more" if len(records) > limit else ""
+    return (
+        f"{len(records)} record(s) kept in the commit log but not indexed (topic breaks the "
+        f"topic rule; consumers cannot read them): {shown}{more}"
+    )

@@ -61,6 +61,10 @@ class MessageInvalid(StoreError):
     """A message cannot be stored in the RocketMQ v1 layout (too long, bad topic...)."""
 
 
+class TopicNotStorable(MessageInvalid):
+    """The topic breaks the topic rule (brokergroup_broker.topics); nothing was written."""
+
+
 class StoreNotWritable(StoreError):
     def __init__(self, reason: str) -> None:
         super().__init__(f"store is not writable: {reason}")

@@ -46,7 +46,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import NamedTuple
 
-from .errors import MessageInvalid, StoreCorruption
+from brokergroup_broker.topics import MAX_TOPIC_BYTES, topic_error
+
+from .errors import MessageInvalid, StoreCorruption, TopicNotStorable
 
 MESSAGE_MAGIC_CODE = -626843481  # 0xdaa320a7
 BLANK_MAGIC_CODE = -875286124  # 0xcbd43194
@@ -63,7 +65,6 @@ PROPERTY_KEYS = "KEYS"
 PROPERTY_TAGS = "TAGS"
 PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX = "UNIQ_KEY"
 
-MAX_TOPIC_BYTES = 127  # v1 stores the topic length in one signed byte
 MAX_PROPERTIES_BYTES = 32767  # stored as a Java short
 
 #: Bytes of a record with IPv4 hosts, excluding body, topic and properties.
@@ -272,10 +273,11 @@ def encode_message(
 
 
 def _check_topic(topic: str) -> bytes:
-    data = topic.encode()
-    if not data or len(data) > MAX_TOPIC_BYTES:
-        raise MessageInvalid(f"topic {topic!r} is {len(data)} bytes; must be 1..{MAX_TOPIC_BYTES}")
-    return data
+    """The topic's bytes; refuses a name the consume queues could not index."""
+    error = topic_error(topic)
+    if error is not None:
+        raise TopicNotStorable(error)
+    return topic.encode("ascii")
 
 
 def _check_properties(properties: Mapping[str, str]) -> bytes:

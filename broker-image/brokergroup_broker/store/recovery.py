@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .commitlog import CommitLog
-from .consume_queue import ConsumeQueueSet
+from .consume_queue import ConsumeQueueSet, describe_unindexed
 from .message import RecordIndex, ScanStop, scan_records
 
 log = logging.getLogger(__name__)
@@ -44,6 +44,8 @@ class RecoveryReport:
     stop: ScanStop
     detail: str
     records_dispatched: int
+    records_unindexed: int
+    """Records kept in the log that no consume queue can hold (bad topic): reported."""
     consume_queue_entries_dropped: int
     full_rebuild: bool
 
@@ -144,9 +146,10 @@ def recover(
     while True:
         dropped = queues.truncate_physical(start)
         count = 0
+        unindexed = 0
 
         def dispatch(records: list[RecordIndex]) -> None:
-            nonlocal count
+            nonlocal count, unindexed
             bad = queues.first_mismatch(records)
             if bad is not None:
                 raise _QueueMismatch(
@@ -154,8 +157,11 @@ def recover(
                     f"{bad.topic}/{bad.queue_id}, consume queue ends at "
                     f"{queues.next_queue_offset((bad.topic, bad.queue_id))}"
                 )
-            queues.dispatch(records)
-            count += len(records)
+            skipped = queues.dispatch(records)
+            if skipped:
+                unindexed += len(skipped)
+                log.error("recovery: %s", describe_unindexed(skipped))
+            count += len(records) - len(skipped)
 
         try:
             end, stop, detail = scan_log(
@@ -189,6 +195,7 @@ def recover(
         stop=stop,
         detail=detail,
         records_dispatched=count,
+        records_unindexed=unindexed,
         consume_queue_entries_dropped=dropped,
         full_rebuild=full_rebuild,
     )

@@ -56,7 +56,7 @@ from pathlib import Path
 from .checkpoint import StoreCheckpoint
 from .commitlog import CommitLog
 from .config import FlushDiskType, StoreConfig
-from .consume_queue import ConsumeQueueSet
+from .consume_queue import ConsumeQueueSet, describe_unindexed
 from .consumer_offsets import ConsumerOffsetStore
 from .epoch_file import EpochFile
 from .errors import (
@@ -65,6 +65,7 @@ from .errors import (
     ReplicationDataCorrupt,
     StoreClosed,
     StoreCorruption,
+    StoreError,
     StoreIOError,
     StoreLocked,
     StoreNotWritable,
@@ -131,6 +132,9 @@ class MessageStore:
         self._flushed = end
         self._saved_checkpoint = (checkpoint.recover_offset, checkpoint.confirm_offset)
         self._fatal_error: str | None = None
+        #: Records kept in the log but indexed by no queue (a topic that breaks the
+        #: topic rule, from before it was enforced): recovery's count plus replication's.
+        self.records_unindexed = recovery.records_unindexed
         self._space_error: tuple[str, int] | None = None  # (reason, bytes that did not fit)
         self._disk_usage: tuple[float, float] | None = None  # (monotonic s, ratio)
 
@@ -398,7 +402,14 @@ class MessageStore:
         self, offset: int, data: bytes | bytearray | memoryview, index: list[RecordIndex]
     ) -> None:
         queues = self.queues
-        self._write_dispatch_locked(offset, data, lambda: queues.dispatch(index))
+
+        def dispatch() -> None:
+            unindexed = queues.dispatch(index)
+            if unindexed:
+                self.records_unindexed += len(unindexed)
+                log.error("store %s: %s", self.root, describe_unindexed(unindexed))
+
+        self._write_dispatch_locked(offset, data, dispatch)
 
     def _write_dispatch_locked(
         self, offset: int, data: bytes | bytearray | memoryview, dispatch: Callable[[], None]
@@ -409,14 +420,23 @@ class MessageStore:
             raise self._io_failed(f"writing {len(data)} bytes at {offset}", exc, len(data)) from exc
         try:
             dispatch()
-        except OSError as exc:
-            # Undo the log write so the log and its index stay consistent.
-            err = self._io_failed(f"writing consume queue entries for {offset}", exc, len(data))
+        except Exception as exc:
+            # Undo the log write so the log and its index stay consistent: a record
+            # in the log that no queue indexes would fail every later append.
+            if isinstance(exc, OSError):
+                err: StoreError = self._io_failed(
+                    f"writing consume queue entries for {offset}", exc, len(data)
+                )
+            else:
+                log.exception("store %s: indexing the append at %d failed", self.root, offset)
+                err = StoreCorruption(offset, f"indexing the append failed: {exc!r}")
             try:
                 self.queues.truncate_physical(offset)
                 self.commitlog.truncate(offset)
-            except OSError:
-                self._fatal_error = f"{err.reason}; rollback also failed"
+            except OSError as undo:
+                # Log and index now disagree: refuse writes so the controller fails over.
+                self._fatal_error = f"{err}; rolling the append back also failed: {undo}"
+                log.error("store %s: %s", self.root, self._fatal_error)
             raise err from exc
 
     def append_replicated(

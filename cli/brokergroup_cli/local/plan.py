@@ -3,6 +3,8 @@
 Files under DIR (`--dir`, default ~/.brokergroup/local):
 
     token                    bearer token of the controllers' mutating API (0600)
+    raft-password            shared secret of the controllers' Raft port (0600)
+    ha-secret                HMAC key brokers prove on the HA port (0600)
     config.json              the resolved LocalConfig (the detached supervisor reads it)
     controller.json          controller settings from `--set controller.x=…` (if any)
     state.json               every child's pid/address/role, rewritten by the supervisor
@@ -28,6 +30,19 @@ class Layout:
     @property
     def token_file(self) -> Path:
         return self.root / "token"
+
+    @property
+    def raft_password_file(self) -> Path:
+        return self.root / "raft-password"
+
+    @property
+    def ha_secret_file(self) -> Path:
+        return self.root / "ha-secret"
+
+    @property
+    def secret_files(self) -> tuple[Path, ...]:
+        """Every secret the runtime generates once and keeps (DESIGN.md §11)."""
+        return (self.token_file, self.raft_password_file, self.ha_secret_file)
 
     @property
     def config_file(self) -> Path:
@@ -84,6 +99,8 @@ def controller_argv(config: LocalConfig, layout: Layout, node_id: int) -> list[s
         config.controller_hosts[node_id - 1],
         "--token-file",
         str(layout.token_file),
+        "--raft-password-file",
+        str(layout.raft_password_file),
     ]
     if config.controller_settings:
         argv += ["--config", str(layout.controller_config_file)]

@@ -66,17 +66,18 @@ def monotonic_ms() -> int:
 
 
 def prepare_dir(config: LocalConfig, layout: Layout) -> None:
-    """Create DIR's tree, the token (kept if present), config.json, controller.json."""
+    """Create DIR's tree, the secrets (kept if present), config.json, controller.json."""
     layout.root.mkdir(parents=True, exist_ok=True)
     layout.logs_dir.mkdir(exist_ok=True)
     for node_id in range(1, len(config.controller_hosts) + 1):
         layout.controller_data_dir(node_id).mkdir(parents=True, exist_ok=True)
     for slot in range(config.broker_count):
         layout.broker_data_dir(slot).mkdir(parents=True, exist_ok=True)
-    if not layout.token_file.exists():
-        fd = os.open(layout.token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(secrets.token_urlsafe(32) + "\n")
+    for secret_file in layout.secret_files:
+        if not secret_file.exists():
+            fd = os.open(secret_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(secrets.token_urlsafe(32) + "\n")
     layout.config_file.write_text(json.dumps(config.to_json(), indent=2) + "\n")
     if config.controller_settings:
         layout.controller_config_file.write_text(

@@ -1,0 +1,147 @@
+"""The Raft port authenticates before it unpickles (DESIGN.md §11, issue 7 item 2).
+
+pysyncobj frames are `int32 length + zlib(pickle(message))`; without a
+password the receiving node unpickles the first frame of any connection, so
+whoever reaches the port runs code as the controller. These tests send such a
+frame, crafted to create a marker file when unpickled, to every node of a
+real 3-node cluster on 127.0.9.x:
+
+- control: on a cluster started with --insecure-no-auth the marker appears
+  (the attack is real, so the next test can fail);
+- with --raft-password-file (the default everywhere) nothing is created, and
+  the cluster keeps committing writes;
+- a node started with the wrong password never joins and never disrupts the
+  two nodes that share the right one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import pickle
+import socket
+import struct
+import subprocess
+import time
+import zlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.controller_harness import ControllerCluster, wait_or_kill
+
+pytestmark = pytest.mark.integration
+
+BLOCK = 9
+
+
+class _CreatesMarker:
+    """Unpickling this calls open(path, "w"): a harmless stand-in for any code."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = str(path)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (open, (self.path, "w"))
+
+
+def _crafted_frame(marker: Path) -> bytes:
+    data = zlib.compress(pickle.dumps(_CreatesMarker(marker), protocol=2), 3)
+    return struct.pack("i", len(data)) + data
+
+
+def _send_to_raft_port(address: str, frame: bytes) -> None:
+    host, port = address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=2.0) as sock:
+        sock.sendall(frame)
+        # Give the node's poll loop time to read and parse the frame.
+        sock.settimeout(1.0)
+        with contextlib.suppress(TimeoutError, ConnectionResetError):
+            sock.recv(1024)
+
+
+def _apply_id(cluster: ControllerCluster, broker_name: str, broker_id: int = 1) -> None:
+    leader = cluster.wait_for_leader()
+    result = cluster.request(
+        leader,
+        "POST",
+        "/v1/brokers/apply-id",
+        {
+            "clusterName": "C",
+            "brokerName": broker_name,
+            "brokerId": broker_id,
+            "registerCode": f"code-{broker_name}",
+            "address": f"127.0.{BLOCK}.99:10911",
+        },
+    )
+    assert result.status == 200, result.body
+
+
+def _next_id(cluster: ControllerCluster, node_id: int, broker_name: str) -> int:
+    result = cluster.request(
+        node_id, "GET", f"/v1/next-broker-id?clusterName=C&brokerName={broker_name}"
+    )
+    assert result.status == 200, result.body
+    return int(result.body["nextBrokerId"])
+
+
+def _attack_every_node(cluster: ControllerCluster, marker: Path) -> None:
+    frame = _crafted_frame(marker)
+    for node in cluster.nodes.values():
+        _send_to_raft_port(node.raft_address, frame)
+
+
+def test_crafted_pickle_runs_code_on_an_unauthenticated_raft_port(tmp_path: Path) -> None:
+    """The control: proves the crafted frame is a real attack on pysyncobj's port."""
+    marker = tmp_path / "executed"
+    with ControllerCluster(tmp_path / "insecure", block=BLOCK, insecure=True) as cluster:
+        cluster.start_all()
+        cluster.wait_for_leader()
+        _attack_every_node(cluster, marker)
+        deadline = time.monotonic() + 5
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert marker.exists(), "the unauthenticated port did not unpickle the frame"
+
+
+def test_crafted_pickle_is_refused_and_the_cluster_keeps_serving(tmp_path: Path) -> None:
+    marker = tmp_path / "executed"
+    with ControllerCluster(tmp_path / "secure", block=BLOCK) as cluster:
+        cluster.start_all()
+        _apply_id(cluster, "before-attack")
+        for _ in range(3):  # repeated, and on connections that stay open
+            _attack_every_node(cluster, marker)
+        time.sleep(1.0)
+        assert not marker.exists(), "a frame was unpickled before authentication"
+        assert all(node.running() for node in cluster.nodes.values()), cluster.logs()
+        _apply_id(cluster, "after-attack")
+        for node_id in cluster.nodes:
+            cluster.wait_ready(node_id)
+            assert _next_id(cluster, node_id, "before-attack") == 2
+            assert _next_id(cluster, node_id, "after-attack") == 2
+
+
+def test_a_node_with_the_wrong_password_never_joins(tmp_path: Path) -> None:
+    with ControllerCluster(tmp_path / "wrong", block=BLOCK) as cluster:
+        cluster.start(1)
+        cluster.start(2)
+        _apply_id(cluster, "two-nodes")
+        wrong = tmp_path / "wrong-password"
+        wrong.write_text("not-the-cluster-password\n")
+        argv = cluster.command(3)
+        argv[argv.index("--raft-password-file") + 1] = str(wrong)
+        cluster.nodes[3].data_dir.mkdir(parents=True, exist_ok=True)
+        with open(cluster.nodes[3].log_path, "ab") as log:
+            intruder = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            time.sleep(3.0)  # several election timeouts of the intruder
+            status = cluster.request(3, "GET", "/v1/raft").body
+            assert status["leader"] is None and not status["isLeader"], status
+            # The two real members still agree and commit.
+            _apply_id(cluster, "with-intruder")
+            leader = cluster.wait_for_leader(exclude=[3])
+            assert leader in (1, 2)
+            assert _next_id(cluster, leader, "with-intruder") == 2
+        finally:
+            intruder.terminate()
+            wait_or_kill(intruder, 5.0)
