@@ -73,6 +73,9 @@ class Controllers:
 
     def start(self) -> None:
         peers = ",".join(f"{h}:9880" for h in self.hosts)
+        raft_password = self.root / "raft-password"
+        raft_password.write_text(secrets.token_hex(16))
+        raft_password.chmod(0o600)
         for n, host in enumerate(self.hosts, 1):
             log = open(self.root / f"controller-{n}.log", "ab")  # noqa: SIM115
             self.procs.append(
@@ -90,6 +93,8 @@ class Controllers:
                         str(self.root / f"controller-{n}"),
                         "--token-file",
                         str(self.token_file),
+                        "--raft-password-file",
+                        str(raft_password),
                     ],
                     stdout=log,
                     stderr=subprocess.STDOUT,

@@ -273,14 +273,25 @@ def test_standby_operator_takes_over(env: OperatorEnv) -> None:
         return n if n == 2 else None
 
     wait_for("both operators in the peering object", peers, 30)
-    time.sleep(1.0)  # one peering round: the lower priority pauses
     env.create_group("orders", 1)
     env.wait_available("orders", 1)
-    active = [op for op in env.operators if "group_changed" in op.log_path.read_text()]
-    assert len(active) == 1, "exactly one operator replica handled the group"
-    active[0].stop(signal.SIGKILL)
+
+    def paused(op: Any) -> bool:
+        lines = [
+            ln for ln in op.log_path.read_text().splitlines() if "kopf._core.engines.peering" in ln
+        ]
+        return bool(lines) and "Pausing operations" in lines[-1]
+
+    def roles() -> tuple[Any, Any] | None:
+        active = [op for op in env.operators if not paused(op)]
+        standby = [op for op in env.operators if paused(op)]
+        return (active[0], standby[0]) if len(active) == 1 and len(standby) == 1 else None
+
+    active, standby = wait_for("one active and one paused operator", roles, 30)
+    active.stop(signal.SIGKILL)
     env.create_group("second", 1)
     env.wait_available("second", 1, 90)
+    assert "Handler 'group_changed' succeeded" in standby.log_path.read_text()
 
 
 def test_scale_up_and_down_with_switchover(env: OperatorEnv) -> None:
