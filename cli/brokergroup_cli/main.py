@@ -16,6 +16,7 @@ def build_parser() -> argparse.ArgumentParser:
     from brokergroup_broker import cli as broker_cli
     from brokergroup_cli import local_cli
     from brokergroup_controller import cli as controller_cli
+    from brokergroup_operator import cli as operator_cli
 
     parser = argparse.ArgumentParser(
         prog="brokergroup",
@@ -25,6 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     controller_cli.register(subparsers)
     broker_cli.register(subparsers)
     local_cli.register(subparsers)
+    operator_cli.register(subparsers)
     return parser
 
 

@@ -1,0 +1,113 @@
+"""Which conditions hold (pure): Available, Progressing, Degraded.
+
+metav1.Condition fields: type, status, observedGeneration,
+lastTransitionTime, reason, message. lastTransitionTime changes only when a
+condition's status changes, so it tells when the group last became (un)available.
+
+- Available: a live master exists and its pod is ready and labelled master
+  (the client Service has an endpoint that accepts writes).
+- Progressing: pods are being created, rolled or scaled, or a switchover is
+  under way.
+- Degraded: no live master, a pod not ready, or the SyncStateSet smaller than
+  minInSyncReplicas (writes are refused) or smaller than the replicas.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+AVAILABLE = "Available"
+PROGRESSING = "Progressing"
+DEGRADED = "Degraded"
+
+
+@dataclass(frozen=True)
+class GroupFacts:
+    generation: int
+    replicas: int
+    pods: int
+    ready_pods: int
+    master_alive: bool
+    master_pod_ready: bool
+    master_labelled: bool
+    sync_state_set_size: int
+    min_in_sync_replicas: int
+    outdated_pods: int
+    plan_reason: str | None = None
+
+
+def _cond(status: bool, reason: str, message: str) -> tuple[str, str, str]:
+    return ("True" if status else "False", reason, message)
+
+
+def evaluate(facts: GroupFacts) -> dict[str, tuple[str, str, str]]:
+    """Condition type → (status, reason, message)."""
+    if not facts.master_alive:
+        available = _cond(False, "NoMaster", "the controller has no live master")
+    elif not facts.master_pod_ready:
+        available = _cond(False, "MasterNotReady", "the master's pod is not ready")
+    elif not facts.master_labelled:
+        available = _cond(False, "MasterNotLabelled", "the master's pod is not labelled yet")
+    else:
+        available = _cond(True, "MasterReady", "a ready master serves the client Service")
+    if facts.pods != facts.replicas:
+        progressing = _cond(True, "Scaling", f"{facts.pods} of {facts.replicas} pod(s) exist")
+    elif facts.outdated_pods:
+        reason = facts.plan_reason or "rolling"
+        progressing = _cond(
+            True, "RollingUpdate", f"{facts.outdated_pods} pod(s) outdated: {reason}"
+        )
+    elif facts.ready_pods != facts.replicas:
+        progressing = _cond(
+            True, "PodsStarting", f"{facts.ready_pods} of {facts.replicas} pod(s) ready"
+        )
+    else:
+        progressing = _cond(False, "UpToDate", "every pod runs the current template")
+    if not facts.master_alive:
+        degraded = _cond(True, "NoMaster", "no live master: writes are refused")
+    elif facts.sync_state_set_size < facts.min_in_sync_replicas:
+        degraded = _cond(
+            True,
+            "BelowMinInSync",
+            f"SyncStateSet has {facts.sync_state_set_size} member(s), "
+            f"minInSyncReplicas is {facts.min_in_sync_replicas}: writes are refused",
+        )
+    elif facts.ready_pods < facts.replicas:
+        degraded = _cond(
+            True, "PodsNotReady", f"{facts.replicas - facts.ready_pods} pod(s) not ready"
+        )
+    elif facts.sync_state_set_size < facts.replicas:
+        degraded = _cond(
+            True,
+            "SlavesOutOfSync",
+            f"{facts.replicas - facts.sync_state_set_size} replica(s) outside the SyncStateSet",
+        )
+    else:
+        degraded = _cond(False, "AllInSync", "every replica is in the SyncStateSet")
+    return {AVAILABLE: available, PROGRESSING: progressing, DEGRADED: degraded}
+
+
+def conditions(
+    facts: GroupFacts, previous: Sequence[dict[str, Any]], now_iso: str
+) -> list[dict[str, Any]]:
+    """metav1.Conditions, keeping lastTransitionTime while a status holds."""
+    before = {c.get("type"): c for c in previous}
+    result = []
+    for kind, (status, reason, message) in evaluate(facts).items():
+        old = before.get(kind)
+        changed = old is None or old.get("status") != status
+        result.append(
+            {
+                "type": kind,
+                "status": status,
+                "observedGeneration": facts.generation,
+                "lastTransitionTime": now_iso
+                if changed or old is None
+                else old.get("lastTransitionTime", now_iso),
+                "reason": reason,
+                "message": message,
+            }
+        )
+    return result

@@ -1,0 +1,541 @@
+"""kopf handlers: thin shells around the pure planners.
+
+One reconcile pass per BrokerGroup (`reconcile_group`): read the pods, the
+StatefulSet and the controller's view once; patch labels (the client
+Service follows the master); take at most one disruptive step (a user's
+switchover, a scale step, or a rolling-update step); re-apply owned objects
+when the spec changed; write status and Events. The pass is idempotent, so a
+kopf retry or a second operator replica taking over does no harm.
+
+Who runs a pass:
+- a daemon per BrokerGroup, woken by the controller's watch (long-poll on
+  the epochs), by pod events of the group, by spec changes, and at least
+  every `resync_s`;
+- pod events also feed the liveness decision (report a broker inactive at
+  once when its pod is deleted, not ready or its container terminated).
+
+The controller elects; the operator never does. Its only election-related
+call is the admin ElectMaster of a switchover it plans or a user asks for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+
+from brokergroup_controller.client import ControllerClient, ControllerUnavailable
+from brokergroup_controller.errors import ControllerError, ErrorCode
+from brokergroup_operator import metrics
+from brokergroup_operator.kube import Kube
+from brokergroup_operator.labels import label_patches
+from brokergroup_operator.liveness import liveness_decision
+from brokergroup_operator.model import (
+    APP_NAME,
+    LABEL_GROUP,
+    LABEL_NAME,
+    LABEL_ROLE,
+    SWITCHOVER_ANNOTATION,
+    GroupView,
+    PodFacts,
+    selector_string,
+)
+from brokergroup_operator.planner import (
+    CleanBrokerIds,
+    RestartPod,
+    ScaleTo,
+    Switchover,
+    Wait,
+    check_switchover,
+    plan_roll,
+    plan_scale,
+)
+from brokergroup_operator.resources import API_GROUP, GroupContext, SpecError, owned_objects
+from brokergroup_operator.settings import OperatorSettings
+from brokergroup_operator.status import StatusInput, build_status, known_broker_ids
+
+log = logging.getLogger("brokergroup_operator")
+
+registry = kopf.OperatorRegistry()
+GROUP_RESOURCE = (API_GROUP, "v1alpha1", "brokergroups")
+FINALIZER = "brokergroup.io/cleanup"
+
+PostEvent = Callable[[str, str, str], None]
+GroupKey = tuple[str, str]
+
+
+@dataclass
+class GroupMemory:
+    """What the operator remembers about one group between passes (not state
+    anyone depends on: a fresh operator rebuilds it from the cluster)."""
+
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    view: GroupView | None = None
+    master_lost_at_ms: int | None = None
+    applied: tuple[int, int] | None = None
+    addresses: tuple[str, ...] = ()
+    applied_at: float = 0.0
+
+
+@dataclass
+class Runtime:
+    settings: OperatorSettings
+    kube: Kube
+    clients: dict[tuple[tuple[str, ...], str | None], ControllerClient] = field(
+        default_factory=dict
+    )
+    pods: dict[tuple[str, str], PodFacts] = field(default_factory=dict)
+    groups: dict[GroupKey, GroupMemory] = field(default_factory=dict)
+
+    def controller(self, addresses: tuple[str, ...]) -> ControllerClient:
+        token = self.settings.read_token()
+        key = (addresses, token)
+        if key not in self.clients:
+            self.clients[key] = ControllerClient(
+                list(addresses), token, request_timeout_s=self.settings.controller_timeout_s
+            )
+        return self.clients[key]
+
+    def memory(self, key: GroupKey) -> GroupMemory:
+        if key not in self.groups:
+            self.groups[key] = GroupMemory()
+        return self.groups[key]
+
+    async def close(self) -> None:
+        for c in self.clients.values():
+            await c.close()
+        self.clients.clear()
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def context_of(body: Mapping[str, Any], settings: OperatorSettings) -> GroupContext:
+    meta = body.get("metadata") or {}
+    return GroupContext(
+        name=str(meta["name"]),
+        namespace=str(meta["namespace"]),
+        uid=str(meta.get("uid", "")),
+        spec=dict(body.get("spec") or {}),
+        default_image=settings.image,
+        controller_addresses=settings.controller_addresses,
+        secret_name=settings.secret_name,
+    )
+
+
+async def read_view(client: ControllerClient, ctx: GroupContext) -> GroupView | None:
+    try:
+        info = await client.replica_info(ctx.namespace, ctx.name)
+    except ControllerError as exc:
+        if exc.code is ErrorCode.BROKER_SET_NOT_FOUND:
+            return None
+        raise
+    return GroupView.from_replica_info(info)
+
+
+async def reconcile_group(rt: Runtime, body: Mapping[str, Any], post: PostEvent) -> None:
+    """One pass; passes of one group never overlap (one disruptive step at a time)."""
+    ctx = context_of(body, rt.settings)
+    async with rt.memory((ctx.namespace, ctx.name)).lock:
+        await _reconcile(rt, ctx, body, post)
+
+
+async def _reconcile(
+    rt: Runtime, ctx: GroupContext, body: Mapping[str, Any], post: PostEvent
+) -> None:
+    key = (ctx.namespace, ctx.name)
+    mem = rt.memory(key)
+    mem.addresses = ctx.addresses
+    metrics.RECONCILES.labels(*key).inc()
+    try:
+        ctx.validate()
+    except SpecError as exc:
+        post("Warning", "InvalidSpec", str(exc))
+        raise kopf.PermanentError(str(exc)) from exc
+    started = time.monotonic()
+    controller = rt.controller(ctx.addresses)
+    sts = await rt.kube.read_stateful_set(ctx.namespace, ctx.name)
+    raw_pods = await rt.kube.list_pods(ctx.namespace, selector_string(ctx.name))
+    pods = tuple(PodFacts.from_pod(p) for p in raw_pods)
+    try:
+        view = await read_view(controller, ctx)
+    except (ControllerUnavailable, ControllerError) as exc:
+        log.warning("controller unreachable for %s/%s: %s", *key, exc)
+        view = None
+    previous: dict[str, Any] = dict(body.get("status") or {})
+
+    # 1. Labels first: the client Service follows the master as soon as possible.
+    if view is not None:
+        if view.live_master is None and mem.master_lost_at_ms is None:
+            mem.master_lost_at_ms = now_ms()
+        for pod, patch in label_patches(pods, view):
+            await rt.kube.patch_pod_labels(ctx.namespace, pod.name, patch)
+            metrics.LABEL_PATCHES.labels(patch.get(LABEL_ROLE) or "none").inc()
+            pod.labels.update({k: v for k, v in patch.items() if v is not None})
+            for k, v in patch.items():
+                if v is None:
+                    pod.labels.pop(k, None)
+        mem.view = view
+
+    # 2. At most one disruptive step per pass.
+    sts_spec = (sts or {}).get("spec") or {}
+    sts_status = (sts or {}).get("status") or {}
+    current_replicas = int(sts_spec.get("replicas", 0)) if sts else 0
+    sts_replicas = current_replicas if sts else ctx.replicas
+    plan_reason: str | None = None
+    acted = False
+    annotations = (body.get("metadata") or {}).get("annotations") or {}
+    wanted = annotations.get(SWITCHOVER_ANNOTATION)
+    if wanted is not None and view is not None:
+        acted = await user_switchover(rt, ctx, controller, view, str(wanted), post)
+    if sts and view is not None and not acted:
+        step = plan_scale(
+            pods,
+            view,
+            desired_replicas=ctx.replicas,
+            current_replicas=current_replicas,
+            known_broker_ids=known_broker_ids(previous),
+        )
+        if isinstance(step, ScaleTo):
+            sts_replicas = step.replicas
+            post("Normal", "Scaling", f"{step.reason}: {current_replicas} → {step.replicas}")
+        elif isinstance(step, Switchover):
+            acted = await switchover(rt, ctx, controller, step, post, cause="scale-down")
+        elif isinstance(step, CleanBrokerIds):
+            removed = await controller.clean_broker_data(
+                ctx.namespace, ctx.name, step.broker_ids, force=False
+            )
+            post("Normal", "BrokerIdsCleaned", f"{step.reason}: removed {removed}")
+        elif isinstance(step, Wait):
+            plan_reason = step.reason
+    elif not sts:
+        sts_replicas = ctx.replicas
+    update_revision = str(sts_status.get("updateRevision") or "")
+    if (
+        sts
+        and view is not None
+        and not acted
+        and update_revision
+        and sts_replicas == current_replicas
+    ):
+        roll = plan_roll(
+            pods,
+            view,
+            replicas=current_replicas,
+            update_revision=update_revision,
+            min_in_sync_replicas=ctx.min_in_sync_replicas,
+            paused=bool((ctx.spec.get("rollout") or {}).get("paused", False)),
+        )
+        if isinstance(roll, RestartPod):
+            pod = next(p for p in pods if p.name == roll.pod)
+            post(
+                "Normal",
+                "RollingUpdate",
+                f"restarting {roll.pod} (broker {roll.broker_id}): {roll.reason}",
+            )
+            await rt.kube.delete_pod(ctx.namespace, pod.name, pod.uid)
+            metrics.POD_RESTARTS.inc()
+        elif isinstance(roll, Switchover):
+            post(
+                "Normal",
+                "RollingUpdate",
+                f"switching the master over {roll.from_broker_id} → {roll.to_broker_id} "
+                f"before restarting it",
+            )
+            await switchover(rt, ctx, controller, roll, post, cause="rolling-update")
+        elif isinstance(roll, Wait):
+            plan_reason = roll.reason
+
+    # 3. Owned objects: on a spec change, a scale step, or every apply_interval_s.
+    applied_key = (int((body.get("metadata") or {}).get("generation") or 0), sts_replicas)
+    if (
+        sts is None
+        or mem.applied != applied_key
+        or time.monotonic() - mem.applied_at > rt.settings.apply_interval_s
+    ):
+        for obj in owned_objects(ctx, sts_replicas):
+            await rt.kube.apply(obj)
+        mem.applied = applied_key
+        mem.applied_at = time.monotonic()
+
+    # 4. Status and Events.
+    status, events = build_status(
+        StatusInput(
+            group=ctx.name,
+            generation=applied_key[0],
+            replicas=ctx.replicas,
+            min_in_sync_replicas=ctx.min_in_sync_replicas,
+            update_revision=update_revision,
+            current_revision=str(sts_status.get("currentRevision") or ""),
+            pods=pods,
+            view=view,
+            previous=previous,
+            now_iso=now_iso(),
+            now_ms=now_ms(),
+            master_lost_at_ms=mem.master_lost_at_ms,
+            plan_reason=plan_reason,
+        )
+    )
+    if view is not None and view.live_master is not None:
+        mem.master_lost_at_ms = None
+        metrics.MASTER_EPOCH.labels(*key).set(view.master_epoch)
+        metrics.SYNC_STATE_SET_SIZE.labels(*key).set(len(view.sync_state_set))
+    failover = status.get("lastFailover") or {}
+    if failover.get("durationMs") is not None:
+        metrics.LAST_FAILOVER_MS.labels(*key).set(failover["durationMs"])
+    for event in events:
+        post(event.type, event.reason, event.message)
+    if _status_changed(previous, status):
+        await rt.kube.patch_group_status(ctx.namespace, ctx.name, status)
+    metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
+
+
+def _status_changed(previous: Mapping[str, Any], status: Mapping[str, Any]) -> bool:
+    return any(previous.get(k) != v for k, v in status.items())
+
+
+async def switchover(
+    rt: Runtime,
+    ctx: GroupContext,
+    controller: ControllerClient,
+    step: Switchover,
+    post: PostEvent,
+    *,
+    cause: str,
+) -> bool:
+    try:
+        info = await controller.elect_master(
+            ctx.namespace, ctx.name, designated_broker_id=step.to_broker_id
+        )
+    except (ControllerError, ControllerUnavailable) as exc:
+        post("Warning", "SwitchoverFailed", f"{step.from_broker_id} → {step.to_broker_id}: {exc}")
+        return False
+    metrics.SWITCHOVERS.labels(cause).inc()
+    post(
+        "Normal",
+        "Switchover",
+        f"{step.reason}: master {step.from_broker_id} → {info.master_broker_id} "
+        f"at epoch {info.master_epoch}",
+    )
+    rt.memory((ctx.namespace, ctx.name)).wake.set()
+    return True
+
+
+async def user_switchover(
+    rt: Runtime,
+    ctx: GroupContext,
+    controller: ControllerClient,
+    view: GroupView,
+    wanted: str,
+    post: PostEvent,
+) -> bool:
+    """`brokergroup kube switchover` sets the annotation; this honours it once."""
+    done: bool = False
+    if not wanted.isdigit():
+        post(
+            "Warning", "SwitchoverRefused", f"{SWITCHOVER_ANNOTATION}={wanted!r} is not a BrokerId"
+        )
+    else:
+        target = int(wanted)
+        refusal = check_switchover(view, target)
+        if refusal is not None:
+            post("Warning", "SwitchoverRefused", refusal)
+        elif view.master_broker_id is not None:
+            step = Switchover(view.master_broker_id, target, "requested by the user")
+            done = await switchover(rt, ctx, controller, step, post, cause="user")
+        else:
+            post("Warning", "SwitchoverRefused", "no master to switch over from")
+    await rt.kube.patch_group_annotations(ctx.namespace, ctx.name, {SWITCHOVER_ANNOTATION: None})
+    return done
+
+
+# ---------------------------------------------------------------- kopf wiring
+
+
+def runtime_of(memo: Any) -> Runtime:
+    rt = getattr(memo, "runtime", None)
+    if not isinstance(rt, Runtime):
+        raise kopf.PermanentError("operator started without its runtime in memo")
+    return rt
+
+
+def kopf_poster(body: Any) -> PostEvent:
+    def post(kind: str, reason: str, message: str) -> None:
+        kopf.event(body, type=kind, reason=reason, message=message)
+        log.info("%s %s: %s", reason, (body.get("metadata") or {}).get("name"), message)
+
+    return post
+
+
+@kopf.on.login(registry=registry)
+def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    """In-cluster ServiceAccount or KUBECONFIG, through the kubernetes client."""
+    return kopf.login_via_client(**kwargs)
+
+
+@kopf.on.startup(registry=registry)
+async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
+    settings.persistence.finalizer = FINALIZER
+    settings.peering.lifetime = int(getattr(memo, "peering_lifetime_s", 15))
+    settings.posting.level = logging.WARNING
+    settings.watching.server_timeout = 60
+    settings.networking.request_timeout = 30
+
+
+@kopf.on.cleanup(registry=registry)
+async def close(memo: Any, **_: Any) -> None:
+    rt = getattr(memo, "runtime", None)
+    if isinstance(rt, Runtime):
+        await rt.close()
+
+
+@kopf.on.create(*GROUP_RESOURCE, registry=registry)
+@kopf.on.update(*GROUP_RESOURCE, registry=registry)
+@kopf.on.resume(*GROUP_RESOURCE, registry=registry)
+async def group_changed(
+    body: kopf.Body, name: str, namespace: str | None, memo: Any, **_: Any
+) -> None:
+    """Validate at once (a bad spec is reported on the object); the daemon does the rest."""
+    ns = str(namespace)
+    rt = runtime_of(memo)
+    try:
+        context_of(body, rt.settings).validate()
+    except SpecError as exc:
+        kopf.warn(body, reason="InvalidSpec", message=str(exc))
+        raise kopf.PermanentError(str(exc)) from exc
+    rt.memory((ns, name)).wake.set()
+
+
+@kopf.on.delete(*GROUP_RESOURCE, registry=registry)
+async def group_deleted(
+    body: kopf.Body, name: str, namespace: str | None, memo: Any, **_: Any
+) -> None:
+    """Pods first, then the group's ids in the controller: no orphans either side."""
+    ns = str(namespace)
+    rt = runtime_of(memo)
+    ctx = context_of(body, rt.settings)
+    await rt.kube.delete_stateful_set(ns, name)
+    pods = await rt.kube.list_pods(ns, selector_string(name))
+    if pods:
+        raise kopf.TemporaryError(f"waiting for {len(pods)} broker pod(s) to go", delay=2)
+    try:
+        removed = await rt.controller(ctx.addresses).clean_broker_data(ns, name, None, force=True)
+    except ControllerError as exc:
+        if exc.code is not ErrorCode.BROKER_SET_NOT_FOUND:
+            raise kopf.TemporaryError(f"cleaning broker ids: {exc}", delay=5) from exc
+        removed = []
+    except ControllerUnavailable as exc:
+        raise kopf.TemporaryError(f"controller unavailable: {exc}", delay=5) from exc
+    log.info("BrokerGroup %s/%s deleted; controller ids %s cleaned", ns, name, removed)
+    rt.groups.pop((ns, name), None)
+
+
+@kopf.daemon(*GROUP_RESOURCE, registry=registry, cancellation_timeout=5.0)
+async def follow_controller(
+    stopped: kopf.DaemonStopped,
+    body: kopf.Body,
+    name: str,
+    namespace: str | None,
+    memo: Any,
+    **_: Any,
+) -> None:
+    """Wake on controller epoch changes, pod events, spec changes or the resync timer."""
+    ns = str(namespace)
+    rt = runtime_of(memo)
+    mem = rt.memory((ns, name))
+    post = kopf_poster(body)
+    while not stopped:
+        mem.wake.clear()
+        try:
+            await reconcile_group(rt, body, post)
+        except kopf.PermanentError:
+            raise
+        except Exception as exc:  # a pass failing must not end the daemon
+            metrics.RECONCILE_ERRORS.labels(ns, name).inc()
+            log.warning("reconcile of %s/%s failed: %s", ns, name, exc)
+        await wait_for_change(rt, body, mem, stopped)
+
+
+async def wait_for_change(
+    rt: Runtime, body: Mapping[str, Any], mem: GroupMemory, stopped: kopf.DaemonStopped
+) -> None:
+    ctx = context_of(body, rt.settings)
+    view = mem.view
+    waiters: list[Awaitable[Any]] = [mem.wake.wait(), stopped.wait(rt.settings.resync_s)]
+    if view is not None:
+        waiters.append(
+            rt.controller(ctx.addresses).watch(
+                ctx.namespace,
+                ctx.name,
+                view.master_epoch,
+                view.sync_state_set_epoch,
+                rt.settings.watch_timeout_ms,
+            )
+        )
+    tasks = [asyncio.ensure_future(w) for w in waiters]
+    try:
+        await asyncio.wait(tasks, timeout=rt.settings.resync_s, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+@kopf.on.event("", "v1", "pods", labels={LABEL_NAME: APP_NAME}, registry=registry)
+async def pod_event(
+    event: kopf.RawEvent, body: kopf.Body, namespace: str | None, memo: Any, **_: Any
+) -> None:
+    """Report a broker inactive the moment its pod goes; wake its group's pass."""
+    ns = str(namespace)
+    rt = runtime_of(memo)
+    meta = body.get("metadata") or {}
+    group = (meta.get("labels") or {}).get(LABEL_GROUP)
+    if not group:
+        return
+    pod_key = (ns, str(meta.get("name")))
+    before = rt.pods.get(pod_key)
+    after = None if event.get("type") == "DELETED" else PodFacts.from_pod(dict(body))
+    if after is None:
+        rt.pods.pop(pod_key, None)
+    else:
+        rt.pods[pod_key] = after
+    decision = liveness_decision(before, after)
+    mem = rt.memory((ns, group))
+    if decision is not None:
+        view = mem.view
+        if view is not None and view.live_master == decision.broker_id:
+            mem.master_lost_at_ms = mem.master_lost_at_ms or now_ms()
+        addresses = mem.addresses
+        if not addresses:  # no pass of this group yet (operator just started)
+            try:
+                addresses = context_of(await rt.kube.read_group(ns, group), rt.settings).addresses
+            except Exception as exc:
+                log.warning("cannot read BrokerGroup %s/%s: %s", ns, group, exc)
+        if addresses:
+            try:
+                await rt.controller(addresses).report_inactive(
+                    ns, group, decision.broker_id, decision.text
+                )
+                metrics.INACTIVE_REPORTS.labels(str(decision.reason)).inc()
+                log.info(
+                    "reported broker %s of %s/%s inactive: %s",
+                    decision.broker_id,
+                    ns,
+                    group,
+                    decision.text,
+                )
+            except (ControllerError, ControllerUnavailable) as exc:
+                log.warning("report inactive of broker %s failed: %s", decision.broker_id, exc)
+    mem.wake.set()

@@ -1,0 +1,184 @@
+"""The thin Kubernetes client layer of the operator (the only module that
+talks to the API server besides kopf itself).
+
+The official `kubernetes` client is synchronous; every call runs in a worker
+thread so kopf's event loop never blocks. Owned objects are written with
+server-side apply (field manager `brokergroup-operator`, conflicts forced:
+the operator owns these fields), which makes "ensure it looks like this"
+one idempotent call however often a handler runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+from kubernetes.dynamic import DynamicClient
+
+from brokergroup_operator.resources import API_GROUP
+
+FIELD_MANAGER = "brokergroup-operator"
+PLURAL = "brokergroups"
+VERSION = "v1alpha1"
+
+
+def load_kube_config(kubeconfig: str | None = None) -> client.ApiClient:
+    """In-cluster credentials in a pod, else KUBECONFIG / ~/.kube/config."""
+    configuration = client.Configuration()
+    try:
+        config.load_incluster_config(client_configuration=configuration)
+    except config.ConfigException:
+        config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+    return client.ApiClient(configuration)
+
+
+def default_namespace(kubeconfig: str | None = None) -> str:
+    """The current kubeconfig context's namespace, else `default`."""
+    try:
+        _, current = config.list_kube_config_contexts(config_file=kubeconfig)
+    except (config.ConfigException, OSError):
+        return "default"
+    return str(((current or {}).get("context") or {}).get("namespace") or "default")
+
+
+class Kube:
+    """Async façade over the synchronous client; one per operator process."""
+
+    def __init__(self, api_client: client.ApiClient) -> None:
+        self.api = api_client
+        self.core = client.CoreV1Api(api_client)
+        self.apps = client.AppsV1Api(api_client)
+        self.custom = client.CustomObjectsApi(api_client)
+        self._dynamic: DynamicClient | None = None
+        self._lock = threading.Lock()
+
+    def _dyn(self) -> DynamicClient:
+        with self._lock:
+            if self._dynamic is None:
+                self._dynamic = DynamicClient(self.api)
+            return self._dynamic
+
+    async def apply(self, obj: Mapping[str, Any]) -> None:
+        def call() -> None:
+            dyn = self._dyn()
+            resource = dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
+            dyn.server_side_apply(
+                resource,
+                body=dict(obj),
+                namespace=obj["metadata"].get("namespace"),
+                field_manager=FIELD_MANAGER,
+                force_conflicts=True,
+            )
+
+        await asyncio.to_thread(call)
+
+    async def list_pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        def call() -> list[dict[str, Any]]:
+            result = self.core.list_namespaced_pod(namespace, label_selector=selector)
+            return [self.api.sanitize_for_serialization(p) for p in result.items]
+
+        return await asyncio.to_thread(call)
+
+    async def patch_pod_labels(
+        self, namespace: str, name: str, labels: Mapping[str, str | None]
+    ) -> None:
+        body = {"metadata": {"labels": dict(labels)}}
+        try:
+            await asyncio.to_thread(self.core.patch_namespaced_pod, name, namespace, body)
+        except ApiException as exc:
+            if exc.status != 404:  # gone since the list: the next pass sees that
+                raise
+
+    async def delete_pod(self, namespace: str, name: str, uid: str) -> None:
+        options = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid))
+        try:
+            await asyncio.to_thread(self.core.delete_namespaced_pod, name, namespace, body=options)
+        except ApiException as exc:
+            if exc.status not in (404, 409):
+                raise
+
+    async def read_stateful_set(self, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            sts = await asyncio.to_thread(self.apps.read_namespaced_stateful_set, name, namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        result: dict[str, Any] = self.api.sanitize_for_serialization(sts)
+        return result
+
+    async def delete_stateful_set(self, namespace: str, name: str) -> None:
+        try:
+            await asyncio.to_thread(
+                self.apps.delete_namespaced_stateful_set,
+                name,
+                namespace,
+                propagation_policy="Background",
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    async def patch_group_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        await asyncio.to_thread(
+            self.custom.patch_namespaced_custom_object_status,
+            API_GROUP,
+            VERSION,
+            namespace,
+            PLURAL,
+            name,
+            {"status": status},
+        )
+
+    async def patch_group_annotations(
+        self, namespace: str, name: str, annotations: Mapping[str, str | None]
+    ) -> None:
+        await asyncio.to_thread(
+            self.custom.patch_namespaced_custom_object,
+            API_GROUP,
+            VERSION,
+            namespace,
+            PLURAL,
+            name,
+            {"metadata": {"annotations": dict(annotations)}},
+        )
+
+    async def read_group(self, namespace: str, name: str) -> dict[str, Any]:
+        result = await asyncio.to_thread(
+            self.custom.get_namespaced_custom_object, API_GROUP, VERSION, namespace, PLURAL, name
+        )
+        return dict(result)  # type: ignore[call-overload,no-any-return]
+
+    async def ensure_peering(self, name: str, namespace: str | None) -> None:
+        """Create kopf's peering object if missing (KopfPeering or ClusterKopfPeering)."""
+        body: dict[str, Any] = {
+            "apiVersion": "kopf.dev/v1",
+            "kind": "KopfPeering" if namespace else "ClusterKopfPeering",
+            "metadata": {"name": name},
+        }
+        try:
+            if namespace:
+                body["metadata"]["namespace"] = namespace
+                await asyncio.to_thread(
+                    self.custom.create_namespaced_custom_object,
+                    "kopf.dev",
+                    "v1",
+                    namespace,
+                    "kopfpeerings",
+                    body,
+                )
+            else:
+                await asyncio.to_thread(
+                    self.custom.create_cluster_custom_object,
+                    "kopf.dev",
+                    "v1",
+                    "clusterkopfpeerings",
+                    body,
+                )
+        except ApiException as exc:
+            if exc.status != 409:
+                raise

@@ -1,0 +1,390 @@
+"""The Kubernetes objects a BrokerGroup owns, built from its spec (pure).
+
+StatefulSet `<bg>` (Parallel pod management, OnDelete updates: the
+operator, not the StatefulSet controller, decides which pod restarts next),
+headless Service `<bg>-headless`, client Service `<bg>` (role=master), read
+Service `<bg>-read` (role=slave), ConfigMap `<bg>-config` (broker.json),
+PodDisruptionBudget `<bg>` and NetworkPolicy `<bg>` (HA port only from the
+group's own pods). Every object carries the group's labels and an owner
+reference to the BrokerGroup, so deleting the group garbage-collects them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from brokergroup_operator.model import (
+    BROKER_CONTAINER,
+    CLIENT_PORT,
+    HA_PORT,
+    HTTP_PORT,
+    LABEL_ROLE,
+    Role,
+    group_labels,
+)
+
+API_GROUP = "brokergroup.io"
+API_VERSION = "brokergroup.io/v1alpha1"
+KIND = "BrokerGroup"
+SECRETS_DIR = "/etc/brokergroup/secrets"
+CONFIG_DIR = "/etc/brokergroup/config"
+DATA_DIR = "/data"
+CONFIG_HASH_ANNOTATION = "brokergroup.io/config-hash"
+
+# spec.ha field → broker config name (the same camelCase names).
+HA_FIELDS = (
+    "allAckInSyncStateSet",
+    "inSyncReplicas",
+    "minInSyncReplicas",
+    "haMaxTimeSlaveNotCatchUpMs",
+    "slaveTimeoutMs",
+    "masterLeaseMs",
+    "heartbeatIntervalMs",
+    "heartbeatTimeoutMs",
+)
+# spec.config keys (everything else the broker's config knows).
+CONFIG_FIELDS = (
+    "flushDiskType",
+    "flushIntervalMs",
+    "mappedFileSizeCommitLog",
+    "diskFullRatio",
+    "electionPriority",
+    "defaultTopicQueueNums",
+    "maxPendingAcks",
+    "syncStateSetCheckIntervalMs",
+    "controllerRequestTimeoutMs",
+    "controllerRetryBackoffMs",
+    "controllerRetryBackoffMaxMs",
+    "watchTimeoutMs",
+    "enableSlaveActingMaster",
+    "maxPullMessages",
+    "maxSendBatchMessages",
+)
+
+
+class SpecError(ValueError):
+    """The BrokerGroup cannot be realised as given (the message says why)."""
+
+
+@dataclass(frozen=True)
+class GroupContext:
+    """Who the group is and the operator-wide settings its spec falls back to."""
+
+    name: str
+    namespace: str
+    uid: str
+    spec: Mapping[str, Any]
+    default_image: str
+    controller_addresses: tuple[str, ...]
+    secret_name: str
+
+    @property
+    def image(self) -> str:
+        return str(self.spec.get("image") or self.default_image)
+
+    @property
+    def addresses(self) -> tuple[str, ...]:
+        own = (self.spec.get("controller") or {}).get("addresses") or ()
+        return tuple(own) or self.controller_addresses
+
+    @property
+    def secret(self) -> str:
+        return str((self.spec.get("controller") or {}).get("secretName") or self.secret_name)
+
+    @property
+    def replicas(self) -> int:
+        return int(self.spec.get("replicas", 3))
+
+    @property
+    def min_in_sync_replicas(self) -> int:
+        return int((self.spec.get("ha") or {}).get("minInSyncReplicas", 1))
+
+    @property
+    def headless_name(self) -> str:
+        return f"{self.name}-headless"
+
+    def validate(self) -> None:
+        """The checks the CRD's CEL rules make, again, for API servers without them."""
+        if self.replicas < 1:
+            raise SpecError(f"spec.replicas must be ≥ 1, got {self.replicas}")
+        if self.min_in_sync_replicas > self.replicas:
+            raise SpecError(
+                f"spec.ha.minInSyncReplicas {self.min_in_sync_replicas} must be ≤ "
+                f"spec.replicas {self.replicas}"
+            )
+        unknown = sorted(set(self.spec.get("config") or {}) - set(CONFIG_FIELDS))
+        if unknown:
+            raise SpecError(f"spec.config has unknown key(s) {unknown}")
+        if not self.image:
+            raise SpecError("no image: set spec.image or the operator's BROKERGROUP_IMAGE")
+        if not self.addresses:
+            raise SpecError(
+                "no controller addresses: set spec.controller.addresses or the operator's "
+                "BROKERGROUP_CONTROLLER_ADDRESSES"
+            )
+        if not self.secret:
+            raise SpecError(
+                "no Secret: set spec.controller.secretName or the operator's BROKERGROUP_SECRET_NAME"
+            )
+
+
+def owner_reference(ctx: GroupContext) -> dict[str, Any]:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "name": ctx.name,
+        "uid": ctx.uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _meta(ctx: GroupContext, name: str, extra: Mapping[str, str] | None = None) -> dict[str, Any]:
+    return {
+        "name": name,
+        "namespace": ctx.namespace,
+        "labels": {**group_labels(ctx.name), **(extra or {})},
+        "ownerReferences": [owner_reference(ctx)],
+    }
+
+
+def broker_config(ctx: GroupContext) -> dict[str, Any]:
+    """broker.json: spec.ha (typed) plus spec.config (strings the broker coerces)."""
+    ha = ctx.spec.get("ha") or {}
+    config: dict[str, Any] = {k: ha[k] for k in HA_FIELDS if k in ha}
+    config.update({str(k): str(v) for k, v in (ctx.spec.get("config") or {}).items()})
+    return config
+
+
+def config_map(ctx: GroupContext) -> dict[str, Any]:
+    body = json.dumps(broker_config(ctx), sort_keys=True, indent=2)
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _meta(ctx, f"{ctx.name}-config"),
+        "data": {"broker.json": body + "\n"},
+    }
+
+
+def broker_command(ctx: GroupContext) -> list[str]:
+    """The broker's command line; $(POD_IP) is expanded by the kubelet."""
+    return [
+        "brokergroup",
+        "broker",
+        "--cluster-name",
+        ctx.namespace,
+        "--broker-name",
+        ctx.name,
+        "--data-dir",
+        DATA_DIR,
+        "--controller-addresses",
+        ",".join(ctx.addresses),
+        "--controller-token-file",
+        f"{SECRETS_DIR}/api-token",
+        "--ha-secret-file",
+        f"{SECRETS_DIR}/ha-secret",
+        "--bind-address",
+        "$(POD_IP)",
+        "--advertise-address",
+        "$(POD_IP)",
+        "--client-port",
+        str(CLIENT_PORT),
+        "--config",
+        f"{CONFIG_DIR}/broker.json",
+    ]
+
+
+def stateful_set(ctx: GroupContext, replicas: int) -> dict[str, Any]:
+    spec = ctx.spec
+    template = spec.get("template") or {}
+    storage = spec.get("storage") or {}
+    retention = "Delete" if storage.get("deleteClaim", True) else "Retain"
+    config_hash = hashlib.sha256(
+        json.dumps(broker_config(ctx), sort_keys=True).encode()
+    ).hexdigest()[:16]
+    pod_labels = {**(template.get("labels") or {}), **group_labels(ctx.name)}
+    pod_annotations = {**(template.get("annotations") or {}), CONFIG_HASH_ANNOTATION: config_hash}
+    container: dict[str, Any] = {
+        "name": BROKER_CONTAINER,
+        "image": ctx.image,
+        "imagePullPolicy": spec.get("imagePullPolicy", "IfNotPresent"),
+        "command": broker_command(ctx),
+        "env": [
+            {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        ],
+        "ports": [
+            {"name": "client", "containerPort": CLIENT_PORT, "protocol": "TCP"},
+            {"name": "ha", "containerPort": HA_PORT, "protocol": "TCP"},
+            {"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"},
+        ],
+        "readinessProbe": {
+            "httpGet": {"path": "/readyz", "port": HTTP_PORT},
+            "periodSeconds": 1,
+            "failureThreshold": 2,
+        },
+        "livenessProbe": {
+            "httpGet": {"path": "/healthz", "port": HTTP_PORT},
+            "initialDelaySeconds": 10,
+            "periodSeconds": 5,
+            "failureThreshold": 3,
+        },
+        "volumeMounts": [
+            {"name": "data", "mountPath": DATA_DIR},
+            {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+            {"name": "secrets", "mountPath": SECRETS_DIR, "readOnly": True},
+        ],
+        "securityContext": {
+            "runAsNonRoot": True,
+            "readOnlyRootFilesystem": True,
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+        },
+    }
+    if spec.get("resources"):
+        container["resources"] = dict(spec["resources"])
+    pod_spec: dict[str, Any] = {
+        "containers": [container],
+        "terminationGracePeriodSeconds": 30,
+        "securityContext": {"runAsNonRoot": True, "runAsUser": 10001, "fsGroup": 10001},
+        "volumes": [
+            {"name": "config", "configMap": {"name": f"{ctx.name}-config"}},
+            {
+                "name": "secrets",
+                "secret": {
+                    "secretName": ctx.secret,
+                    "items": [
+                        {"key": "api-token", "path": "api-token"},
+                        {"key": "ha-secret", "path": "ha-secret"},
+                    ],
+                    "defaultMode": 0o400,
+                },
+            },
+        ],
+    }
+    for key in ("affinity", "tolerations", "nodeSelector", "priorityClassName"):
+        if template.get(key):
+            pod_spec[key] = template[key]
+    claim: dict[str, Any] = {
+        "metadata": {"name": "data", "labels": group_labels(ctx.name)},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": str(storage.get("size", "10Gi"))}},
+        },
+    }
+    if storage.get("storageClassName"):
+        claim["spec"]["storageClassName"] = storage["storageClassName"]
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": _meta(ctx, ctx.name),
+        "spec": {
+            "replicas": replicas,
+            "serviceName": ctx.headless_name,
+            "podManagementPolicy": "Parallel",
+            "updateStrategy": {"type": "OnDelete"},
+            "persistentVolumeClaimRetentionPolicy": {
+                "whenDeleted": retention,
+                "whenScaled": retention,
+            },
+            "selector": {"matchLabels": group_labels(ctx.name)},
+            "template": {
+                "metadata": {"labels": pod_labels, "annotations": pod_annotations},
+                "spec": pod_spec,
+            },
+            "volumeClaimTemplates": [claim],
+        },
+    }
+
+
+def _ports(names: Sequence[str]) -> list[dict[str, Any]]:
+    numbers = {"client": CLIENT_PORT, "ha": HA_PORT, "http": HTTP_PORT}
+    return [
+        {"name": n, "port": numbers[n], "targetPort": numbers[n], "protocol": "TCP"} for n in names
+    ]
+
+
+def services(ctx: GroupContext) -> list[dict[str, Any]]:
+    selector = group_labels(ctx.name)
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": _meta(ctx, ctx.headless_name),
+            "spec": {
+                "clusterIP": "None",
+                "publishNotReadyAddresses": True,
+                "selector": selector,
+                "ports": _ports(["client", "ha", "http"]),
+            },
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": _meta(ctx, ctx.name),
+            "spec": {
+                "selector": {**selector, LABEL_ROLE: str(Role.MASTER)},
+                "ports": _ports(["client"]),
+            },
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": _meta(ctx, f"{ctx.name}-read"),
+            "spec": {
+                "selector": {**selector, LABEL_ROLE: str(Role.SLAVE)},
+                "ports": _ports(["client"]),
+            },
+        },
+    ]
+
+
+def disruption_budget(ctx: GroupContext) -> dict[str, Any]:
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": _meta(ctx, ctx.name),
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": group_labels(ctx.name)}},
+    }
+
+
+def network_policy(ctx: GroupContext) -> dict[str, Any]:
+    selector = {"matchLabels": group_labels(ctx.name)}
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _meta(ctx, ctx.name),
+        "spec": {
+            "podSelector": selector,
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                # HA replication: only the group's own brokers.
+                {
+                    "from": [{"podSelector": selector}],
+                    "ports": [{"port": HA_PORT, "protocol": "TCP"}],
+                },
+                # Clients and probes.
+                {
+                    "ports": [
+                        {"port": CLIENT_PORT, "protocol": "TCP"},
+                        {"port": HTTP_PORT, "protocol": "TCP"},
+                    ]
+                },
+            ],
+        },
+    }
+
+
+def owned_objects(ctx: GroupContext, replicas: int) -> list[dict[str, Any]]:
+    """Everything the group owns, in the order to apply them."""
+    return [
+        config_map(ctx),
+        *services(ctx),
+        disruption_budget(ctx),
+        network_policy(ctx),
+        stateful_set(ctx, replicas),
+    ]

@@ -1,0 +1,464 @@
+"""What the operator scenarios need from a cluster, in one place.
+
+`OperatorEnv` runs, for one test namespace: three Raft controllers as local
+processes (the Helm chart's controller StatefulSet is the chart's own
+scenarios' business), the Secret broker pods mount, and the operator itself
+as a process (`brokergroup operator --namespace NS`), against a real API
+server whose node runs each pod's command as a local process of this
+installation (the cluster tier, docs/development.md). Produce and consume
+use the project's CLI against the address the client Service selects, read
+from its EndpointSlice (the pod the `role=master` label points at).
+
+Where the cluster comes from: the cluster tier's fixture when it is present
+(`k8s_cluster`), else a kubeconfig in BROKERGROUP_TEST_KUBECONFIG for a
+cluster that runs pods as local processes of this checkout; otherwise the
+scenarios skip with that reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+GROUP, VERSION, PLURAL = "brokergroup.io", "v1alpha1", "brokergroups"
+T = TypeVar("T")
+
+
+def wait_for(
+    what: str, probe: Callable[[], T | None], timeout_s: float = 60.0, every_s: float = 0.1
+) -> T:
+    """Poll until `probe` returns something truthy; fail naming `what` and the last value."""
+    deadline = time.monotonic() + timeout_s
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = probe()
+        except ApiException as exc:
+            last = f"API {exc.status}"
+            if exc.status not in (404, 409, 500, 503):
+                raise
+        if last:
+            return last
+        time.sleep(every_s)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what} (last: {last!r})")
+
+
+@dataclass
+class Controllers:
+    """Three controller processes on loopback addresses."""
+
+    root: Path
+    hosts: tuple[str, ...]
+    token_file: Path
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+
+    @property
+    def addresses(self) -> str:
+        return ",".join(f"{h}:9878" for h in self.hosts)
+
+    def start(self) -> None:
+        peers = ",".join(f"{h}:9880" for h in self.hosts)
+        raft_password = self.root / "raft-password"
+        raft_password.write_text(secrets.token_hex(16))
+        raft_password.chmod(0o600)
+        for n, host in enumerate(self.hosts, 1):
+            log = open(self.root / f"controller-{n}.log", "ab")  # noqa: SIM115
+            self.procs.append(
+                subprocess.Popen(
+                    [
+                        str(BIN / "brokergroup"),
+                        "controller",
+                        "--node-id",
+                        str(n),
+                        "--peers",
+                        peers,
+                        "--bind-address",
+                        host,
+                        "--data-dir",
+                        str(self.root / f"controller-{n}"),
+                        "--token-file",
+                        str(self.token_file),
+                        "--raft-password-file",
+                        str(raft_password),
+                    ],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                )
+            )
+        wait_for("a controller leader", lambda: self.raft_leader(), 30)
+
+    def raft_leader(self) -> str | None:
+        import urllib.request
+
+        for host in self.hosts:
+            try:
+                with urllib.request.urlopen(f"http://{host}:9878/v1/raft", timeout=0.5) as r:
+                    leader = json.loads(r.read()).get("leader")
+                    if leader:
+                        return str(leader)
+            except OSError:
+                continue
+        return None
+
+    def replica_info(self, namespace: str, name: str) -> dict[str, Any]:
+        import urllib.request
+
+        for host in self.hosts:
+            url = f"http://{host}:9878/v1/replica-info?clusterName={namespace}&brokerName={name}"
+            try:
+                with urllib.request.urlopen(url, timeout=1.0) as r:
+                    return dict(json.loads(r.read()))
+            except OSError:
+                continue
+        return {}
+
+    def stop(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+@dataclass
+class OperatorProcess:
+    namespace: str
+    kubeconfig: str
+    env: dict[str, str]
+    log_path: Path
+    proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        log = open(self.log_path, "ab")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [
+                str(BIN / "brokergroup"),
+                "operator",
+                "--namespace",
+                self.namespace,
+                "--kubeconfig",
+                self.kubeconfig,
+                "--peering",
+                "brokergroup",
+                "--peering-lifetime",
+                "5",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **self.env},
+        )
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+
+class OperatorEnv:
+    def __init__(
+        self,
+        kubeconfig: str,
+        namespace: str,
+        work: Path,
+        controller_hosts: tuple[str, ...],
+        crash: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
+        self.kubeconfig = kubeconfig
+        self.namespace = namespace
+        self.work = work
+        api = config.new_client_from_config(config_file=kubeconfig)
+        self.api = api
+        self.core = client.CoreV1Api(api)
+        self.apps = client.AppsV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
+        self.events = client.CoreV1Api(api)
+        token = work / "api-token"
+        token.write_text(secrets.token_hex(16))
+        token.chmod(0o600)
+        self.controllers = Controllers(work, controller_hosts, token)
+        self.operators: list[OperatorProcess] = []
+        self._crash = crash
+
+    # ------------------------------------------------------------ lifecycle
+
+    def start(self, operators: int = 1) -> None:
+        self.controllers.start()
+        self.core.create_namespaced_secret(
+            self.namespace,
+            {
+                "metadata": {"name": "bg-secrets"},
+                "stringData": {
+                    "api-token": self.controllers.token_file.read_text(),
+                    "ha-secret": secrets.token_hex(16),
+                    "raft-password": secrets.token_hex(16),
+                },
+            },
+        )
+        for i in range(operators):
+            self.add_operator(i)
+
+    def add_operator(self, i: int) -> OperatorProcess:
+        op = OperatorProcess(
+            self.namespace,
+            self.kubeconfig,
+            {
+                "BROKERGROUP_CONTROLLER_ADDRESSES": self.controllers.addresses,
+                "BROKERGROUP_TOKEN_FILE": str(self.controllers.token_file),
+                "BROKERGROUP_SECRET_NAME": "bg-secrets",
+                "BROKERGROUP_IMAGE": "brokergroup:dev",
+                "BROKERGROUP_RESYNC_SECONDS": "2",
+            },
+            self.work / f"operator-{i}.log",
+        )
+        op.start()
+        self.operators.append(op)
+        return op
+
+    def close(self) -> None:
+        for name in [g["metadata"]["name"] for g in self.groups()]:
+            with contextlib.suppress(ApiException):
+                self.custom.delete_namespaced_custom_object(
+                    GROUP, VERSION, self.namespace, PLURAL, name
+                )
+        try:
+            wait_for("BrokerGroups deleted", lambda: not self.groups() or None, 60)
+            wait_for("pods gone", lambda: not self.pods() or None, 60)
+        except AssertionError:
+            pass
+        for op in self.operators:
+            op.stop()
+        self.controllers.stop()
+
+    # ------------------------------------------------------------ reads
+
+    def groups(self) -> list[dict[str, Any]]:
+        return list(
+            self.custom.list_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL)[
+                "items"
+            ]
+        )
+
+    def group(self, name: str) -> dict[str, Any]:
+        return dict(
+            self.custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, name)
+        )
+
+    def pods(self, name: str | None = None) -> list[Any]:
+        selector = "app.kubernetes.io/name=brokergroup" + (
+            f",brokergroup.io/group={name}" if name else ""
+        )
+        return list(self.core.list_namespaced_pod(self.namespace, label_selector=selector).items)
+
+    def labelled(self, name: str) -> dict[str, tuple[str | None, str | None, str | None]]:
+        """Pod name → (role, broker-id, IP) for live pods."""
+        return {
+            p.metadata.name: (
+                (p.metadata.labels or {}).get("brokergroup.io/role"),
+                (p.metadata.labels or {}).get("brokergroup.io/broker-id"),
+                p.status.pod_ip,
+            )
+            for p in self.pods(name)
+            if p.metadata.deletion_timestamp is None
+        }
+
+    def master_pod(self, name: str) -> Any | None:
+        masters = [
+            p
+            for p in self.pods(name)
+            if (p.metadata.labels or {}).get("brokergroup.io/role") == "master"
+            and p.metadata.deletion_timestamp is None
+        ]
+        assert len(masters) <= 1, f"two pods labelled master: {[p.metadata.name for p in masters]}"
+        return masters[0] if masters else None
+
+    def service_address(self, service: str) -> str | None:
+        """The ready pod the Service's selector picks (what its endpoints hold).
+
+        Read from the selector rather than the EndpointSlice: a node that gives
+        pods loopback addresses gets no EndpointSlice (the API refuses 127/8),
+        and the selector is what the operator's labels drive either way.
+        """
+        selector = self.core.read_namespaced_service(service, self.namespace).spec.selector or {}
+        text = ",".join(f"{k}={v}" for k, v in selector.items())
+        for pod in self.core.list_namespaced_pod(self.namespace, label_selector=text).items:
+            ready = any(
+                c.type == "Ready" and c.status == "True" for c in pod.status.conditions or []
+            )
+            if ready and pod.metadata.deletion_timestamp is None and pod.status.pod_ip:
+                return f"{pod.status.pod_ip}:10911"
+        return None
+
+    def group_events(self, name: str) -> list[tuple[str, str]]:
+        items = self.core.list_namespaced_event(
+            self.namespace,
+            field_selector=f"involvedObject.kind=BrokerGroup,involvedObject.name={name}",
+        ).items
+        items.sort(
+            key=lambda e: (
+                e.first_timestamp or e.event_time or e.metadata.creation_timestamp,
+                e.metadata.name,
+            )
+        )
+        return [(e.reason, e.message) for e in items]
+
+    # ------------------------------------------------------------ actions
+
+    def create_group(self, name: str, replicas: int = 3, **spec: Any) -> dict[str, Any]:
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "BrokerGroup",
+            "metadata": {"name": name, "namespace": self.namespace},
+            "spec": {"replicas": replicas, "storage": {"size": "1Gi"}, **spec},
+        }
+        return dict(
+            self.custom.create_namespaced_custom_object(
+                GROUP, VERSION, self.namespace, PLURAL, body
+            )
+        )
+
+    def patch_group(self, name: str, patch: dict[str, Any]) -> None:
+        self.custom.patch_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, PLURAL, name, patch
+        )
+
+    def wait_available(self, name: str, replicas: int, timeout_s: float = 90) -> dict[str, Any]:
+        def ready() -> dict[str, Any] | None:
+            g = self.group(name)
+            status = g.get("status") or {}
+            conds = {c["type"]: c["status"] for c in status.get("conditions") or []}
+            labels = self.labelled(name)
+            roles = sorted(r for r, _, _ in labels.values() if r)
+            if (
+                conds.get("Available") == "True"
+                and status.get("readyReplicas") == replicas
+                and len(status.get("syncStateSet") or []) == replicas
+                and roles == ["master"] + ["slave"] * (replicas - 1)
+            ):
+                return g
+            return None
+
+        return wait_for(f"bg/{name} Available with {replicas} in sync", ready, timeout_s)
+
+    def delete_pod(self, pod_name: str) -> None:
+        self.core.delete_namespaced_pod(pod_name, self.namespace)
+
+    def crash_broker(self, pod: Any) -> None:
+        """Kill the broker process inside the pod (the container restarts, same pod)."""
+        if self._crash is not None:
+            self._crash(pod)
+            return
+        out = subprocess.run(
+            ["pgrep", "-f", f"advertise-address {pod.status.pod_ip} "],
+            capture_output=True,
+            text=True,
+        ).stdout.split()
+        assert out, f"no broker process for {pod.metadata.name} at {pod.status.pod_ip}"
+        os.kill(int(out[0]), signal.SIGKILL)
+
+    def produce(
+        self,
+        address: str,
+        topic: str,
+        count: int,
+        key_prefix: str,
+        ack_log: Path,
+        timeout_s: float = 60,
+    ) -> dict[str, Any]:
+        result = subprocess.run(
+            [
+                str(BIN / "brokergroup"),
+                "produce",
+                "--broker-address",
+                address,
+                "--topic",
+                topic,
+                "--count",
+                str(count),
+                "--size",
+                "128",
+                "--batch",
+                "16",
+                "--key-prefix",
+                key_prefix,
+                "--ack-log",
+                str(ack_log),
+                "--json",
+                "--controller-token-file",
+                str(self.controllers.token_file),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+        )
+        lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
+        return json.loads(lines[-1]) if lines else {"error": result.stderr[-2000:]}
+
+    def consume_keys(self, address: str, topic: str) -> list[str]:
+        result = subprocess.run(
+            [
+                str(BIN / "brokergroup"),
+                "consume",
+                "--broker-address",
+                address,
+                "--topic",
+                topic,
+                "--from-beginning",
+                "--json",
+                "--idle-timeout-ms",
+                "2000",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        return [
+            json.loads(line)["key"] for line in result.stdout.splitlines() if line.startswith("{")
+        ]
+
+
+def acked_keys(ack_log: Path) -> list[str]:
+    if not ack_log.exists():
+        return []
+    keys = []
+    for line in ack_log.read_text().splitlines():
+        entry = json.loads(line)
+        if entry.get("outcome", "ok") == "ok":
+            keys.append(str(entry["key"]))
+    return keys
+
+
+def external_kubeconfig() -> str | None:
+    return os.environ.get("BROKERGROUP_TEST_KUBECONFIG") or None
+
+
+def iter_controller_blocks() -> Iterator[tuple[str, ...]]:
+    """Loopback blocks for each test's controllers (tests use 127.0.2.0/24 and above)."""
+    n = 0
+    while True:
+        base = 10 + 4 * (n % 60)
+        yield tuple(f"127.0.5.{base + i}" for i in range(3))
+        n += 1

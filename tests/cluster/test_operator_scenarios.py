@@ -1,0 +1,533 @@
+"""The operator on a real API server (issue 11 item 5, DESIGN.md §8 cluster/).
+
+Each test gets its own namespace, three controllers, the operator as a
+process, and BrokerGroups whose pods the node runs as local broker
+processes. Checked end to end, comparing content (BrokerIds, keys, order),
+not counts:
+- a 3-replica group comes up: one master label, status Available, printer
+  columns' fields set;
+- master pod deleted → a SyncStateSet member is labelled master, the old pod
+  returns on a new IP with its old BrokerId as slave, every acknowledged key
+  is still readable;
+- broker process crashed in the master pod (same pod, container restart) →
+  the same;
+- every pod deleted at once → the same BrokerIds come back with the data;
+- operator stopped, master pod deleted → the controller still fails over; the
+  operator fixes labels and status when it returns;
+- two operators with peering: killing the active one, the other takes over;
+- scale 3→5→3 (the master on a removed pod is switched over first, removed
+  ids cleaned from the controller); a user switchover;
+- rolling update: slaves first, then switchover, the old master last, with
+  writes flowing and none acknowledged lost;
+- each CEL rule rejects a bad BrokerGroup with its message.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes.client.exceptions import ApiException
+
+from tests.cluster.operator_env import (
+    OperatorEnv,
+    acked_keys,
+    external_kubeconfig,
+    iter_controller_blocks,
+    wait_for,
+)
+
+pytestmark = pytest.mark.cluster
+ROOT = Path(__file__).resolve().parents[2]
+_blocks = iter_controller_blocks()
+
+
+def _kubeconfig(request: pytest.FixtureRequest) -> str:
+    try:
+        cluster = request.getfixturevalue("k8s_cluster")
+    except pytest.FixtureLookupError:
+        cluster = None
+    if cluster is not None:
+        return str(getattr(cluster, "kubeconfig", None) or cluster.admin_kubeconfig)
+    path = external_kubeconfig()
+    if path is None:
+        pytest.skip(
+            "no cluster: the cluster tier's k8s_cluster fixture is absent and "
+            "BROKERGROUP_TEST_KUBECONFIG is not set"
+        )
+    return path
+
+
+@pytest.fixture(scope="session")
+def crds_applied(request: pytest.FixtureRequest) -> str:
+    import asyncio
+
+    import yaml
+
+    from brokergroup_operator.kube import Kube, load_kube_config
+
+    kubeconfig = _kubeconfig(request)
+    kube = Kube(load_kube_config(kubeconfig))
+
+    async def apply_all() -> None:
+        for path in sorted((ROOT / "crds").glob("*.yaml")):
+            for doc in yaml.safe_load_all(path.read_text()):
+                if doc:
+                    await kube.apply(doc)
+
+    asyncio.run(apply_all())
+    from kubernetes import client
+
+    ext = client.ApiextensionsV1Api(kube.api)
+
+    def established() -> bool:
+        crd = ext.read_custom_resource_definition("brokergroups.brokergroup.io")
+        return any(
+            c.type == "Established" and c.status == "True" for c in crd.status.conditions or []
+        )
+
+    wait_for("the BrokerGroup CRD established", established, 30)
+    return kubeconfig
+
+
+@pytest.fixture
+def env(crds_applied: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[OperatorEnv]:
+    namespace = f"op-{uuid.uuid4().hex[:8]}"
+    from kubernetes import client, config
+
+    core = client.CoreV1Api(config.new_client_from_config(config_file=crds_applied))
+    core.create_namespace({"metadata": {"name": namespace}})
+    crash = None
+    try:
+        cluster = request.getfixturevalue("k8s_cluster")
+        crash = getattr(cluster, "crash_pod", None)
+    except pytest.FixtureLookupError:
+        pass
+    e = OperatorEnv(crds_applied, namespace, tmp_path, next(_blocks), crash=crash)
+    e.start()
+    try:
+        yield e
+    finally:
+        e.close()
+        core.delete_namespace(namespace)
+
+
+def _write_and_check(
+    env: OperatorEnv, name: str, topic: str, tmp: Path, prefix: str, count: int = 200
+) -> list[str]:
+    address = wait_for("the client Service's endpoint", lambda: env.service_address(name), 30)
+    summary = env.produce(address, topic, count, prefix, tmp / "acks.jsonl")
+    assert summary.get("failed") == 0 and summary.get("acked") == count, summary
+    return acked_keys(tmp / "acks.jsonl")
+
+
+def _assert_nothing_lost(env: OperatorEnv, name: str, topic: str, acked: list[str]) -> None:
+    address = wait_for("the client Service's endpoint", lambda: env.service_address(name), 30)
+    read = env.consume_keys(address, topic)
+    missing = sorted(set(acked) - set(read))
+    assert missing == [], f"{len(missing)} acknowledged keys lost, e.g. {missing[:5]}"
+
+
+def test_group_comes_up_with_one_master(env: OperatorEnv) -> None:
+    env.create_group("orders", 3, ha={"minInSyncReplicas": 2})
+    group = env.wait_available("orders", 3)
+    status = group["status"]
+    labels = env.labelled("orders")
+    master = env.master_pod("orders")
+    assert master is not None and status["master"]["pod"] == master.metadata.name
+    assert status["master"]["brokerId"] == int(master.metadata.labels["brokergroup.io/broker-id"])
+    assert sorted(int(b) for _, b, _ in labels.values()) == [1, 2, 3]
+    assert status["masterEpoch"] >= 1 and status["inSync"] == "3/3" and status["ready"] == "3/3"
+    assert [c["type"] for c in status["conditions"]] == ["Available", "Progressing", "Degraded"]
+    owned = {
+        (o.kind, o.name)
+        for o in (
+            env.apps.read_namespaced_stateful_set("orders", env.namespace).metadata.owner_references
+            or []
+        )
+    }
+    assert owned == {("BrokerGroup", "orders")}
+    for svc in ("orders", "orders-read", "orders-headless"):
+        assert (
+            env.core.read_namespaced_service(svc, env.namespace).metadata.owner_references[0].name
+            == "orders"
+        )
+
+
+def _failover_after(env: OperatorEnv, tmp: Path, disrupt: str) -> None:
+    env.create_group("orders", 3, ha={"minInSyncReplicas": 2})
+    env.wait_available("orders", 3)
+    acked = _write_and_check(env, "orders", "T", tmp, "before-")
+    old = env.master_pod("orders")
+    assert old is not None
+    old_name, old_id, old_ip = (
+        old.metadata.name,
+        old.metadata.labels["brokergroup.io/broker-id"],
+        old.status.pod_ip,
+    )
+    in_sync = set(env.group("orders")["status"]["syncStateSet"])
+    if disrupt == "delete":
+        env.delete_pod(old_name)
+    else:
+        env.crash_broker(old)
+
+    def new_master() -> Any:
+        pod = env.master_pod("orders")
+        return (
+            pod
+            if pod is not None and pod.metadata.labels["brokergroup.io/broker-id"] != old_id
+            else None
+        )
+
+    pod = wait_for("a new master labelled", new_master, 30)
+    assert int(pod.metadata.labels["brokergroup.io/broker-id"]) in in_sync
+    env.wait_available("orders", 3)
+    role, broker_id, ip = env.labelled("orders")[old_name]
+    assert (role, broker_id) == ("slave", old_id)
+    if disrupt == "delete":
+        assert ip != old_ip
+    status = env.group("orders")["status"]
+    assert status["lastFailover"]["from"] == int(old_id)
+    acked += _write_and_check(env, "orders", "T", tmp, "after-")
+    _assert_nothing_lost(env, "orders", "T", acked)
+
+
+def test_delete_master_pod(env: OperatorEnv, tmp_path: Path) -> None:
+    _failover_after(env, tmp_path, "delete")
+
+
+def test_crash_master_broker_process(env: OperatorEnv, tmp_path: Path) -> None:
+    _failover_after(env, tmp_path, "crash")
+
+
+def test_delete_all_pods_keeps_ids_and_data(env: OperatorEnv, tmp_path: Path) -> None:
+    env.create_group("orders", 3)
+    env.wait_available("orders", 3)
+    acked = _write_and_check(env, "orders", "T", tmp_path, "all-")
+    before = {name: (bid, ip) for name, (_, bid, ip) in env.labelled("orders").items()}
+    env.core.delete_collection_namespaced_pod(
+        env.namespace, label_selector="brokergroup.io/group=orders"
+    )
+    wait_for(
+        "every pod replaced",
+        lambda: (
+            all(ip not in (None, before[n][1]) for n, (_, _, ip) in env.labelled("orders").items())
+            and len(env.labelled("orders")) == 3
+        ),
+        90,
+    )
+    env.wait_available("orders", 3, 120)
+    after = {name: bid for name, (_, bid, _) in env.labelled("orders").items()}
+    assert after == {name: bid for name, (bid, _) in before.items()}
+    _assert_nothing_lost(env, "orders", "T", acked)
+
+
+def test_operator_down_controller_still_fails_over(env: OperatorEnv) -> None:
+    env.create_group("orders", 3)
+    env.wait_available("orders", 3)
+    old = env.master_pod("orders")
+    assert old is not None
+    old_id = int(old.metadata.labels["brokergroup.io/broker-id"])
+    for op in env.operators:
+        op.stop()
+    env.delete_pod(old.metadata.name)
+
+    def elected() -> int | None:
+        info = env.controllers.replica_info(env.namespace, "orders")
+        master = info.get("masterBrokerId")
+        return master if master not in (None, old_id) and info.get("masterAlive", True) else None
+
+    new_id = wait_for("the controller to elect without the operator", elected, 30)
+    # Labels are stale while no operator runs: the old master's replacement is unlabelled
+    # or the label still points at no live pod.
+    env.add_operator(9)
+    pod = wait_for(
+        "the returning operator to label the new master",
+        lambda: (
+            (p := env.master_pod("orders")) is not None
+            and p.metadata.labels["brokergroup.io/broker-id"] == str(new_id)
+            and p
+        ),
+        30,
+    )
+    assert pod.metadata.labels["brokergroup.io/broker-id"] == str(new_id)
+    env.wait_available("orders", 3)
+    assert env.group("orders")["status"]["master"]["brokerId"] == new_id
+
+
+def test_standby_operator_takes_over(env: OperatorEnv) -> None:
+    env.add_operator(1)  # two operators now, peering on KopfPeering/brokergroup
+
+    def peers() -> int | None:
+        body = env.custom.get_namespaced_custom_object(
+            "kopf.dev", "v1", env.namespace, "kopfpeerings", "brokergroup"
+        )
+        n = len(body.get("status") or {})
+        return n if n == 2 else None
+
+    wait_for("both operators in the peering object", peers, 30)
+    env.create_group("orders", 1)
+    env.wait_available("orders", 1)
+
+    def paused(op: Any) -> bool:
+        lines = [
+            ln for ln in op.log_path.read_text().splitlines() if "kopf._core.engines.peering" in ln
+        ]
+        return bool(lines) and "Pausing operations" in lines[-1]
+
+    def roles() -> tuple[Any, Any] | None:
+        active = [op for op in env.operators if not paused(op)]
+        standby = [op for op in env.operators if paused(op)]
+        return (active[0], standby[0]) if len(active) == 1 and len(standby) == 1 else None
+
+    active, standby = wait_for("one active and one paused operator", roles, 30)
+    active.stop(signal.SIGKILL)
+    env.create_group("second", 1)
+    env.wait_available("second", 1, 90)
+    assert "Handler 'group_changed' succeeded" in standby.log_path.read_text()
+
+
+def test_scale_up_and_down_with_switchover(env: OperatorEnv) -> None:
+    env.create_group("orders", 3)
+    env.wait_available("orders", 3)
+    env.custom.patch_namespaced_custom_object_scale(
+        "brokergroup.io",
+        "v1alpha1",
+        env.namespace,
+        "brokergroups",
+        "orders",
+        {"spec": {"replicas": 5}},
+    )
+    env.wait_available("orders", 5)
+    ids = {name: int(bid) for name, (_, bid, _) in env.labelled("orders").items()}
+    assert sorted(ids.values()) == [1, 2, 3, 4, 5]
+    # Put the master on a pod that scale-down removes: the user switchover.
+    target = ids["orders-4"]
+    result = __import__("subprocess").run(
+        [
+            str(Path(__import__("sys").executable).parent / "brokergroup"),
+            "kube",
+            "switchover",
+            "bg/orders",
+            "--to",
+            str(target),
+            "-n",
+            env.namespace,
+            "--kubeconfig",
+            env.kubeconfig,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert env.master_pod("orders").metadata.name == "orders-4"
+    env.patch_group("orders", {"spec": {"replicas": 3}})
+    env.wait_available("orders", 3, 90)
+    master = env.master_pod("orders")
+    assert master.metadata.name in {"orders-0", "orders-1", "orders-2"}
+    wait_for(
+        "removed ids cleaned from the controller",
+        lambda: (
+            sorted(
+                b["brokerId"]
+                for b in env.controllers.replica_info(env.namespace, "orders").get("brokers", [])
+            )
+            == sorted(ids[f"orders-{i}"] for i in range(3))
+        ),
+        60,
+    )
+    reasons = [r for r, _ in env.group_events("orders")]
+    assert "Switchover" in reasons and "BrokerIdsCleaned" in reasons
+
+
+def test_rolling_update_order_with_writes_flowing(env: OperatorEnv, tmp_path: Path) -> None:
+    env.create_group("orders", 3, ha={"minInSyncReplicas": 2})
+    env.wait_available("orders", 3)
+    old_master = env.master_pod("orders").metadata.labels["brokergroup.io/broker-id"]
+    stop = threading.Event()
+    ack_log = tmp_path / "acks.jsonl"
+
+    def writer() -> None:
+        n = 0
+        while not stop.is_set():
+            address = env.service_address("orders")
+            if address:
+                env.produce(address, "R", 50, f"roll{n}-", ack_log, timeout_s=30)
+                n += 1
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=writer, daemon=True)
+    thread.start()
+    observer = RollObserver(env, "orders")
+    observer.start()
+    old_revision = env.group("orders")["status"]["updateRevision"]
+    env.patch_group("orders", {"spec": {"config": {"maxPullMessages": "128"}}})
+
+    def rolled() -> bool:
+        g = env.group("orders")
+        s = g.get("status") or {}
+        return s.get("updateRevision") not in (None, "", old_revision) and all(
+            (p.metadata.labels or {}).get("controller-revision-hash") == s["updateRevision"]
+            for p in env.pods("orders")
+        )
+
+    wait_for("every pod on the new template", lambda: rolled() or None, 180, 0.5)
+    env.wait_available("orders", 3, 60)
+    stop.set()
+    thread.join(60)
+    observer.stop()
+    observed = observer.transcript()
+    restarts = [t for t in observed if t.startswith("restart")]
+    assert sorted(restarts) == sorted(f"restart {b}" for b in ("1", "2", "3")), observed
+    # Slaves first, then the master moves, then the old master restarts.
+    assert restarts[-1] == f"restart {old_master}", observed
+    moved = observed.index(next(t for t in observed if t.startswith("master ")))
+    assert observed[moved + 1 :] == [f"restart {old_master}"], observed
+    reasons = [m for r, m in env.group_events("orders") if r == "RollingUpdate"]
+    assert len(reasons) == 4, reasons
+    acked = acked_keys(ack_log)
+    assert acked, "no write was acknowledged during the roll"
+    _assert_nothing_lost(env, "orders", "R", acked)
+
+
+class RollObserver(threading.Thread):
+    """Watches pods every 0.1 s and writes down, in order, each broker whose pod
+    was deleted ("restart ID") and each change of the labelled master ("master ID")."""
+
+    def __init__(self, env: OperatorEnv, name: str) -> None:
+        super().__init__(daemon=True)
+        self.env, self.name = env, name
+        self._done = threading.Event()
+        self._log: list[str] = []
+
+    def run(self) -> None:
+        restarted: set[str] = set()  # uids already written down
+        last: dict[str, tuple[str, str | None]] = {}  # pod name → (uid, broker-id)
+        master: str | None = None
+        while not self._done.is_set():
+            for pod in self.env.pods(self.name):
+                labels = pod.metadata.labels or {}
+                uid, bid = pod.metadata.uid, labels.get("brokergroup.io/broker-id")
+                before = last.get(pod.metadata.name)
+                if before is not None and before[0] != uid and before[0] not in restarted:
+                    # Deleted and replaced between two looks.
+                    restarted.add(before[0])
+                    self._log.append(f"restart {before[1]}")
+                if pod.metadata.deletion_timestamp is not None and uid not in restarted:
+                    restarted.add(uid)
+                    self._log.append(f"restart {bid or (before or ('', None))[1]}")
+                elif (
+                    labels.get("brokergroup.io/role") == "master"
+                    and pod.metadata.deletion_timestamp is None
+                ):
+                    if master is not None and bid != master:
+                        self._log.append(f"master {bid}")
+                    master = bid
+                if bid is not None or before is None or before[0] != uid:
+                    last[pod.metadata.name] = (
+                        uid,
+                        bid or (before[1] if before and before[0] == uid else None),
+                    )
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        self._done.set()
+        self.join(10)
+
+    def transcript(self) -> list[str]:
+        return list(self._log)
+
+
+CEL_CASES = [
+    (
+        {"replicas": 1, "ha": {"minInSyncReplicas": 2}},
+        "spec.ha.minInSyncReplicas must be ≤ spec.replicas",
+    ),
+    (
+        {"replicas": 2, "ha": {"inSyncReplicas": 3}},
+        "spec.ha.inSyncReplicas must be ≤ spec.replicas",
+    ),
+    (
+        {"ha": {"heartbeatIntervalMs": 3000}},
+        "spec.ha.heartbeatIntervalMs must be < spec.ha.heartbeatTimeoutMs",
+    ),
+    ({"ha": {"masterLeaseMs": 2500}}, "spec.ha.masterLeaseMs must be < spec.ha.heartbeatTimeoutMs"),
+    ({"replicas": 0}, "spec.replicas in body should be greater than or equal to 1"),
+    ({"image": ""}, "spec.image must not be empty"),
+    ({"config": {"bogus": "1"}}, "spec.config has an unknown key"),
+    (
+        {"config": {"flushDiskType": "SOMETIMES"}},
+        "spec.config.flushDiskType must be SYNC_FLUSH or ASYNC_FLUSH",
+    ),
+    (
+        {"template": {"labels": {"brokergroup.io/role": "master"}}},
+        "spec.template.labels must not set brokergroup.io/",
+    ),
+]
+
+
+@pytest.mark.parametrize(("spec", "message"), CEL_CASES)
+def test_cel_rules_reject_with_their_message(
+    crds_applied: str, spec: dict[str, Any], message: str
+) -> None:
+    from kubernetes import client, config
+
+    api = config.new_client_from_config(config_file=crds_applied)
+    custom = client.CustomObjectsApi(api)
+    body = {
+        "apiVersion": "brokergroup.io/v1alpha1",
+        "kind": "BrokerGroup",
+        "metadata": {"name": "bad", "namespace": "default"},
+        "spec": spec,
+    }
+    with pytest.raises(ApiException) as exc:
+        custom.create_namespaced_custom_object(
+            "brokergroup.io", "v1alpha1", "default", "brokergroups", body, dry_run="All"
+        )
+    assert exc.value.status == 422
+    assert message in json.loads(exc.value.body)["message"]
+
+
+def test_storage_size_is_immutable(crds_applied: str) -> None:
+    from kubernetes import client, config
+
+    custom = client.CustomObjectsApi(config.new_client_from_config(config_file=crds_applied))
+    name = f"imm-{uuid.uuid4().hex[:6]}"
+    body = {
+        "apiVersion": "brokergroup.io/v1alpha1",
+        "kind": "BrokerGroup",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"storage": {"size": "1Gi"}},
+    }
+    custom.create_namespaced_custom_object(
+        "brokergroup.io", "v1alpha1", "default", "brokergroups", body
+    )
+    try:
+        with pytest.raises(ApiException) as exc:
+            custom.patch_namespaced_custom_object(
+                "brokergroup.io",
+                "v1alpha1",
+                "default",
+                "brokergroups",
+                name,
+                {"spec": {"storage": {"size": "2Gi"}}},
+            )
+        assert exc.value.status == 422
+        assert "spec.storage.size is immutable" in json.loads(exc.value.body)["message"]
+        scaled = custom.patch_namespaced_custom_object_scale(
+            "brokergroup.io", "v1alpha1", "default", "brokergroups", name, {"spec": {"replicas": 5}}
+        )
+        assert scaled["spec"]["replicas"] == 5
+    finally:
+        # No operator watches "default": remove the finalizer-free object directly.
+        custom.delete_namespaced_custom_object(
+            "brokergroup.io", "v1alpha1", "default", "brokergroups", name
+        )

@@ -1,0 +1,309 @@
+"""kopf handlers at handler level (DESIGN.md §5): one reconcile pass against
+a recording Kubernetes fake and a scripted controller view.
+
+kopf's own runner needs an API server (the cluster tier runs it for real,
+tests/cluster/); here the pass itself is checked: owned objects applied on
+a new group, labels demoted before the promotion, at most one disruptive
+step per pass and none repeated on a second pass, the switchover
+annotation honoured once (and refused with a reason), pod deletion reported
+to the controller at once, and the delete handler cleaning the group's ids
+only after its pods are gone."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import kopf
+import pytest
+
+from brokergroup_controller.api import BrokerLiveness, ReplicaInfo
+from brokergroup_operator import handlers
+from brokergroup_operator.handlers import Runtime, reconcile_group
+from brokergroup_operator.model import SWITCHOVER_ANNOTATION
+from brokergroup_operator.settings import OperatorSettings
+
+
+class FakeKube:
+    def __init__(self, pods: list[dict[str, Any]], sts: dict[str, Any] | None) -> None:
+        self.pods = {p["metadata"]["name"]: p for p in pods}
+        self.sts = sts
+        self.calls: list[tuple[Any, ...]] = []
+        self.status: dict[str, Any] | None = None
+        self.group: dict[str, Any] = {}
+
+    async def read_stateful_set(self, ns: str, name: str) -> dict[str, Any] | None:
+        return copy.deepcopy(self.sts)
+
+    async def list_pods(self, ns: str, selector: str) -> list[dict[str, Any]]:
+        return copy.deepcopy(list(self.pods.values()))
+
+    async def patch_pod_labels(self, ns: str, name: str, labels: dict[str, Any]) -> None:
+        self.calls.append(("label", name, dict(labels)))
+        meta = self.pods[name]["metadata"].setdefault("labels", {})
+        for k, v in labels.items():
+            if v is None:
+                meta.pop(k, None)
+            else:
+                meta[k] = v
+
+    async def delete_pod(self, ns: str, name: str, uid: str) -> None:
+        self.calls.append(("delete", name))
+        self.pods[name]["metadata"]["deletionTimestamp"] = "now"
+
+    async def apply(self, obj: dict[str, Any]) -> None:
+        self.calls.append(("apply", obj["kind"], obj["metadata"]["name"]))
+        if obj["kind"] == "StatefulSet":
+            self.sts = self.sts or {"spec": {}, "status": {}}
+            self.sts["spec"]["replicas"] = obj["spec"]["replicas"]
+
+    async def patch_group_status(self, ns: str, name: str, status: dict[str, Any]) -> None:
+        self.calls.append(("status",))
+        self.status = status
+
+    async def patch_group_annotations(
+        self, ns: str, name: str, annotations: dict[str, Any]
+    ) -> None:
+        self.calls.append(("annotate", dict(annotations)))
+
+    async def read_group(self, ns: str, name: str) -> dict[str, Any]:
+        return self.group
+
+    async def delete_stateful_set(self, ns: str, name: str) -> None:
+        self.calls.append(("delete-sts", name))
+
+
+class FakeController:
+    def __init__(self, info: ReplicaInfo) -> None:
+        self.info = info
+        self.calls: list[tuple[Any, ...]] = []
+
+    async def replica_info(self, cluster: str, broker: str) -> ReplicaInfo:
+        return self.info
+
+    async def elect_master(
+        self, cluster: str, broker: str, *, designated_broker_id: int
+    ) -> ReplicaInfo:
+        self.calls.append(("elect", designated_broker_id))
+        return ReplicaInfo(
+            cluster,
+            broker,
+            designated_broker_id,
+            None,
+            self.info.master_epoch + 1,
+            frozenset({designated_broker_id}),
+            self.info.sync_state_set_epoch + 1,
+        )
+
+    async def report_inactive(
+        self, cluster: str, broker: str, broker_id: int, reason: str
+    ) -> ReplicaInfo:
+        self.calls.append(("inactive", broker_id, reason))
+        return self.info
+
+    async def clean_broker_data(
+        self, cluster: str, broker: str, ids: Any, force: bool = False
+    ) -> list[int]:
+        self.calls.append(("clean", ids, force))
+        return [1, 2, 3]
+
+
+def pod(i: int, revision: str = "r1", labels: dict[str, str] | None = None) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": f"bg-{i}",
+            "uid": f"u{i}",
+            "labels": {
+                "app.kubernetes.io/name": "brokergroup",
+                "brokergroup.io/group": "bg",
+                "controller-revision-hash": revision,
+                **(labels or {}),
+            },
+        },
+        "status": {"podIP": f"10.0.0.{i}", "conditions": [{"type": "Ready", "status": "True"}]},
+    }
+
+
+def info(master: int, epoch: int = 1, sss: frozenset[int] = frozenset({1, 2, 3})) -> ReplicaInfo:
+    rows = tuple(BrokerLiveness(i + 1, f"10.0.0.{i}:10911", True, max_offset=10) for i in range(3))
+    return ReplicaInfo("ns", "bg", master, f"10.0.0.{master - 1}:10911", epoch, sss, epoch, 4, rows)
+
+
+def group(
+    annotations: dict[str, str] | None = None, status: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": "bg",
+            "namespace": "ns",
+            "uid": "g1",
+            "generation": 1,
+            "annotations": annotations or {},
+        },
+        "spec": {"replicas": 3, "ha": {"minInSyncReplicas": 1}},
+        "status": status or {},
+    }
+
+
+def runtime(kube: FakeKube, controller: FakeController) -> Runtime:
+    settings = OperatorSettings(controller_addresses=("c:9878",), secret_name="s", image="img")
+    rt = Runtime(settings=settings, kube=kube)  # type: ignore[arg-type]
+    rt.controller = lambda addresses: controller  # type: ignore[method-assign,assignment,return-value]
+    return rt
+
+
+class Events(list[tuple[str, str, str]]):
+    def __call__(self, kind: str, reason: str, message: str) -> None:
+        self.append((kind, reason, message))
+
+
+async def test_new_group_applies_everything_and_writes_status() -> None:
+    kube = FakeKube([], None)
+    events = Events()
+    ctl = FakeController(info(1))
+    await reconcile_group(runtime(kube, ctl), group(), events)
+    assert [c for c in kube.calls if c[0] == "apply"] == [
+        ("apply", "ConfigMap", "bg-config"),
+        ("apply", "Service", "bg-headless"),
+        ("apply", "Service", "bg"),
+        ("apply", "Service", "bg-read"),
+        ("apply", "PodDisruptionBudget", "bg"),
+        ("apply", "NetworkPolicy", "bg"),
+        ("apply", "StatefulSet", "bg"),
+    ]
+    assert kube.sts == {"spec": {"replicas": 3}, "status": {}}
+    assert kube.status is not None and kube.status["replicas"] == 0
+
+
+async def test_failover_relabels_demote_first_and_records_it() -> None:
+    pods = [
+        pod(0, labels={"brokergroup.io/role": "master", "brokergroup.io/broker-id": "1"}),
+        pod(1, labels={"brokergroup.io/role": "slave", "brokergroup.io/broker-id": "2"}),
+        pod(2, labels={"brokergroup.io/role": "slave", "brokergroup.io/broker-id": "3"}),
+    ]
+    kube = FakeKube(pods, {"spec": {"replicas": 3}, "status": {"updateRevision": "r1"}})
+    rt = runtime(kube, FakeController(info(2, epoch=2, sss=frozenset({2}))))
+    events = Events()
+    previous = {"master": {"brokerId": 1}, "masterEpoch": 1, "syncStateSet": [1, 2, 3]}
+    await reconcile_group(rt, group(status=previous), events)
+    labels = [c for c in kube.calls if c[0] == "label"]
+    assert labels == [
+        ("label", "bg-0", {"brokergroup.io/role": "slave"}),
+        ("label", "bg-1", {"brokergroup.io/role": "master"}),
+    ]
+    assert [e[1] for e in events] == ["MasterElected", "SyncStateSetChanged"]
+    assert kube.status is not None and kube.status["lastFailover"]["from"] == 1
+    assert kube.status["lastFailover"]["to"] == 2
+    kube.calls.clear()
+    events.clear()
+    await reconcile_group(rt, group(status=kube.status), events)
+    assert [c for c in kube.calls if c[0] in ("label", "delete")] == [] and events == []
+
+
+async def test_rolling_update_deletes_one_slave_per_pass() -> None:
+    pods = [pod(i, revision="r0") for i in range(3)]
+    kube = FakeKube(
+        pods, {"spec": {"replicas": 3}, "status": {"updateRevision": "r1", "currentRevision": "r0"}}
+    )
+    rt = runtime(kube, FakeController(info(1)))
+    events = Events()
+    await reconcile_group(rt, group(), events)
+    assert [c for c in kube.calls if c[0] == "delete"] == [("delete", "bg-2")]
+    assert ("Normal", "RollingUpdate", "restarting bg-2 (broker 3): outdated slave") in events
+    await reconcile_group(rt, group(), events)  # bg-2 is still being deleted: wait
+    assert [c for c in kube.calls if c[0] == "delete"] == [("delete", "bg-2")]
+
+
+async def test_switchover_annotation_is_honoured_once() -> None:
+    pods = [pod(i) for i in range(3)]
+    kube = FakeKube(pods, {"spec": {"replicas": 3}, "status": {"updateRevision": "r1"}})
+    ctl = FakeController(info(1))
+    events = Events()
+    await reconcile_group(runtime(kube, ctl), group({SWITCHOVER_ANNOTATION: "3"}), events)
+    assert ctl.calls == [("elect", 3)]
+    assert ("annotate", {SWITCHOVER_ANNOTATION: None}) in kube.calls
+    assert ("Normal", "Switchover", "requested by the user: master 1 → 3 at epoch 2") in events
+
+
+async def test_switchover_to_an_out_of_sync_broker_is_refused() -> None:
+    kube = FakeKube(
+        [pod(i) for i in range(3)], {"spec": {"replicas": 3}, "status": {"updateRevision": "r1"}}
+    )
+    ctl = FakeController(info(1, sss=frozenset({1, 2})))
+    events = Events()
+    await reconcile_group(runtime(kube, ctl), group({SWITCHOVER_ANNOTATION: "3"}), events)
+    assert ctl.calls == []
+    assert (
+        "Warning",
+        "SwitchoverRefused",
+        "broker 3 is not in the SyncStateSet [1, 2]: it may miss acknowledged messages",
+    ) in events
+    assert ("annotate", {SWITCHOVER_ANNOTATION: None}) in kube.calls
+
+
+async def test_pod_deletion_is_reported_at_once() -> None:
+    kube = FakeKube([], None)
+    kube.group = group()
+    ctl = FakeController(info(1))
+    rt = runtime(kube, ctl)
+    memo = kopf.Memo(runtime=rt)
+    body = pod(0, labels={"brokergroup.io/broker-id": "1", "brokergroup.io/role": "master"})
+    await handlers.pod_event(
+        event={"type": "MODIFIED", "object": body}, body=kopf.Body(body), namespace="ns", memo=memo
+    )
+    assert ctl.calls == []
+    gone = copy.deepcopy(body)
+    gone["metadata"]["deletionTimestamp"] = "2026-11-23T04:00:00Z"
+    await handlers.pod_event(
+        event={"type": "MODIFIED", "object": gone}, body=kopf.Body(gone), namespace="ns", memo=memo
+    )
+    await handlers.pod_event(
+        event={"type": "DELETED", "object": gone}, body=kopf.Body(gone), namespace="ns", memo=memo
+    )
+    assert ctl.calls == [("inactive", 1, "pod deleted (bg-0)")]
+
+
+async def test_delete_waits_for_pods_then_cleans_ids() -> None:
+    kube = FakeKube([pod(0)], None)
+    ctl = FakeController(info(1))
+    memo = kopf.Memo(runtime=runtime(kube, ctl))
+    with pytest.raises(kopf.TemporaryError):
+        await handlers.group_deleted(body=kopf.Body(group()), name="bg", namespace="ns", memo=memo)
+    assert ctl.calls == []
+    kube.pods.clear()
+    await handlers.group_deleted(body=kopf.Body(group()), name="bg", namespace="ns", memo=memo)
+    assert ctl.calls == [("clean", None, True)]
+
+
+class SwitchoverKube:
+    """The BrokerGroup as `brokergroup kube switchover` sees it; the operator's
+    side is played by `on_annotate` (honour or refuse)."""
+
+    def __init__(self, honour: bool) -> None:
+        self.body: dict[str, Any] = {
+            "metadata": {"annotations": {}},
+            "status": {"masterEpoch": 3, "master": {"brokerId": 1}},
+        }
+        self.honour = honour
+
+    async def read_group(self, ns: str, name: str) -> dict[str, Any]:
+        return copy.deepcopy(self.body)
+
+    async def patch_group_annotations(
+        self, ns: str, name: str, annotations: dict[str, Any]
+    ) -> None:
+        # The operator acts at once: consumes the annotation, maybe moves the master.
+        if self.honour:
+            self.body["status"] = {"masterEpoch": 4, "master": {"brokerId": 2, "pod": "bg-1"}}
+
+
+async def test_switchover_command_follows_status(capsys: pytest.CaptureFixture[str]) -> None:
+    from brokergroup_operator.cli import parse_group, request_switchover
+
+    assert parse_group("bg/orders") == "orders" and parse_group("orders") == "orders"
+    with pytest.raises(ValueError, match="expected bg/NAME"):
+        parse_group("pod/orders-0")
+    assert await request_switchover(SwitchoverKube(True), "ns", "bg", 2, 5.0) == 0
+    assert "broker 2 (bg-1) is master at epoch 4" in capsys.readouterr().out
+    assert await request_switchover(SwitchoverKube(False), "ns", "bg", 2, 5.0) == 1
+    assert "SwitchoverRefused" in capsys.readouterr().err
