@@ -8,7 +8,10 @@ rejects it if another decision committed first.
 
 Rules:
 - A live master is kept unless an admin designates another broker
-  (MASTER_STILL_EXIST).
+  (MASTER_STILL_EXIST), or the master itself asks to be re-elected: a master
+  that restarted before the controller noticed must open a new masterEpoch at
+  its current log end (DESIGN.md §3.2), since it may have lost an unflushed
+  tail its slaves still hold under the old epoch.
 - First election of a set (masterEpoch 0, no master): the designated broker
   or else the requester wins; there is no SyncStateSet yet.
 - Otherwise candidates = SyncStateSet ∩ alive, or every alive registered
@@ -103,6 +106,17 @@ def decide_election(
         return ElectionDecision(
             ErrorCode.ELECT_TARGET_NOT_ELIGIBLE,
             f"designated broker {name}:{designated} is not registered",
+        )
+    if (
+        old_master is not None
+        and old_master in alive
+        and designated == old_master
+        and request.requester_broker_id == old_master
+    ):
+        return ElectionDecision(
+            ErrorCode.SUCCESS,
+            f"master {old_master} of {name} restarted: re-elected at a new masterEpoch",
+            _event(broker_set, old_master, "the master renews its epoch after a restart"),
         )
     if old_master is not None and old_master in alive and designated in (None, old_master):
         return ElectionDecision(

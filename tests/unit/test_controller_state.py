@@ -217,6 +217,29 @@ def test_live_master_is_kept() -> None:
     assert state.to_dict() == before
 
 
+def test_a_live_master_renews_its_epoch_only_for_itself() -> None:
+    """§3.2: a master restarted at an unchanged epoch asks to be re-elected."""
+    state = group_with_master()
+    alive = {1: hb(1), 2: hb(2)}
+    before = state.to_dict()
+    # Re-designating the live master for someone else's sake stays refused.
+    for requester in (None, 2):
+        code = elect(
+            state, alive, trigger=ElectionTrigger.ADMIN, designated_broker_id=1,
+            requester_broker_id=requester,
+        )  # fmt: skip
+        assert code is ErrorCode.MASTER_STILL_EXIST
+        assert state.to_dict() == before
+    code = elect(
+        state, alive, trigger=ElectionTrigger.ADMIN, designated_broker_id=1, requester_broker_id=1
+    )
+    assert code is ErrorCode.SUCCESS
+    broker_set = state.get(C, B)
+    assert broker_set is not None
+    assert (broker_set.master_broker_id, broker_set.master_epoch) == (1, 2)
+    assert broker_set.sync_state_set == {1}
+
+
 def test_admin_designated_replaces_live_master() -> None:
     state = group_with_master()
     alive = {1: hb(1), 2: hb(2), 3: hb(3)}

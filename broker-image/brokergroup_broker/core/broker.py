@@ -495,6 +495,22 @@ class Broker:
             enable_slave_acting_master=self.config.enable_slave_acting_master,
         )
         for decision in decisions:
+            if isinstance(decision, roles.BecomeMaster) and self._restarted_at_same_epoch(decision):
+                # DESIGN.md §3.2: on becoming master the epoch file must describe the
+                # current log end. A restart may have cut an unflushed tail that slaves
+                # still hold under this epoch, and slaves cut only to an epoch's *end*:
+                # so take a new masterEpoch, which begins at today's log end and ends
+                # the old epoch there. Stay fenced until it arrives.
+                log.warning(
+                    "broker %d restarted as master of masterEpoch %d (log end %d): asking "
+                    "the controller for a new masterEpoch so slaves truncate to this log end",
+                    self.broker_id,
+                    decision.master_epoch,
+                    self._store().max_offset,
+                )
+                self.role = roles.RoleState(roles.Role.FENCED, self.role.master_epoch)
+                self._request_election(designate=True)
+                return
             try:
                 await self._carry_out(decision, info)
             except (StoreError, OSError, RuntimeError) as exc:
@@ -586,7 +602,7 @@ class Broker:
                 f"{decision.master_epoch}, but its epoch file already holds epoch {last_epoch}: "
                 "the controller's data is older than this store"
             )
-        # else: a restart at an unchanged epoch (the controller never saw us gone).
+        # (An unchanged epoch never gets here: `_apply_info` asks for a new one.)
         found = store.epoch_file.find(decision.master_epoch)
         epoch_start = found[0].start_offset if found is not None else store.max_offset
         await self._pre_online_consumer_offsets(info)
@@ -635,18 +651,26 @@ class Broker:
         self.ha_slave = slave
         self._ha_slave_task = asyncio.create_task(slave.run(ha_address_of(decision.master_address)))
 
-    def _request_election(self) -> None:
+    def _restarted_at_same_epoch(self, decision: roles.BecomeMaster) -> bool:
+        """A BecomeMaster for the epoch this store already wrote under: only after a
+        process restart (a running broker changes role only for a higher epoch)."""
+        epoch_file = self._store().epoch_file
+        return epoch_file.last_entry() is not None and decision.master_epoch == (
+            epoch_file.last_epoch()
+        )
+
+    def _request_election(self, *, designate: bool = False) -> None:
         now = mono_ms()
         if now - self._last_election_request_ms < self.config.heartbeat_interval_ms:
             return  # at most one request per heartbeat interval
         self._last_election_request_ms = now
-        self._spawn(self._elect())
+        self._spawn(self._elect(designate=designate))
 
-    async def _elect(self) -> None:
+    async def _elect(self, *, designate: bool = False) -> None:
         assert self.broker_id is not None
         try:
             info = await asyncio.wait_for(
-                self.controller.elect_master(self.broker_id),
+                self.controller.elect_master(self.broker_id, designate=designate),
                 self.config.controller_request_timeout_ms / 1000,
             )
         except (ControllerUnavailable, TimeoutError) as exc:

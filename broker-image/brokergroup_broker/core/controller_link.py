@@ -84,10 +84,17 @@ class ControllerLink:
     async def heartbeat(self, heartbeat: BrokerHeartbeat) -> ReplicaInfo:
         return await _converted(self._client.heartbeat(heartbeat))
 
-    async def elect_master(self, requester_broker_id: int) -> ReplicaInfo:
+    async def elect_master(
+        self, requester_broker_id: int, *, designate: bool = False
+    ) -> ReplicaInfo:
+        """Ask for an election; `designate` names the requester itself (a new masterEpoch
+        even while it is the live master: used after a restart at an unchanged epoch)."""
         return await _converted(
             self._client.elect_master(
-                self.cluster_name, self.broker_name, requester_broker_id=requester_broker_id
+                self.cluster_name,
+                self.broker_name,
+                requester_broker_id=requester_broker_id,
+                designated_broker_id=requester_broker_id if designate else None,
             )
         )
 
