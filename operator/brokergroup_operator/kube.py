@@ -11,6 +11,7 @@ one idempotent call however often a handler runs.
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -26,14 +27,22 @@ PLURAL = "brokergroups"
 VERSION = "v1alpha1"
 
 
-def load_kube_config(kubeconfig: str | None = None) -> client.ApiClient:
-    """In-cluster credentials in a pod, else KUBECONFIG / ~/.kube/config."""
+def load_configuration(kubeconfig: str | None = None) -> client.Configuration:
+    """In-cluster credentials in a pod, else --kubeconfig, KUBECONFIG, ~/.kube/config.
+
+    KUBECONFIG is read now, not when the kubernetes package was imported.
+    """
     configuration = client.Configuration()
     try:
         config.load_incluster_config(client_configuration=configuration)
     except config.ConfigException:
-        config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-    return client.ApiClient(configuration)
+        path = kubeconfig or os.environ.get("KUBECONFIG") or None
+        config.load_kube_config(config_file=path, client_configuration=configuration)
+    return configuration
+
+
+def load_kube_config(kubeconfig: str | None = None) -> client.ApiClient:
+    return client.ApiClient(load_configuration(kubeconfig))
 
 
 def default_namespace(kubeconfig: str | None = None) -> str:

@@ -532,3 +532,31 @@ def test_storage_size_is_immutable(crds_applied: str) -> None:
         custom.delete_namespaced_custom_object(
             "brokergroup.io", "v1alpha1", "default", "brokergroups", name
         )
+
+
+def test_operator_in_process_with_kopf_runner(
+    env: OperatorEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same handlers under kopf's own test runner (`kopf run -m …` in a thread)."""
+    from kopf.testing import KopfRunner
+
+    from brokergroup_operator.handlers import registry
+
+    for op in env.operators:  # the process operator steps aside
+        op.stop()
+    for key, value in env.operator_env().items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("KUBECONFIG", env.kubeconfig)
+    args = ["run", "--standalone", "-n", env.namespace, "-m", "brokergroup_operator.handlers"]
+    with KopfRunner(args, registry=registry, timeout=60) as runner:
+        env.create_group("orders", 2)
+        env.wait_available("orders", 2, 90)
+        env.patch_group("orders", {"spec": {"replicas": 1, "ha": {"minInSyncReplicas": 1}}})
+        env.wait_available("orders", 1, 90)
+        env.custom.delete_namespaced_custom_object(
+            "brokergroup.io", "v1alpha1", env.namespace, "brokergroups", "orders"
+        )
+        wait_for("the finalizer to finish", lambda: not env.groups() or None, 60)
+    assert runner.exit_code == 0, runner.output
+    assert runner.exception is None
+    assert "Handler 'group_deleted' succeeded" in runner.output
