@@ -214,10 +214,15 @@ async def _reconcile(
         elif isinstance(step, Switchover):
             acted = await switchover(rt, ctx, controller, step, post, cause="scale-down")
         elif isinstance(step, CleanBrokerIds):
-            removed = await controller.clean_broker_data(
-                ctx.namespace, ctx.name, step.broker_ids, force=False
-            )
-            post("Normal", "BrokerIdsCleaned", f"{step.reason}: removed {removed}")
+            try:
+                removed = await controller.clean_broker_data(
+                    ctx.namespace, ctx.name, step.broker_ids, force=False
+                )
+            except (ControllerError, ControllerUnavailable) as exc:
+                # e.g. BROKER_STILL_ALIVE: the next pass plans again from fresh facts.
+                post("Warning", "BrokerIdsNotCleaned", f"{list(step.broker_ids)}: {exc}")
+            else:
+                post("Normal", "BrokerIdsCleaned", f"{step.reason}: removed {removed}")
         elif isinstance(step, Wait):
             plan_reason = step.reason
     elif not sts:
