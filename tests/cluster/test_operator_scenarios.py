@@ -105,12 +105,18 @@ def env(crds_applied: str, tmp_path: Path, request: pytest.FixtureRequest) -> It
     core = client.CoreV1Api(config.new_client_from_config(config_file=crds_applied))
     core.create_namespace({"metadata": {"name": namespace}})
     crash = None
+    hosts = next(_blocks)
     try:
         cluster = request.getfixturevalue("k8s_cluster")
         crash = getattr(cluster, "crash_pod", None)
+        # Addresses on this machine that both the test process and the pods reach
+        # (pods in their own network namespaces do not see the host's loopback).
+        pick = getattr(cluster, "host_addresses", None)
+        if pick is not None:
+            hosts = tuple(pick(3))
     except pytest.FixtureLookupError:
         pass
-    e = OperatorEnv(crds_applied, namespace, tmp_path, next(_blocks), crash=crash)
+    e = OperatorEnv(crds_applied, namespace, tmp_path, hosts, crash=crash)
     e.start()
     try:
         yield e
