@@ -181,7 +181,7 @@ async def _reconcile(
         if view.live_master is None and mem.master_lost_at_ms is None:
             mem.master_lost_at_ms = now_ms()
         for pod, patch in label_patches(pods, view):
-            await rt.kube.patch_pod_labels(ctx.namespace, pod.name, patch)
+            await rt.kube.patch_pod_labels(ctx.namespace, pod.name, patch, pod.uid)
             metrics.LABEL_PATCHES.labels(patch.get(LABEL_ROLE) or "none").inc()
             pod.labels.update({k: v for k, v in patch.items() if v is not None})
             for k, v in patch.items():

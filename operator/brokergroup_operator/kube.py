@@ -93,13 +93,23 @@ class Kube:
         return await asyncio.to_thread(call)
 
     async def patch_pod_labels(
-        self, namespace: str, name: str, labels: Mapping[str, str | None]
+        self, namespace: str, name: str, labels: Mapping[str, str | None], uid: str = ""
     ) -> None:
-        body = {"metadata": {"labels": dict(labels)}}
+        """Patch only the incarnation the labels were decided for: the uid in the
+        body is a precondition, so a pod recreated under the same name meanwhile
+        is refused rather than half-labelled."""
+        meta: dict[str, Any] = {"labels": dict(labels)}
+        if uid:
+            meta["uid"] = uid
         try:
-            await asyncio.to_thread(self.core.patch_namespaced_pod, name, namespace, body)
+            await asyncio.to_thread(
+                self.core.patch_namespaced_pod, name, namespace, {"metadata": meta}
+            )
         except ApiException as exc:
-            if exc.status != 404:  # gone since the list: the next pass sees that
+            # Gone (404) or replaced: the API server answers a uid mismatch with
+            # 422 "metadata.uid … field is immutable". The next pass sees the new pod.
+            replaced = exc.status == 422 and "uid" in str(exc.body or "")
+            if exc.status not in (404, 409) and not replaced:
                 raise
 
     async def delete_pod(self, namespace: str, name: str, uid: str) -> None:

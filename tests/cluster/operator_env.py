@@ -351,7 +351,7 @@ class OperatorEnv:
             status = g.get("status") or {}
             conds = {c["type"]: c["status"] for c in status.get("conditions") or []}
             labels = self.labelled(name)
-            roles = sorted(r for r, _, _ in labels.values() if r)
+            roles = sorted(r for r, b, _ in labels.values() if r and b)
             if (
                 conds.get("Available") == "True"
                 and status.get("readyReplicas") == replicas
