@@ -105,6 +105,9 @@ class BrokerGroupHarness:
         self.controllers = Controllers(
             self.base_dir / "controllers", block=block, config=controller_config
         )
+        self.ha_secret_file = self.base_dir / "ha-secret"
+        self.ha_secret_file.parent.mkdir(parents=True, exist_ok=True)
+        self.ha_secret_file.write_text(f"ha-secret-of-block-{block}-for-tests\n")
         self._next_host = 10
         self.brokers: dict[int, BrokerProcess] = {}
         for slot in range(replicas):
@@ -139,6 +142,8 @@ class BrokerGroupHarness:
             ",".join(self.controllers.api_addresses),
             "--controller-token-file",
             str(self.controllers.token_file),
+            "--ha-secret-file",
+            str(self.ha_secret_file),
             "--bind-address",
             broker.host,
             "--advertise-address",

@@ -110,6 +110,7 @@ def test_broker_argv_binds_and_advertises_its_own_address(tmp_path: Path) -> Non
         "--data-dir", str(tmp_path / "brokers" / "1"),
         "--controller-addresses", "127.0.1.1:9878,127.0.1.2:9878,127.0.1.3:9878",
         "--controller-token-file", str(tmp_path / "token"),
+        "--ha-secret-file", str(tmp_path / "ha-secret"),
         "--bind-address", "127.0.0.13", "--advertise-address", "127.0.0.13",
         "--client-port", "10911", "--set", "heartbeatIntervalMs=200",
     ]  # fmt: skip

@@ -56,11 +56,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -160,6 +161,15 @@ class BrokerSettings:
     bind_address: str
     advertise_address: str
     client_port: int = 10911
+    ha_secret: bytes | None = field(default=None, repr=False)
+    """The group's HA secret (`--ha-secret-file`); None only with `--insecure-no-ha-auth`."""
+
+    @property
+    def own_host(self) -> str:
+        """The address this broker's outgoing HA connections leave from."""
+        if self.bind_address in ("0.0.0.0", "::", ""):
+            return self.advertise_address
+        return self.bind_address
 
     @property
     def address(self) -> str:
@@ -249,7 +259,9 @@ class Broker:
         self.ha_master: HAMasterService | None = None
         self.ha_slave: HASlaveService | None = None
         self._ha_slave_task: asyncio.Task[None] | None = None
-        self._ha_config = ha_config_of(config)
+        self._ha_config = dataclasses.replace(
+            ha_config_of(config), secret=settings.ha_secret, source_host=settings.own_host
+        )
         self._accepting_writes = False
         self._confirm_offset = 0  # master: SyncStateSet confirmOffset; slave: from the master
         self._futures: dict[int, Callable[[AckOutcome], None]] = {}
@@ -625,6 +637,7 @@ class Broker:
             on_slave_ack=self._on_slave_ack,
             on_slave_disconnect=self._on_slave_disconnect,
             now_ms=mono_ms,
+            registered_host=self._registered_host,
         )
         await master.start(self.settings.bind_address, self.settings.ha_port)
         # Headers carry confirmOffset only on change: seed it, or slaves (and an
@@ -650,6 +663,14 @@ class Broker:
         )
         self.ha_slave = slave
         self._ha_slave_task = asyncio.create_task(slave.run(ha_address_of(decision.master_address)))
+
+    def _registered_host(self, broker_id: int) -> str | None:
+        """Host the controller registered for `broker_id`, from its latest answer."""
+        info = self._latest_info
+        for b in info.brokers if info is not None else ():
+            if b.broker_id == broker_id:
+                return b.address.rsplit(":", 1)[0]
+        return None
 
     def _restarted_at_same_epoch(self, decision: roles.BecomeMaster) -> bool:
         """A BecomeMaster for the epoch this store already wrote under: only after a

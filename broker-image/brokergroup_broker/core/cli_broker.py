@@ -37,6 +37,17 @@ def register(subparsers: Any) -> None:
         help="comma-separated controller API addresses host:port",
     )
     parser.add_argument("--controller-token-file", type=Path, default=None)
+    parser.add_argument(
+        "--ha-secret-file",
+        type=Path,
+        default=None,
+        help="the group's HA secret: slaves and master prove it before any HA frame",
+    )
+    parser.add_argument(
+        "--insecure-no-ha-auth",
+        action="store_true",
+        help="dev only: an unauthenticated HA port (anyone who reaches it can pose as a slave)",
+    )
     parser.add_argument("--bind-address", default="0.0.0.0")
     parser.add_argument(
         "--advertise-address",
@@ -75,6 +86,28 @@ def run_broker_command(args: argparse.Namespace) -> int:
     token = None
     if args.controller_token_file is not None:
         token = args.controller_token_file.read_text().strip()
+    ha_secret: bytes | None = None
+    if args.ha_secret_file is not None:
+        if args.insecure_no_ha_auth:
+            print("brokergroup broker: --ha-secret-file and --insecure-no-ha-auth conflict",
+                  file=sys.stderr)  # fmt: skip
+            return 2
+        try:
+            ha_secret = args.ha_secret_file.read_bytes().strip()
+        except OSError as exc:
+            print(f"brokergroup broker: cannot read --ha-secret-file: {exc}", file=sys.stderr)
+            return 2
+        if len(ha_secret) < 16:
+            print(f"brokergroup broker: {args.ha_secret_file} must hold at least 16 bytes",
+                  file=sys.stderr)  # fmt: skip
+            return 2
+    elif not args.insecure_no_ha_auth:
+        print(
+            "brokergroup broker: --ha-secret-file is required (or --insecure-no-ha-auth for "
+            "development): the HA port authenticates its peers (docs/security.md)",
+            file=sys.stderr,
+        )
+        return 2
     advertise = args.advertise_address
     if advertise is None:
         if args.bind_address in ("0.0.0.0", "::", ""):
@@ -96,6 +129,7 @@ def run_broker_command(args: argparse.Namespace) -> int:
         bind_address=args.bind_address,
         advertise_address=advertise,
         client_port=args.client_port,
+        ha_secret=ha_secret,
     )
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     try:

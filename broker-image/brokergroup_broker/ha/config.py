@@ -7,7 +7,7 @@ message naming both values rather than as a flapping connection later.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from brokergroup_broker.ha.codec import DEFAULT_MAX_BODY_BYTES
 
@@ -73,6 +73,16 @@ class HAConfig:
     """Master side: how many sent-but-unacked (masterMaxOffset, transferTime)
     marks are remembered per slave for lastCaughtUpTimeMs; beyond it the oldest
     mark is dropped (only ever makes caught-up detection more conservative)."""
+
+    secret: bytes | None = field(default=None, repr=False)
+    """The group's HA secret (`--ha-secret-file`): both sides run the mutual HMAC
+    challenge of ha/auth.py before any frame. None disables authentication: only
+    in-process tests, or a broker started with `--insecure-no-ha-auth`."""
+
+    source_host: str | None = None
+    """Slave side: the local address HA connections leave from (the broker's own
+    advertised address), so the master sees the address the controller registered
+    for this broker id."""
 
     sync_from_last_file: bool = False
     """isSyncFromLastFile: a new, empty slave starts at the master's last segment

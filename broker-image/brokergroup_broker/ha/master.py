@@ -69,6 +69,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from brokergroup_broker.ha import auth
 from brokergroup_broker.ha.codec import (
     NEED_DATA,
     HAProtocolError,
@@ -143,8 +144,13 @@ class HAMasterService:
         on_slave_ack: Callable[[int, int], None],
         on_slave_disconnect: Callable[[int], None],
         now_ms: Callable[[], int],
+        registered_host: Callable[[int], str | None] | None = None,
     ) -> None:
+        """`registered_host(broker_id)`: the host the controller registered for that
+        broker (None if unknown); a handshake from any other host is refused. None
+        skips the check (in-process tests)."""
         self._store = store
+        self._registered_host = registered_host
         self._config = config
         self._master_epoch = master_epoch
         self._on_slave_ack = on_slave_ack
@@ -343,7 +349,33 @@ class HAMasterService:
         except Exception:
             log.exception("HA master: on_slave_disconnect(%d) failed", broker_id)
 
+    async def _authenticate(self, conn: _Connection) -> None:
+        """ha/auth.py: fixed-length challenge and proof, checked before any frame."""
+        secret = self._config.secret
+        if secret is None:
+            return
+        nonce = os.urandom(auth.NONCE_BYTES)
+        await self._send(conn, auth.challenge(nonce))
+        proof = await self._read_exact(conn, auth.SLAVE_PROOF_BYTES)
+        try:
+            slave_nonce = auth.check_slave_proof(secret, nonce, proof)
+        except auth.HAAuthError as exc:
+            raise HAProtocolError(f"authentication failed: {exc}") from exc
+        await self._send(conn, auth.master_proof(secret, nonce, slave_nonce))
+
+    async def _read_exact(self, conn: _Connection, n: int) -> bytes:
+        loop = asyncio.get_running_loop()
+        data = b""
+        async with asyncio.timeout(self._config.read_timeout_ms / 1000):
+            while len(data) < n:
+                chunk = await loop.sock_recv(conn.sock, n - len(data))
+                if not chunk:
+                    raise _ConnectionClosed()
+                data += chunk
+        return data
+
     async def _serve_inner(self, conn: _Connection) -> None:
+        await self._authenticate(conn)
         handshake = await self._read_frame(conn)
         if not isinstance(handshake, SlaveHandshake):
             raise HAProtocolError(f"expected a handshake first, got {handshake!r}")
@@ -393,6 +425,16 @@ class HAMasterService:
 
     def _register(self, conn: _Connection, handshake: SlaveHandshake) -> None:
         broker_id = handshake.slave_broker_id
+        if self._registered_host is not None:
+            # A broker id is accepted only from the address the controller registered
+            # for it: another process (even with the secret) cannot take its place.
+            expected = self._registered_host(broker_id)
+            peer_host = conn.address.rsplit(":", 1)[0]
+            if expected != peer_host:
+                raise HAProtocolError(
+                    f"handshake claims broker {broker_id} from {peer_host}, but the controller "
+                    f"registered broker {broker_id} at {expected or 'no address'}"
+                )
         old = self._by_broker.get(broker_id)
         if old is not None and old is not conn:
             # A reconnect can beat the old socket's timeout: the newest connection wins.

@@ -60,9 +60,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import socket
 from collections.abc import Callable
 
+from brokergroup_broker.ha import auth
 from brokergroup_broker.ha.codec import (
     NEED_DATA,
     HAProtocolError,
@@ -243,8 +245,11 @@ class HASlaveService:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             decoder = MasterFrameDecoder(self._config.max_frame_body_bytes)
             connect_s = self._config.connect_timeout_ms / 1000
+            if self._config.source_host is not None:
+                sock.bind((self._config.source_host, 0))
             async with asyncio.timeout(connect_s):
                 await loop.sock_connect(sock, master)
+                await self._authenticate(sock)
                 await loop.sock_sendall(
                     sock,
                     SlaveHandshake(
@@ -434,6 +439,32 @@ class HASlaveService:
             log.exception("HA slave %d: on_confirm_offset(%d) failed", self._broker_id, confirm)
 
     # ------------------------------------------------------------------ socket helpers
+
+    async def _authenticate(self, sock: socket.socket) -> None:
+        """ha/auth.py, slave side: prove the secret, then check the master's proof."""
+        secret = self._config.secret
+        if secret is None:
+            return
+        loop = asyncio.get_running_loop()
+        challenge = await self._read_exact(sock, auth.CHALLENGE_BYTES)
+        slave_nonce = os.urandom(auth.NONCE_BYTES)
+        try:
+            await loop.sock_sendall(sock, auth.slave_proof(secret, challenge, slave_nonce))
+            proof = await self._read_exact(sock, auth.MASTER_PROOF_BYTES)
+            auth.check_master_proof(secret, challenge[len(auth.MAGIC) :], slave_nonce, proof)
+        except auth.HAAuthError as exc:
+            raise HAProtocolError(f"authentication failed: {exc}") from exc
+
+    async def _read_exact(self, sock: socket.socket, n: int) -> bytes:
+        loop = asyncio.get_running_loop()
+        data = b""
+        async with asyncio.timeout(self._config.read_timeout_ms / 1000):
+            while len(data) < n:
+                chunk = await loop.sock_recv(sock, n - len(data))
+                if not chunk:
+                    raise _ConnectionClosed()
+                data += chunk
+        return data
 
     async def _send(self, sock: socket.socket, data: bytes) -> None:
         async with asyncio.timeout(self._config.write_timeout_ms / 1000):

@@ -122,6 +122,8 @@ def broker_argv(config: LocalConfig, layout: Layout, slot: int, host: str) -> li
         ",".join(config.controller_api_addresses),
         "--controller-token-file",
         str(layout.token_file),
+        "--ha-secret-file",
+        str(layout.ha_secret_file),
         "--bind-address",
         host,
         "--advertise-address",

@@ -1,0 +1,149 @@
+"""The cluster tier's fixtures (docs/development.md "Cluster tier").
+
+`k8s_cluster` (session): a real control plane (tests/cluster/tier/controlplane.py)
+plus one process kubelet (tier/kubelet.py), built from tools/k8s if needed.
+`namespace` (per test): a fresh namespace, deleted afterwards. Tests carry the
+`cluster` marker; the tier skips only where Go is missing (the binaries cannot
+be built), with that reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.cluster.tier.controlplane import NODE_NAME, ControlPlane
+from tests.cluster.tier.kubelet import ProcessKubelet
+from tests.cluster.tier.paths import BUILD_SCRIPT, missing_reason
+
+
+@dataclass
+class K8sCluster:
+    control_plane: ControlPlane
+    kubelet: ProcessKubelet
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.control_plane.admin_kubeconfig
+
+    admin_kubeconfig = kubeconfig
+
+    @property
+    def bin_dir(self) -> Path:
+        return self.control_plane.bin_dir
+
+    @property
+    def state(self) -> Path:
+        return self.control_plane.state.parent
+
+    def api(self) -> Any:
+        from kubernetes import config
+
+        return config.new_client_from_config(config_file=str(self.kubeconfig))
+
+    def kubectl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(self.bin_dir / "kubectl"), "--kubeconfig", str(self.kubeconfig), *args],
+            capture_output=True, text=True, check=check, timeout=120,
+        )  # fmt: skip
+
+    def helm(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(self.bin_dir / "helm"), "--kubeconfig", str(self.kubeconfig), *args],
+            capture_output=True, text=True, check=check, timeout=300,
+        )  # fmt: skip
+
+    def crash_pod(self, pod: Any, name: str | None = None, container: str | None = None) -> int:
+        return self.kubelet.crash_pod(pod, name, container)
+
+    def pause_pod(self, pod: Any, name: str | None = None, container: str | None = None) -> int:
+        return self.kubelet.pause_pod(pod, name, container)
+
+    def resume_pod(self, pod: Any, name: str | None = None, container: str | None = None) -> int:
+        return self.kubelet.resume_pod(pod, name, container)
+
+
+def _wait(what: str, probe: Any, timeout_s: float) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with contextlib.suppress(Exception):
+            found = probe()
+            if found:
+                return found
+        time.sleep(0.2)
+    raise TimeoutError(f"cluster tier: {what} within {timeout_s}s")
+
+
+@pytest.fixture(scope="session")
+def k8s_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[K8sCluster]:
+    reason = missing_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    subprocess.run([str(BUILD_SCRIPT)], check=True, capture_output=True)  # no-op when built
+    state = tmp_path_factory.mktemp("k8s-tier")
+    control_plane = ControlPlane(state / "control-plane")
+    control_plane.start()
+    kubelet = ProcessKubelet(
+        control_plane.kubeconfig("node"), control_plane.admin_kubeconfig, state / "kubelet"
+    )
+    cluster = K8sCluster(control_plane, kubelet)
+    try:
+        kubelet.start()
+        from kubernetes import client
+
+        core = client.CoreV1Api(cluster.api())
+
+        def node_ready() -> bool:
+            node = core.read_node(NODE_NAME)
+            return any(c.type == "Ready" and c.status == "True" for c in node.status.conditions)
+
+        _wait("node-1 Ready", node_ready, 30)
+        print(f"\ncluster tier: {control_plane.version()} at {control_plane.server}, state {state}")
+        yield cluster
+    finally:
+        kubelet.stop()
+        control_plane.stop()
+
+
+@pytest.fixture
+def namespace(k8s_cluster: K8sCluster) -> Iterator[str]:
+    from kubernetes import client
+
+    core = client.CoreV1Api(k8s_cluster.api())
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    core.create_namespace({"metadata": {"name": name}})
+    # Pods are refused until the service-account controller made `default`.
+    _wait(
+        f"ServiceAccount default in {name}",
+        lambda: core.read_namespaced_service_account("default", name),
+        30,
+    )
+    try:
+        yield name
+    finally:
+        with contextlib.suppress(Exception):
+            core.delete_namespace(name)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if report.failed and "k8s_cluster" in getattr(item, "fixturenames", ()):
+        cluster = item.funcargs.get("k8s_cluster")  # type: ignore[attr-defined]
+        if isinstance(cluster, K8sCluster):
+            report.sections.append(
+                (
+                    "cluster tier",
+                    f"state and logs: {cluster.state}\n"
+                    f"kubectl --kubeconfig {cluster.kubeconfig} get pods -A",
+                )
+            )
