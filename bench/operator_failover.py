@@ -156,6 +156,7 @@ def main() -> int:
     parser.add_argument("--crashes", type=int, default=None)
     parser.add_argument("--kubeconfig", default=os.environ.get("BROKERGROUP_TEST_KUBECONFIG"))
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    parser.add_argument("--note", default="", help="what cluster this ran on (kept in the JSON)")
     args = parser.parse_args()
     if not args.kubeconfig:
         print("operator_failover: needs --kubeconfig (a cluster tier cluster)", file=sys.stderr)
@@ -223,7 +224,7 @@ def main() -> int:
         "crash_write_s": summarize(crash_write),
         "ceiling": ceil,
         "elapsed_s": round(time.monotonic() - started, 1),
-        "cluster": cluster,
+        "cluster": {**cluster, "note": args.note},
         "quick": bool(args.quick),
     }
     write_result("operator_failover", result)

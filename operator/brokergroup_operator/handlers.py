@@ -33,7 +33,7 @@ import kopf
 from brokergroup_controller.client import ControllerClient, ControllerUnavailable
 from brokergroup_controller.errors import ControllerError, ErrorCode
 from brokergroup_operator import metrics
-from brokergroup_operator.kube import Kube
+from brokergroup_operator.kube import Kube, load_configuration
 from brokergroup_operator.labels import label_patches
 from brokergroup_operator.liveness import liveness_decision
 from brokergroup_operator.model import (
@@ -181,7 +181,7 @@ async def _reconcile(
         if view.live_master is None and mem.master_lost_at_ms is None:
             mem.master_lost_at_ms = now_ms()
         for pod, patch in label_patches(pods, view):
-            await rt.kube.patch_pod_labels(ctx.namespace, pod.name, patch)
+            await rt.kube.patch_pod_labels(ctx.namespace, pod.name, patch, pod.uid)
             metrics.LABEL_PATCHES.labels(patch.get(LABEL_ROLE) or "none").inc()
             pod.labels.update({k: v for k, v in patch.items() if v is not None})
             for k, v in patch.items():
@@ -214,10 +214,15 @@ async def _reconcile(
         elif isinstance(step, Switchover):
             acted = await switchover(rt, ctx, controller, step, post, cause="scale-down")
         elif isinstance(step, CleanBrokerIds):
-            removed = await controller.clean_broker_data(
-                ctx.namespace, ctx.name, step.broker_ids, force=False
-            )
-            post("Normal", "BrokerIdsCleaned", f"{step.reason}: removed {removed}")
+            try:
+                removed = await controller.clean_broker_data(
+                    ctx.namespace, ctx.name, step.broker_ids, force=False
+                )
+            except (ControllerError, ControllerUnavailable) as exc:
+                # e.g. BROKER_STILL_ALIVE: the next pass plans again from fresh facts.
+                post("Warning", "BrokerIdsNotCleaned", f"{list(step.broker_ids)}: {exc}")
+            else:
+                post("Normal", "BrokerIdsCleaned", f"{step.reason}: removed {removed}")
         elif isinstance(step, Wait):
             plan_reason = step.reason
     elif not sts:
@@ -380,13 +385,42 @@ def kopf_poster(body: Any) -> PostEvent:
 
 
 @kopf.on.login(registry=registry)
-def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-    """In-cluster ServiceAccount or KUBECONFIG, through the kubernetes client."""
-    return kopf.login_via_client(**kwargs)
+def login(settings: kopf.OperatorSettings, **_: Any) -> kopf.ConnectionInfo:
+    """In-cluster ServiceAccount, else KUBECONFIG as it is now (kopf's own
+    login_via_client reads the kubernetes package's import-time default)."""
+    cfg = load_configuration()
+    header = cfg.get_api_key_with_prefix("BearerToken") or cfg.get_api_key_with_prefix(
+        "authorization"
+    )
+    scheme, _sep, token = (header or "").partition(" ")
+    if not token:
+        scheme, token = "", scheme
+    return kopf.ConnectionInfo(
+        server=cfg.host,
+        ca_path=cfg.ssl_ca_cert,
+        insecure=not cfg.verify_ssl,
+        username=cfg.username or None,
+        password=cfg.password or None,
+        scheme=scheme or None,
+        token=token or None,
+        certificate_path=cfg.cert_file,
+        private_key_path=cfg.key_file,
+        trust_env=settings.networking.trust_env,
+    )
 
 
 @kopf.on.startup(registry=registry)
 async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
+    """Also makes plain `kopf run -m brokergroup_operator.handlers` work: without a
+    runtime in memo (the `brokergroup operator` command puts one there), build it
+    from the environment (docs/kubernetes.md)."""
+    if not isinstance(getattr(memo, "runtime", None), Runtime):
+        import os
+
+        from brokergroup_operator.kube import load_kube_config
+
+        env_settings = OperatorSettings.from_env(os.environ)
+        memo.runtime = Runtime(settings=env_settings, kube=Kube(load_kube_config()))
     settings.persistence.finalizer = FINALIZER
     settings.peering.lifetime = int(getattr(memo, "peering_lifetime_s", 15))
     settings.posting.level = logging.WARNING

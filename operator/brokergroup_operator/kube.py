@@ -11,6 +11,7 @@ one idempotent call however often a handler runs.
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -26,14 +27,22 @@ PLURAL = "brokergroups"
 VERSION = "v1alpha1"
 
 
-def load_kube_config(kubeconfig: str | None = None) -> client.ApiClient:
-    """In-cluster credentials in a pod, else KUBECONFIG / ~/.kube/config."""
+def load_configuration(kubeconfig: str | None = None) -> client.Configuration:
+    """In-cluster credentials in a pod, else --kubeconfig, KUBECONFIG, ~/.kube/config.
+
+    KUBECONFIG is read now, not when the kubernetes package was imported.
+    """
     configuration = client.Configuration()
     try:
         config.load_incluster_config(client_configuration=configuration)
     except config.ConfigException:
-        config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
-    return client.ApiClient(configuration)
+        path = kubeconfig or os.environ.get("KUBECONFIG") or None
+        config.load_kube_config(config_file=path, client_configuration=configuration)
+    return configuration
+
+
+def load_kube_config(kubeconfig: str | None = None) -> client.ApiClient:
+    return client.ApiClient(load_configuration(kubeconfig))
 
 
 def default_namespace(kubeconfig: str | None = None) -> str:
@@ -84,13 +93,23 @@ class Kube:
         return await asyncio.to_thread(call)
 
     async def patch_pod_labels(
-        self, namespace: str, name: str, labels: Mapping[str, str | None]
+        self, namespace: str, name: str, labels: Mapping[str, str | None], uid: str = ""
     ) -> None:
-        body = {"metadata": {"labels": dict(labels)}}
+        """Patch only the incarnation the labels were decided for: the uid in the
+        body is a precondition, so a pod recreated under the same name meanwhile
+        is refused rather than half-labelled."""
+        meta: dict[str, Any] = {"labels": dict(labels)}
+        if uid:
+            meta["uid"] = uid
         try:
-            await asyncio.to_thread(self.core.patch_namespaced_pod, name, namespace, body)
+            await asyncio.to_thread(
+                self.core.patch_namespaced_pod, name, namespace, {"metadata": meta}
+            )
         except ApiException as exc:
-            if exc.status != 404:  # gone since the list: the next pass sees that
+            # Gone (404) or replaced: the API server answers a uid mismatch with
+            # 422 "metadata.uid … field is immutable". The next pass sees the new pod.
+            replaced = exc.status == 422 and "uid" in str(exc.body or "")
+            if exc.status not in (404, 409) and not replaced:
                 raise
 
     async def delete_pod(self, namespace: str, name: str, uid: str) -> None:

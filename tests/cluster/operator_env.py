@@ -221,18 +221,18 @@ class OperatorEnv:
         for i in range(operators):
             self.add_operator(i)
 
+    def operator_env(self) -> dict[str, str]:
+        return {
+            "BROKERGROUP_CONTROLLER_ADDRESSES": self.controllers.addresses,
+            "BROKERGROUP_TOKEN_FILE": str(self.controllers.token_file),
+            "BROKERGROUP_SECRET_NAME": "bg-secrets",
+            "BROKERGROUP_IMAGE": "brokergroup:dev",
+            "BROKERGROUP_RESYNC_SECONDS": "2",
+        }
+
     def add_operator(self, i: int) -> OperatorProcess:
         op = OperatorProcess(
-            self.namespace,
-            self.kubeconfig,
-            {
-                "BROKERGROUP_CONTROLLER_ADDRESSES": self.controllers.addresses,
-                "BROKERGROUP_TOKEN_FILE": str(self.controllers.token_file),
-                "BROKERGROUP_SECRET_NAME": "bg-secrets",
-                "BROKERGROUP_IMAGE": "brokergroup:dev",
-                "BROKERGROUP_RESYNC_SECONDS": "2",
-            },
-            self.work / f"operator-{i}.log",
+            self.namespace, self.kubeconfig, self.operator_env(), self.work / f"operator-{i}.log"
         )
         op.start()
         self.operators.append(op)
@@ -351,7 +351,7 @@ class OperatorEnv:
             status = g.get("status") or {}
             conds = {c["type"]: c["status"] for c in status.get("conditions") or []}
             labels = self.labelled(name)
-            roles = sorted(r for r, _, _ in labels.values() if r)
+            roles = sorted(r for r, b, _ in labels.values() if r and b)
             if (
                 conds.get("Available") == "True"
                 and status.get("readyReplicas") == replicas

@@ -38,7 +38,10 @@ class FakeKube:
     async def list_pods(self, ns: str, selector: str) -> list[dict[str, Any]]:
         return copy.deepcopy(list(self.pods.values()))
 
-    async def patch_pod_labels(self, ns: str, name: str, labels: dict[str, Any]) -> None:
+    async def patch_pod_labels(
+        self, ns: str, name: str, labels: dict[str, Any], uid: str = ""
+    ) -> None:
+        assert uid == self.pods[name]["metadata"]["uid"], "labels patched on another incarnation"
         self.calls.append(("label", name, dict(labels)))
         meta = self.pods[name]["metadata"].setdefault("labels", {})
         for k, v in labels.items():

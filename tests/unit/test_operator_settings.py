@@ -1,0 +1,78 @@
+"""Operator settings from the environment and the per-group overrides
+(docs/kubernetes.md, contract with the Helm chart): addresses split like the
+CLI's, the token read from its file (never from a variable), bad values
+refused with the variable's name, spec.controller overriding the defaults."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from brokergroup_operator.resources import GroupContext, SpecError
+from brokergroup_operator.settings import OperatorSettings, SettingsError
+
+
+def test_from_env_and_token_file(tmp_path: Path) -> None:
+    token = tmp_path / "api-token"
+    token.write_text("s3cret\n")
+    settings = OperatorSettings.from_env(
+        {
+            "BROKERGROUP_CONTROLLER_ADDRESSES": "ctl-0:9878, ctl-1:9878,,",
+            "BROKERGROUP_TOKEN_FILE": str(token),
+            "BROKERGROUP_SECRET_NAME": "bg-secrets",
+            "BROKERGROUP_IMAGE": "brokergroup:1",
+            "BROKERGROUP_RESYNC_SECONDS": "2.5",
+        }
+    )
+    assert settings.controller_addresses == ("ctl-0:9878", "ctl-1:9878")
+    assert (settings.secret_name, settings.image, settings.resync_s) == (
+        "bg-secrets",
+        "brokergroup:1",
+        2.5,
+    )
+    assert settings.read_token() == "s3cret"
+    assert OperatorSettings.from_env({}).read_token() is None
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        (
+            {"BROKERGROUP_RESYNC_SECONDS": "soon"},
+            "BROKERGROUP_RESYNC_SECONDS must be a number, got 'soon'",
+        ),
+        ({"BROKERGROUP_RESYNC_SECONDS": "0"}, "BROKERGROUP_RESYNC_SECONDS must be > 0, got 0.0"),
+    ],
+)
+def test_bad_settings_are_refused(env: dict[str, str], message: str) -> None:
+    with pytest.raises(SettingsError) as exc:
+        OperatorSettings.from_env(env)
+    assert str(exc.value) == message
+
+
+def test_missing_token_file_names_the_variable(tmp_path: Path) -> None:
+    settings = OperatorSettings.from_env({"BROKERGROUP_TOKEN_FILE": str(tmp_path / "nope")})
+    with pytest.raises(SettingsError, match="cannot read BROKERGROUP_TOKEN_FILE"):
+        settings.read_token()
+
+
+def test_group_overrides_and_missing_defaults() -> None:
+    ctx = GroupContext(
+        "g",
+        "ns",
+        "u",
+        {"controller": {"addresses": ["a:1"], "secretName": "own"}, "image": "img:2"},
+        "img:1",
+        ("d:1",),
+        "default",
+    )
+    assert (ctx.addresses, ctx.secret, ctx.image) == (("a:1",), "own", "img:2")
+    ctx = GroupContext("g", "ns", "u", {}, "img:1", ("d:1",), "default")
+    assert (ctx.addresses, ctx.secret, ctx.image, ctx.replicas) == (("d:1",), "default", "img:1", 3)
+    with pytest.raises(SpecError, match="no controller addresses"):
+        GroupContext("g", "ns", "u", {}, "img", (), "s").validate()
+    with pytest.raises(SpecError, match="no Secret"):
+        GroupContext("g", "ns", "u", {}, "img", ("d:1",), "").validate()
+    with pytest.raises(SpecError, match="no image"):
+        GroupContext("g", "ns", "u", {}, "", ("d:1",), "s").validate()
