@@ -54,6 +54,8 @@ CONFIG_FIELDS = (
     "diskFullRatio",
     "electionPriority",
     "defaultTopicQueueNums",
+    "maxTopics",
+    "maxOpenQueueFiles",
     "maxPendingAcks",
     "syncStateSetCheckIntervalMs",
     "controllerRequestTimeoutMs",

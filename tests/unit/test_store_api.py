@@ -158,21 +158,33 @@ def test_enospc_is_rolled_back_and_reported(
     store.close()
 
 
-def test_fdatasync_failure_sticks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("code", [errno.EIO, errno.ENOSPC, errno.EDQUOT])
+def test_fdatasync_failure_sticks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int
+) -> None:
+    """Issue 7 item 7: after a failed fdatasync the page cache state is unknown, so
+    whatever the errno (ENOSPC too: space coming back must not make a retried
+    fsync look safe) the store stops taking writes until it recovers from disk."""
     store = MessageStore.open(tmp_path, cfg())
 
-    def eio(fd: int) -> None:
-        raise OSError(errno.EIO, "Input/output error")
+    def failing(fd: int) -> None:
+        raise OSError(code, os.strerror(code))
 
-    monkeypatch.setattr(os, "fdatasync", eio)
+    monkeypatch.setattr(os, "fdatasync", failing)
     with pytest.raises(StoreIOError, match="fdatasync"):
         store.put_messages(batch(1), HOST, 1)
     monkeypatch.undo()
     ok, reason = store.writable()
-    assert not ok and reason is not None and "reopen" in reason
+    assert not ok and reason is not None and "recover from disk" in reason
+    with pytest.raises(StoreNotWritable):
+        store.put_messages(batch(1), HOST, 2)
     # Not durable, so not served.
     assert store.get_messages("T", 0, 0, 10, 1 << 40) == []
     store.close(flush=False)
+    # A restart recovers from what is on disk and takes writes again.
+    with MessageStore.open(tmp_path, cfg()) as again:
+        assert again.writable() == (True, None)
+        again.put_messages(batch(1), HOST, 3)
 
 
 def test_master_write_on_a_partial_tail_is_refused(tmp_path: Path) -> None:

@@ -116,6 +116,7 @@ from brokergroup_broker.store import (
 from brokergroup_broker.store.consumer_offsets import ConsumerOffsetSnapshot
 from brokergroup_broker.store.errors import (
     MessageInvalid,
+    StoreBusy,
     StoreError,
     StoreNotWritable,
     TopicNotStorable,
@@ -202,6 +203,8 @@ def store_config_of(config: BrokerConfig) -> StoreConfig:
         flush_interval_ms=config.flush_interval_ms,
         disk_full_ratio=config.disk_full_ratio,
         default_queue_count=config.default_topic_queue_nums,
+        max_topics=config.max_topics,
+        max_open_queue_files=config.max_open_queue_files,
     )
 
 
@@ -1027,6 +1030,8 @@ class Broker:
             raise BrokerError(ResponseCode.TOPIC_INVALID, str(exc)) from exc
         except MessageInvalid as exc:
             raise BrokerError(ResponseCode.BAD_REQUEST, str(exc)) from exc
+        except StoreBusy as exc:
+            raise BrokerError(ResponseCode.SYSTEM_BUSY, str(exc)) from exc
         except StoreNotWritable as exc:
             self._heartbeat_now.set()
             raise BrokerError(ResponseCode.STORE_NOT_WRITABLE, str(exc)) from exc
@@ -1083,6 +1088,8 @@ class Broker:
             raise BrokerError(ResponseCode.TOPIC_INVALID, str(exc)) from exc
         except MessageInvalid as exc:
             raise BrokerError(ResponseCode.BAD_REQUEST, str(exc)) from exc
+        except StoreBusy as exc:
+            raise BrokerError(ResponseCode.SYSTEM_BUSY, str(exc)) from exc
         except StoreNotWritable as exc:
             # The store's writable() now reports it (and clears it when space
             # is back); tell the controller now, not in one interval (issue 6468).
@@ -1283,6 +1290,7 @@ class Broker:
 
 #: Controller answers after which an AlterSyncStateSet may still have been applied.
 _OUTCOME_UNKNOWN_CODES = frozenset({"COMMIT_TIMEOUT", "NOT_LEADER", "UNAVAILABLE"})
+
 
 def _require_valid_topic(topic: str) -> None:
     """Every request that names a topic checks it first (DESIGN.md §3.4b)."""

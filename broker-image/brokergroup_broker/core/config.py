@@ -94,6 +94,14 @@ class BrokerConfig:
     """Queues of an auto-created topic. More: more consumer parallelism; fewer:
     less per-queue bookkeeping."""
 
+    max_topics: int = 10000
+    """Topics the store creates (auto-created on first produce). Past it a produce
+    to a new topic is refused (BAD_REQUEST naming the limit); existing topics go on."""
+
+    max_open_queue_files: int = 1024
+    """Consume-queue files kept open at once (idle ones are closed), capped at half
+    the process's descriptor limit, so thousands of topics never cause EMFILE."""
+
     max_pending_acks: int = 10_000
     """Produces waiting for replication at once (DLedger's
     maxPendingRequestsNum). Beyond it produces fail with SYSTEM_BUSY at once:
@@ -143,6 +151,8 @@ class BrokerConfig:
             "flush_interval_ms",
             "default_topic_queue_nums",
             "max_pending_acks",
+            "max_topics",
+            "max_open_queue_files",
             "sync_state_set_check_interval_ms",
             "controller_request_timeout_ms",
             "controller_retry_backoff_ms",

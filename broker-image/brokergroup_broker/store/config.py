@@ -39,6 +39,12 @@ class StoreConfig:
     """Largest encoded record accepted (maxMessageSize); must fit a segment with its blank."""
     consume_queue_entries_per_file: int = DEFAULT_CONSUME_QUEUE_ENTRIES_PER_FILE
     """Entries per consume queue file; RocketMQ uses 300,000 (6,000,000-byte files)."""
+    max_topics: int = 10_000
+    """Topics this store will create (auto-created on first produce). Past it a produce
+    to a new topic is refused with a clear error; existing topics go on."""
+    max_open_queue_files: int = 1024
+    """Consume-queue files kept open at once (least recently used closed past it), so
+    many topics never exhaust the process's file descriptors."""
     verify_crc_on_recover: bool = True
     """checkCRCOnRecover: verify body CRCs of every record scanned during recovery."""
     page_cache_window_bytes: int = 64 << 20
@@ -68,6 +74,8 @@ class StoreConfig:
             raise StoreConfigMismatch(
                 f"page_cache_window_bytes {self.page_cache_window_bytes} must be >= 0"
             )
+        if self.max_topics <= 0 or self.max_open_queue_files <= 0:
+            raise StoreConfigMismatch("max_topics and max_open_queue_files must be > 0")
         if self.consume_queue_entries_per_file <= 0:
             raise StoreConfigMismatch(
                 f"consume_queue_entries_per_file {self.consume_queue_entries_per_file} must be > 0"

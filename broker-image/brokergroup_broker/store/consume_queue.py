@@ -17,6 +17,8 @@ durable and recovery rebuilds whatever came after the last checkpoint.
 
 from __future__ import annotations
 
+import collections
+import errno
 import logging
 import operator
 import os
@@ -30,7 +32,7 @@ from pathlib import Path
 from brokergroup_broker.topics import is_valid_topic
 
 from ._fileio import fsync_dir, write_all
-from .errors import StoreConfigMismatch, StoreCorruption
+from .errors import StoreConfigMismatch, StoreCorruption, TopicLimitReached
 from .message import RecordIndex
 
 log = logging.getLogger(__name__)
@@ -46,14 +48,70 @@ _SIZE = operator.itemgetter(4)
 _TAGS = operator.itemgetter(5)
 
 
+class FdPool:
+    """The consume-queue files a store keeps open, at most `max_open` at once.
+
+    Thousands of topics mean thousands of queue files; keeping each open
+    exhausts the process's descriptors (EMFILE) long before the disk is in
+    trouble. Files are opened on demand and the least recently used is closed
+    past the bound (closing loses nothing: fdatasync through a later
+    descriptor flushes the file's dirty pages). An EMFILE on open closes half
+    the pool and retries once.
+    """
+
+    def __init__(self, max_open: int) -> None:
+        if max_open < 1:
+            raise ValueError("max_open must be >= 1")
+        self.max_open = max_open
+        self._open: collections.OrderedDict[tuple[int, int], int] = collections.OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._open)
+
+    def get(self, key: tuple[int, int], path: Path, flags: int) -> int:
+        fd = self._open.get(key)
+        if fd is not None:
+            self._open.move_to_end(key)
+            return fd
+        while len(self._open) >= self.max_open:
+            self._close_oldest()
+        try:
+            fd = os.open(path, flags, 0o644)
+        except OSError as exc:
+            if exc.errno not in (errno.EMFILE, errno.ENFILE) or not self._open:
+                raise
+            for _ in range(max(1, len(self._open) // 2)):
+                self._close_oldest()
+            fd = os.open(path, flags, 0o644)
+        self._open[key] = fd
+        return fd
+
+    def discard(self, key: tuple[int, int]) -> None:
+        fd = self._open.pop(key, None)
+        if fd is not None:
+            os.close(fd)
+
+    def _close_oldest(self) -> None:
+        _, fd = self._open.popitem(last=False)
+        os.close(fd)
+
+
 class ConsumeQueue:
-    def __init__(self, directory: Path, topic: str, queue_id: int, entries_per_file: int) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        topic: str,
+        queue_id: int,
+        entries_per_file: int,
+        fds: FdPool | None = None,
+    ) -> None:
         self.directory = directory
         self.topic = topic
         self.queue_id = queue_id
         self.per_file = entries_per_file
         self.file_bytes = entries_per_file * CQ_ENTRY_BYTES
-        self._fds: dict[int, int] = {}  # file index -> fd
+        self._pool = fds if fds is not None else FdPool(64)
+        self._files: set[int] = set()  # indexes of the files that exist
         self._unsynced: set[int] = set()
         self.min_offset = 0
         self.max_offset = 0
@@ -71,19 +129,19 @@ class ConsumeQueue:
                     f"consume queue file {self.directory / name} starts at byte {start}, not a "
                     f"multiple of {self.file_bytes} (entries per file changed?)"
                 )
-            self._fds[start // self.file_bytes] = os.open(self.directory / name, os.O_RDWR)
-        if not self._fds:
+            self._files.add(start // self.file_bytes)
+        if not self._files:
             return
-        indexes = sorted(self._fds)
+        indexes = sorted(self._files)
         first, last = indexes[0], indexes[-1]
-        size = os.fstat(self._fds[last]).st_size
+        size = os.stat(self._path(last)).st_size
         whole = min(size // CQ_ENTRY_BYTES, self.per_file)
         if size != whole * CQ_ENTRY_BYTES:
             log.warning(
                 "consume queue %s/%d: cutting %d bytes of a partial entry",
                 self.topic, self.queue_id, size - whole * CQ_ENTRY_BYTES,
             )  # fmt: skip
-            os.ftruncate(self._fds[last], whole * CQ_ENTRY_BYTES)
+            os.truncate(self._path(last), whole * CQ_ENTRY_BYTES)
         self.min_offset = first * self.per_file
         self.max_offset = last * self.per_file + whole
         # Leading zero entries happen when a queue started mid-file (slave reset to a later offset).
@@ -113,17 +171,20 @@ class ConsumeQueue:
         return low
 
     # -- access --------------------------------------------------------------------------
+    def _path(self, file_index: int) -> Path:
+        return self.directory / f"{file_index * self.file_bytes:020d}"
+
     def _fd(self, file_index: int, create: bool) -> int:
-        fd = self._fds.get(file_index)
-        if fd is None:
-            if not create:
-                raise StoreCorruption(file_index, f"consume queue {self.topic}/{self.queue_id} "
-                                      f"has no file {file_index}")  # fmt: skip
-            self.directory.mkdir(parents=True, exist_ok=True)
-            path = self.directory / f"{file_index * self.file_bytes:020d}"
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-            fsync_dir(self.directory)
-            self._fds[file_index] = fd
+        key = (id(self), file_index)
+        if file_index in self._files:
+            return self._pool.get(key, self._path(file_index), os.O_RDWR)
+        if not create:
+            raise StoreCorruption(file_index, f"consume queue {self.topic}/{self.queue_id} "
+                                  f"has no file {file_index}")  # fmt: skip
+        self.directory.mkdir(parents=True, exist_ok=True)
+        fd = self._pool.get(key, self._path(file_index), os.O_RDWR | os.O_CREAT)
+        fsync_dir(self.directory)
+        self._files.add(file_index)
         return fd
 
     def entry(self, index: int) -> Entry:
@@ -193,37 +254,47 @@ class ConsumeQueue:
             return 0
         dropped = self.max_offset - index
         keep_file = index // self.per_file
-        for file_index in [i for i in self._fds if i > keep_file]:
-            os.close(self._fds.pop(file_index))
+        for file_index in sorted(i for i in self._files if i > keep_file):
+            self._pool.discard((id(self), file_index))
+            self._files.discard(file_index)
             self._unsynced.discard(file_index)
-            (self.directory / f"{file_index * self.file_bytes:020d}").unlink(missing_ok=True)
-        fd_keep = self._fds.get(keep_file)
-        if fd_keep is not None:
+            self._path(file_index).unlink(missing_ok=True)
+        if keep_file in self._files:
             # An emptied file is kept: its name still tells where the queue starts.
-            os.ftruncate(fd_keep, (index - keep_file * self.per_file) * CQ_ENTRY_BYTES)
+            os.ftruncate(
+                self._fd(keep_file, create=False),
+                (index - keep_file * self.per_file) * CQ_ENTRY_BYTES,
+            )
             self._unsynced.add(keep_file)
         self.max_offset = index
         return dropped
 
     def sync(self) -> None:
-        for file_index in list(self._unsynced):
-            fd = self._fds.get(file_index)
-            if fd is not None:
-                os.fdatasync(fd)
-        self._unsynced.clear()
+        for file_index in sorted(self._unsynced):
+            if file_index in self._files:
+                os.fdatasync(self._fd(file_index, create=False))
+            self._unsynced.discard(file_index)
 
     def close(self) -> None:
-        for fd in self._fds.values():
-            os.close(fd)
-        self._fds.clear()
+        for file_index in self._files:
+            self._pool.discard((id(self), file_index))
 
 
 class ConsumeQueueSet:
     """All consume queues of a store, keyed by (topic, queueId)."""
 
-    def __init__(self, directory: Path, entries_per_file: int) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        entries_per_file: int,
+        *,
+        max_open_files: int = 1024,
+        max_topics: int | None = None,
+    ) -> None:
         self.directory = directory
         self.entries_per_file = entries_per_file
+        self.fds = FdPool(max_open_files)
+        self.max_topics = max_topics
         self.queues: dict[tuple[str, int], ConsumeQueue] = {}
         self._queue_counts: dict[str, int] = {}  # topic -> highest queue id + 1
         directory.mkdir(parents=True, exist_ok=True)
@@ -236,7 +307,7 @@ class ConsumeQueueSet:
 
     def _open(self, topic: str, queue_id: int) -> ConsumeQueue:
         cq = ConsumeQueue(self.directory / topic / str(queue_id), topic, queue_id,
-                          self.entries_per_file)  # fmt: skip
+                          self.entries_per_file, self.fds)  # fmt: skip
         self.queues[(topic, queue_id)] = cq
         self._queue_counts[topic] = max(self._queue_counts.get(topic, 0), queue_id + 1)
         return cq
@@ -251,6 +322,19 @@ class ConsumeQueueSet:
                 raise StoreCorruption(-1, f"topic {topic!r} / queue {queue_id} cannot be stored")
             cq = self._open(topic, queue_id)
         return cq
+
+    def check_topic_limit(self, topic: str) -> None:
+        """Before a master appends: a new topic past `max_topics` is refused."""
+        limit = self.max_topics
+        if (
+            limit is not None
+            and topic not in self._queue_counts
+            and len(self._queue_counts) >= limit
+        ):
+            raise TopicLimitReached(
+                f"this store already holds {len(self._queue_counts)} topics (maxTopics {limit}); "
+                f"topic {topic!r} is not created. Produce to an existing topic or raise maxTopics"
+            )
 
     def next_queue_offset(self, key: tuple[str, int]) -> int:
         cq = self.queues.get(key)

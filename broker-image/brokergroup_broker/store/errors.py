@@ -65,6 +65,15 @@ class TopicNotStorable(MessageInvalid):
     """The topic breaks the topic rule (brokergroup_broker.topics); nothing was written."""
 
 
+class TopicLimitReached(MessageInvalid):
+    """A new topic past maxTopics; nothing was written."""
+
+
+class StoreBusy(StoreError):
+    """A resource limit (open files), not a broken disk: this request failed, the store
+    is healthy; retry later."""
+
+
 class StoreNotWritable(StoreError):
     def __init__(self, reason: str) -> None:
         super().__init__(f"store is not writable: {reason}")

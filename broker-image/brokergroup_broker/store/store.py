@@ -48,6 +48,7 @@ import errno
 import fcntl
 import logging
 import os
+import resource
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -63,6 +64,7 @@ from .errors import (
     OffsetOutOfRange,
     PartialTailPresent,
     ReplicationDataCorrupt,
+    StoreBusy,
     StoreClosed,
     StoreCorruption,
     StoreError,
@@ -89,11 +91,21 @@ from .recovery import RecoveryReport, recover
 log = logging.getLogger(__name__)
 
 _SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+_RESOURCE_ERRNOS = (errno.EMFILE, errno.ENFILE)
 #: How long a statvfs answer (disk usage ratio) is reused. writable() runs twice per
 #: produce; one statvfs per call was ~2% of the master's CPU under load. A write
 #: that fills the disk faster than this still fails cleanly (ENOSPC -> _space_error).
 _DISK_USAGE_TTL_S = 0.1
 _MAX_READ_SPAN_BYTES = 1 << 20
+
+
+def _queue_file_budget(configured: int) -> int:
+    """Consume-queue files to keep open: the configured bound, but never more than half
+    the process's descriptor limit (the log, sockets and metadata need the rest)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return configured
+    return max(8, min(configured, soft // 2))
 
 
 class MessageStore:
@@ -155,7 +167,12 @@ class MessageStore:
             epoch_file = EpochFile(root)
             checkpoint = StoreCheckpoint.load(root)
             commitlog = CommitLog(root / "commitlog", config.commit_log_segment_bytes)
-            queues = ConsumeQueueSet(root / "consumequeue", config.consume_queue_entries_per_file)
+            queues = ConsumeQueueSet(
+                root / "consumequeue",
+                config.consume_queue_entries_per_file,
+                max_open_files=_queue_file_budget(config.max_open_queue_files),
+                max_topics=config.max_topics,
+            )
             report = recover(
                 commitlog,
                 queues,
@@ -293,8 +310,23 @@ class MessageStore:
         if not ok:
             raise StoreNotWritable(reason or "unknown")
 
-    def _io_failed(self, what: str, exc: OSError, size: int) -> StoreIOError:
+    def _io_failed(self, what: str, exc: OSError, size: int, *, fsync: bool = False) -> StoreError:
         reason = f"{what} failed: {exc.strerror or exc} (errno {exc.errno})"
+        if fsync:
+            # After a failed fsync the kernel may have dropped the dirty pages and a
+            # retry would "succeed" without them: whatever the errno (ENOSPC, EDQUOT,
+            # EIO), the unflushed tail is lost. Stop for good: the controller fails
+            # this broker over and a restart recovers from what is on disk.
+            self._fatal_error = (
+                f"{reason}; unflushed data may be lost, so this store takes no more writes: "
+                "restart the broker to recover from disk"
+            )
+            log.error("store %s: %s", self.root, self._fatal_error)
+            return StoreIOError(self._fatal_error)
+        if exc.errno in _RESOURCE_ERRNOS:
+            # Out of descriptors: this request fails, the disk is fine (no failover).
+            log.warning("store %s: %s (a resource limit, not a disk fault)", self.root, reason)
+            return StoreBusy(reason)
         if exc.errno in _SPACE_ERRNOS:
             self._space_error = (reason, size)
         else:
@@ -326,6 +358,8 @@ class MessageStore:
                 return AppendResult(start, start, [])
             if self._last_record_end != start:
                 raise PartialTailPresent(start, self._last_record_end)
+            for topic in {m.topic for m in batch}:
+                self.queues.check_topic_limit(topic)
             enc = encode_batch(
                 batch,
                 start_offset=start,
@@ -365,6 +399,7 @@ class MessageStore:
             start = self.commitlog.max_offset
             if self._last_record_end != start:
                 raise PartialTailPresent(start, self._last_record_end)
+            self.queues.check_topic_limit(topic)
             run = encode_run(
                 topic,
                 queue_id,
@@ -514,7 +549,7 @@ class MessageStore:
                 for _, fd, _ in captured:
                     os.fdatasync(fd)
             except OSError as exc:
-                raise self._io_failed("fdatasync of the commit log", exc, 0) from exc
+                raise self._io_failed("fdatasync of the commit log", exc, 0, fsync=True) from exc
             with self._lock:
                 self.commitlog.mark_synced(captured)
             self._flushed = max(self._flushed, target)
@@ -551,7 +586,9 @@ class MessageStore:
                     # Under _lock: a concurrent dispatch must not slip between sync and clear.
                     self.queues.sync()
                 except OSError as exc:
-                    raise self._io_failed("fdatasync of the consume queues", exc, 0) from exc
+                    raise self._io_failed(
+                        "fdatasync of the consume queues", exc, 0, fsync=True
+                    ) from exc
             self.checkpoint.recover_offset = min(recover_offset, self._flushed)
             state = (self.checkpoint.recover_offset, self.checkpoint.confirm_offset)
             if state != self._saved_checkpoint:
