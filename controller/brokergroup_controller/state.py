@@ -9,7 +9,7 @@ does not need liveness (epochs, registration, registerCode CAS), so two
 concurrent leader decisions based on the same epochs can never both take
 effect and all replicas stay identical.
 
-Invariants (asserted by tests/unit/test_state_properties.py):
+Invariants (asserted by tests/unit/test_controller_properties.py):
 - masterEpoch and syncStateSetEpoch of a broker set never decrease, even
   across CleanBrokerData of a whole set (its epochs are kept as a floor).
 - At most one master per (broker set, masterEpoch): every change of master

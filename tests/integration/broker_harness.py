@@ -27,7 +27,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
@@ -362,6 +362,7 @@ class Ledger:
     acked: dict[str, tuple[int, int]]  # key -> (queue_id, queue_offset)
     uncertain: set[str]  # sent, outcome unknown: readable at most once
     errors: dict[str, str]  # key -> ResponseCode name (or NO_MASTER: never sent)
+    bodies: dict[str, bytes] = field(default_factory=dict)  # key -> body sent
 
 
 class CarefulProducer:
@@ -419,6 +420,7 @@ class CarefulProducer:
             await asyncio.sleep(0.1)
             return key
         message = ProduceMessage(self.topic, body or key.encode(), key=key)
+        self.ledger.bodies[key] = message.body
         try:
             result = await conn.send(self.topic, [message])
         except BrokerError as exc:

@@ -33,15 +33,25 @@ def check_ledger(producer: CarefulProducer, queues: dict[int, list[object]]) -> 
     assert not unknown, (
         f"readable but never sent or refused before the append: {sorted(unknown)[:10]}"
     )
+    read_at: dict[str, tuple[int, int, bytes]] = {}
     for queue_id, messages in queues.items():
         offsets = [m.queue_offset for m in messages]  # type: ignore[attr-defined]
         assert offsets == list(range(offsets[0], offsets[0] + len(offsets))) if offsets else True
-        # Acknowledged keys of one queue appear in the order they were acknowledged.
+        for m in messages:
+            read_at[m.key] = (queue_id, m.queue_offset, m.body)  # type: ignore[attr-defined]
+        # Acknowledged keys of one queue sit in the order they were sent (one request
+        # at a time, so send order is key order).
         order = [m.key for m in messages if m.key in ledger.acked]  # type: ignore[attr-defined]
-        acked_here = sorted(
-            (pos for k, pos in ledger.acked.items() if pos[0] == queue_id), key=lambda p: p[1]
+        assert order == sorted(order, key=lambda k: int(k.lstrip("abcdefghijklmnopqrstuvwxyz-"))), (
+            f"queue {queue_id} holds acknowledged keys out of send order: {order[:20]}"
         )
-        assert len(order) == len(acked_here), f"queue {queue_id}"
+    # Content: every acknowledged key is where its acknowledgement said, with its body.
+    for key, (queue_id, queue_offset) in ledger.acked.items():
+        got = read_at[key]
+        assert got[:2] == (queue_id, queue_offset), (
+            f"{key} acked at {(queue_id, queue_offset)}, read at {got[:2]}"
+        )
+        assert got[2] == ledger.bodies[key], f"{key}: body differs from what was sent"
 
 
 async def test_kill_master_new_master_from_sync_state_set_no_acknowledged_loss(
