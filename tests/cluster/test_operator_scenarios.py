@@ -199,8 +199,16 @@ def _failover_after(env: OperatorEnv, tmp: Path, disrupt: str) -> None:
     assert (role, broker_id) == ("slave", old_id)
     if disrupt == "delete":
         assert ip != old_ip
-    status = env.group("orders")["status"]
-    assert status["lastFailover"]["from"] == int(old_id)
+    failover = wait_for(
+        "status.lastFailover of this failover",
+        lambda: (
+            ((env.group("orders").get("status") or {}).get("lastFailover") or {}).get("from")
+            == int(old_id)
+            and env.group("orders")["status"]["lastFailover"]
+        ),
+        30,
+    )
+    assert failover["to"] == int(pod.metadata.labels["brokergroup.io/broker-id"])
     acked += _write_and_check(env, "orders", "T", tmp, "after-")
     _assert_nothing_lost(env, "orders", "T", acked)
 
@@ -265,7 +273,17 @@ def test_operator_down_controller_still_fails_over(env: OperatorEnv) -> None:
     )
     assert pod.metadata.labels["brokergroup.io/broker-id"] == str(new_id)
     env.wait_available("orders", 3)
-    assert env.group("orders")["status"]["master"]["brokerId"] == new_id
+    # Status is written after the labels in the same pass: wait for it too.
+    status = wait_for(
+        "status to name the new master",
+        lambda: (
+            (st := env.group("orders").get("status") or {}).get("master", {}).get("brokerId")
+            == new_id
+            and st
+        ),
+        30,
+    )
+    assert status["masterEpoch"] > 1 and status["lastFailover"]["to"] == new_id
 
 
 def test_standby_operator_takes_over(env: OperatorEnv) -> None:
