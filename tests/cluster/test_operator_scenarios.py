@@ -39,6 +39,7 @@ from kubernetes.client.exceptions import ApiException
 from tests.cluster.operator_env import (
     OperatorEnv,
     acked_keys,
+    apply_crds,
     external_kubeconfig,
     iter_controller_blocks,
     wait_for,
@@ -67,33 +68,8 @@ def _kubeconfig(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture(scope="session")
 def crds_applied(request: pytest.FixtureRequest) -> str:
-    import asyncio
-
-    import yaml
-
-    from brokergroup_operator.kube import Kube, load_kube_config
-
     kubeconfig = _kubeconfig(request)
-    kube = Kube(load_kube_config(kubeconfig))
-
-    async def apply_all() -> None:
-        for path in sorted((ROOT / "crds").glob("*.yaml")):
-            for doc in yaml.safe_load_all(path.read_text()):
-                if doc:
-                    await kube.apply(doc)
-
-    asyncio.run(apply_all())
-    from kubernetes import client
-
-    ext = client.ApiextensionsV1Api(kube.api)
-
-    def established() -> bool:
-        crd = ext.read_custom_resource_definition("brokergroups.brokergroup.io")
-        return any(
-            c.type == "Established" and c.status == "True" for c in crd.status.conditions or []
-        )
-
-    wait_for("the BrokerGroup CRD established", established, 30)
+    apply_crds(kubeconfig)
     return kubeconfig
 
 
