@@ -20,6 +20,10 @@ Rules:
 - Ranking: epoch desc, maxOffset desc, electionPriority asc, brokerId asc —
   the replica with the newest, longest log wins; priority then id break ties
   deterministically.
+- A replica alive only by a new controller leader's grace (no heartbeat to
+  this leader yet) keeps a live master in place but is never a candidate: it
+  may be dead. While such SyncStateSet members could still prove themselves,
+  a controller-triggered election with no other candidate waits (retried).
 - No candidate: a controller-triggered election records "no master"
   (masterEpoch+1) so the dead master is fenced; a broker/admin request is
   refused with MASTER_NOT_AVAILABLE.
@@ -28,6 +32,7 @@ Rules:
 from __future__ import annotations
 
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -96,8 +101,10 @@ def decide_election(
     broker_set: BrokerSet,
     alive: Mapping[int, ReplicaHeartbeat],
     request: ElectionRequest,
+    unheard: AbstractSet[int] = frozenset(),
 ) -> ElectionDecision:
-    """Decide an election for `broker_set` given the alive replicas' heartbeats."""
+    """Decide an election for `broker_set` given the alive replicas' heartbeats;
+    `unheard`: those of them alive only by the leader's grace (never candidates)."""
     name = broker_set.broker_name
     old_master = broker_set.master_broker_id
     designated = request.designated_broker_id
@@ -152,6 +159,7 @@ def decide_election(
         pool &= broker_set.sync_state_set
     if old_master is not None:
         pool.discard(old_master)
+    pool -= unheard
 
     if designated is not None:
         if designated not in pool:
@@ -179,6 +187,13 @@ def decide_election(
             _event(broker_set, winner, f"elected ({request.trigger})"),
         )
 
+    waiting = (broker_set.sync_state_set & unheard) - {old_master}
+    if waiting and request.trigger is ElectionTrigger.CONTROLLER:
+        return ElectionDecision(
+            ErrorCode.MASTER_NOT_AVAILABLE,
+            f"SyncStateSet members {sorted(waiting)} of {name} have not heartbeated to this "
+            "controller leader yet (its grace after taking over): waiting for proof of life",
+        )
     if request.trigger is ElectionTrigger.CONTROLLER and old_master is not None:
         return ElectionDecision(
             ErrorCode.SUCCESS,

@@ -277,6 +277,18 @@ class Liveness:
             )
         return alive
 
+    def unheard(
+        self, set_key: BrokerSetKey, broker_ids: Iterable[int], now_ms: int
+    ) -> frozenset[int]:
+        """Replicas alive only by this leader's grace: not one heartbeat to it yet."""
+        out = set()
+        for broker_id in broker_ids:
+            key = (set_key[0], set_key[1], broker_id)
+            replica = self._replicas.get(key)
+            if (replica is None or not replica.heard) and self.is_alive(key, now_ms):
+                out.add(broker_id)
+        return frozenset(out)
+
     def view(self, key: BrokerKey, now_ms: int) -> ReplicaView:
         replica = self._replicas.get(key)
         reason = self.inactive_reason(key, now_ms)

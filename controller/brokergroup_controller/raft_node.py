@@ -101,17 +101,53 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def _write_durable(path: str, data: bytes, *, fsync: bool) -> None:
-    """Replace `path` atomically: tmp file, fsync, rename, fsync the directory."""
+def _write_durable(
+    path: str, data: bytes, *, fsync: bool, keep_previous_as: str | None = None
+) -> None:
+    """Replace `path` atomically: tmp file, fsync, rename, fsync the directory.
+
+    With `keep_previous_as` the old content is hard-linked there first, so one
+    complete copy exists under some name at every instant.
+    """
     tmp = f"{path}.tmp"
     with open(tmp, "wb") as f:
         f.write(data)
         f.flush()
         if fsync:
             os.fsync(f.fileno())
+    if keep_previous_as is not None and os.path.exists(path):
+        bak_tmp = f"{keep_previous_as}.tmp"
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(bak_tmp)
+        os.link(path, bak_tmp)
+        os.replace(bak_tmp, keep_previous_as)
     os.replace(tmp, path)
     if fsync:
         _fsync_dir(os.path.dirname(path) or ".")
+
+
+def encode_meta(meta: dict[str, Any]) -> bytes:
+    """journal.meta: one JSON object and its CRC32 on a second line."""
+    body = json.dumps(meta, sort_keys=True).encode()
+    return body + b"\n" + b"%08x\n" % zlib.crc32(body)
+
+
+def decode_meta(data: bytes) -> dict[str, Any] | None:
+    """The meta object, or None for any torn or corrupt copy."""
+    body, sep, crc = data.rstrip(b"\n").rpartition(b"\n")
+    if not sep or len(crc) != 8:
+        try:  # a whole file of the format before the CRC line
+            legacy = json.loads(data)
+        except ValueError:
+            return None
+        return legacy if isinstance(legacy, dict) and data.rstrip().endswith(b"}") else None
+    try:
+        if int(crc, 16) != zlib.crc32(body):
+            return None
+        meta = json.loads(body)
+    except ValueError:
+        return None
+    return meta if isinstance(meta, dict) else None
 
 
 def _crc(command: bytes, index: int, term: int) -> int:
@@ -154,10 +190,42 @@ class DurableJournal(Journal):  # type: ignore[misc]  # pysyncobj is untyped
     # -- loading
 
     def _load_meta(self) -> None:
-        try:
-            with open(self._meta_path, "rb") as f:
-                self._meta = json.loads(f.read())
-        except FileNotFoundError:
+        """The newest intact copy among journal.meta, .bak and a leftover .tmp.
+
+        Each copy carries a CRC. A crash while saving leaves the new copy whole
+        (fsync before rename) or the previous one in place and in `.bak`, so the
+        candidate with the highest term is current; within a term the vote never
+        changes, so its vote is right too.
+        """
+        candidates = []
+        found_any = False
+        for path in (self._meta_path, self._meta_path + ".tmp", self._meta_path + ".bak"):
+            try:
+                with open(path, "rb") as f:
+                    data = f.read()
+            except FileNotFoundError:
+                continue
+            found_any = True
+            meta = decode_meta(data)
+            if meta is None:
+                log.warning(
+                    "Raft meta copy %s is torn or corrupt (%d bytes); ignored", path, len(data)
+                )
+                continue
+            candidates.append(meta)
+        if candidates:
+            self._meta = max(
+                candidates,
+                key=lambda m: (int(m.get("currentTerm", 0)), int(m.get("commitIndex", 0))),
+            )
+        else:
+            if found_any:
+                # Only without raftFsync (documented as not power-loss safe).
+                log.error(
+                    "no intact Raft meta in %s: starting from the journal's last term with no "
+                    "vote recorded (raftFsync=false does not survive power loss)",
+                    self._dir,
+                )
             self._meta = {}
 
     def _load(self) -> int:
@@ -258,9 +326,10 @@ class DurableJournal(Journal):  # type: ignore[misc]  # pysyncobj is untyped
         return None if voted is None else str(voted)
 
     def onOneSecondTimer(self) -> None:
-        # The commit index is only a hint for replay after restart: no fsync.
+        # The commit index is only a hint for replay, but the file also holds the
+        # term and vote: a rename of an unsynced copy could leave an empty file.
         if self._meta_dirty:
-            self._save_meta(durable=False)
+            self._save_meta(durable=self._fsync)
 
     # -- ours
 
@@ -284,7 +353,12 @@ class DurableJournal(Journal):  # type: ignore[misc]  # pysyncobj is untyped
         self._pending = bytearray()
 
     def _save_meta(self, *, durable: bool) -> None:
-        _write_durable(self._meta_path, json.dumps(self._meta).encode(), fsync=durable)
+        _write_durable(
+            self._meta_path,
+            encode_meta(self._meta),
+            fsync=durable,
+            keep_previous_as=self._meta_path + ".bak",
+        )
         self._meta_dirty = False
 
     def _rewrite(self, entries: list[Entry]) -> None:

@@ -489,8 +489,10 @@ class ControllerService:
         return self._info_body(cluster, name)
 
     async def _elect(self, broker_set: BrokerSet, request: ElectionRequest) -> None:
-        alive = self.liveness.alive_replicas(broker_set.key, broker_set.brokers, self.clock_ms())
-        decision = decide_election(broker_set, alive, request)
+        now = self.clock_ms()
+        alive = self.liveness.alive_replicas(broker_set.key, broker_set.brokers, now)
+        unheard = self.liveness.unheard(broker_set.key, broker_set.brokers, now)
+        decision = decide_election(broker_set, alive, request, unheard)
         if not decision.ok or decision.event is None:
             self.metrics.elections.labels(request.trigger.value, decision.code.value).inc()
             details: dict[str, Any] = {}

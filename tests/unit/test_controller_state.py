@@ -415,3 +415,25 @@ def test_state_and_events_round_trip_through_dicts() -> None:
 def test_malformed_event_dicts_raise_value_error(raw: dict[str, object]) -> None:
     with pytest.raises(ValueError):
         event_from_dict(raw)
+
+
+def test_a_replica_only_graced_by_a_new_leader_is_never_elected() -> None:
+    """Issue 7 item 9: during a new controller leader's grace, a SyncStateSet member
+    that has not heartbeated to it yet may already be dead: never a candidate."""
+    state = group_with_master()
+    broker_set = state.snapshot(C, B)
+    assert broker_set is not None
+    # Master 1 reported dead; 2 is alive only by grace (zero progress), 3 heard.
+    alive = {2: ReplicaHeartbeat(2), 3: hb(3)}
+    controller = ElectionRequest(trigger=ElectionTrigger.CONTROLLER)
+    decision = decide_election(broker_set, alive, controller, frozenset({2}))
+    assert decision.event is not None and decision.event.new_master_broker_id == 3
+    # Only graced members left: wait for them to prove themselves (retried).
+    decision = decide_election(broker_set, {2: ReplicaHeartbeat(2)}, controller, frozenset({2}))
+    assert decision.code is ErrorCode.MASTER_NOT_AVAILABLE and decision.event is None
+    assert "heartbeated" in decision.message
+    # A graced live master is still kept.
+    graced_master = decide_election(
+        broker_set, {1: ReplicaHeartbeat(1), 3: hb(3)}, controller, frozenset({1})
+    )
+    assert graced_master.code is ErrorCode.MASTER_STILL_EXIST

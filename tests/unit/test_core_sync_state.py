@@ -2,9 +2,11 @@
 controller-mode-design "Shrink/Expand SyncStateSet").
 
 How: `SyncStateSetManager` is fed hand-made HA progress and explicit times;
-tables cover each shrink/expand clause, hypothesis checks the safety
-property against a naive reference: confirmOffset never exceeds the ack of
-any member of either the old or the proposed set, and never decreases.
+tables cover each shrink/expand clause; a seeded simulation (hypothesis picks
+the seeds) runs a master against a controller through a network that drops,
+delays and duplicates AlterSyncStateSet answers and heartbeat views, and
+checks after every step that no confirmed offset is missing from any member
+of the controller's actual SyncStateSet (issue 7 item 4).
 """
 
 from __future__ import annotations
@@ -120,16 +122,32 @@ def test_shrink_pending_still_waits_on_the_shrunk_member() -> None:
     assert m.confirm_offset(1000, {2: up(1000)}) == 1000
 
 
-def test_failed_alter_is_forgotten_and_stale_answers_ignored() -> None:
+def test_refused_alter_is_forgotten_and_stale_answers_ignored() -> None:
     m = manager(frozenset({1, 2}))
     first = m.decide(1, 10, {3: up(10)})
     assert first is not None
-    m.on_alter_failed(first)
-    assert m.pending is None and m.sync_state_set_epoch == 7
+    m.on_alter_refused(first)
+    assert m.pending is None and m.sync_state_set_epoch == 7 and m.effective_set() == {1, 2}
     second = m.decide(2, 10, {2: up(10, 2), 3: up(10)})
     assert second is not None
-    m.on_alter_failed(first)  # a late answer to the first proposal
+    m.on_alter_refused(first)  # a late answer to the first proposal
     assert m.pending is second
+
+
+def test_an_unknown_outcome_keeps_the_union_until_the_epoch_moves() -> None:
+    """Issue 7 item 4: a lost answer to an expansion may mean it was applied."""
+    m = manager(frozenset({1, 2}))
+    expand = m.decide(1, 10, {2: up(10, 1), 3: up(10)})
+    assert expand is not None and expand.new_set == {1, 2, 3}
+    m.on_alter_unknown(expand)
+    assert m.pending is None and m.effective_set() == {1, 2, 3}
+    # 3 falls behind: it still counts, so nothing past its ack is confirmed.
+    assert m.confirm_offset(50, {2: up(50, 2), 3: up(10)}) == 10
+    assert m.settled_set_size() == 2
+    m.on_controller_view(frozenset({1, 2}), 7)  # same epoch: not settled
+    assert m.effective_set() == {1, 2, 3}
+    m.on_controller_view(frozenset({1, 2}), 8)  # the epoch moved: settled
+    assert m.effective_set() == {1, 2}
 
 
 def test_newer_controller_view_settles_a_pending_proposal() -> None:
@@ -149,52 +167,104 @@ def test_master_is_always_in_its_own_set() -> None:
     assert 1 in m.sync_state_set
 
 
-@settings(max_examples=300, deadline=None)
-@given(
-    st.lists(
-        st.tuples(
-            st.integers(min_value=0, max_value=1000),  # time step
-            st.integers(min_value=0, max_value=50),  # master appends
-            st.dictionaries(
-                st.integers(min_value=2, max_value=5),
-                st.tuples(st.integers(min_value=0, max_value=60), st.booleans()),
-            ),
-            st.sampled_from(["none", "accept", "fail"]),
-        ),
-        max_size=40,
-    )
-)
-def test_confirm_offset_never_exceeds_any_member_of_old_or_proposed_set(
-    steps: list[tuple[int, int, dict[int, tuple[int, bool]], str]],
+class _Simulation:
+    """A master, three slaves and a controller that holds the real SyncStateSet.
+
+    Requests and answers travel through a network that delays, drops and
+    duplicates them at random (seeded); the master times requests out, and
+    heartbeat views of the controller arrive late and out of order. The
+    controller applies an AlterSyncStateSet only on a matching epoch (the CAS
+    of DESIGN.md §2.2). After every step: every member of the controller's
+    *actual* set holds every offset the master has confirmed — any of them
+    may be the next master, so anything else is acknowledged loss.
+    """
+
+    def __init__(self, seed: int) -> None:
+        import random
+
+        self.rng = random.Random(seed)
+        self.m = manager(frozenset({1, 2}))
+        self.ctrl_set, self.ctrl_epoch = frozenset({1, 2}), 7
+        self.now = 0
+        self.master_max = 0
+        self.acks = {2: 0, 3: 0, 4: 0}
+        self.caught = {2: 0, 3: 0, 4: 0}
+        self.links = {2: True, 3: True, 4: True}
+        self.requests: list[tuple[int, object]] = []  # (due time, proposal)
+        self.answers: list[tuple[int, object, tuple[object, ...]]] = []
+        self.outstanding: dict[int, tuple[object, int]] = {}  # id(proposal) -> (p, deadline)
+        self.views: list[tuple[int, frozenset[int], int]] = []
+        self.confirmed = 0
+
+    def progress(self) -> dict[int, ReplicaProgress]:
+        return {b: up(self.acks[b], self.caught[b], self.links[b]) for b in self.acks}
+
+    def step(self) -> None:
+        rng = self.rng
+        self.now += rng.randint(1, 400)
+        self.master_max += rng.randint(0, 30)
+        for b in self.acks:
+            if rng.random() < 0.7 and self.links[b]:
+                self.acks[b] = max(self.acks[b], self.master_max - rng.choice([0, 0, 5, 40]))
+                if self.acks[b] == self.master_max:
+                    self.caught[b] = self.now
+            if rng.random() < 0.05:
+                self.links[b] = not self.links[b]
+        proposal = self.m.decide(self.now, self.master_max, self.progress())
+        if proposal is not None:
+            self.requests.append((self.now + rng.randint(0, 3000), proposal))
+            self.outstanding[id(proposal)] = (proposal, self.now + 1000)
+        for due, p in [r for r in self.requests if r[0] <= self.now]:
+            self.requests.remove((due, p))
+            self._controller_receives(p)
+        for due, p, answer in [a for a in self.answers if a[0] <= self.now]:
+            self.answers.remove((due, p, answer))
+            self.outstanding.pop(id(p), None)
+            if answer[0] == "accepted":
+                self.m.on_alter_accepted(p, answer[1], answer[2])  # type: ignore[arg-type]
+            else:
+                self.m.on_alter_refused(p)  # type: ignore[arg-type]
+        for key, (p, deadline) in list(self.outstanding.items()):
+            if deadline <= self.now:  # the master's request timeout
+                del self.outstanding[key]
+                self.m.on_alter_unknown(p)  # type: ignore[arg-type]
+        if rng.random() < 0.4:  # a heartbeat answer, possibly delayed
+            self.views.append((self.now + rng.randint(0, 1500), self.ctrl_set, self.ctrl_epoch))
+        for item in [v for v in self.views if v[0] <= self.now]:
+            self.views.remove(item)
+            self.m.on_controller_view(item[1], item[2])
+        confirm = self.m.confirm_offset(self.master_max, self.progress())
+        assert confirm >= self.confirmed
+        self.confirmed = confirm
+        for member in self.ctrl_set - {1}:
+            assert self.acks[member] >= confirm, (
+                f"confirmOffset {confirm} is acknowledged, but broker {member} of the "
+                f"controller's SyncStateSet {sorted(self.ctrl_set)} (epoch {self.ctrl_epoch}) "
+                f"holds only {self.acks[member]}"
+            )
+
+    def _controller_receives(self, p: object) -> None:
+        rng = self.rng
+        proposal = p  # AlterProposal
+        if proposal.based_on_sync_state_set_epoch == self.ctrl_epoch:  # type: ignore[attr-defined]
+            self.ctrl_set = proposal.new_set  # type: ignore[attr-defined]
+            self.ctrl_epoch += 1
+            answer: tuple[object, ...] = ("accepted", self.ctrl_set, self.ctrl_epoch)
+        else:
+            answer = ("refused",)
+        roll = rng.random()
+        if roll < 0.3:
+            return  # the answer is lost: the master's timeout decides
+        copies = 2 if roll > 0.9 else 1  # duplicated answers
+        for _ in range(copies):
+            self.answers.append((self.now + rng.randint(0, 2500), p, answer))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(min_value=0, max_value=2**32))
+def test_simulation_no_acknowledged_offset_is_missing_from_a_possible_next_master(
+    seed: int,
 ) -> None:
-    m = manager(frozenset({1, 2}))
-    now = 0
-    master_max = 0
-    acks: dict[int, int] = {}
-    caught: dict[int, int] = {}
-    links: dict[int, bool] = {}
-    last_confirm = 0
-    for dt, appended, slave_moves, answer in steps:
-        now += dt
-        master_max += appended
-        for broker_id, (lag, connected) in slave_moves.items():
-            acks[broker_id] = max(acks.get(broker_id, 0), max(0, master_max - lag))
-            caught[broker_id] = now if lag == 0 else caught.get(broker_id, 0)
-            links[broker_id] = connected
-        # The HA service reports every slave it knows, every time.
-        progress = {b: up(acks[b], caught[b], links[b]) for b in acks}
-        proposal = m.decide(now, master_max, progress)
-        confirm = m.confirm_offset(master_max, progress)
-        assert confirm >= last_confirm
-        last_confirm = confirm
-        everyone = m.sync_state_set | (m.pending.new_set if m.pending else frozenset())
-        for member in everyone - {1}:
-            seen = progress.get(member)
-            # Safety: what is confirmed is on every member a next master may come from.
-            if confirm > 0:
-                assert seen is not None and seen.ack_offset >= confirm
-        assert confirm <= master_max
-        if proposal is not None and answer == "accept":
-            m.on_alter_accepted(proposal, proposal.new_set, m.sync_state_set_epoch + 1)
-        elif proposal is not None and answer == "fail":
-            m.on_alter_failed(proposal)
+    sim = _Simulation(seed)
+    for _ in range(150):
+        sim.step()

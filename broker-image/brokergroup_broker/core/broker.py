@@ -790,9 +790,25 @@ class Broker:
                 ),
                 self.config.controller_request_timeout_ms / 1000,
             )
-        except (ControllerUnavailable, ControllerRefused, TimeoutError) as exc:
-            log.info("AlterSyncStateSet %s failed: %s", sorted(proposal.new_set), exc)
-            sync.on_alter_failed(proposal)
+        except ControllerRefused as exc:
+            if exc.code in _OUTCOME_UNKNOWN_CODES:
+                log.warning(
+                    "AlterSyncStateSet %s: outcome unknown (%s); counting its members until "
+                    "the controller's syncStateSetEpoch moves",
+                    sorted(proposal.new_set), exc,
+                )  # fmt: skip
+                sync.on_alter_unknown(proposal)
+            else:
+                log.info("AlterSyncStateSet %s refused: %s", sorted(proposal.new_set), exc)
+                sync.on_alter_refused(proposal)
+            return
+        except (ControllerUnavailable, TimeoutError) as exc:
+            log.warning(
+                "AlterSyncStateSet %s: no answer (%s); counting its members until the "
+                "controller's syncStateSetEpoch moves",
+                sorted(proposal.new_set), exc or type(exc).__name__,
+            )  # fmt: skip
+            sync.on_alter_unknown(proposal)
             return
         sync.on_alter_accepted(proposal, new_set, new_epoch)
         if sync is self.sync:
@@ -1264,6 +1280,9 @@ class Broker:
             return ConsumerOffsetSnapshot.from_json({}).to_json()
         return store.consumer_offsets.snapshot().to_json()
 
+
+#: Controller answers after which an AlterSyncStateSet may still have been applied.
+_OUTCOME_UNKNOWN_CODES = frozenset({"COMMIT_TIMEOUT", "NOT_LEADER", "UNAVAILABLE"})
 
 def _require_valid_topic(topic: str) -> None:
     """Every request that names a topic checks it first (DESIGN.md §3.4b)."""

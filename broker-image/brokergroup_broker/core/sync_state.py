@@ -11,7 +11,7 @@ The master owns the SyncStateSet's *proposals*; the controller owns its
 `decide(now_ms, …)` with the HA service's per-slave progress. It returns at
 most one `AlterProposal` (new set = old − shrunk ∪ expanded) and remembers
 it as pending; no second proposal is made until `on_alter_accepted`,
-`on_alter_failed` or a newer controller view settles it.
+`on_alter_refused`, `on_alter_unknown` or a newer controller view settles it.
 
 Rules:
 - Shrink a member whose connection is gone, or whose last caught-up time
@@ -28,6 +28,14 @@ Rules:
   union of the old and the proposed sets: whichever the controller ends up
   holding, every acknowledged byte is on all of its members, so an
   election from either set loses nothing.
+- An answer that never came (timeout, lost response, the controller's
+  COMMIT_TIMEOUT or NOT_LEADER) means "maybe committed": the proposal stays
+  in the effective set (``in_doubt``) until a controller view shows a
+  syncStateSetEpoch above the one it was based on — only then is it known
+  which (if any) proposal based on that epoch was applied: the epoch CAS lets
+  at most one win. A new proposal may be made meanwhile (again based on the
+  same epoch, so again at most one of them can apply); it joins the union.
+  Only a definite refusal by the controller's rules drops a proposal.
 - confirmOffset never decreases within one master term (the floor starts
   at the persisted confirm offset, capped at the log end): consumers may
   already have read up to it.
@@ -91,23 +99,29 @@ class SyncStateSetManager:
         self.sync_state_set = frozenset(sync_state_set) | {master_broker_id}
         self.sync_state_set_epoch = sync_state_set_epoch
         self.pending: AlterProposal | None = None
+        #: Proposals whose answer never came, based on the current epoch: any
+        #: one of them may have been applied, so their members stay counted.
+        self.in_doubt: tuple[AlterProposal, ...] = ()
         self._confirm_offset = confirm_offset_floor
         self._master_since_ms = master_since_ms
         self._not_catch_up_ms = ha_max_time_slave_not_catch_up_ms
 
     # ---------------------------------------------------------- reads
 
+    def _possible_sets(self) -> list[frozenset[int]]:
+        """Every set the controller may hold now (the current one, or one unsettled proposal's)."""
+        sets = [self.sync_state_set, *(p.new_set for p in self.in_doubt)]
+        if self.pending is not None:
+            sets.append(self.pending.new_set)
+        return sets
+
     def effective_set(self) -> frozenset[int]:
-        if self.pending is None:
-            return self.sync_state_set
-        return self.sync_state_set | self.pending.new_set
+        return frozenset().union(*self._possible_sets())
 
     def settled_set_size(self) -> int:
-        """Members that stay in the set whatever a pending proposal's fate
+        """Members that stay in the set whatever the unsettled proposals' fate
         (for the minInSyncReplicas check)."""
-        if self.pending is None:
-            return len(self.sync_state_set)
-        return len(self.sync_state_set & self.pending.new_set)
+        return len(frozenset.intersection(*self._possible_sets()))
 
     def member_acks(
         self, master_max_offset: int, progress: Mapping[int, ReplicaProgress]
@@ -191,12 +205,20 @@ class SyncStateSetManager:
             self.pending = None
         self._adopt(new_set, new_set_epoch)
 
-    def on_alter_failed(self, proposal: AlterProposal) -> None:
-        """Refused or lost: forget it; the next `decide` re-evaluates from the
-        current set (a fresher controller view arrives through heartbeats).
-        An answer to a proposal already settled by a newer view is ignored."""
+    def on_alter_refused(self, proposal: AlterProposal) -> None:
+        """The controller's rules refused it (fenced epoch, invalid member…): it was
+        not applied and never will be. Forget it; the next `decide` starts over."""
         if self.pending is proposal:
             self.pending = None
+
+    def on_alter_unknown(self, proposal: AlterProposal) -> None:
+        """No answer (timeout, lost response, commit timeout): maybe committed.
+        Keep counting its members until a view settles its base epoch; a later
+        proposal may be made meanwhile, and joins the union."""
+        if self.pending is proposal:
+            self.pending = None
+            if proposal.based_on_sync_state_set_epoch == self.sync_state_set_epoch:
+                self.in_doubt = (*self.in_doubt, proposal)
 
     def on_controller_view(self, sync_state_set: frozenset[int], sync_state_set_epoch: int) -> None:
         """A heartbeat/watch answer at our masterEpoch. Newer epochs win; a
@@ -214,5 +236,8 @@ class SyncStateSetManager:
     def _adopt(self, new_set: frozenset[int], new_set_epoch: int) -> None:
         if new_set_epoch < self.sync_state_set_epoch:
             return
+        if new_set_epoch > self.sync_state_set_epoch:
+            # The base epoch moved: every proposal based on an older one is settled.
+            self.in_doubt = ()
         self.sync_state_set = frozenset(new_set) | {self.master_broker_id}
         self.sync_state_set_epoch = new_set_epoch
