@@ -1284,6 +1284,7 @@ class Broker:
 #: Controller answers after which an AlterSyncStateSet may still have been applied.
 _OUTCOME_UNKNOWN_CODES = frozenset({"COMMIT_TIMEOUT", "NOT_LEADER", "UNAVAILABLE"})
 
+
 def _require_valid_topic(topic: str) -> None:
     """Every request that names a topic checks it first (DESIGN.md §3.4b)."""
     error = topic_error(topic)
