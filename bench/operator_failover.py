@@ -1,11 +1,12 @@
 """Operator failover benchmark (DESIGN.md §9 "Operator"; issue 11 "Must show").
 
-    .venv/bin/python bench/operator_failover.py --quick --kubeconfig K   # 5 deletions + 2 crashes
-    .venv/bin/python bench/operator_failover.py --kubeconfig K           # 20 deletions + 5 crashes
+    .venv/bin/python bench/operator_failover.py --quick   # 5 deletions + 2 crashes
+    .venv/bin/python bench/operator_failover.py           # 20 deletions + 5 crashes
 
-Needs a cluster whose node runs each pod's command as a local process of this
-checkout (the cluster tier, docs/development.md); `--kubeconfig` (or
-BROKERGROUP_TEST_KUBECONFIG) names it. In its own namespace it starts three
+Runs on the cluster tier (docs/development.md): without `--kubeconfig` (or
+BROKERGROUP_TEST_KUBECONFIG) it starts the tier's control plane and process
+kubelet itself and ends them afterwards; with one, it uses that cluster (its
+node must run pods as local processes of this checkout). In its own namespace it starts three
 controllers, the operator (`brokergroup operator`) and a 3-replica
 BrokerGroup (tests/cluster/operator_env.py does the setup), then per round:
 
@@ -47,7 +48,7 @@ from _common import print_last_line, summarize, write_result
 
 from brokergroup_broker.protocol.client import BrokerConnection
 from brokergroup_broker.protocol.messages import ProduceMessage
-from tests.cluster.operator_env import OperatorEnv, wait_for
+from tests.cluster.operator_env import OperatorEnv, apply_crds, wait_for
 
 TOPIC = "bench"
 NAME = "bench"
@@ -149,6 +150,46 @@ def ceiling(env: OperatorEnv, samples: int = 20) -> dict[str, Any]:
     return {"api_get_s": summarize(gets), "label_patch_visible_s": summarize(patches)}
 
 
+def start_tier() -> tuple[Any, Any] | str:
+    """The cluster tier's control plane and process kubelet (tests/cluster/tier),
+    in a temporary state directory; a reason string where it cannot run."""
+    import subprocess
+
+    from tests.cluster.tier.controlplane import NODE_NAME, ControlPlane
+    from tests.cluster.tier.kubelet import ProcessKubelet
+    from tests.cluster.tier.paths import BUILD_SCRIPT, missing_reason
+
+    reason = missing_reason()
+    if reason is not None:
+        return reason
+    subprocess.run([str(BUILD_SCRIPT)], check=True, capture_output=True)  # no-op when built
+    state = Path(tempfile.mkdtemp(prefix="bg-opbench-tier-"))
+    control_plane = ControlPlane(state / "control-plane")
+    control_plane.start()
+    kubelet = ProcessKubelet(
+        control_plane.kubeconfig("node"), control_plane.admin_kubeconfig, state / "kubelet"
+    )
+    try:
+        kubelet.start()
+        from kubernetes import client, config
+
+        api = config.new_client_from_config(config_file=str(control_plane.admin_kubeconfig))
+        core = client.CoreV1Api(api)
+        wait_for(
+            "node Ready",
+            lambda: any(
+                c.type == "Ready" and c.status == "True"
+                for c in core.read_node(NODE_NAME).status.conditions or []
+            ),
+            60,
+        )
+    except BaseException:
+        kubelet.stop()
+        control_plane.stop()
+        raise
+    return control_plane, kubelet
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="5 deletions + 2 crashes")
@@ -158,14 +199,32 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     parser.add_argument("--note", default="", help="what cluster this ran on (kept in the JSON)")
     args = parser.parse_args()
+    tier = None
+    crash = None
     if not args.kubeconfig:
-        print("operator_failover: needs --kubeconfig (a cluster tier cluster)", file=sys.stderr)
-        return 2
+        tier = start_tier()
+        if isinstance(tier, str):
+            print(f"operator_failover: {tier}", file=sys.stderr)
+            return 2
+        args.kubeconfig = str(tier[0].admin_kubeconfig)
+        crash = tier[1].crash_pod
+    try:
+        return run(args, crash)
+    finally:
+        if tier is not None:
+            tier[1].stop()
+            tier[0].stop()
+
+
+def run(args: argparse.Namespace, crash: Any) -> int:
     deletions = args.deletions if args.deletions is not None else (5 if args.quick else 20)
     crashes = args.crashes if args.crashes is not None else (2 if args.quick else 5)
+    apply_crds(args.kubeconfig)
     work = Path(tempfile.mkdtemp(prefix="bg-opbench-"))
     namespace = f"bench-{uuid.uuid4().hex[:6]}"
-    env = OperatorEnv(args.kubeconfig, namespace, work, ("127.0.6.1", "127.0.6.2", "127.0.6.3"))
+    env = OperatorEnv(
+        args.kubeconfig, namespace, work, ("127.0.6.1", "127.0.6.2", "127.0.6.3"), crash=crash
+    )
     env.core.create_namespace({"metadata": {"name": namespace}})
     started = time.monotonic()
     from kubernetes import client

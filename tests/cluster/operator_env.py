@@ -451,6 +451,34 @@ def acked_keys(ack_log: Path) -> list[str]:
     return keys
 
 
+def apply_crds(kubeconfig: str) -> None:
+    """`kubectl apply -f crds/` (server-side apply), then wait until established."""
+    import asyncio
+
+    import yaml
+
+    from brokergroup_operator.kube import Kube, load_kube_config
+
+    kube = Kube(load_kube_config(kubeconfig))
+
+    async def apply_all() -> None:
+        for path in sorted((ROOT / "crds").glob("*.yaml")):
+            for doc in yaml.safe_load_all(path.read_text()):
+                if doc:
+                    await kube.apply(doc)
+
+    asyncio.run(apply_all())
+    ext = client.ApiextensionsV1Api(kube.api)
+
+    def established() -> bool:
+        crd = ext.read_custom_resource_definition("brokergroups.brokergroup.io")
+        return any(
+            c.type == "Established" and c.status == "True" for c in crd.status.conditions or []
+        )
+
+    wait_for("the BrokerGroup CRD established", established, 30)
+
+
 def external_kubeconfig() -> str | None:
     return os.environ.get("BROKERGROUP_TEST_KUBECONFIG") or None
 

@@ -39,6 +39,7 @@ from kubernetes.client.exceptions import ApiException
 from tests.cluster.operator_env import (
     OperatorEnv,
     acked_keys,
+    apply_crds,
     external_kubeconfig,
     iter_controller_blocks,
     wait_for,
@@ -67,33 +68,8 @@ def _kubeconfig(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture(scope="session")
 def crds_applied(request: pytest.FixtureRequest) -> str:
-    import asyncio
-
-    import yaml
-
-    from brokergroup_operator.kube import Kube, load_kube_config
-
     kubeconfig = _kubeconfig(request)
-    kube = Kube(load_kube_config(kubeconfig))
-
-    async def apply_all() -> None:
-        for path in sorted((ROOT / "crds").glob("*.yaml")):
-            for doc in yaml.safe_load_all(path.read_text()):
-                if doc:
-                    await kube.apply(doc)
-
-    asyncio.run(apply_all())
-    from kubernetes import client
-
-    ext = client.ApiextensionsV1Api(kube.api)
-
-    def established() -> bool:
-        crd = ext.read_custom_resource_definition("brokergroups.brokergroup.io")
-        return any(
-            c.type == "Established" and c.status == "True" for c in crd.status.conditions or []
-        )
-
-    wait_for("the BrokerGroup CRD established", established, 30)
+    apply_crds(kubeconfig)
     return kubeconfig
 
 
@@ -199,8 +175,16 @@ def _failover_after(env: OperatorEnv, tmp: Path, disrupt: str) -> None:
     assert (role, broker_id) == ("slave", old_id)
     if disrupt == "delete":
         assert ip != old_ip
-    status = env.group("orders")["status"]
-    assert status["lastFailover"]["from"] == int(old_id)
+    failover = wait_for(
+        "status.lastFailover of this failover",
+        lambda: (
+            ((env.group("orders").get("status") or {}).get("lastFailover") or {}).get("from")
+            == int(old_id)
+            and env.group("orders")["status"]["lastFailover"]
+        ),
+        30,
+    )
+    assert failover["to"] == int(pod.metadata.labels["brokergroup.io/broker-id"])
     acked += _write_and_check(env, "orders", "T", tmp, "after-")
     _assert_nothing_lost(env, "orders", "T", acked)
 
@@ -265,7 +249,17 @@ def test_operator_down_controller_still_fails_over(env: OperatorEnv) -> None:
     )
     assert pod.metadata.labels["brokergroup.io/broker-id"] == str(new_id)
     env.wait_available("orders", 3)
-    assert env.group("orders")["status"]["master"]["brokerId"] == new_id
+    # Status is written after the labels in the same pass: wait for it too.
+    status = wait_for(
+        "status to name the new master",
+        lambda: (
+            (st := env.group("orders").get("status") or {}).get("master", {}).get("brokerId")
+            == new_id
+            and st
+        ),
+        30,
+    )
+    assert status["masterEpoch"] > 1 and status["lastFailover"]["to"] == new_id
 
 
 def test_standby_operator_takes_over(env: OperatorEnv) -> None:
