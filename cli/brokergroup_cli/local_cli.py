@@ -7,9 +7,11 @@ when a command runs.
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any
 
-DEFAULT_DIR = "~/.brokergroup/local"
+#: Also where `brokergroup admin` looks for the token (BROKERGROUP_LOCAL_DIR overrides both).
+DEFAULT_DIR = os.environ.get("BROKERGROUP_LOCAL_DIR") or "~/.brokergroup/local"
 
 
 def _dir(parser: argparse.ArgumentParser) -> None:

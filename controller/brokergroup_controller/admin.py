@@ -20,13 +20,32 @@ from brokergroup_controller.client import ControllerClient, ControllerUnavailabl
 from brokergroup_controller.errors import ControllerError
 
 TOKEN_ENV = "BROKERGROUP_TOKEN"
+#: Where `brokergroup local up` keeps its installation (and its `token`) unless
+#: told otherwise; the admin CLI finds the token there like it finds the
+#: local runtime's controller addresses by default.
+LOCAL_DIR_ENV = "BROKERGROUP_LOCAL_DIR"
+LOCAL_DIR_DEFAULT = "~/.brokergroup/local"
+_MUTATING = frozenset({"elect-master", "clean-broker-data"})
+
+
+def token_search_path() -> list[str]:
+    """Where a token is looked for when --token-file is not given, in order."""
+    local_dir = os.environ.get(LOCAL_DIR_ENV) or LOCAL_DIR_DEFAULT
+    return [f"${TOKEN_ENV}", os.path.join(os.path.expanduser(local_dir), "token")]
 
 
 def resolve_token(token_file: str | None) -> str | None:
     if token_file:
         with open(token_file, encoding="utf-8") as f:
             return f.read().strip() or None
-    return os.environ.get(TOKEN_ENV) or None
+    if os.environ.get(TOKEN_ENV):
+        return os.environ[TOKEN_ENV]
+    local_token = token_search_path()[1]
+    try:
+        with open(local_token, encoding="utf-8") as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
 
 
 def _table(rows: Sequence[Sequence[object]], out: TextIO) -> None:
@@ -88,6 +107,14 @@ def _print_sync_state_sets(infos: Sequence[api.ReplicaInfo], out: TextIO) -> Non
 async def _run(args: argparse.Namespace, out: TextIO) -> int:
     addresses = api.split_addresses(args.controller_addresses)
     token = resolve_token(args.token_file)
+    if token is None and args.admin_command in _MUTATING:
+        looked = ", ".join(token_search_path())
+        sys.stderr.write(
+            f"brokergroup admin {args.admin_command}: no controller API token found (looked at "
+            f"{looked}). Pass --token-file, set {TOKEN_ENV}, or set {LOCAL_DIR_ENV} to the "
+            "directory of a `brokergroup local up --dir …` installation.\n"
+        )
+        return 2
     async with ControllerClient(addresses, token, request_timeout_s=args.timeout) as client:
         command = args.admin_command
         result: Any

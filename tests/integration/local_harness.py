@@ -120,7 +120,9 @@ def local_runtime(root: Path, extra_settings: tuple[str, ...] = ()) -> Iterator[
             send_signal(pid, ticks, signal.SIGKILL)
 
 
-def brokergroup(*args: str, timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
+def brokergroup(
+    *args: str, timeout_s: float = 60, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """`brokergroup ARGS` as a user runs it (a fresh process, output captured)."""
     return subprocess.run(
         [sys.executable, "-m", "brokergroup_cli.main", *args],
@@ -128,4 +130,5 @@ def brokergroup(*args: str, timeout_s: float = 60) -> subprocess.CompletedProces
         text=True,
         timeout=timeout_s,
         check=False,
+        env=env,
     )

@@ -10,6 +10,8 @@ start time, any process it saw in state.json that is somehow still alive.
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +19,13 @@ from typing import Any
 import pytest
 
 from brokergroup_cli.local.procs import is_alive
-from tests.integration.local_harness import Runtime, local_runtime, wait_for
+from tests.integration.local_harness import (
+    CONTROLLER_API_ADDRESSES,
+    Runtime,
+    brokergroup,
+    local_runtime,
+    wait_for,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -104,3 +112,32 @@ def test_controller_restarts_on_its_own_address_and_up_refuses_twice(
 
     unknown = runtime.run("kill", "broker-99")
     assert unknown.returncode == 1 and "BrokerId 99" in unknown.stderr
+
+
+def test_admin_finds_the_local_runtime_token(runtime: Runtime, tmp_path: Path) -> None:
+    """Issue 8 item 3: `brokergroup admin elect-master` against `local up` needs no
+    --token-file; when no token can be found it says where it looked."""
+    up = runtime.up(brokers=3)
+    assert up.returncode == 0, f"{up.stdout}\n{up.stderr}\n{runtime.logs()}"
+    status = wait_for(
+        "three in-sync brokers",
+        lambda: (
+            ((s := runtime.status())["master"] is not None and len(s["syncStateSet"]) == 3 and s)
+            or None
+        ),
+        60,
+        runtime,
+    )
+    target = next(b["brokerId"] for b in status["brokers"] if b["role"] == "slave")
+    base = {k: v for k, v in os.environ.items() if k != "BROKERGROUP_TOKEN"}
+    elect = ("admin", "elect-master", "--controller-addresses", CONTROLLER_API_ADDRESSES,
+             "--broker-name", "broker-a", "--broker-id", str(target), "--json")  # fmt: skip
+
+    lost = brokergroup(*elect, env={**base, "HOME": str(tmp_path), "BROKERGROUP_LOCAL_DIR": ""})
+    assert lost.returncode == 2, lost.stdout
+    assert "no controller API token found" in lost.stderr
+    assert str(tmp_path / ".brokergroup" / "local" / "token") in lost.stderr
+
+    found = brokergroup(*elect, env={**base, "BROKERGROUP_LOCAL_DIR": str(runtime.root)})
+    assert found.returncode == 0, found.stderr
+    assert json.loads(found.stdout)["masterBrokerId"] == target
