@@ -1,0 +1,54 @@
+{{- define "brokergroup.fullname" -}}
+{{- if contains "brokergroup" .Release.Name -}}{{ .Release.Name | trunc 50 | trimSuffix "-" }}{{- else -}}{{ printf "%s-brokergroup" .Release.Name | trunc 50 | trimSuffix "-" }}{{- end -}}
+{{- end -}}
+
+{{- define "brokergroup.labels" -}}
+app.kubernetes.io/name: brokergroup
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "brokergroup.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag }}
+{{- end -}}
+
+{{- define "brokergroup.secretName" -}}
+{{- if .Values.secrets.existingSecret -}}{{ .Values.secrets.existingSecret }}{{- else -}}{{ include "brokergroup.fullname" . }}-secrets{{- end -}}
+{{- end -}}
+
+{{- define "brokergroup.serviceAccountName" -}}
+{{- if .Values.serviceAccount.name -}}{{ .Values.serviceAccount.name }}{{- else -}}{{ include "brokergroup.fullname" . }}{{- end -}}
+{{- end -}}
+
+{{/* Stable peer names of the controller StatefulSet: never pod IPs (DESIGN.md §2). */}}
+{{- define "brokergroup.controllerHost" -}}
+{{- $root := index . 0 -}}{{- $i := index . 1 -}}
+{{ include "brokergroup.fullname" $root }}-controller-{{ $i }}.{{ include "brokergroup.fullname" $root }}-controller.{{ $root.Release.Namespace }}.svc.cluster.local
+{{- end -}}
+
+{{- define "brokergroup.controllerPeers" -}}
+{{- $root := . -}}
+{{- $peers := list -}}
+{{- range $i := until (int .Values.controller.replicas) -}}
+{{- $peers = append $peers (printf "%s:%d" (include "brokergroup.controllerHost" (list $root $i)) (int $root.Values.controller.raftPort)) -}}
+{{- end -}}
+{{ join "," $peers }}
+{{- end -}}
+
+{{- define "brokergroup.controllerApis" -}}
+{{- $root := . -}}
+{{- $apis := list -}}
+{{- range $i := until (int .Values.controller.replicas) -}}
+{{- $apis = append $apis (printf "%s:%d" (include "brokergroup.controllerHost" (list $root $i)) (int $root.Values.controller.apiPort)) -}}
+{{- end -}}
+{{ join "," $apis }}
+{{- end -}}
+
+{{- define "brokergroup.containerSecurityContext" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+capabilities:
+  drop: ["ALL"]
+{{- end -}}
