@@ -21,7 +21,8 @@ Rules:
   the replica with the newest, longest log wins; priority then id break ties
   deterministically.
 - A replica alive only by a new controller leader's grace (no heartbeat to
-  this leader yet) keeps a live master in place but is never a candidate: it
+  this leader yet) keeps a live master in place but is never a candidate of
+  a controller- or broker-triggered election (an admin may designate it): it
   may be dead. While such SyncStateSet members could still prove themselves,
   a controller-triggered election with no other candidate waits (retried).
 - No candidate: a controller-triggered election records "no master"
@@ -159,7 +160,10 @@ def decide_election(
         pool &= broker_set.sync_state_set
     if old_master is not None:
         pool.discard(old_master)
-    pool -= unheard
+    if request.trigger is not ElectionTrigger.ADMIN:
+        # An admin who designates a replica takes responsibility for it; the
+        # controller's own and brokers' elections need proof of life.
+        pool -= unheard
 
     if designated is not None:
         if designated not in pool:

@@ -43,8 +43,17 @@ def test_kill_master_fails_over_and_the_broker_returns_on_a_new_address(
     assert up.returncode == 0, f"{up.stdout}\n{up.stderr}\n{runtime.logs()}"
     assert "the group has a master" in up.stdout
 
-    before = runtime.status()
-    assert before["master"] is not None, before
+    # The slaves must be in the SyncStateSet first: a master that dies alone in it
+    # has no electable successor (no unclean election by default).
+    before = wait_for(
+        "three brokers in the SyncStateSet",
+        lambda: (
+            ((s := runtime.status())["master"] is not None and len(s["syncStateSet"]) == 3 and s)
+            or None
+        ),
+        60,
+        runtime,
+    )
     old_master = before["master"]["brokerId"]
     old_epoch = before["masterEpoch"]
     old_row = next(b for b in before["brokers"] if b["brokerId"] == old_master)

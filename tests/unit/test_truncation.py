@@ -243,6 +243,9 @@ def replicate(group: Group, follower: Node, upto: int) -> None:
     """Reference slave (independent of the code under test): cut to the true common
     prefix, then copy bytes, appending an epoch entry when the epoch changes."""
     master = group.nodes[group.master]
+    # Following a newer master ends a deposed master's term: it can no longer write as
+    # a zombie in its old epoch (it has seen the new one).
+    follower.mastered_epoch = None
     cut = common_prefix(follower.log, master.log)
     follower.log = follower.log[:cut]
     follower.epochs = [e for e in follower.epochs if e.start_offset < cut]
