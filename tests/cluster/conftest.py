@@ -147,3 +147,34 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
                     f"kubectl --kubeconfig {cluster.kubeconfig} get pods -A",
                 )
             )
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    reason = missing_reason()
+    if reason is not None:
+        return f"cluster tier: will skip ({reason})"
+    from tests.cluster.tier.paths import k8s_bin_dir
+
+    apiserver = k8s_bin_dir() / "kube-apiserver"
+    if not apiserver.exists():
+        return f"cluster tier: binaries will be built into {apiserver.parent}"
+    version = subprocess.run([str(apiserver), "--version"], capture_output=True, text=True)
+    return f"cluster tier: {version.stdout.strip()} ({apiserver.parent})"
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """One line at the end of every run: the API server's version and the tier's count."""
+    counts: dict[str, int] = {}
+    for outcome in ("passed", "failed", "error", "skipped"):
+        for report in terminalreporter.stats.get(outcome, []):
+            if "tests/cluster/" in getattr(report, "nodeid", "") and report.when in (
+                "call",
+                "setup",
+            ):
+                if outcome == "passed" and report.when != "call":
+                    continue
+                counts[outcome] = counts.get(outcome, 0) + 1
+    if counts:
+        summary = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+        header = pytest_report_header(terminalreporter.config)
+        terminalreporter.write_line(f"{header}: {summary}")
