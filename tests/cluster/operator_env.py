@@ -186,8 +186,12 @@ class OperatorEnv:
         work: Path,
         controller_hosts: tuple[str, ...],
         crash: Callable[[dict[str, Any]], None] | None = None,
+        operator_kubeconfig: str | None = None,
     ) -> None:
         self.kubeconfig = kubeconfig
+        #: The operator's own identity (e.g. the chart's ServiceAccount); the test's
+        #: calls keep using `kubeconfig`.
+        self.operator_kubeconfig = operator_kubeconfig or kubeconfig
         self.namespace = namespace
         self.work = work
         api = config.new_client_from_config(config_file=kubeconfig)
@@ -232,7 +236,10 @@ class OperatorEnv:
 
     def add_operator(self, i: int) -> OperatorProcess:
         op = OperatorProcess(
-            self.namespace, self.kubeconfig, self.operator_env(), self.work / f"operator-{i}.log"
+            self.namespace,
+            self.operator_kubeconfig,
+            self.operator_env(),
+            self.work / f"operator-{i}.log",
         )
         op.start()
         self.operators.append(op)

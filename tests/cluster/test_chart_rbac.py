@@ -1,0 +1,112 @@
+"""The operator under the chart's RBAC (issue 11 item 5), on the cluster tier.
+
+The chart's ServiceAccount, ClusterRole and ClusterRoleBinding are rendered by
+`helm template` and applied; the operator then runs with a token of that
+ServiceAccount (TokenRequest, as a pod would get) and must bring a 3-replica
+BrokerGroup to Available with a labelled master — so the RBAC is enough for
+its job — while the same identity is refused what it does not need (Secrets,
+nodes, Deployments, RBAC objects, pod exec).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.cluster.conftest import K8sCluster
+from tests.cluster.operator_env import OperatorEnv, apply_crds
+from tests.cluster.tier.paths import ROOT
+
+pytestmark = pytest.mark.cluster
+
+ALLOWED = [
+    ("patch", "brokergroups.brokergroup.io"),
+    ("patch", "brokergroups.brokergroup.io", "--subresource=status"),
+    ("delete", "pods"),
+    ("create", "statefulsets.apps"),
+    ("create", "poddisruptionbudgets.policy"),
+    ("create", "networkpolicies.networking.k8s.io"),
+    ("create", "events"),
+    ("create", "kopfpeerings.kopf.dev"),
+]
+REFUSED = [
+    ("get", "secrets"),
+    ("list", "secrets"),
+    ("list", "nodes"),
+    ("create", "deployments.apps"),
+    ("create", "clusterroles.rbac.authorization.k8s.io"),
+    ("create", "pods", "--subresource=exec"),
+    ("delete", "brokergroups.brokergroup.io"),
+    ("create", "persistentvolumes"),
+]
+
+
+@pytest.fixture
+def operator_identity(k8s_cluster: K8sCluster, tmp_path: Path) -> Iterator[tuple[str, str]]:
+    """(release namespace, kubeconfig of the chart's operator ServiceAccount)."""
+    namespace = f"rbac-{uuid.uuid4().hex[:6]}"
+    k8s_cluster.kubectl("create", "namespace", namespace)
+    rendered = k8s_cluster.helm(
+        "template", "bg", str(ROOT / "charts" / "brokergroup"), "-n", namespace,
+        "--show-only", "templates/serviceaccount.yaml", "--show-only", "templates/rbac.yaml",
+    ).stdout  # fmt: skip
+    manifest = tmp_path / "rbac.yaml"
+    manifest.write_text(rendered)
+    k8s_cluster.kubectl("apply", "-n", namespace, "-f", str(manifest))
+    kinds = sorted(d["kind"] for d in yaml.safe_load_all(rendered) if d)
+    assert kinds == ["ClusterRole", "ClusterRoleBinding", "ServiceAccount"]
+    token = k8s_cluster.kubectl(
+        "create", "token", "bg-brokergroup", "-n", namespace, "--duration", "1h"
+    ).stdout.strip()
+    admin = yaml.safe_load(k8s_cluster.kubeconfig.read_text())
+    admin["users"] = [{"name": "operator", "user": {"token": token}}]
+    admin["contexts"] = [{"name": "operator", "context": {"cluster": "test", "user": "operator"}}]
+    admin["current-context"] = "operator"
+    kubeconfig = tmp_path / "operator.kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump(admin))
+    try:
+        yield namespace, str(kubeconfig)
+    finally:
+        k8s_cluster.kubectl("delete", "-f", str(manifest), "--wait=false", check=False)
+        k8s_cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
+
+
+def _can_i(k8s_cluster: K8sCluster, kubeconfig: str, namespace: str, *check: str) -> bool:
+    done = subprocess.run(
+        [str(k8s_cluster.bin_dir / "kubectl"), "--kubeconfig", kubeconfig, "auth", "can-i",
+         *check, "-n", namespace],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    return done.stdout.strip() == "yes"
+
+
+def test_the_operator_does_its_job_under_the_charts_rbac_and_nothing_more(
+    k8s_cluster: K8sCluster, operator_identity: tuple[str, str], tmp_path: Path
+) -> None:
+    namespace, kubeconfig = operator_identity
+    apply_crds(str(k8s_cluster.kubeconfig))  # can-i resolves resource names through discovery
+    for check in ALLOWED:
+        assert _can_i(k8s_cluster, kubeconfig, namespace, *check), check
+    for check in REFUSED:
+        assert not _can_i(k8s_cluster, kubeconfig, namespace, *check), check
+
+    (tmp_path / "env").mkdir()
+    env = OperatorEnv(
+        str(k8s_cluster.kubeconfig), namespace, tmp_path / "env",
+        ("127.0.19.1", "127.0.19.2", "127.0.19.3"), crash=k8s_cluster.crash_pod,
+        operator_kubeconfig=kubeconfig,
+    )  # fmt: skip
+    env.start()
+    try:
+        env.create_group("orders", 3)
+        group = env.wait_available("orders", 3)
+        master = env.master_pod("orders")
+        assert master is not None
+        assert group["status"]["master"]["pod"] == master.metadata.name
+    finally:
+        env.close()
