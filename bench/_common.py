@@ -150,12 +150,29 @@ def _recv_exact(conn: socket.socket, size: int) -> bytes:
     return bytes(parts)
 
 
+def portable(value: Any) -> Any:
+    """`value` with no absolute machine paths: paths in the repository become relative
+    to it, any other absolute path becomes `<tmp>/<name>` (results are committed)."""
+    if isinstance(value, Mapping):
+        return {k: portable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [portable(v) for v in value]
+    if isinstance(value, str) and value.startswith("/") and len(value) > 1:
+        path = Path(value)
+        root = RESULTS_DIR.parents[1]
+        if path == root or root in path.parents:
+            return str(path.relative_to(root)) or "."
+        return f"<tmp>/{path.name}"
+    return value
+
+
 def write_result(name: str, data: Mapping[str, Any], results_dir: Path = RESULTS_DIR) -> Path:
-    """Write `<results_dir>/<name>.json` atomically; adds `machine` and `measuredAt`."""
+    """Write `<results_dir>/<name>.json` atomically; adds `machine` and `measuredAt`.
+    Absolute paths are made portable first (results are committed)."""
     results_dir.mkdir(parents=True, exist_ok=True)
     path = results_dir / f"{name}.json"
     body = {
-        **data,
+        **portable(data),
         "machine": machine_info(),
         "measuredAt": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }

@@ -119,3 +119,14 @@ def test_write_result_adds_machine_and_time(tmp_path: Path) -> None:
     body = json.loads(path.read_text())
     assert body["p50_s"] == 0.1
     assert "cpus" in body["machine"] and body["measuredAt"].endswith("Z")
+
+
+def test_results_hold_no_absolute_machine_paths(tmp_path: Path) -> None:
+    repo = common.RESULTS_DIR.parents[1]
+    data = {"dir": str(repo / "bench" / "results"), "work": ["/tmp/bench-x-123"], "n": 1}
+    path = common.write_result("paths", data, results_dir=tmp_path)
+    text = path.read_text()
+    assert '"/' not in text
+    body = json.loads(text)
+    assert body["dir"] == "bench/results" and body["work"] == ["<tmp>/bench-x-123"]
+    assert body["n"] == 1
