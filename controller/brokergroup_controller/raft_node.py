@@ -76,6 +76,7 @@ from typing import Any, TypeVar
 from pysyncobj import SyncObj, SyncObjConf, replicated
 from pysyncobj.config import FAIL_REASON
 from pysyncobj.journal import Journal
+from pysyncobj.monotonic import monotonic as raft_clock
 from pysyncobj.pipe_notifier import PipeNotifier
 from pysyncobj.transport import TCPTransport
 
@@ -490,6 +491,13 @@ class RaftSettings:
     snapshots_kept: int = 3
 
     @property
+    def read_lease_s(self) -> float:
+        """How long a majority's last answers keep a leader's reads current: below the
+        election timeout by two heartbeat periods (answers arrive after the followers
+        reset their timers)."""
+        return self.raft_min_timeout_s - 2 * self.append_entries_period_s
+
+    @property
     def raft_bind_host(self) -> str:
         return self.bind_host or self.self_address.rsplit(":", 1)[0]
 
@@ -640,7 +648,9 @@ class ControllerRaftNode(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
         pysyncobj==0.3.17 is pinned; these private names are checked so an
         upgrade fails loudly here instead of silently losing durability.
         """
-        for name in ("raftLog", "raftCurrentTerm", "votedForNodeId", "raftCommitIndex"):
+        for name in (
+            "raftLog", "raftCurrentTerm", "votedForNodeId", "raftCommitIndex", "lastResponseTime",
+        ):  # fmt: skip
             if not hasattr(self, f"_SyncObj__{name}"):
                 raise RuntimeError(f"unsupported pysyncobj version: no SyncObj.__{name}")
         journal = self._journal
@@ -782,7 +792,8 @@ class ControllerRaftNode(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
                 # Our no-op of this term is in the log by now: applying it means
                 # every entry of earlier terms is applied too.
                 self._leader_barrier = int(self._journal[-1][1])
-            caught_up = last_applied >= self._leader_barrier
+            # pysyncobj stamps answers with its own clock (CLOCK_MONOTONIC_RAW).
+            caught_up = last_applied >= self._leader_barrier and self._quorum_fresh(raft_clock())
         status = RaftStatus(
             self_address=self.settings.self_address,
             members=self.settings.peers,
@@ -820,6 +831,20 @@ class ControllerRaftNode(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
                     loop.call_soon_threadsafe(callback)
 
     # -- the asyncio side
+
+    def _quorum_fresh(self, now: float) -> bool:
+        """The leader's read lease: a majority answered it within `read_lease_s`.
+
+        Followers start an election no sooner than raftMinTimeout after the last
+        append they received, so while this holds no other leader can exist and
+        reads (and heartbeat answers that renew master leases) are current. A
+        leader cut off from its quorum stops serving within the lease, not after
+        pysyncobj's leaderFallbackTimeout (1 s).
+        """
+        responses = self._SyncObj__lastResponseTime
+        window = self.settings.read_lease_s
+        fresh = 1 + sum(1 for at in responses.values() if now - at < window)
+        return fresh * 2 > len(self.settings.peers)
 
     def add_listener(self, loop: asyncio.AbstractEventLoop, callback: Callable[[], None]) -> None:
         """`callback` runs on `loop` after ticks that applied entries or changed leadership."""

@@ -145,3 +145,42 @@ def test_a_node_with_the_wrong_password_never_joins(tmp_path: Path) -> None:
         finally:
             intruder.terminate()
             wait_or_kill(intruder, 5.0)
+
+
+def test_a_leader_cut_off_from_its_quorum_stops_serving_reads(tmp_path: Path) -> None:
+    """Issue 7 item 9: a deposed leader served stale reads (and renewed master leases
+    through heartbeat answers) until pysyncobj's leaderFallbackTimeout (1 s). Both
+    followers are paused here, so the leader believes it leads for that second;
+    a read a few hundred ms later must not be answered from its state."""
+    import os
+    import signal
+
+    with ControllerCluster(tmp_path / "lease", block=BLOCK) as cluster:
+        cluster.start_all()
+        _apply_id(cluster, "before")
+        leader = cluster.wait_for_leader()
+        followers = [n for n in cluster.nodes if n != leader]
+        for n in followers:
+            cluster.wait_ready(n)
+        assert (
+            cluster.request(
+                leader, "GET", "/v1/replica-info?clusterName=C&brokerName=before"
+            ).status
+            == 200
+        )
+        pids = [cluster.nodes[n].pid for n in followers]
+        try:
+            for pid in pids:
+                assert pid is not None
+                os.kill(pid, signal.SIGSTOP)
+            time.sleep(0.4)  # past the read lease, well inside the 1 s fallback
+            status = cluster.raft_status(leader, timeout_s=5.0)
+            stale = cluster.request(
+                leader, "GET", "/v1/replica-info?clusterName=C&brokerName=before", timeout_s=10.0
+            )
+            assert stale.status != 200, (status, stale)
+        finally:
+            for pid in pids:
+                if pid is not None:
+                    os.kill(pid, signal.SIGCONT)
+        _apply_id(cluster, "after")
