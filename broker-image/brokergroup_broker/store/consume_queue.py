@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import collections
 import errno
+import itertools
 import logging
 import operator
 import os
@@ -64,6 +65,11 @@ class FdPool:
             raise ValueError("max_open must be >= 1")
         self.max_open = max_open
         self._open: collections.OrderedDict[tuple[int, int], int] = collections.OrderedDict()
+        self._owners = itertools.count()
+
+    def new_owner(self) -> int:
+        """A key prefix no other queue of this pool ever had (unlike id(), never reused)."""
+        return next(self._owners)
 
     def __len__(self) -> int:
         return len(self._open)
@@ -111,6 +117,7 @@ class ConsumeQueue:
         self.per_file = entries_per_file
         self.file_bytes = entries_per_file * CQ_ENTRY_BYTES
         self._pool = fds if fds is not None else FdPool(64)
+        self._owner = self._pool.new_owner()
         self._files: set[int] = set()  # indexes of the files that exist
         self._unsynced: set[int] = set()
         self.min_offset = 0
@@ -175,7 +182,7 @@ class ConsumeQueue:
         return self.directory / f"{file_index * self.file_bytes:020d}"
 
     def _fd(self, file_index: int, create: bool) -> int:
-        key = (id(self), file_index)
+        key = (self._owner, file_index)
         if file_index in self._files:
             return self._pool.get(key, self._path(file_index), os.O_RDWR)
         if not create:
@@ -255,7 +262,7 @@ class ConsumeQueue:
         dropped = self.max_offset - index
         keep_file = index // self.per_file
         for file_index in sorted(i for i in self._files if i > keep_file):
-            self._pool.discard((id(self), file_index))
+            self._pool.discard((self._owner, file_index))
             self._files.discard(file_index)
             self._unsynced.discard(file_index)
             self._path(file_index).unlink(missing_ok=True)
@@ -277,7 +284,7 @@ class ConsumeQueue:
 
     def close(self) -> None:
         for file_index in self._files:
-            self._pool.discard((id(self), file_index))
+            self._pool.discard((self._owner, file_index))
 
 
 class ConsumeQueueSet:
