@@ -312,8 +312,8 @@ class Observer:
         info = await self.replica_info()
         if info is None:
             return None, "no controller answer"
-        if info.master_broker_id is None:
-            return None, "no master"
+        if info.live_master_broker_id is None:
+            return None, "no live master"
         alive = {b.broker_id for b in info.brokers if b.alive}
         if len(alive) < self.runtime.brokers:
             return None, f"alive brokers {sorted(alive)}"
@@ -355,7 +355,7 @@ class Observer:
             if (
                 info is not None
                 and info.master_epoch > old_epoch
-                and info.master_broker_id not in (None, old_id)
+                and info.live_master_broker_id not in (None, old_id)
             ):
                 return time.monotonic(), info
             await asyncio.sleep(DETECT_POLL_S)

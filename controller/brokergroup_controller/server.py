@@ -356,10 +356,12 @@ class ControllerService:
         return api.ReplicaInfo(
             cluster_name=broker_set.cluster_name,
             broker_name=broker_set.broker_name,
-            master_broker_id=master if master_alive else None,
-            master_address=broker_set.brokers[master].address
-            if master_alive and master is not None
-            else None,
+            master_broker_id=master,
+            master_address=None if master is None else broker_set.brokers[master].address,
+            master_alive=master_alive,
+            master_takeover_wait_ms=0
+            if master is None
+            else self.liveness.takeover_remaining_ms(key, now),
             master_epoch=broker_set.master_epoch,
             sync_state_set=frozenset(broker_set.sync_state_set),
             sync_state_set_epoch=broker_set.sync_state_set_epoch,
@@ -430,8 +432,13 @@ class ControllerService:
         cluster, name, broker_id = b["clusterName"], b["brokerName"], b["brokerId"]
         self._require_set(cluster, name)
         self._require_registered(cluster, name, broker_id)
-        self.liveness.report_inactive((cluster, name, broker_id), b["reason"], self.clock_ms())
-        log.info("broker %s/%s:%d reported inactive: %s", cluster, name, broker_id, b["reason"])
+        self.liveness.report_inactive(
+            (cluster, name, broker_id), b["reason"], self.clock_ms(), process_gone=b["processGone"]
+        )
+        log.info(
+            "broker %s/%s:%d reported inactive%s: %s",
+            cluster, name, broker_id, " (process gone)" if b["processGone"] else "", b["reason"],
+        )  # fmt: skip
         await self.run_liveness_tick()  # a dead master is replaced before we answer
         return self._info_body(cluster, name)
 
@@ -506,6 +513,21 @@ class ControllerService:
             raise
         self.metrics.elections.labels(request.trigger.value, ErrorCode.SUCCESS.value).inc()
         log.info("%s (masterEpoch was %d)", decision.message, broker_set.master_epoch)
+        after = self._snapshot(*broker_set.key)
+        if after is not None and after.master_epoch > broker_set.master_epoch:
+            old = broker_set.master_broker_id
+            wait = self.liveness.record_takeover(
+                broker_set.key,
+                None if old == after.master_broker_id else old,
+                self.clock_ms(),
+                new_master_in_sync_state_set=after.master_broker_id in broker_set.sync_state_set,
+            )
+            if wait > 0 and after.master_broker_id is not None:
+                log.info(
+                    "master %s of %s/%s may hold its lease for %d ms more: broker %d holds its "
+                    "acknowledgements until then",
+                    old, *broker_set.key, wait, after.master_broker_id,
+                )  # fmt: skip
 
     async def clean_broker_data(self, request: web.Request, b: dict[str, Any]) -> dict[str, Any]:
         cluster, name = b["clusterName"], b["brokerName"]

@@ -223,6 +223,7 @@ def group_view_of(info: ReplicaInfo) -> roles.GroupView:
     return roles.GroupView(
         master_broker_id=info.master_broker_id,
         master_address=info.master_address,
+        master_alive=info.master_alive,
         master_epoch=info.master_epoch,
         sync_state_set=frozenset(info.sync_state_set),
         sync_state_set_epoch=info.sync_state_set_epoch,
@@ -246,6 +247,9 @@ class Broker:
         self.register_state = rs.RegisterState.INITIAL
         self.role = roles.RoleState()
         self.lease = MasterLease(config.master_lease_ms)
+        # A new master holds its acknowledgements until the replaced master's
+        # lease has surely run out (DESIGN.md §3.3 "Fencing"); the controller says how long.
+        self._takeover_hold_until_ms = 0
         self.waiters = AckWaiters(
             CommitRuleConfig(
                 all_ack_in_sync_state_set=config.all_ack_in_sync_state_set,
@@ -385,7 +389,11 @@ class Broker:
             # rolling restart of the master then fails over at once.
             with contextlib.suppress(ControllerUnavailable, ControllerRefused):
                 await asyncio.wait_for(
-                    self.controller.report_inactive(self.broker_id, "broker shutting down"),
+                    # It acknowledges nothing any more (writes stopped above): as
+                    # good as gone, so the new master need not wait out our lease.
+                    self.controller.report_inactive(
+                        self.broker_id, "broker shutting down", process_gone=True
+                    ),
                     self.config.controller_request_timeout_ms / 1000,
                 )
         await self._stop_ha()
@@ -459,6 +467,8 @@ class Broker:
             heartbeat_timeout_ms=self.config.heartbeat_timeout_ms,
             store_writable=writable,
             store_error=error,
+            master_lease_ms=self.config.master_lease_ms,
+            all_ack_in_sync_state_set=self.config.all_ack_in_sync_state_set,
         )
 
     def _store_health(self) -> tuple[bool, str | None]:
@@ -564,6 +574,7 @@ class Broker:
             and group.master_epoch == self.role.master_epoch
         ):
             self.sync.on_controller_view(group.sync_state_set, group.sync_state_set_epoch)
+            self._shorten_takeover_hold(info.master_takeover_wait_ms)
         if self.register_state is rs.RegisterState.REGISTERED and self.role.confirmed:
             self.register_state = rs.RegisterState.RUNNING
 
@@ -642,6 +653,13 @@ class Broker:
             now_ms=mono_ms,
             registered_host=self._registered_host,
         )
+        self._takeover_hold_until_ms = now + info.master_takeover_wait_ms
+        if info.master_takeover_wait_ms > 0:
+            log.warning(
+                "the replaced master may hold its lease for %d ms more: holding "
+                "acknowledgements until then (writes are taken and replicated meanwhile)",
+                info.master_takeover_wait_ms,
+            )
         await master.start(self.settings.bind_address, self.settings.ha_port)
         # Headers carry confirmOffset only on change: seed it, or slaves (and an
         # acting master among them) would serve nothing until the next write.
@@ -755,10 +773,20 @@ class Broker:
             self._confirm_offset = confirm
             store.set_confirm_offset(confirm)
 
+    def _shorten_takeover_hold(self, wait_ms: int) -> None:
+        """A later answer may end the hold early (the controller learned the
+        old master is certainly gone); it never extends it."""
+        now = mono_ms()
+        if self._takeover_hold_until_ms > now + wait_ms:
+            self._takeover_hold_until_ms = now + wait_ms
+            self._release()
+
     def _release(self) -> None:
         if self.sync is None or not self._accepting_writes:
             return
         now = mono_ms()
+        if now < self._takeover_hold_until_ms:
+            return  # the replaced master may still acknowledge: the ticker releases later
         view = self._view()
         if not self.lease.valid(now):
             return  # hold: the ticker fences them, or a renewed lease releases them
@@ -1251,6 +1279,9 @@ class Broker:
             },
             "fenced": not self.role.confirmed and not self.role.acting_master,
             "leaseRemainingMs": self.lease.remaining_ms(now)
+            if self.role.role is roles.Role.MASTER
+            else None,
+            "takeoverHoldRemainingMs": max(0, self._takeover_hold_until_ms - now)
             if self.role.role is roles.Role.MASTER
             else None,
             "pendingAcks": len(self.waiters),

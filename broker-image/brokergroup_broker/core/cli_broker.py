@@ -151,6 +151,10 @@ async def _main(settings: Any, config: Any) -> bool:
         settings.controller_addresses,
         settings.controller_token,
         request_timeout_s=config.controller_request_timeout_ms / 1000,
+        # From the broker's own address, like its HA client: one host per broker.
+        source_host=None
+        if settings.bind_address in ("0.0.0.0", "::", "")
+        else settings.bind_address,
     )
     broker = Broker(
         settings, config, ControllerLink(client, settings.cluster_name, settings.broker_name)

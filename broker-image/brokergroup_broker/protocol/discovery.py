@@ -126,15 +126,15 @@ class ControllerDiscovery:
         info = await self._info()
         if info is None:
             return None
-        return info.master_address
+        return info.live_master_address
 
     async def read_addresses(self) -> list[str]:
         info = await self._info()
         if info is None:
             return []
         result: list[str] = []
-        if info.master_address:
-            result.append(info.master_address)
+        if info.live_master_address:
+            result.append(info.live_master_address)
         for broker in sorted(info.brokers, key=lambda b: b.broker_id):
             if broker.alive and broker.address and broker.address not in result:
                 result.append(broker.address)
