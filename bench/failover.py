@@ -103,14 +103,15 @@ LOCATION_SETTINGS = (
 SENDERS = 4
 SEND_PAUSE_S = 0.002
 BODY = b"x" * 100
-#: The partition phase's producer uses the client's default request timeout
-#: (slaveTimeoutMs + 1 s): a request still open after that means a paused or
-#: partitioned broker (see docs/benchmarks.md).
+#: The partition phase's producer uses the client's default request timeout;
+#: it follows the controller's watch to the new master without waiting it out.
 PARTITION_REQUEST_TIMEOUT_MS = ClientConfig().request_timeout_ms
 HEALTHY_TIMEOUT_S = 90.0
 FAILOVER_TIMEOUT_S = 30.0
 DETECT_POLL_S = 0.01
-TARGETS = {"p50_s": 1.0, "p99_s": 2.0, "partition_p99_s": 5.0}
+TARGETS = {"p50_s": 1.0, "p99_s": 2.0, "partition_p99_s": 3.0}
+#: The second runtime of a run: no acknowledgement held by one copy only.
+MIN_ISR2_SETTINGS = ("minInSyncReplicas=2",)
 
 
 def log(message: str) -> None:
@@ -123,9 +124,10 @@ def log(message: str) -> None:
 class LocalRuntime:
     """One `brokergroup local` installation in `root`, driven by its CLI."""
 
-    def __init__(self, root: Path, brokers: int) -> None:
+    def __init__(self, root: Path, brokers: int, settings: tuple[str, ...] = ()) -> None:
         self.root = root
         self.brokers = brokers
+        self.settings = settings
         self.api_addresses = [f"{h}:9878" for h in CONTROLLER_HOSTS]
         self.paused: set[tuple[int, int | None]] = set()
 
@@ -144,7 +146,7 @@ class LocalRuntime:
             "--detach",
             "--brokers",
             str(self.brokers),
-            *(x for s in LOCATION_SETTINGS for x in ("--set", s)),
+            *(x for s in (*LOCATION_SETTINGS, *self.settings) for x in ("--set", s)),
             timeout_s=120,
         )
         if result.returncode != 0:
@@ -348,6 +350,18 @@ class Observer:
             await asyncio.sleep(0.05)
         raise TimeoutError(f"group not healthy after {HEALTHY_TIMEOUT_S} s: {why}")
 
+    async def wait_two_copies(self, old_epoch: int) -> float:
+        """When the new master's SyncStateSet has two members again: an
+        expansion needs the member to hold everything confirmed, so from then
+        every acknowledged write is on at least two replicas."""
+        deadline = time.monotonic() + HEALTHY_TIMEOUT_S
+        while time.monotonic() < deadline:
+            info = await self.replica_info()
+            if info is not None and info.master_epoch > old_epoch and len(info.sync_state_set) >= 2:
+                return time.monotonic()
+            await asyncio.sleep(DETECT_POLL_S)
+        raise TimeoutError(f"SyncStateSet not back to two members {HEALTHY_TIMEOUT_S} s after")
+
     async def wait_new_master(self, old_epoch: int, old_id: int) -> tuple[float, ReplicaInfo]:
         deadline = time.monotonic() + FAILOVER_TIMEOUT_S
         while time.monotonic() < deadline:
@@ -389,6 +403,7 @@ class Trial:
     new_epoch: int | None = None
     detection_s: float | None = None
     failover_s: float | None = None
+    two_copies_s: float | None = None
     rejoined_s: float | None = None
     error: str | None = None
     timeline: dict[str, float | None] = field(default_factory=dict)
@@ -428,6 +443,7 @@ async def one_failover(
     ack = asyncio.create_task(
         wait_first_ack(ledger, info.master_epoch, info.master_address, ack_timeout_s)
     )
+    two_copies = asyncio.create_task(observer.wait_two_copies(info.master_epoch))
     start = time.monotonic()
     trial.kill_wall = time.time()
     runtime.signal(process, sig)
@@ -437,9 +453,12 @@ async def one_failover(
         trial.new_master = new_info.master_broker_id
         acked_at, trial.new_epoch = await ack
         trial.failover_s = acked_at - start
+        if kind == "kill":
+            trial.two_copies_s = await two_copies - start
     except TimeoutError as exc:
         trial.error = str(exc)
         ack.cancel()
+    two_copies.cancel()
     if kind == "partition":
         runtime.signal(process, signal.SIGCONT)
         resumed = time.monotonic()
@@ -461,6 +480,7 @@ async def one_failover(
         f"{kind} {index}: master {trial.old_master} (pid {pid}, masterEpoch {trial.old_epoch}) → "
         f"{trial.new_master} at masterEpoch {trial.new_epoch}: controller "
         f"{_fmt(trial.detection_s)}, first ack {_fmt(trial.failover_s)}"
+        + (f", two copies {_fmt(trial.two_copies_s)}" if trial.two_copies_s is not None else "")
         + (f", rejoined as slave {_fmt(trial.rejoined_s)} after SIGCONT" if kind != "kill" else "")
         + (f" ERROR {trial.error}" if trial.error else "")
     )
@@ -561,14 +581,16 @@ async def read_back(address: str) -> tuple[Counter[str], dict[str, set[tuple[int
 # ------------------------------------------------------------------ main
 
 
-async def run(args: argparse.Namespace, runtime: LocalRuntime) -> dict[str, Any]:
+async def run(
+    args: argparse.Namespace, runtime: LocalRuntime, kills: int, partitions: int
+) -> dict[str, Any]:
     ledger = Ledger()
     trials: list[Trial] = []
     token = runtime.token()
     async with aiohttp.ClientSession() as session:
         observer = Observer(runtime, session)
         try:
-            return await _run(args, runtime, observer, ledger, trials, token)
+            return await _run(args, runtime, observer, ledger, trials, token, kills, partitions)
         finally:
             await observer.close()
 
@@ -580,6 +602,8 @@ async def _run(
     ledger: Ledger,
     trials: list[Trial],
     token: str,
+    kills: int,
+    partitions: int,
 ) -> dict[str, Any]:
     producer = ContinuousProducer(
         ledger,
@@ -588,10 +612,10 @@ async def _run(
     )
     producer.start()
     try:
-        for i in range(args.kills):
+        for i in range(kills):
             trials.append(await one_failover("kill", i, runtime, observer, ledger))
         await producer.stop()
-        if args.partitions:
+        if partitions:
             producer = ContinuousProducer(
                 ledger,
                 Producer(
@@ -604,7 +628,7 @@ async def _run(
                 "p",
             )
             producer.start()
-            for i in range(args.partitions):
+            for i in range(partitions):
                 # A request stuck on the paused master ends at the client's
                 # request timeout: wait that long for the first ack.
                 timeout_s = FAILOVER_TIMEOUT_S + args.partition_request_timeout_ms / 1000
@@ -664,6 +688,7 @@ def report(args: argparse.Namespace, out: dict[str, Any], ceil: dict[str, Any]) 
     kills = [t for t in trials if t.kind == "kill"]
     parts = [t for t in trials if t.kind == "partition"]
     failover = summarize([t.failover_s for t in kills if t.failover_s is not None])
+    two_copies = summarize([t.two_copies_s for t in kills if t.two_copies_s is not None])
     detection = summarize([t.detection_s for t in kills if t.detection_s is not None])
     reconnect = summarize(
         [t.failover_s - t.detection_s for t in kills if t.failover_s and t.detection_s]
@@ -690,6 +715,8 @@ def report(args: argparse.Namespace, out: dict[str, Any], ceil: dict[str, Any]) 
         "detection_p50_s": detection["p50"],
         "detection_p99_s": detection["p99"],
         "detection_max_s": detection["max"],
+        "two_copies_p50_s": two_copies["p50"],
+        "two_copies_p99_s": two_copies["p99"],
         "acked": len(ledger.acked),
         "acked_lost": len(out["lost"]),
         "duplicates": out["duplicates"],
@@ -719,6 +746,7 @@ def report(args: argparse.Namespace, out: dict[str, Any], ceil: dict[str, Any]) 
         "targets_detail": met,
         "failover_s": failover,
         "detection_s": detection,
+        "two_copies_s": two_copies,
         "reconnect_after_detection_s": reconnect,
         "timeline_s": timeline,
         "partition_detail": {
@@ -751,6 +779,41 @@ def report(args: argparse.Namespace, out: dict[str, Any], ceil: dict[str, Any]) 
     return {"summary": summary, "full": full}
 
 
+def add_min_isr2(args: argparse.Namespace, result: dict[str, Any], root: Path) -> dict[str, Any]:
+    """The same kills on a runtime with minInSyncReplicas=2: the first
+    acknowledgement after a failover is then already held by two replicas."""
+    runtime = LocalRuntime(root, args.brokers, MIN_ISR2_SETTINGS)
+    ok = False
+    try:
+        log(f"second runtime with {' '.join(MIN_ISR2_SETTINGS)}: {args.min_isr2_kills} kills")
+        runtime.up()
+        out = asyncio.run(run(args, runtime, args.min_isr2_kills, 0))
+        ok = True
+    finally:
+        runtime.down()
+        if ok and not args.keep and root.exists():
+            shutil.rmtree(root, ignore_errors=True)
+    trials: list[Trial] = out["trials"]
+    first = summarize([t.failover_s for t in trials if t.failover_s is not None])
+    section = {
+        "settings": list(MIN_ISR2_SETTINGS),
+        "kills": len(trials),
+        "failed": sum(1 for t in trials if t.failover_s is None),
+        "p50_s": first["p50"],
+        "p99_s": first["p99"],
+        "max_s": first["max"],
+        "acked": len(out["ledger"].acked),
+        "acked_lost": len(out["lost"]),
+        "duplicates": out["duplicates"],
+    }
+    result["summary"]["min_isr2"] = section
+    result["full"]["min_isr2"] = {**section, "trials": [t.to_json() for t in trials]}
+    for part in ("summary", "full"):
+        result[part]["acked_lost"] += section["acked_lost"]
+        result[part]["targets_met"] = result[part]["targets_met"] and not section["acked_lost"]
+    return result
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="5 kills, 1 partition (< 60 s)")
@@ -765,6 +828,12 @@ def main() -> int:
         help="request timeout of the partition phase's producer "
         f"(default: the client default, {PARTITION_REQUEST_TIMEOUT_MS})",
     )
+    parser.add_argument(
+        "--min-isr2-kills",
+        type=int,
+        default=None,
+        help="kills on a second runtime with minInSyncReplicas=2 (default 20; quick 3; 0: skip)",
+    )
     parser.add_argument("--brokers", type=int, default=3)
     parser.add_argument("--dir", type=Path, default=None, help="runtime dir (default: a temp dir)")
     parser.add_argument("--keep", action="store_true", help="keep the runtime dir (logs)")
@@ -776,7 +845,9 @@ def main() -> int:
     if args.kills is None:
         args.kills = 5 if args.quick else 20
     if args.partitions is None:
-        args.partitions = 1 if args.quick else 5
+        args.partitions = 1 if args.quick else 20
+    if args.min_isr2_kills is None:
+        args.min_isr2_kills = 3 if args.quick else 20
     if args.seed is None:
         args.seed = random.randrange(1 << 32)
     random.seed(args.seed)  # the client's backoff jitter and our kill timing
@@ -806,7 +877,7 @@ def main() -> int:
         log(
             f"up in {time.monotonic() - started:.1f} s; {args.kills} kills, {args.partitions} partitions"
         )
-        out = asyncio.run(run(args, runtime))
+        out = asyncio.run(run(args, runtime, args.kills, args.partitions))
         result = report(args, out, ceil)
         result["full"]["wall_s"] = round(time.monotonic() - started, 1)
         result["summary"]["wall_s"] = result["full"]["wall_s"]
@@ -818,6 +889,11 @@ def main() -> int:
             shutil.rmtree(root, ignore_errors=True)
         elif root.exists():
             log(f"runtime dir kept: {root}")
+    if args.min_isr2_kills:  # (the first runtime is down: the addresses are free again)
+        result = add_min_isr2(args, result, root.with_name(root.name + "-minisr2"))
+        result["full"]["wall_s"] = result["summary"]["wall_s"] = round(
+            time.monotonic() - started, 1
+        )
     full = result["full"]
     for step, stats in full["timeline_s"].items():
         log(f"timeline kill → {step}: p50 {stats['p50']} s, p99 {stats['p99']} s")

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 def build_parser() -> argparse.ArgumentParser:
     from brokergroup_broker import cli as broker_cli
     from brokergroup_cli import local_cli
+    from brokergroup_cli.chaos import cli as chaos_cli
     from brokergroup_controller import cli as controller_cli
     from brokergroup_operator import cli as operator_cli
 
@@ -26,6 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     controller_cli.register(subparsers)
     broker_cli.register(subparsers)
     local_cli.register(subparsers)
+    chaos_cli.register(subparsers)
     operator_cli.register(subparsers)
     return parser
 

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration import netfault
+from brokergroup_cli.chaos import netfault
 from tests.integration.broker_harness import BrokerGroupHarness, CarefulProducer, read_topic
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]

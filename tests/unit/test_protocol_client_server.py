@@ -21,7 +21,6 @@ import io
 import json
 import socket
 import struct
-import zlib
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,6 +54,7 @@ from brokergroup_broker.protocol.messages import (
     SentMessage,
 )
 from brokergroup_broker.protocol.server import BrokerProtocolServer, ServerConfig
+from brokergroup_broker.store.message import body_crc
 from brokergroup_controller.api import BrokerLiveness, ReplicaInfo
 
 HOST = "127.0.2.1"
@@ -113,7 +113,7 @@ class FakeBroker:
                     self.physical,
                     m.body,
                     m.store_properties(),
-                    body_crc=zlib.crc32(m.body),
+                    body_crc=body_crc(m.body),  # as the store keeps it (masked)
                 )
             )
             sent.append(SentMessage(queue_id, qoff, self.physical))

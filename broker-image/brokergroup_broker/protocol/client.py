@@ -129,6 +129,12 @@ class ClientConfig:
     isr_retry_max_attempts: int = 3
     #: Bound on one discovery (controller) round trip.
     discovery_timeout_ms: int = 3_000
+    #: Producers long-poll the controller for master changes and, when it
+    #: names a new master, abandon requests in flight to the old one at once
+    #: (a partitioned master would otherwise hold them for request_timeout_ms).
+    follow_master_changes: bool = True
+    #: Length of one such long-poll (the controller caps it).
+    master_watch_ms: int = 30_000
 
     def __post_init__(self) -> None:
         if self.max_in_flight < 1 or self.retry_max_attempts < 1:
@@ -445,8 +451,13 @@ class Producer:
         self._connect_seq = 0
         self._connect_error: NoMasterError | BrokerConnectionError | None = None
         self._closing: set[asyncio.Task[None]] = set()
+        self._watch_task: asyncio.Task[None] | None = None
+        # The live master the controller's watch last named (None: unknown).
+        self._watched_master: str | None = None
         #: Attempts beyond the first, over the producer's life (for reports).
         self.retries = 0
+        #: Times the controller's watch moved this producer to a new master.
+        self.master_changes_followed = 0
         #: Connections opened to a master (1 + re-discoveries that succeeded).
         self.connections_opened = 0
 
@@ -475,6 +486,7 @@ class Producer:
         topic = messages[0].topic
         if any(m.topic != topic for m in messages):
             raise ValueError("all messages of a batch must have the same topic")
+        self._start_following_master()
         budget = _RetryBudget(self._config, f"send to {self.cluster_name}/{self.broker_name}")
         try:
             while True:
@@ -492,7 +504,8 @@ class Producer:
                         raise
                 except _CONNECTION_ERRORS as exc:
                     self._drop(conn, None)
-                    delay = budget.next_delay(exc)
+                    # A hint means the watch already named the new master: go now.
+                    delay = budget.next_delay(exc, immediate=self._hint is not None)
                 await asyncio.sleep(delay)
         finally:
             self.retries += budget.retries
@@ -531,7 +544,49 @@ class Producer:
                 log.info("producer now sends to master %s", address)
             return self._conn
 
+    def _start_following_master(self) -> None:
+        if self._watch_task is not None or not self._config.follow_master_changes:
+            return
+        if getattr(self._discovery, "next_master_change", None) is None:
+            return  # static addresses (a Kubernetes Service follows the master itself)
+        self._watch_task = asyncio.create_task(
+            self._follow_master(), name=f"master watch {self.cluster_name}/{self.broker_name}"
+        )
+
+    async def _follow_master(self) -> None:
+        """Move to the controller's new master the moment it is elected:
+        closing the old connection fails its in-flight requests, which the
+        senders retry on the new master at once (unknown outcome: at least once)."""
+        watch = self._discovery.next_master_change  # type: ignore[attr-defined]
+        known = 0
+        backoff_s = 0.1
+        while True:
+            info = await watch(known, self._config.master_watch_ms)
+            if info is None:
+                self._watched_master = None  # no authority now: brokers' hints count again
+                await asyncio.sleep(backoff_s)
+                backoff_s = min(backoff_s * 2, 2.0)
+                continue
+            backoff_s = 0.1
+            if info.master_epoch <= known:
+                continue
+            address = info.live_master_address
+            self._watched_master = address
+            conn = self._conn
+            if known and address and conn is not None and conn.address != address:
+                log.info(
+                    "controller elected %s at masterEpoch %d: leaving %s (%d requests in flight)",
+                    address, info.master_epoch, conn.address, conn.in_flight,
+                )  # fmt: skip
+                self.master_changes_followed += 1
+                self._drop(conn, address)
+            known = info.master_epoch
+
     def _drop(self, conn: BrokerConnection | None, hint: str | None) -> None:
+        if hint and self._watched_master and hint != self._watched_master:
+            # A broker's hint is its own view, which lags the controller's: a
+            # new master not yet confirmed still names the old one.
+            hint = self._watched_master
         if hint:
             self._hint = hint
         if conn is not None and self._conn is conn:
@@ -541,6 +596,11 @@ class Producer:
             task.add_done_callback(self._closing.discard)
 
     async def close(self) -> None:
+        if self._watch_task is not None:
+            self._watch_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._watch_task
+            self._watch_task = None
         conn, self._conn = self._conn, None
         if conn is not None:
             await conn.close()

@@ -1,0 +1,144 @@
+"""The chaos checker (brokergroup_cli/chaos/checker.py) on histories built to
+hold exactly one known defect: hypothesis builds a valid history (clients
+sending keys in order to their own queues, outcomes ok / failed / unknown,
+read back in log order), then one defect is planted — a lost acknowledged
+key, a second copy, a read of a failed send, a key never sent, two keys of
+one client swapped — and the checker must report exactly that key, and
+nothing on the clean history. Unavailability is checked on hand-built timelines.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from brokergroup_cli.chaos.checker import (
+    FAILED,
+    OK,
+    UNKNOWN,
+    FaultWindow,
+    Operation,
+    ReadRecord,
+    check,
+    percentile,
+    unavailability,
+)
+
+
+@dataclass
+class World:
+    operations: list[Operation]
+    read_back: list[ReadRecord]
+
+
+@st.composite
+def worlds(draw: st.DrawFn) -> World:
+    """Clients c0..cN each send to queue N; ok sends are read back in order,
+    unknown ones maybe (at least once), failed ones never."""
+    clients = draw(st.integers(1, 3))
+    operations: list[Operation] = []
+    read_back: list[ReadRecord] = []
+    t = 0.0
+    for c in range(clients):
+        offset = 0
+        for seq in range(draw(st.integers(1, 12))):
+            outcome = draw(st.sampled_from([OK, OK, OK, FAILED, UNKNOWN]))
+            key = f"c{c}-{seq}"
+            landed = outcome == OK or (outcome == UNKNOWN and draw(st.booleans()))
+            operations.append(
+                Operation(f"c{c}", seq, key, t, t + 0.001, outcome,
+                          c if outcome == OK else None, offset if outcome == OK else None)
+            )  # fmt: skip
+            if landed:
+                read_back.append(ReadRecord(key, c, offset))
+                offset += 1
+            t += 0.01
+    return World(operations, read_back)
+
+
+def _clean(findings: object) -> bool:
+    f = findings
+    return not (
+        f.lost or f.duplicated or f.unexpected or f.misplaced or f.order_violations  # type: ignore[attr-defined]
+    )
+
+
+@settings(max_examples=200)
+@given(worlds())
+def test_a_consistent_history_has_no_findings(world: World) -> None:
+    assert _clean(check(world.operations, world.read_back, []))
+
+
+@settings(max_examples=200)
+@given(worlds(), st.data())
+def test_each_planted_defect_is_reported_exactly(world: World, data: st.DataObject) -> None:
+    acked = [op for op in world.operations if op.outcome == OK]
+    failed = [op for op in world.operations if op.outcome == FAILED]
+    read = list(world.read_back)
+    if acked:
+        victim = data.draw(st.sampled_from(acked))
+        without = [r for r in read if r.key != victim.key]
+        f = check(world.operations, without, [])
+        assert f.lost == [victim.key] and not f.duplicated and not f.order_violations
+        copy = next(r for r in read if r.key == victim.key)
+        f = check(world.operations, [*read, ReadRecord(copy.key, copy.queue_id, 999)], [])
+        assert f.duplicated == [victim.key] and not f.lost
+    if failed:
+        ghost = data.draw(st.sampled_from(failed))
+        f = check(world.operations, [*read, ReadRecord(ghost.key, 0, 998)], [])
+        assert f.duplicated == [ghost.key]
+    f = check(world.operations, [*read, ReadRecord("never-sent", 0, 997)], [])
+    assert f.unexpected == ["never-sent"] and f.lost == [] and f.duplicated == []
+    # Swap two acknowledged keys of one client in its queue: one order violation.
+    by_client: dict[str, list[ReadRecord]] = {}
+    for r in read:
+        op = next(o for o in world.operations if o.key == r.key)
+        if op.outcome == OK:
+            by_client.setdefault(op.client, []).append(r)
+    pairs = [rs for rs in by_client.values() if len(rs) >= 2]
+    if pairs:
+        rs = data.draw(st.sampled_from(pairs))
+        a, b = rs[0], rs[1]
+        swapped = [
+            ReadRecord(b.key, a.queue_id, a.queue_offset) if r is a
+            else ReadRecord(a.key, b.queue_id, b.queue_offset) if r is b
+            else r
+            for r in read
+        ]  # fmt: skip
+        f = check(world.operations, swapped, [])
+        assert f.order_violations == [(a.queue_id, a.key, b.key)]
+        assert sorted(f.misplaced) == sorted([a.key, b.key])  # acknowledged at other offsets
+
+
+def _op(seq: int, start: float, end: float, outcome: str = OK) -> Operation:
+    return Operation("c0", seq, f"k{seq}", start, end, outcome, 0, seq)
+
+
+def test_unavailability_runs_from_the_first_bad_invoke_to_the_next_good_completion() -> None:
+    ops = [
+        _op(0, 0.0, 0.01),
+        _op(1, 1.0, 1.5),  # slow (> 0.25 s): the stretch starts at its invoke
+        _op(2, 1.5, 1.6, UNKNOWN),
+        _op(3, 1.7, 1.8, FAILED),
+        _op(4, 1.9, 1.95),  # first good: ends the stretch at 1.95
+        _op(5, 2.0, 2.01),
+        _op(6, 5.5, 6.0, UNKNOWN),  # outside any window (and its grace), never recovered
+    ]
+    stretches = unavailability(ops, 0.25)
+    assert [(u.start_s, u.end_s) for u in stretches] == [(1.0, 1.95), (5.5, 6.0)]
+    windows = [FaultWindow("kill-master", 0.9, 1.2), FaultWindow("pause-master", 3.0, 4.0)]
+    f = check(ops, [ReadRecord(f"k{i}", 0, i) for i in (0, 1, 4, 5)], windows, slow_s=0.25)
+    assert [(r.window.fault, round(r.unavailable_s, 3)) for r in f.faults] == [
+        ("kill-master", 0.95),
+        ("pause-master", 0.0),
+    ]
+    assert [(u.start_s, u.end_s) for u in f.unexpected_unavailability] == [(5.5, 6.0)]
+
+
+def test_percentile_is_nearest_rank() -> None:
+    assert percentile([], 99) is None
+    assert percentile([3.0, 1.0, 2.0], 50) == 2.0
+    assert percentile([float(i) for i in range(1, 101)], 99) == 99.0
+    assert percentile([0.5], 99) == 0.5
