@@ -47,7 +47,6 @@ import random
 import re
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -78,8 +77,11 @@ from brokergroup_broker.protocol.client import (  # noqa: E402
     Producer,
 )
 from brokergroup_broker.protocol.messages import BrokerError, ProduceMessage  # noqa: E402
-from brokergroup_cli.local.procs import is_alive, send_signal  # noqa: E402
-from brokergroup_cli.local.state import RuntimeState, StateFileError, read_state  # noqa: E402
+from brokergroup_cli.chaos.runtime import (  # noqa: E402
+    BROKER_CLIENT_PORT as CLIENT_PORT,
+)
+from brokergroup_cli.chaos.runtime import Addresses, LocalRuntime  # noqa: E402
+from brokergroup_cli.local.procs import is_alive  # noqa: E402
 from brokergroup_controller.api import ReplicaInfo  # noqa: E402
 from brokergroup_controller.client import ControllerClient, ControllerUnavailable  # noqa: E402
 from brokergroup_controller.errors import ControllerError  # noqa: E402
@@ -88,15 +90,9 @@ from brokergroup_controller.server import ControllerConfig  # noqa: E402
 CLUSTER = "DefaultCluster"  # local runtime defaults
 BROKER_NAME = "broker-a"
 TOPIC = "failover"
-CONTROLLER_HOSTS = ("127.0.1.201", "127.0.1.202", "127.0.1.203")
-BROKER_FIRST_HOST, BROKER_LAST_HOST = "127.0.1.210", "127.0.1.254"
-CLIENT_PORT = 10911
-#: Addresses only: every behaviour setting stays at its default.
-LOCATION_SETTINGS = (
-    f"local.controllerHosts={','.join(CONTROLLER_HOSTS)}",
-    f"local.brokerFirstHost={BROKER_FIRST_HOST}",
-    f"local.brokerLastHost={BROKER_LAST_HOST}",
-)
+#: Addresses only (lane 2: controllers 127.0.1.201-203, brokers from
+#: 127.0.1.210): every behaviour setting stays at its default.
+ADDRESSES = Addresses(lane=2)
 #: Concurrent senders of the continuous producer, and the pause between two
 #: sends of one sender (keeps the final read-back small; a failover is timed
 #: by the retrying sends, which do not pause).
@@ -119,94 +115,6 @@ def log(message: str) -> None:
 
 
 # ------------------------------------------------------------------ the runtime
-
-
-class LocalRuntime:
-    """One `brokergroup local` installation in `root`, driven by its CLI."""
-
-    def __init__(self, root: Path, brokers: int, settings: tuple[str, ...] = ()) -> None:
-        self.root = root
-        self.brokers = brokers
-        self.settings = settings
-        self.api_addresses = [f"{h}:9878" for h in CONTROLLER_HOSTS]
-        self.paused: set[tuple[int, int | None]] = set()
-
-    def _cli(self, *args: str, timeout_s: float) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "brokergroup_cli.local", *args, "--dir", str(self.root)],
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            check=False,
-        )
-
-    def up(self) -> None:
-        result = self._cli(
-            "up",
-            "--detach",
-            "--brokers",
-            str(self.brokers),
-            *(x for s in (*LOCATION_SETTINGS, *self.settings) for x in ("--set", s)),
-            timeout_s=120,
-        )
-        if result.returncode != 0:
-            raise RuntimeError(f"local up failed:\n{result.stdout}\n{result.stderr}")
-
-    def token(self) -> str:
-        return (self.root / "token").read_text().strip()
-
-    def state(self) -> RuntimeState:
-        state = read_state(self.root / "state.json")
-        if state is None:
-            raise RuntimeError(f"no state.json in {self.root}")
-        return state
-
-    def broker_process(self, host: str) -> tuple[int, int | None]:
-        """(pid, startTicks) of the live broker process on `host`. By address,
-        not BrokerId: state.json learns BrokerIds only at the next status poll."""
-        for child in self.state().brokers:
-            if (
-                child.host == host
-                and child.pid is not None
-                and is_alive(child.pid, child.start_ticks)
-            ):
-                return child.pid, child.start_ticks
-        raise RuntimeError(f"no live broker process recorded on {host}")
-
-    def signal(self, process: tuple[int, int | None], sig: signal.Signals) -> None:
-        pid, ticks = process
-        if sig is signal.SIGSTOP:
-            self.paused.add(process)
-        if not send_signal(pid, ticks, sig):
-            raise RuntimeError(f"broker pid {pid} exited before {sig.name}")
-        if sig is signal.SIGCONT:
-            self.paused.discard(process)
-
-    def down(self) -> None:
-        """`local down`, then SIGKILL by PID whatever state.json still shows alive."""
-        for paused_pid, paused_ticks in list(self.paused):
-            send_signal(paused_pid, paused_ticks, signal.SIGCONT)
-        self.paused.clear()
-        try:
-            result = self._cli("down", timeout_s=90)
-            if result.returncode != 0:
-                log(f"local down: {result.stderr.strip()}")
-        except subprocess.TimeoutExpired:
-            log("local down timed out; killing by pid")
-        try:
-            state = read_state(self.root / "state.json")
-        except StateFileError:
-            return
-        if state is None:
-            return
-        leftovers: list[tuple[int | None, int | None]] = [
-            (state.supervisor_pid, state.supervisor_start_ticks)
-        ]
-        leftovers += [(c.pid, c.start_ticks) for c in state.children()]
-        for pid, ticks in leftovers:
-            if pid is not None and is_alive(pid, ticks):
-                log(f"pid {pid} survived local down: SIGKILL")
-                send_signal(pid, ticks, signal.SIGKILL)
 
 
 # ------------------------------------------------------------------ the producer
@@ -285,7 +193,7 @@ class Observer:
     def __init__(self, runtime: LocalRuntime, session: aiohttp.ClientSession) -> None:
         self.runtime = runtime
         self.session = session
-        self.controller = ControllerClient(runtime.api_addresses, request_timeout_s=1.0)
+        self.controller = ControllerClient(runtime.addresses.api_addresses, request_timeout_s=1.0)
 
     async def close(self) -> None:
         await self.controller.close()
@@ -427,8 +335,8 @@ async def one_failover(
     info = await observer.wait_healthy(ledger)
     assert info.master_broker_id is not None and info.master_address is not None
     host = info.master_address.rpartition(":")[0]
-    process = runtime.broker_process(host)
-    pid = process[0]
+    process = runtime.broker_on(host)
+    pid = process.pid
     await asyncio.sleep(random.uniform(0.0, 0.2))  # kill at a random point of a cycle
     sig = signal.SIGKILL if kind == "kill" else signal.SIGSTOP
     trial = Trial(
@@ -446,7 +354,8 @@ async def one_failover(
     two_copies = asyncio.create_task(observer.wait_two_copies(info.master_epoch))
     start = time.monotonic()
     trial.kill_wall = time.time()
-    runtime.signal(process, sig)
+    if not runtime.signal(process, sig):
+        raise RuntimeError(f"broker pid {pid} exited before {sig.name}")
     try:
         detected_at, new_info = await detect
         trial.detection_s = detected_at - start
@@ -460,7 +369,7 @@ async def one_failover(
         ack.cancel()
     two_copies.cancel()
     if kind == "partition":
-        runtime.signal(process, signal.SIGCONT)
+        runtime.signal(process, signal.SIGCONT)  # (gone already: nothing to continue)
         resumed = time.monotonic()
         deadline = resumed + HEALTHY_TIMEOUT_S
         while time.monotonic() < deadline:
@@ -607,7 +516,9 @@ async def _run(
 ) -> dict[str, Any]:
     producer = ContinuousProducer(
         ledger,
-        Producer(CLUSTER, BROKER_NAME, controller_addresses=runtime.api_addresses, token=token),
+        Producer(
+            CLUSTER, BROKER_NAME, controller_addresses=runtime.addresses.api_addresses, token=token
+        ),
         "k",
     )
     producer.start()
@@ -621,7 +532,7 @@ async def _run(
                 Producer(
                     CLUSTER,
                     BROKER_NAME,
-                    controller_addresses=runtime.api_addresses,
+                    controller_addresses=runtime.addresses.api_addresses,
                     token=token,
                     config=ClientConfig(request_timeout_ms=args.partition_request_timeout_ms),
                 ),
@@ -767,7 +678,7 @@ def report(args: argparse.Namespace, out: dict[str, Any], ceil: dict[str, Any]) 
         },
         "ceiling": ceil,
         "settings": {
-            "localSettings": list(LOCATION_SETTINGS),
+            "localSettings": list(ADDRESSES.settings),
             "broker": "defaults",
             "controller": "defaults",
             "client": "defaults (partition phase: requestTimeoutMs "
@@ -782,7 +693,7 @@ def report(args: argparse.Namespace, out: dict[str, Any], ceil: dict[str, Any]) 
 def add_min_isr2(args: argparse.Namespace, result: dict[str, Any], root: Path) -> dict[str, Any]:
     """The same kills on a runtime with minInSyncReplicas=2: the first
     acknowledgement after a failover is then already held by two replicas."""
-    runtime = LocalRuntime(root, args.brokers, MIN_ISR2_SETTINGS)
+    runtime = LocalRuntime(root, ADDRESSES, brokers=args.brokers, settings=MIN_ISR2_SETTINGS)
     ok = False
     try:
         log(f"second runtime with {' '.join(MIN_ISR2_SETTINGS)}: {args.min_isr2_kills} kills")
@@ -853,7 +764,7 @@ def main() -> int:
     random.seed(args.seed)  # the client's backoff jitter and our kill timing
     root = args.dir or Path(tempfile.mkdtemp(prefix="bg-failover-"))
     root = root.resolve()
-    runtime = LocalRuntime(root, args.brokers)
+    runtime = LocalRuntime(root, ADDRESSES, brokers=args.brokers)
 
     def on_term(signum: int, frame: object) -> None:
         raise KeyboardInterrupt(f"signal {signum}")

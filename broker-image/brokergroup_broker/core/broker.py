@@ -37,10 +37,10 @@ Role transitions (no process restart, §3.2/§3.4):
   master's client port + 1 (the HA handshake truncates to the common epoch);
 - fence: stop taking writes and stop the HA master.
 
-Produce path: checks (role, lease, store, admission) → `store.put_run` (the
-server's fast path, `start_send_batch`: the wire batch goes straight into the
-record encoder) or `store.put_messages` (`send_messages`), *before the first
-await* (keeps a connection's pipelined batches in order,
+Produce path (one): `start_send_batch` — checks (role, lease, store,
+admission) → `store.put_run` (the wire batch goes straight into the record
+encoder; `send_messages` wraps `ProduceMessage`s into the same batch),
+*before the first await* (keeps a connection's pipelined batches in order,
 protocol/handler.py; on SYNC_FLUSH without an fdatasync: the store's
 `GroupCommitService` thread syncs for every batch appended meanwhile, and the
 commit rule counts this replica only up to `flushed_offset`) → `AckWaiters.add`
@@ -109,7 +109,6 @@ from brokergroup_broker.protocol.server import BrokerProtocolServer, ServerConfi
 from brokergroup_broker.store import (
     FlushDiskType,
     GroupCommitService,
-    MessageInput,
     MessageStore,
     StoreConfig,
 )
@@ -1081,64 +1080,37 @@ class Broker:
     async def send_messages(
         self, topic: str, queue_id: int | None, messages: Sequence[ProduceMessage]
     ) -> SendResult:
-        # Everything up to put_messages is synchronous: see the module docstring.
-        for name in {topic, *(m.topic for m in messages if m.topic)}:
-            _require_valid_topic(name)
-        now = self._check_send(len(messages))
-        store = self._store()
-        chosen = self._choose_queue(topic, queue_id)
-        host = (self.settings.advertise_address, self.settings.client_port)
-        born = wall_ms()
-        no_properties: dict[str, str] = {}  # shared: the store only reads properties
-        inputs = [
-            MessageInput(
-                m.topic or topic,
-                chosen,
-                m.body,
-                m.store_properties()
-                if m.properties or m.key is not None or m.tags is not None
-                else no_properties,
-                0,
-                born,
-                host,
+        """`ProduceMessage`s through the one produce path (`start_send_batch`)."""
+        for name in {m.topic for m in messages if m.topic} - {topic}:
+            raise BrokerError(
+                ResponseCode.BAD_REQUEST,
+                f"a send request is for one topic: {topic!r}, not also {name!r}",
             )
+        extras = [
+            (m.key, m.tags, m.properties) if m.properties or m.key is not None or m.tags is not None
+            else None
             for m in messages
-        ]
-        committer = self._committer
-        try:
-            # SYNC_FLUSH: append now (keeps the order), fdatasync in the group commit
-            # thread; the commit rule counts this replica only up to flushed_offset
-            # (_master_own_offset), so nothing is acknowledged before it is durable.
-            result = store.put_messages(
-                inputs, host, born, flush=False if committer is not None else None
-            )
-        except TopicNotStorable as exc:
-            raise BrokerError(ResponseCode.TOPIC_INVALID, str(exc)) from exc
-        except MessageInvalid as exc:
-            raise BrokerError(ResponseCode.BAD_REQUEST, str(exc)) from exc
-        except StoreBusy as exc:
-            raise BrokerError(ResponseCode.SYSTEM_BUSY, str(exc)) from exc
-        except StoreNotWritable as exc:
-            # The store's writable() now reports it (and clears it when space
-            # is back); tell the controller now, not in one interval (issue 6468).
-            self._heartbeat_now.set()
-            raise BrokerError(ResponseCode.STORE_NOT_WRITABLE, str(exc)) from exc
-        master_epoch = self.role.master_epoch
-        future: asyncio.Future[AckOutcome] = asyncio.get_running_loop().create_future()
+        ]  # fmt: skip
+        batch = SendBatch(
+            topic, queue_id, [m.body for m in messages], extras if any(extras) else None
+        )
+        future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
 
-        def on_outcome(outcome: AckOutcome) -> None:
+        def reply(response: Response) -> None:
             if not future.done():
-                future.set_result(outcome)
+                future.set_result(response)
 
-        self._appended(result.end_offset, now, on_outcome)
-        outcome = await future
-        if outcome is not AckOutcome.ACKED:
-            raise self._outcome_error(outcome)
+        self.start_send_batch(batch, reply)
+        response = await future
+        if isinstance(response, ErrorResponse):
+            raise response.to_error()
+        assert isinstance(response, SendRunResult)
         return SendResult(
             messages=tuple(
-                SentMessage(m.queue_id, m.queue_offset, m.physical_offset) for m in result.messages
+                SentMessage(response.queue_id, response.first_queue_offset + i, phys)
+                for i, phys in enumerate(response.physical_offsets)
             ),
-            master_epoch=master_epoch,
+            master_epoch=response.master_epoch,
         )
 
     def _refusal_text(self, outcome: AckOutcome, view: ReplicationView) -> str:

@@ -237,39 +237,25 @@ def encode_message(
     prepared_transaction_offset: int = 0,
     sys_flag: int = 0,
 ) -> bytes:
-    """Encode one record (reference encoder; put_messages uses the batched `encode_batch`)."""
-    topic = _check_topic(message.topic)
-    props = _check_properties(message.properties)
-    born_addr, born_v6 = encode_host(message.born_host)
-    store_addr, store_v6 = encode_host(store_host)
-    sys_flag &= ~(BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)
-    sys_flag |= (BORNHOST_V6_FLAG if born_v6 else 0) | (STOREHOSTADDRESS_V6_FLAG if store_v6 else 0)
-    body = message.body
-    total = message_length(sys_flag, len(body), len(topic), len(props))
-    out = bytearray(total)
-    _HEAD.pack_into(
-        out, 0, total, MESSAGE_MAGIC_CODE, body_crc(body), message.queue_id, message.flag,
-        queue_offset, physical_offset, sys_flag, message.born_timestamp_ms,
-    )  # fmt: skip
-    pos = 48
-    host = _HOST_V6 if born_v6 else _HOST_V4
-    host.pack_into(out, pos, born_addr, message.born_host[1])
-    pos += host.size
-    _Q.pack_into(out, pos, store_timestamp_ms)
-    pos += 8
-    host = _HOST_V6 if store_v6 else _HOST_V4
-    host.pack_into(out, pos, store_addr, store_host[1])
-    pos += host.size
-    _AFTER_HOSTS.pack_into(out, pos, reconsume_times, prepared_transaction_offset, len(body))
-    pos += _AFTER_HOSTS.size
-    out[pos : pos + len(body)] = body
-    pos += len(body)
-    out[pos] = len(topic)
-    out[pos + 1 : pos + 1 + len(topic)] = topic
-    pos += 1 + len(topic)
-    _I16.pack_into(out, pos, len(props))
-    out[pos + 2 :] = props
-    return bytes(out)
+    """One record, every field settable (tests and tools); `encode_run` lays it out."""
+    return encode_run(
+        message.topic,
+        message.queue_id,
+        [message.body],
+        [message.properties] if message.properties else None,
+        flag=message.flag,
+        born_timestamp_ms=message.born_timestamp_ms,
+        born_host=message.born_host,
+        start_offset=physical_offset,
+        segment_bytes=1 << 62,  # one record: never a segment end
+        store_host=store_host,
+        store_timestamp_ms=store_timestamp_ms,
+        first_queue_offset=queue_offset,
+        max_message_bytes=1 << 31,
+        reconsume_times=reconsume_times,
+        prepared_transaction_offset=prepared_transaction_offset,
+        sys_flag=sys_flag,
+    ).data
 
 
 def _check_topic(topic: str) -> bytes:
@@ -316,107 +302,71 @@ def encode_batch(
     queue_offset_of: Callable[[tuple[str, int]], int],
     max_message_bytes: int,
 ) -> EncodedBatch:
-    """Lay a batch out as it will sit in the log starting at `start_offset` (pure).
+    """Lay a batch of any topics and queues out as it will sit in the log from
+    `start_offset` (pure): each maximal run of messages with the same topic,
+    queue, flag, born timestamp and born host goes through `encode_run`, the
+    one encoder of the record layout.
 
-    Validates every message before producing anything, so a bad message rejects
-    the whole batch. `queue_offset_of` gives the next queue offset of a
-    (topic, queueId); the advanced values are returned, not stored anywhere.
-    Two passes: sizes and positions first (blank records where a message does
-    not fit its segment), then one preallocated bytearray filled with pack_into.
+    Validates every message before returning anything, so a bad message
+    rejects the whole batch. `queue_offset_of` gives the next queue offset of
+    a (topic, queueId); the advanced values are returned, not stored anywhere.
     """
-    store_addr, store_v6 = encode_host(store_host)
-    store_port = store_host[1]
-    topics: dict[str, bytes] = {}
-    hosts: dict[tuple[str, int], tuple[bytes, bool]] = {}
-    tag_codes: dict[str, int] = {}
-    next_qo: dict[tuple[str, int], int] = {}
-    # Pass 1: validate, size, place.
-    plan: list[tuple[int, int, bytes, bytes, bytes, bool, int, int]] = []
-    pos = start_offset
     for msg in batch:
-        topic = topics.get(msg.topic)
-        if topic is None:
-            topic = topics[msg.topic] = _check_topic(msg.topic)
         if msg.queue_id < 0:
             raise MessageInvalid(f"queue id {msg.queue_id} of topic {msg.topic!r} is negative")
-        props_map = msg.properties
-        props = _check_properties(props_map) if props_map else b""
-        born = hosts.get(msg.born_host)
-        if born is None:
-            born = hosts[msg.born_host] = encode_host(msg.born_host)
-        sys_flag = (BORNHOST_V6_FLAG if born[1] else 0) | (
-            STOREHOSTADDRESS_V6_FLAG if store_v6 else 0
-        )
-        total = message_length(sys_flag, len(msg.body), len(topic), len(props))
-        if total > max_message_bytes:
-            raise MessageInvalid(
-                f"message of {total} bytes (body {len(msg.body)}) to {msg.topic!r} exceeds "
-                f"max_message_bytes {max_message_bytes}"
-            )
-        space = segment_bytes - pos % segment_bytes
-        if total + END_FILE_MIN_BLANK_LENGTH > space:
-            plan.append((pos, space, b"", b"", b"", False, -1, 0))  # blank record
-            pos += space
-        key = (msg.topic, msg.queue_id)
+    next_qo: dict[tuple[str, int], int] = {}
+    parts: list[bytes] = []
+    messages: list[AppendedMessage] = []
+    index: list[RecordIndex] = []
+    pos = start_offset
+    i = 0
+    while i < len(batch):
+        first = batch[i]
+        j = i + 1
+        while j < len(batch) and _same_run(first, batch[j]):
+            j += 1
+        run_msgs = batch[i:j]
+        key = (first.topic, first.queue_id)
         qo = next_qo.get(key)
         if qo is None:
             qo = queue_offset_of(key)
-        next_qo[key] = qo + 1
-        tags = props_map.get(PROPERTY_TAGS) if props_map else None
-        tcode = 0
-        if tags:
-            cached = tag_codes.get(tags)
-            tcode = tag_codes[tags] = java_string_hash(tags) if cached is None else cached
-        plan.append((pos, total, topic, props, born[0], born[1], qo, tcode))
-        pos += total
-    # Pass 2: fill.
-    out = bytearray(pos - start_offset)
-    messages: list[AppendedMessage] = []
-    index: list[RecordIndex] = []
-    it = iter(batch)
-    for phys, total, topic, props, born_addr, born_v6, qo, tcode in plan:
-        o = phys - start_offset
-        if qo < 0:
-            _SIZE_MAGIC.pack_into(out, o, total, BLANK_MAGIC_CODE)  # rest stays zero
-            continue
-        msg = next(it)
-        body = msg.body
-        sys_flag = (BORNHOST_V6_FLAG if born_v6 else 0) | (
-            STOREHOSTADDRESS_V6_FLAG if store_v6 else 0
+        props = [m.properties or None for m in run_msgs]
+        run = encode_run(
+            first.topic,
+            first.queue_id,
+            [m.body for m in run_msgs],
+            props if any(props) else None,
+            flag=first.flag,
+            born_timestamp_ms=first.born_timestamp_ms,
+            born_host=first.born_host,
+            start_offset=pos,
+            segment_bytes=segment_bytes,
+            store_host=store_host,
+            store_timestamp_ms=store_timestamp_ms,
+            first_queue_offset=qo,
+            max_message_bytes=max_message_bytes,
         )
-        _HEAD.pack_into(
-            out, o, total, MESSAGE_MAGIC_CODE, zlib.crc32(body) & 0x7FFFFFFF, msg.queue_id,
-            msg.flag, qo, phys, sys_flag, msg.born_timestamp_ms,
-        )  # fmt: skip
-        p = o + 48
-        if born_v6:
-            _HOST_V6.pack_into(out, p, born_addr, msg.born_host[1])
-            p += 20
-        else:
-            _HOST_V4.pack_into(out, p, born_addr, msg.born_host[1])
-            p += 8
-        _Q.pack_into(out, p, store_timestamp_ms)
-        p += 8
-        if store_v6:
-            _HOST_V6.pack_into(out, p, store_addr, store_port)
-            p += 20
-        else:
-            _HOST_V4.pack_into(out, p, store_addr, store_port)
-            p += 8
-        _AFTER_HOSTS.pack_into(out, p, 0, 0, len(body))
-        p += 16
-        end = p + len(body)
-        out[p:end] = body
-        tl = len(topic)
-        out[end] = tl
-        out[end + 1 : end + 1 + tl] = topic
-        p = end + 1 + tl
-        _I16.pack_into(out, p, len(props))
-        if props:
-            out[p + 2 : p + 2 + len(props)] = props
-        messages.append(AppendedMessage(phys, total, msg.queue_id, qo))
-        index.append(RecordIndex(msg.topic, msg.queue_id, qo, phys, total, tcode))
-    return EncodedBatch(out, start_offset, messages, index, next_qo)
+        tcodes = run.tags_codes or [0] * len(run_msgs)
+        for n, (phys, size, tcode) in enumerate(
+            zip(run.physical_offsets, run.sizes, tcodes, strict=True)
+        ):
+            messages.append(AppendedMessage(phys, size, first.queue_id, qo + n))
+            index.append(RecordIndex(first.topic, first.queue_id, qo + n, phys, size, tcode))
+        next_qo[key] = qo + len(run_msgs)
+        parts.append(run.data)
+        pos = run.end_offset
+        i = j
+    return EncodedBatch(bytearray(b"".join(parts)), start_offset, messages, index, next_qo)
+
+
+def _same_run(a: MessageInput, b: MessageInput) -> bool:
+    return (
+        a.topic == b.topic
+        and a.queue_id == b.queue_id
+        and a.flag == b.flag
+        and a.born_timestamp_ms == b.born_timestamp_ms
+        and a.born_host == b.born_host
+    )
 
 
 @dataclass
@@ -465,28 +415,35 @@ def encode_run(
     store_timestamp_ms: int,
     first_queue_offset: int,
     max_message_bytes: int,
+    reconsume_times: int = 0,
+    prepared_transaction_offset: int = 0,
+    sys_flag: int = 0,
 ) -> EncodedRun:
-    """`encode_batch` for the produce hot path: one topic, one queue, one flag, born
-    timestamp and born host for the whole batch (pure).
+    """THE encoder of the v1 record layout (module docstring): a run of messages
+    of one topic, queue, flag, born timestamp and born host, laid out for the log
+    from `start_offset` with blank records at segment ends (pure). The produce
+    path calls it directly (`Store.put_run`); `encode_batch` and `encode_message`
+    are built on it.
 
-    Byte-for-byte the layout `encode_batch` gives the equivalent `MessageInput`s (a
-    unit test checks it on random batches), without per-message objects: per message
-    one CRC, one `struct.pack` of the record prefix, and the body and a per-topic
-    trailer (topic, properties) joined once. `properties` is None when no message has
-    any, else one mapping (or None) per message. Validates everything before
-    returning, so an invalid message rejects the batch.
+    No per-message objects: per message one CRC, one `struct.pack` of the record
+    prefix, and the body and a per-topic trailer (topic, properties) joined once.
+    `properties` is None when no message has any, else one mapping (or None) per
+    message. `sys_flag` bits other than the host ones are kept (tools and tests
+    write any record). Validates everything before returning, so an invalid
+    message rejects the batch.
     """
     topic_bytes = _check_topic(topic)
     if queue_id < 0:
         raise MessageInvalid(f"queue id {queue_id} of topic {topic!r} is negative")
     born_addr, born_v6 = encode_host(born_host)
     store_addr, store_v6 = encode_host(store_host)
-    sys_flag = (BORNHOST_V6_FLAG if born_v6 else 0) | (STOREHOSTADDRESS_V6_FLAG if store_v6 else 0)
+    sys_flag &= ~(BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)
+    sys_flag |= (BORNHOST_V6_FLAG if born_v6 else 0) | (STOREHOSTADDRESS_V6_FLAG if store_v6 else 0)
     middle = (
         (_HOST_V6 if born_v6 else _HOST_V4).pack(born_addr, born_host[1])
         + _Q.pack(store_timestamp_ms)
         + (_HOST_V6 if store_v6 else _HOST_V4).pack(store_addr, store_host[1])
-        + b"\x00" * 12  # reconsumeTimes 0, preparedTransactionOffset 0
+        + _AFTER_HOSTS.pack(reconsume_times, prepared_transaction_offset, 0)[:12]
     )
     pack = _run_prefix(len(middle)).pack
     fixed = message_length(sys_flag, 0, len(topic_bytes), 0)

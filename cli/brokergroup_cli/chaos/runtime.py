@@ -29,9 +29,10 @@ BROKER_CLIENT_PORT = 10911
 
 
 #: Address lanes inside the local runtime's 127.0.0.0/23, clear of a default
-#: `local up` (controllers 127.0.1.1-3, brokers 127.0.0.x) and of the failover
-#: benchmark (127.0.1.201+): (first controller host, first broker, last broker).
-_LANES = {0: (101, 110, 159), 1: (161, 170, 199)}
+#: `local up` (controllers 127.0.1.1-3, brokers 127.0.0.x): (first controller
+#: host, first broker, last broker) in 127.0.1.0/24. Lanes 0 and 1: chaos
+#: runs; lane 2: the failover benchmark.
+_LANES = {0: (101, 110, 159), 1: (161, 170, 199), 2: (201, 210, 254)}
 
 
 @dataclass(frozen=True)
