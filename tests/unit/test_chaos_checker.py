@@ -142,3 +142,32 @@ def test_percentile_is_nearest_rank() -> None:
     assert percentile([3.0, 1.0, 2.0], 50) == 2.0
     assert percentile([float(i) for i in range(1, 101)], 99) == 99.0
     assert percentile([0.5], 99) == 0.5
+
+
+def test_a_send_in_flight_when_the_fault_began_charges_the_fault_not_the_quiet_time() -> None:
+    # Seen in a long run: the send invoked 3 ms before the window started was
+    # the first one the fault hurt; its stretch was reported as unexpected
+    # unavailability and the fault's own unavailability as much shorter.
+    ops = [
+        _op(0, 0.0, 0.01),
+        _op(1, 9.997, 10.4),  # in flight at the fault (10.0): slow
+        _op(2, 10.4, 10.5, UNKNOWN),
+        _op(3, 11.6, 11.61),  # recovered
+        _op(4, 30.0, 30.5),  # slow long after every window: unexpected
+        _op(5, 30.5, 30.51),
+    ]
+    windows = [FaultWindow("fill-master-disk", 10.0, 13.0), FaultWindow("kill-slave", 20.0, 23.0)]
+    f = check(ops, [ReadRecord(f"k{i}", 0, i) for i in (0, 1, 3, 4, 5)], windows, slow_s=0.25)
+    assert [(r.window.fault, round(r.unavailable_s, 3)) for r in f.faults] == [
+        ("fill-master-disk", 1.613),
+        ("kill-slave", 0.0),
+    ]
+    assert [(u.start_s, u.end_s) for u in f.unexpected_unavailability] == [(30.0, 30.51)]
+
+
+def test_a_stretch_spanning_two_windows_belongs_to_the_first() -> None:
+    ops = [_op(0, 0.0, 0.01), _op(1, 1.0, 9.0, UNKNOWN), _op(2, 9.0, 9.01)]
+    windows = [FaultWindow("pause-master", 1.0, 2.0), FaultWindow("kill-master", 5.0, 6.0)]
+    f = check(ops, [ReadRecord(f"k{i}", 0, i) for i in (0, 2)], windows, slow_s=0.25)
+    assert [round(r.unavailable_s, 3) for r in f.faults] == [8.01, 0.0]
+    assert not f.unexpected_unavailability

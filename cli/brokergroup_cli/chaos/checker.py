@@ -17,9 +17,11 @@ Definitions (one producer operation = one send of one new key, one attempt):
 - **unavailability** of a client: from the invoke of an operation that did
   not succeed within `slow_s` (failed, unknown or slow) to the completion of
   the next operation that did; per fault window, the longest such stretch
-  of any client that began inside the window (or within `grace_s` after it).
-  Stretches that begin outside every window (and its grace) are reported as
-  unexpected unavailability.
+  of any client that overlaps the window (or the `grace_s` after it) — a
+  send in flight when the fault began starts its stretch a moment before
+  the window does, and belongs to it. A stretch overlapping several windows
+  belongs to the first. Stretches that overlap no window (and its grace) are
+  reported as unexpected unavailability.
 """
 
 from __future__ import annotations
@@ -139,15 +141,12 @@ def check(
     )
     findings.order_violations = _order_violations(read_back, acked)
     stretches = unavailability(operations, slow_s)
+    owner = {id(u): _owner(u, windows, grace_s) for u in stretches}
     findings.faults = [
-        FaultResult(
-            w, max((u.duration_s for u in stretches if _began_in(u, w, grace_s)), default=0.0)
-        )
-        for w in windows
+        FaultResult(w, max((u.duration_s for u in stretches if owner[id(u)] == i), default=0.0))
+        for i, w in enumerate(windows)
     ]
-    findings.unexpected_unavailability = [
-        u for u in stretches if not any(_began_in(u, w, grace_s) for w in windows)
-    ]
+    findings.unexpected_unavailability = [u for u in stretches if owner[id(u)] is None]
     return findings
 
 
@@ -191,8 +190,14 @@ def unavailability(operations: Iterable[Operation], slow_s: float) -> list[Unava
     return out
 
 
-def _began_in(u: Unavailability, w: FaultWindow, grace_s: float) -> bool:
-    return w.start_s <= u.start_s <= w.end_s + grace_s
+def _owner(u: Unavailability, windows: Sequence[FaultWindow], grace_s: float) -> int | None:
+    """Index of the earliest window whose [start, end + grace] `u` overlaps, if any."""
+    overlapping = [
+        (w.start_s, i)
+        for i, w in enumerate(windows)
+        if u.start_s <= w.end_s + grace_s and u.end_s >= w.start_s
+    ]
+    return min(overlapping)[1] if overlapping else None
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
