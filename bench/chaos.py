@@ -52,6 +52,7 @@ def merge(results: list[Findings]) -> Findings:
         out.unexpected += f.unexpected
         out.misplaced += f.misplaced
         out.order_violations += f.order_violations
+        out.unstable_reads += f.unstable_reads
         out.faults += f.faults
         out.unexpected_unavailability += f.unexpected_unavailability
     return out

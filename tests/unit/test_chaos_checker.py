@@ -3,7 +3,8 @@ hold exactly one known defect: hypothesis builds a valid history (clients
 sending keys in order to their own queues, outcomes ok / failed / unknown,
 read back in log order), then one defect is planted — a lost acknowledged
 key, a second copy, a read of a failed send, a key never sent, two keys of
-one client swapped — and the checker must report exactly that key, and
+one client swapped, a consumer shown a record the final log does not hold —
+and the checker must report exactly that key, and
 nothing on the clean history. Unavailability is checked on hand-built timelines.
 """
 
@@ -171,3 +172,32 @@ def test_a_stretch_spanning_two_windows_belongs_to_the_first() -> None:
     f = check(ops, [ReadRecord(f"k{i}", 0, i) for i in (0, 2)], windows, slow_s=0.25)
     assert [round(r.unavailable_s, 3) for r in f.faults] == [8.01, 0.0]
     assert not f.unexpected_unavailability
+
+
+@settings(max_examples=200)
+@given(worlds(), st.data())
+def test_a_read_the_final_log_took_back_is_reported_exactly(
+    world: World, data: st.DataObject
+) -> None:
+    # What consumers read during the run: any subset of the final log is stable.
+    seen = (
+        data.draw(st.lists(st.sampled_from(world.read_back), unique=True))
+        if world.read_back
+        else []
+    )
+    assert _clean(check(world.operations, world.read_back, [], consumed=seen))
+    op = data.draw(st.sampled_from(world.operations))
+    at = data.draw(st.sampled_from(world.read_back)) if world.read_back else None
+    if at is not None and at.key != op.key:
+        # A consumer saw `op.key` where the final log holds another key.
+        f = check(world.operations, world.read_back, [],
+                  consumed=[*seen, ReadRecord(op.key, at.queue_id, at.queue_offset)])  # fmt: skip
+        assert f.unstable_reads == [(at.queue_id, at.queue_offset, op.key)]
+        assert not (f.lost or f.duplicated or f.unexpected or f.order_violations)
+    # A consumer saw a record past the end of the final log (later truncated).
+    f = check(world.operations, world.read_back, [],
+              consumed=[*seen, ReadRecord(op.key, 7, 10_000)])  # fmt: skip
+    assert f.unstable_reads == [(7, 10_000, op.key)] and not f.data_safe
+    # A consumer read a key never sent: unexpected (and unstable: the log does not hold it).
+    f = check(world.operations, world.read_back, [], consumed=[ReadRecord("ghost", 7, 10_001)])
+    assert f.unexpected == ["ghost"] and f.unstable_reads == [(7, 10_001, "ghost")]

@@ -14,6 +14,11 @@ Definitions (one producer operation = one send of one new key, one attempt):
   read back in the opposite order of their sends (a client sends one key at
   a time, so its acknowledged keys must keep their order; first copies count).
 - **misplaced**: acknowledged at (queueId, queueOffset) but read back elsewhere.
+- **unstable read**: a consumer, during the run, read a key at (queueId,
+  queueOffset) where the final drain holds another key or nothing — it was
+  shown something a failover later took back (replicas serve only up to
+  confirmOffset, so this must never happen). A consumed key never sent is
+  unexpected too.
 - **unavailability** of a client: from the invoke of an operation that did
   not succeed within `slow_s` (failed, unknown or slow) to the completion of
   the next operation that did; per fault window, the longest such stretch
@@ -97,13 +102,21 @@ class Findings:
     unexpected: list[str] = field(default_factory=list)
     misplaced: list[str] = field(default_factory=list)
     order_violations: list[tuple[int, str, str]] = field(default_factory=list)
+    unstable_reads: list[tuple[int, int, str]] = field(default_factory=list)
+    """(queueId, queueOffset, key consumed there) not in the final log at that place."""
     faults: list[FaultResult] = field(default_factory=list)
     unexpected_unavailability: list[Unavailability] = field(default_factory=list)
 
     @property
     def data_safe(self) -> bool:
         """No finding that costs a user data or order."""
-        return not (self.lost or self.order_violations or self.unexpected or self.misplaced)
+        return not (
+            self.lost
+            or self.order_violations
+            or self.unexpected
+            or self.misplaced
+            or self.unstable_reads
+        )
 
 
 def check(
@@ -111,6 +124,7 @@ def check(
     read_back: Sequence[ReadRecord],
     windows: Sequence[FaultWindow],
     *,
+    consumed: Sequence[ReadRecord] = (),
     slow_s: float = 0.25,
     grace_s: float = 1.0,
 ) -> Findings:
@@ -126,7 +140,17 @@ def check(
     for record in read_back:
         copies[record.key].append(record)
     findings.lost = sorted(k for k in acked if k not in copies)
-    findings.unexpected = sorted(k for k in copies if k not in by_key)
+    findings.unexpected = sorted(
+        {k for k in copies if k not in by_key} | {r.key for r in consumed if r.key not in by_key}
+    )
+    final = {(r.queue_id, r.queue_offset): r.key for r in read_back}
+    findings.unstable_reads = sorted(
+        {
+            (r.queue_id, r.queue_offset, r.key)
+            for r in consumed
+            if final.get((r.queue_id, r.queue_offset)) != r.key
+        }
+    )
     findings.duplicated = sorted(
         k
         for k, found in copies.items()

@@ -76,7 +76,7 @@ def run_chaos(
         runtime.down()
         if ok and not keep and runtime_dir is None:
             shutil.rmtree(root, ignore_errors=True)
-    findings = check(run.operations, run.read_back, run.windows)
+    findings = check(run.operations, run.read_back, run.windows, consumed=run.consumed)
     summary = summarize(
         findings,
         seeds=[schedule.seed],

@@ -69,6 +69,7 @@ def summarize(
         "unexpected": len(findings.unexpected),
         "misplaced": len(findings.misplaced),
         "order_violations": len(findings.order_violations),
+        "unstable_reads": len(findings.unstable_reads),
         "unexpected_unavailability": {
             "count": len(unexpected),
             "max_s": _r(max((u.duration_s for u in unexpected), default=0.0)),
@@ -84,6 +85,7 @@ def summarize(
             "duplicated": findings.duplicated[:20],
             "unexpected": findings.unexpected[:20],
             "order_violations": [list(v) for v in findings.order_violations[:20]],
+            "unstable_reads": [list(v) for v in findings.unstable_reads[:20]],
         },
     }
 
@@ -101,7 +103,8 @@ def table(summary: dict[str, Any]) -> str:
     lines.append(
         f"acknowledged {summary['acknowledged']} · lost {summary['lost']} · duplicated "
         f"{summary['duplicated']} · unexpected {summary['unexpected']} · order violations "
-        f"{summary['order_violations']} · unexpected unavailability "
+        f"{summary['order_violations']} · unstable reads {summary['unstable_reads']} · "
+        f"unexpected unavailability "
         f"{summary['unexpected_unavailability']['count']}"
     )
     return "\n".join(lines)

@@ -78,6 +78,9 @@ class Run:
     reads: int = 0
     read_errors: int = 0
     read_back: list[ReadRecord] = field(default_factory=list)
+    consumed: list[ReadRecord] = field(default_factory=list)
+    """What the tailing consumers read during the run, in read order."""
+    read_lines: list[dict[str, Any]] = field(default_factory=list)
     not_recovered: list[str] = field(default_factory=list)
 
 
@@ -167,18 +170,40 @@ def _line(
 
 
 async def _consume(
-    consumer: Consumer, queues: Sequence[int], run: Run, stop: asyncio.Event
+    name: str,
+    consumer: Consumer,
+    queues: Sequence[int],
+    clock: _Clock,
+    run: Run,
+    stop: asyncio.Event,
 ) -> None:
+    """Tail every queue from offset 0; every pull is an operation of the history
+    (reads.jsonl) and every message read is judged against the final log."""
     offsets = dict.fromkeys(queues, 0)
     while not stop.is_set():
         for queue_id in queues:
+            invoke = clock.now()
+            line: dict[str, Any] = {"op": "pull", "client": name, "topic": TOPIC,
+                                    "queueId": queue_id, "fromOffset": offsets[queue_id]}  # fmt: skip
             try:
                 result = await consumer.pull(TOPIC, queue_id, offsets[queue_id], 64)
-            except Exception:  # a read during a fault may fail: recorded, not judged
+            except Exception as exc:  # a read during a fault may fail: recorded, not judged
                 run.read_errors += 1
+                run.read_lines.append(
+                    line | {"invokeTime": round(invoke, 6), "completeTime": round(clock.now(), 6),
+                            "outcome": UNKNOWN, "error": f"{type(exc).__name__}: {exc}"[:200]}
+                )  # fmt: skip
                 await asyncio.sleep(0.1)
                 continue
-            run.reads += len(result.messages)
+            got = [ReadRecord(m.key or "", queue_id, m.queue_offset) for m in result.messages]
+            run.consumed.extend(got)
+            run.reads += len(got)
+            if got:
+                run.read_lines.append(
+                    line | {"invokeTime": round(invoke, 6), "completeTime": round(clock.now(), 6),
+                            "outcome": OK, "read": [[r.queue_offset, r.key] for r in got],
+                            "replica": consumer.read_address}
+                )  # fmt: skip
             offsets[queue_id] = max(offsets[queue_id], result.next_queue_offset)
         await asyncio.sleep(0.05)
 
@@ -273,7 +298,10 @@ async def run_schedule(
     tasks = [
         asyncio.create_task(_produce(f"p{i}", i, p, clock, run, stop, schedule.send_pause_s))
         for i, p in enumerate(producers)
-    ] + [asyncio.create_task(_consume(c, queues, run, stop)) for c in consumers]
+    ] + [
+        asyncio.create_task(_consume(f"c{i}", c, queues, clock, run, stop))
+        for i, c in enumerate(consumers)
+    ]
     try:
         order: list[str] = []
         for index in range(schedule.windows):
@@ -286,12 +314,12 @@ async def run_schedule(
             await asyncio.sleep(schedule.normal_s)
             start = clock.now()
             try:
-                injected = await fault_kinds.inject(fault, rt, rng)
+                injected = await asyncio.to_thread(fault_kinds.inject, fault, rt, rng)
             except LocalRuntimeError as exc:
                 progress(f"window {index + 1}: {fault} not injected: {exc}")
                 continue
             await asyncio.sleep(schedule.fault_s)
-            await injected.heal()
+            await asyncio.to_thread(injected.heal)
             end = clock.now()
             run.windows.append(FaultWindow(fault, start, end, injected.note))
             recovered = await _wait_healthy(rt, rt.brokers, schedule.healthy_timeout_s)
@@ -321,6 +349,9 @@ def write_history(run: Run, out_dir: Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     with open(out_dir / "history.jsonl", "w") as f:
         for line in run.ack_lines:
+            f.write(json.dumps(line, separators=(",", ":")) + "\n")
+    with open(out_dir / "reads.jsonl", "w") as f:
+        for line in run.read_lines:
             f.write(json.dumps(line, separators=(",", ":")) + "\n")
     with open(out_dir / "faults.jsonl", "w") as f:
         for w in run.windows:
