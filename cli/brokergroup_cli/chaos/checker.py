@@ -64,6 +64,7 @@ class ReadRecord:
     key: str
     queue_id: int
     queue_offset: int
+    topic: str = ""
 
 
 @dataclass(frozen=True)
@@ -143,12 +144,12 @@ def check(
     findings.unexpected = sorted(
         {k for k in copies if k not in by_key} | {r.key for r in consumed if r.key not in by_key}
     )
-    final = {(r.queue_id, r.queue_offset): r.key for r in read_back}
+    final = {(r.topic, r.queue_id, r.queue_offset): r.key for r in read_back}
     findings.unstable_reads = sorted(
         {
             (r.queue_id, r.queue_offset, r.key)
             for r in consumed
-            if final.get((r.queue_id, r.queue_offset)) != r.key
+            if final.get((r.topic, r.queue_id, r.queue_offset)) != r.key
         }
     )
     findings.duplicated = sorted(
@@ -179,18 +180,18 @@ def _order_violations(
 ) -> list[tuple[int, str, str]]:
     """(queueId, earlier key, later key) where the later send was read first."""
     seen: set[str] = set()
-    last: dict[tuple[int, str], Operation] = {}
+    last: dict[tuple[str, int, str], Operation] = {}
     violations: list[tuple[int, str, str]] = []
-    for record in sorted(read_back, key=lambda r: (r.queue_id, r.queue_offset)):
+    for record in sorted(read_back, key=lambda r: (r.topic, r.queue_id, r.queue_offset)):
         op = acked.get(record.key)
         if op is None or record.key in seen:
             continue
         seen.add(record.key)
-        previous = last.get((record.queue_id, op.client))
+        previous = last.get((record.topic, record.queue_id, op.client))
         if previous is not None and previous.seq > op.seq:
             violations.append((record.queue_id, op.key, previous.key))
         if previous is None or previous.seq < op.seq:
-            last[(record.queue_id, op.client)] = op
+            last[(record.topic, record.queue_id, op.client)] = op
     return violations
 
 

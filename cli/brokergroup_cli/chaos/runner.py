@@ -65,6 +65,10 @@ class Schedule:
     consumers: int = 1
     send_pause_s: float = 0.01
     op_timeout_ms: int = 2_000
+    client_prefix: str = ""
+    """Names this run's clients (and so its keys) apart from another phase's."""
+    start_s: float = 0.0
+    """The run's clock starts here (a later phase continues an earlier one's timeline)."""
 
 
 @dataclass
@@ -82,11 +86,27 @@ class Run:
     """What the tailing consumers read during the run, in read order."""
     read_lines: list[dict[str, Any]] = field(default_factory=list)
     not_recovered: list[str] = field(default_factory=list)
+    ended_s: float = 0.0
+    """The run's clock when it finished (a next phase starts after it)."""
+
+    def extend(self, other: Run) -> None:
+        """Add a later phase (another runtime, its own clients and keys)."""
+        self.operations += other.operations
+        self.ack_lines += other.ack_lines
+        self.windows += other.windows
+        self.skipped |= other.skipped
+        self.reads += other.reads
+        self.read_errors += other.read_errors
+        self.read_back += other.read_back
+        self.consumed += other.consumed
+        self.read_lines += other.read_lines
+        self.not_recovered += other.not_recovered
+        self.ended_s = max(self.ended_s, other.ended_s)
 
 
 class _Clock:
-    def __init__(self) -> None:
-        self.t0 = time.monotonic()
+    def __init__(self, start_s: float = 0.0) -> None:
+        self.t0 = time.monotonic() - start_s
 
     def now(self) -> float:
         return time.monotonic() - self.t0
@@ -105,6 +125,7 @@ def _outcome(exc: BaseException) -> str:
 
 async def _produce(
     name: str,
+    topic: str,
     queue_id: int,
     producer: Producer,
     clock: _Clock,
@@ -118,14 +139,16 @@ async def _produce(
         body = f"{key}|{'x' * 64}".encode()
         invoke = clock.now()
         try:
-            result = await producer.send(ProduceMessage(TOPIC, body, key=key), queue_id=queue_id)
+            result = await producer.send(ProduceMessage(topic, body, key=key), queue_id=queue_id)
         except (BrokerError, BrokerUnavailableError, NoMasterError, OSError) as exc:
             outcome = _outcome(exc)
             error = f"{type(exc).__name__}: {exc}"[:200]
             run.operations.append(
                 Operation(name, seq, key, invoke, clock.now(), outcome, error=error)
             )
-            run.ack_lines.append(_line(name, seq, key, invoke, clock.now(), outcome, body, error))
+            run.ack_lines.append(
+                _line(name, topic, seq, key, invoke, clock.now(), outcome, body, error)
+            )
             seq += 1
             await asyncio.sleep(0.05)
             continue
@@ -135,7 +158,7 @@ async def _produce(
             Operation(name, seq, key, invoke, done, OK, sent.queue_id, sent.queue_offset)
         )
         run.ack_lines.append(
-            _line(name, seq, key, invoke, done, OK, body, None)
+            _line(name, topic, seq, key, invoke, done, OK, body, None)
             | {
                 "queueId": sent.queue_id,
                 "queueOffset": sent.queue_offset,
@@ -149,7 +172,7 @@ async def _produce(
 
 
 def _line(
-    client: str, seq: int, key: str, invoke: float, complete: float, outcome: str,
+    client: str, topic: str, seq: int, key: str, invoke: float, complete: float, outcome: str,
     body: bytes, error: str | None,
 ) -> dict[str, Any]:  # fmt: skip
     line: dict[str, Any] = {
@@ -157,7 +180,7 @@ def _line(
         "client": client,
         "seq": seq,
         "key": key,
-        "topic": TOPIC,
+        "topic": topic,
         "bodyCrc": body_crc(body),
         "brokerName": BROKER_NAME,
         "invokeTime": round(invoke, 6),
@@ -171,6 +194,7 @@ def _line(
 
 async def _consume(
     name: str,
+    topic: str,
     consumer: Consumer,
     queues: Sequence[int],
     clock: _Clock,
@@ -183,10 +207,10 @@ async def _consume(
     while not stop.is_set():
         for queue_id in queues:
             invoke = clock.now()
-            line: dict[str, Any] = {"op": "pull", "client": name, "topic": TOPIC,
+            line: dict[str, Any] = {"op": "pull", "client": name, "topic": topic,
                                     "queueId": queue_id, "fromOffset": offsets[queue_id]}  # fmt: skip
             try:
-                result = await consumer.pull(TOPIC, queue_id, offsets[queue_id], 64)
+                result = await consumer.pull(topic, queue_id, offsets[queue_id], 64)
             except Exception as exc:  # a read during a fault may fail: recorded, not judged
                 run.read_errors += 1
                 run.read_lines.append(
@@ -195,7 +219,9 @@ async def _consume(
                 )  # fmt: skip
                 await asyncio.sleep(0.1)
                 continue
-            got = [ReadRecord(m.key or "", queue_id, m.queue_offset) for m in result.messages]
+            got = [
+                ReadRecord(m.key or "", queue_id, m.queue_offset, topic) for m in result.messages
+            ]
             run.consumed.extend(got)
             run.reads += len(got)
             if got:
@@ -237,7 +263,7 @@ async def _wait_healthy(rt: LocalRuntime, brokers: int, timeout_s: float) -> boo
     return False
 
 
-async def drain(rt: LocalRuntime, queues: Sequence[int]) -> list[ReadRecord]:
+async def drain(rt: LocalRuntime, topic: str, queues: Sequence[int]) -> list[ReadRecord]:
     """Every message of every queue, in log order, from the live master."""
     info = await asyncio.to_thread(rt.replica_info)
     if info is None or not info.get("masterAddress"):
@@ -248,11 +274,12 @@ async def drain(rt: LocalRuntime, queues: Sequence[int]) -> list[ReadRecord]:
         for queue_id in queues:
             offset = 0
             while True:
-                result = await conn.pull(TOPIC, queue_id, offset, 256)
+                result = await conn.pull(topic, queue_id, offset, 256)
                 if not result.messages:
                     break
                 out.extend(
-                    ReadRecord(m.key or "", queue_id, m.queue_offset) for m in result.messages
+                    ReadRecord(m.key or "", queue_id, m.queue_offset, topic)
+                    for m in result.messages
                 )
                 offset = result.next_queue_offset
         return out
@@ -263,8 +290,10 @@ async def drain(rt: LocalRuntime, queues: Sequence[int]) -> list[ReadRecord]:
 async def run_schedule(
     rt: LocalRuntime, schedule: Schedule, progress: Callable[[str], None]
 ) -> Run:
-    rng = random.Random(schedule.seed)
-    clock = _Clock()
+    rng = random.Random(f"{schedule.seed}/{schedule.client_prefix}")
+    # Each phase its own topic: positions (topic, queue, offset) never mix across runtimes.
+    topic = f"{TOPIC}-{schedule.client_prefix}" if schedule.client_prefix else TOPIC
+    clock = _Clock(schedule.start_s)
     run = Run()
     usable = []
     for fault in schedule.faults:
@@ -296,10 +325,23 @@ async def run_schedule(
     ]  # fmt: skip
     stop = asyncio.Event()
     tasks = [
-        asyncio.create_task(_produce(f"p{i}", i, p, clock, run, stop, schedule.send_pause_s))
+        asyncio.create_task(
+            _produce(
+                f"{schedule.client_prefix}p{i}",
+                topic,
+                i,
+                p,
+                clock,
+                run,
+                stop,
+                schedule.send_pause_s,
+            )
+        )
         for i, p in enumerate(producers)
     ] + [
-        asyncio.create_task(_consume(f"c{i}", c, queues, clock, run, stop))
+        asyncio.create_task(
+            _consume(f"{schedule.client_prefix}c{i}", topic, c, queues, clock, run, stop)
+        )
         for i, c in enumerate(consumers)
     ]
     try:
@@ -341,7 +383,8 @@ async def run_schedule(
         for consumer in consumers:
             await consumer.close()
     await _wait_healthy(rt, rt.brokers, schedule.healthy_timeout_s)
-    run.read_back = await drain(rt, queues)
+    run.read_back = await drain(rt, topic, queues)
+    run.ended_s = clock.now()
     return run
 
 
