@@ -34,7 +34,7 @@ from _common import RESULTS_DIR, loopback_tcp_ceiling, print_last_line, write_re
 
 from brokergroup_broker.core.config import BrokerConfig
 from brokergroup_cli.chaos import faults as fault_kinds
-from brokergroup_cli.chaos.checker import Findings
+from brokergroup_cli.chaos.checker import Findings, accumulate
 from brokergroup_cli.chaos.cli import run_chaos
 from brokergroup_cli.chaos.report import summarize, table
 from brokergroup_cli.chaos.runner import Schedule
@@ -44,18 +44,7 @@ from brokergroup_controller.server import ControllerConfig
 def merge(results: list[Findings]) -> Findings:
     out = Findings(operations=0, acknowledged=0, failed=0, unknown=0)
     for f in results:
-        out.operations += f.operations
-        out.acknowledged += f.acknowledged
-        out.failed += f.failed
-        out.unknown += f.unknown
-        out.lost += f.lost
-        out.duplicated += f.duplicated
-        out.unexpected += f.unexpected
-        out.misplaced += f.misplaced
-        out.order_violations += f.order_violations
-        out.unstable_reads += f.unstable_reads
-        out.faults += f.faults
-        out.unexpected_unavailability += f.unexpected_unavailability
+        accumulate(out, f)
     return out
 
 

@@ -20,8 +20,10 @@ from brokergroup_cli.chaos.checker import (
     OK,
     UNKNOWN,
     FaultWindow,
+    Findings,
     Operation,
     ReadRecord,
+    accumulate,
     check,
     percentile,
     unavailability,
@@ -201,3 +203,14 @@ def test_a_read_the_final_log_took_back_is_reported_exactly(
     # A consumer read a key never sent: unexpected (and unstable: the log does not hold it).
     f = check(world.operations, world.read_back, [], consumed=[ReadRecord("ghost", 7, 10_001)])
     assert f.unexpected == ["ghost"] and f.unstable_reads == [(7, 10_001, "ghost")]
+
+
+def test_findings_of_several_runs_add_up() -> None:
+    first = check([_op(0, 0.0, 0.01)], [], [FaultWindow("kill-master", 0.0, 1.0)])
+    second = check([_op(0, 0.0, 0.01), _op(1, 1.0, 1.01)], [ReadRecord("x", 0, 0)], [])
+    total = Findings(operations=0, acknowledged=0, failed=0, unknown=0)
+    for f in (first, second):
+        accumulate(total, f)
+    assert (total.operations, total.acknowledged) == (3, 3)
+    assert total.lost == ["k0", "k0", "k1"] and total.unexpected == ["x"]
+    assert [r.window.fault for r in total.faults] == ["kill-master"]

@@ -33,7 +33,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 OK, FAILED, UNKNOWN = "ok", "failed", "unknown"
 
@@ -232,3 +233,16 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     ordered = sorted(values)
     rank = max(1, -(-len(ordered) * q // 100))
     return ordered[int(rank) - 1]
+
+
+def accumulate(into: Any, more: Any) -> None:
+    """Add dataclass `more` to `into` field by field (lists and counts add up,
+    dicts merge, a float end time takes the later): several runs, one report."""
+    for f in fields(into):
+        mine, theirs = getattr(into, f.name), getattr(more, f.name)
+        if isinstance(mine, float):
+            setattr(into, f.name, max(mine, theirs))
+        elif isinstance(mine, dict):
+            mine.update(theirs)
+        else:
+            setattr(into, f.name, mine + theirs)

@@ -41,6 +41,7 @@ from brokergroup_cli.chaos.checker import (
     FaultWindow,
     Operation,
     ReadRecord,
+    accumulate,
 )
 from brokergroup_cli.chaos.runtime import BROKER_NAME, CLUSTER, LocalRuntime, LocalRuntimeError
 from brokergroup_cli.local.state import ChildKind
@@ -91,17 +92,7 @@ class Run:
 
     def extend(self, other: Run) -> None:
         """Add a later phase (another runtime, its own clients and keys)."""
-        self.operations += other.operations
-        self.ack_lines += other.ack_lines
-        self.windows += other.windows
-        self.skipped |= other.skipped
-        self.reads += other.reads
-        self.read_errors += other.read_errors
-        self.read_back += other.read_back
-        self.consumed += other.consumed
-        self.read_lines += other.read_lines
-        self.not_recovered += other.not_recovered
-        self.ended_s = max(self.ended_s, other.ended_s)
+        accumulate(self, other)
 
 
 class _Clock:
