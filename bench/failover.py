@@ -74,9 +74,9 @@ from brokergroup_broker.protocol.client import (  # noqa: E402
     BrokerUnavailableError,
     ClientConfig,
     NoMasterError,
-    Producer,
 )
 from brokergroup_broker.protocol.messages import BrokerError, ProduceMessage  # noqa: E402
+from brokergroup_broker.protocol.producer import Producer  # noqa: E402
 from brokergroup_cli.chaos.runtime import (  # noqa: E402
     BROKER_CLIENT_PORT as CLIENT_PORT,
 )

@@ -74,18 +74,9 @@ from .errors import (
     StoreOffsetMismatch,
 )
 from .identity import IdentityFiles
-from .message import (
-    AppendResult,
-    EncodedRun,
-    FileRange,
-    MessageInput,
-    RecordIndex,
-    StoredMessage,
-    decode_record,
-    encode_batch,
-    encode_run,
-    scan_records,
-)
+from .message import AppendResult, FileRange, MessageInput, RecordIndex, StoredMessage
+from .message_encode import EncodedRun, encode_batch, encode_run
+from .message_scan import decode_record, scan_records
 from .recovery import RecoveryReport, recover
 
 log = logging.getLogger(__name__)
