@@ -17,9 +17,9 @@ Definitions (one producer operation = one send of one new key, one attempt):
 - **unavailability** of a client: from the invoke of an operation that did
   not succeed within `slow_s` (failed, unknown or slow) to the completion of
   the next operation that did; per fault window, the longest such stretch
-  of any client that began inside the window (or within `grace_s` after it).
-  Stretches that begin outside every window (and its grace) are reported as
-  unexpected unavailability.
+  of any client that overlaps the window or the `grace_s` after it (an
+  operation in flight when the fault hit belongs to the fault). Stretches
+  that overlap no window (with its grace) are unexpected unavailability.
 """
 
 from __future__ import annotations
@@ -141,12 +141,12 @@ def check(
     stretches = unavailability(operations, slow_s)
     findings.faults = [
         FaultResult(
-            w, max((u.duration_s for u in stretches if _began_in(u, w, grace_s)), default=0.0)
+            w, max((u.duration_s for u in stretches if _overlaps(u, w, grace_s)), default=0.0)
         )
         for w in windows
     ]
     findings.unexpected_unavailability = [
-        u for u in stretches if not any(_began_in(u, w, grace_s) for w in windows)
+        u for u in stretches if not any(_overlaps(u, w, grace_s) for w in windows)
     ]
     return findings
 
@@ -191,8 +191,8 @@ def unavailability(operations: Iterable[Operation], slow_s: float) -> list[Unava
     return out
 
 
-def _began_in(u: Unavailability, w: FaultWindow, grace_s: float) -> bool:
-    return w.start_s <= u.start_s <= w.end_s + grace_s
+def _overlaps(u: Unavailability, w: FaultWindow, grace_s: float) -> bool:
+    return u.start_s <= w.end_s + grace_s and u.end_s >= w.start_s
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
