@@ -27,7 +27,8 @@ from brokergroup_controller import api
 from brokergroup_controller.app import SERVICE_KEY, create_app
 from brokergroup_controller.client import ControllerClient, ControllerUnavailable
 from brokergroup_controller.errors import ControllerError, ErrorCode
-from brokergroup_controller.raft_node import ControllerRaftNode, RaftStatus
+from brokergroup_controller.raft_node import ControllerRaftNode
+from brokergroup_controller.raft_settings import RaftStatus
 from brokergroup_controller.server import ControllerConfig, config_from_sources
 from brokergroup_controller.state import ControllerState
 
