@@ -29,7 +29,6 @@ from brokergroup_broker.protocol.codec import (
     decode_request,
     decode_send_batch,
     encode_request,
-    encode_response,
 )
 from brokergroup_broker.protocol.messages import (
     ProduceMessage,
@@ -39,6 +38,7 @@ from brokergroup_broker.protocol.messages import (
     SendRunResult,
     SentMessage,
 )
+from brokergroup_broker.protocol.response_codec import encode_response
 from brokergroup_broker.store import MessageStore, StoreConfig
 from brokergroup_broker.store.errors import MessageInvalid
 from brokergroup_broker.store.message import (

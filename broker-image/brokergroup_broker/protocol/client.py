@@ -47,7 +47,6 @@ from brokergroup_broker.protocol.codec import (
     LocalProtocolError,
     ProtocolError,
     RemoteProtocolError,
-    decode_response,
     encode_request,
 )
 from brokergroup_broker.protocol.discovery import (
@@ -76,6 +75,7 @@ from brokergroup_broker.protocol.messages import (
     SendResult,
     TopicQueueCountRequest,
 )
+from brokergroup_broker.protocol.response_codec import decode_response
 
 __all__ = [
     "BrokerConnection",
