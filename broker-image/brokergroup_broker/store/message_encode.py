@@ -5,9 +5,10 @@ built on it. Pure: bytes in, bytes out.
 
 from __future__ import annotations
 
+import itertools
 import struct
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from brokergroup_broker.topics import topic_error
@@ -271,72 +272,58 @@ def encode_run(
     pos = start_offset
     qo = first_queue_offset
     limit = max_message_bytes
+    extras: Iterator[tuple[bytes, bytes, int]]
     if properties is None:
         # The common case: no properties anywhere, one constant trailer.
-        for body in bodies:
-            blen = len(body)
-            total = fixed + blen
-            if total > limit:
-                raise MessageInvalid(
-                    f"message of {total} bytes (body {blen}) to {topic!r} exceeds "
-                    f"max_message_bytes {max_message_bytes}"
-                )
-            if total + END_FILE_MIN_BLANK_LENGTH > segment_bytes - pos % segment_bytes:
-                space = segment_bytes - pos % segment_bytes
-                append(_SIZE_MAGIC.pack(space, BLANK_MAGIC_CODE) + bytes(space - 8))
-                pos += space
-            append(
-                pack(
-                    total, magic, crc32(body) & 0x7FFFFFFF, queue_id, flag, qo, pos, sys_flag,
-                    born_timestamp_ms, middle, blen,
-                )
-            )  # fmt: skip
-            append(body)
-            append(plain_trailer)
-            phys_list.append(pos)
-            sizes.append(total)
-            pos += total
-            qo += 1
+        extras = itertools.repeat((b"", plain_trailer, 0))
     else:
         if len(properties) != len(bodies):
             raise ValueError(f"{len(properties)} property maps for {len(bodies)} bodies")
         tcodes = []
         tag_codes: dict[str, int] = {}
-        for body, props_map in zip(bodies, properties, strict=True):
-            if props_map:
-                props = _check_properties(props_map)
-                trailer = topic_part + _I16.pack(len(props)) + props
-                tags = props_map.get(PROPERTY_TAGS)
-                tcode = 0
-                if tags:
-                    cached = tag_codes.get(tags)
-                    tcode = tag_codes[tags] = java_string_hash(tags) if cached is None else cached
-            else:
-                props = b""
-                trailer = plain_trailer
-                tcode = 0
-            blen = len(body)
-            total = fixed + blen + len(props)
-            if total > limit:
-                raise MessageInvalid(
-                    f"message of {total} bytes (body {blen}) to {topic!r} exceeds "
-                    f"max_message_bytes {max_message_bytes}"
-                )
-            if total + END_FILE_MIN_BLANK_LENGTH > segment_bytes - pos % segment_bytes:
-                space = segment_bytes - pos % segment_bytes
-                append(_SIZE_MAGIC.pack(space, BLANK_MAGIC_CODE) + bytes(space - 8))
-                pos += space
-            append(
-                pack(
-                    total, magic, crc32(body) & 0x7FFFFFFF, queue_id, flag, qo, pos, sys_flag,
-                    born_timestamp_ms, middle, blen,
-                )
-            )  # fmt: skip
-            append(body)
-            append(trailer)
-            phys_list.append(pos)
-            sizes.append(total)
+        extras = (_trailer(m, topic_part, plain_trailer, tag_codes) for m in properties)
+    for body, (props, trailer, tcode) in zip(bodies, extras):  # noqa: B905 (repeat is endless)
+        blen = len(body)
+        total = fixed + blen + len(props)
+        if total > limit:
+            raise MessageInvalid(
+                f"message of {total} bytes (body {blen}) to {topic!r} exceeds "
+                f"max_message_bytes {max_message_bytes}"
+            )
+        if total + END_FILE_MIN_BLANK_LENGTH > segment_bytes - pos % segment_bytes:
+            space = segment_bytes - pos % segment_bytes
+            append(_SIZE_MAGIC.pack(space, BLANK_MAGIC_CODE) + bytes(space - 8))
+            pos += space
+        append(
+            pack(
+                total, magic, crc32(body) & 0x7FFFFFFF, queue_id, flag, qo, pos, sys_flag,
+                born_timestamp_ms, middle, blen,
+            )
+        )  # fmt: skip
+        append(body)
+        append(trailer)
+        phys_list.append(pos)
+        sizes.append(total)
+        if tcodes is not None:
             tcodes.append(tcode)
-            pos += total
-            qo += 1
+        pos += total
+        qo += 1
     return EncodedRun(b"".join(parts), start_offset, first_queue_offset, phys_list, sizes, tcodes)
+
+
+def _trailer(
+    props_map: Mapping[str, str] | None,
+    topic_part: bytes,
+    plain_trailer: bytes,
+    tag_codes: dict[str, int],
+) -> tuple[bytes, bytes, int]:
+    """(properties bytes, record trailer after the body, tagsCode) of one message."""
+    if not props_map:
+        return b"", plain_trailer, 0
+    props = _check_properties(props_map)
+    tags = props_map.get(PROPERTY_TAGS)
+    tcode = 0
+    if tags:
+        cached = tag_codes.get(tags)
+        tcode = tag_codes[tags] = java_string_hash(tags) if cached is None else cached
+    return props, topic_part + _I16.pack(len(props)) + props, tcode
