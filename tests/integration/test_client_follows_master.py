@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from brokergroup_broker.protocol.client import ClientConfig, Producer
+from brokergroup_broker.protocol.client import ClientConfig
 from brokergroup_broker.protocol.messages import ProduceMessage
+from brokergroup_broker.protocol.producer import Producer
 from tests.integration.broker_harness import BROKER_NAME, CLUSTER, BrokerGroupHarness, read_topic
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]

@@ -214,3 +214,11 @@ def test_findings_of_several_runs_add_up() -> None:
     assert (total.operations, total.acknowledged) == (3, 3)
     assert total.lost == ["k0", "k0", "k1"] and total.unexpected == ["x"]
     assert [r.window.fault for r in total.faults] == ["kill-master"]
+
+
+def test_a_send_in_flight_when_the_fault_hit_belongs_to_the_fault() -> None:
+    """Invoked 10 ms before the injection, slowed by it: the fault's, not unexpected."""
+    ops = [_op(0, 0.0, 0.01), _op(1, 0.99, 1.8), _op(2, 1.8, 1.81), _op(3, 9.0, 9.5)]
+    f = check(ops, [], [FaultWindow("fill-master-disk", 1.0, 3.0)], slow_s=0.25)
+    assert [round(r.unavailable_s, 3) for r in f.faults] == [0.82]
+    assert [(u.start_s, u.end_s) for u in f.unexpected_unavailability] == [(9.0, 9.5)]

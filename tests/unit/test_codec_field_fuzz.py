@@ -49,9 +49,7 @@ from brokergroup_broker.protocol.codec import (
     FrameDecoder,
     ProtocolError,
     decode_request,
-    decode_response,
     encode_request,
-    encode_response,
 )
 from brokergroup_broker.protocol.messages import (
     CommitConsumerOffsetRequest,
@@ -75,6 +73,7 @@ from brokergroup_broker.protocol.messages import (
     SentMessage,
     TopicQueueCountRequest,
 )
+from brokergroup_broker.protocol.response_codec import decode_response, encode_response
 
 # ------------------------------------------------------------ layout walker
 

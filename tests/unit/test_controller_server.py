@@ -24,15 +24,12 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from brokergroup_controller import api
+from brokergroup_controller.app import SERVICE_KEY, create_app
 from brokergroup_controller.client import ControllerClient, ControllerUnavailable
 from brokergroup_controller.errors import ControllerError, ErrorCode
-from brokergroup_controller.raft_node import ControllerRaftNode, RaftStatus
-from brokergroup_controller.server import (
-    SERVICE_KEY,
-    ControllerConfig,
-    config_from_sources,
-    create_app,
-)
+from brokergroup_controller.raft_node import ControllerRaftNode
+from brokergroup_controller.raft_settings import RaftStatus
+from brokergroup_controller.server import ControllerConfig, config_from_sources
 from brokergroup_controller.state import ControllerState
 
 TOKEN = "s3cret"

@@ -34,12 +34,11 @@ from brokergroup_broker.protocol.client import (
     BrokerConnectionError,
     BrokerUnavailableError,
     ClientConfig,
-    Consumer,
     ControllerDiscovery,
-    Producer,
     StaticDiscovery,
 )
-from brokergroup_broker.protocol.codec import FrameDecoder, decode_response, encode_request
+from brokergroup_broker.protocol.codec import FrameDecoder, encode_request
+from brokergroup_broker.protocol.consumer import Consumer
 from brokergroup_broker.protocol.handler import RequestHandler
 from brokergroup_broker.protocol.messages import (
     NO_CONSUMER_OFFSET,
@@ -53,6 +52,8 @@ from brokergroup_broker.protocol.messages import (
     SendResult,
     SentMessage,
 )
+from brokergroup_broker.protocol.producer import Producer
+from brokergroup_broker.protocol.response_codec import decode_response
 from brokergroup_broker.protocol.server import BrokerProtocolServer, ServerConfig
 from brokergroup_broker.store.message import body_crc
 from brokergroup_controller.api import BrokerLiveness, ReplicaInfo

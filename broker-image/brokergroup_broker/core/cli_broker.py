@@ -69,7 +69,7 @@ def register(subparsers: Any) -> None:
 
 
 def run_broker_command(args: argparse.Namespace) -> int:
-    from brokergroup_broker.core.broker import BrokerSettings
+    from brokergroup_broker.core.broker_settings import BrokerSettings
     from brokergroup_broker.core.config import BrokerConfigError, load_broker_config
     from brokergroup_broker.core.registration import RegistrationFailed
 

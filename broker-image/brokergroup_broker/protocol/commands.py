@@ -29,12 +29,12 @@ from brokergroup_broker.protocol.client import (
     BrokerConnectionError,
     BrokerUnavailableError,
     ClientConfig,
-    Consumer,
     NoMasterError,
-    Producer,
 )
 from brokergroup_broker.protocol.codec import ProtocolError
+from brokergroup_broker.protocol.consumer import Consumer
 from brokergroup_broker.protocol.messages import BrokerError, ProduceMessage, PulledMessage
+from brokergroup_broker.protocol.producer import Producer
 from brokergroup_broker.store.message import body_crc
 
 _FAILURES = (

@@ -27,11 +27,11 @@ from brokergroup_broker.protocol.client import (
     BrokerConnectionError,
     BrokerUnavailableError,
     ClientConfig,
-    Consumer,
     NoMasterError,
-    Producer,
 )
+from brokergroup_broker.protocol.consumer import Consumer
 from brokergroup_broker.protocol.messages import BrokerError, ProduceMessage, ResponseCode
+from brokergroup_broker.protocol.producer import Producer
 from brokergroup_broker.store.message import body_crc
 from brokergroup_cli.chaos import faults as fault_kinds
 from brokergroup_cli.chaos.checker import (
