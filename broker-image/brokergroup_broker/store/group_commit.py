@@ -71,12 +71,15 @@ class GroupCommitService:
 
         `_requested` is stored before `_idle` is read here, and the thread sets
         `_idle` before it re-reads `_requested`, so either this call sees the thread
-        idle and writes the eventfd, or the thread sees the new request."""
-        if end <= self._requested:
-            return
-        with self._request_lock:  # several writer threads: keep _requested monotonic
-            if end > self._requested:
-                self._requested = end
+        idle and writes the eventfd, or the thread sees the new request.
+
+        A request at or below an earlier one still wakes an idle thread: after the
+        log was truncated, bytes below the earlier request are new and unsynced
+        (the thread re-checks `needs_sync`, so a wake with nothing to do is cheap)."""
+        if end > self._requested:
+            with self._request_lock:  # several writer threads: keep _requested monotonic
+                if end > self._requested:
+                    self._requested = end
         if self._idle and not self._stopping:
             self._wake()
 
