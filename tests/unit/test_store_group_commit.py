@@ -122,3 +122,30 @@ def test_a_request_below_an_earlier_one_after_a_truncation_is_synced(tmp_path: P
     finally:
         service.stop()
         store.close()
+
+
+def test_a_request_already_synced_by_the_flush_timer_is_still_reported(tmp_path: Path) -> None:
+    # The broker's flush timer (store.flush every flushIntervalMs) also syncs the
+    # log. A request it had already covered found nothing to sync and was never
+    # reported: a slave, which acks on on_flushed, sent that ack only with the
+    # master's next HA heartbeat (0.5 s stalls of every producer in chaos runs).
+    store = MessageStore.open(tmp_path, StoreConfig(commit_log_segment_bytes=1 << 20))
+    flushed: list[int] = []
+    done = threading.Event()
+
+    def on_flushed(offset: int) -> None:
+        flushed.append(offset)
+        done.set()
+
+    service = GroupCommitService(store, on_flushed=on_flushed)
+    service.start()
+    try:
+        appended = store.put_messages(batch(4), HOST, 1, flush=False)
+        store.flush()  # the timer got there first
+        assert not store.needs_sync(appended.end_offset)
+        service.request(appended.end_offset)
+        assert done.wait(5), "a request the flush timer had synced was never reported"
+        assert flushed[-1] >= appended.end_offset
+    finally:
+        service.stop()
+        store.close()

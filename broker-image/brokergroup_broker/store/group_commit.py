@@ -61,6 +61,9 @@ class GroupCommitService:
         self._request_lock = threading.Lock()
         self._idle = False
         self._stopping = False
+        # The flushed offset last given to on_flushed. Compared by inequality, not
+        # order: a truncation moves it down, and what is synced after that is news.
+        self._reported = store.flushed_offset
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def start(self) -> None:
@@ -117,6 +120,10 @@ class GroupCommitService:
             if self._stopping:
                 return
             if not store.needs_sync(self._requested):
+                # What was asked may be durable without this thread: the broker's flush
+                # timer (store.flush) synced it. Report it all the same, or an owner that
+                # acknowledges on `on_flushed` (a slave's acks) waits for an unrelated event.
+                self._report(store.flushed_offset)
                 self._sleep_unless(lambda: store.needs_sync(self._requested))
                 continue
             failed_at = self._requested
@@ -132,7 +139,13 @@ class GroupCommitService:
                 log.exception("group commit: unexpected error")
                 self._wait_for_request_after(failed_at)
                 continue
-            try:
-                self._on_flushed(flushed)
-            except Exception:
-                log.exception("group commit: on_flushed(%d) failed", flushed)
+            self._report(flushed)
+
+    def _report(self, flushed: int) -> None:
+        if flushed == self._reported:
+            return
+        self._reported = flushed
+        try:
+            self._on_flushed(flushed)
+        except Exception:
+            log.exception("group commit: on_flushed(%d) failed", flushed)
