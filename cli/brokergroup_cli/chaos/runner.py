@@ -226,14 +226,20 @@ async def _consume(
 
 
 def _healthy(rt: LocalRuntime, brokers: int) -> bool:
-    """The controller sees a live master and a full SyncStateSet, and every
-    broker process (the master's included) is really running: a new
-    controller leader counts unheard brokers alive for a grace period."""
+    """The controller sees a live master and a full SyncStateSet, every broker
+    process (the master's included) is really running (a new controller
+    leader counts unheard brokers alive for a grace period), and every
+    controller is running with a leader among them."""
     info = rt.replica_info()
     if info is None or not info.get("masterAlive") or not info.get("masterAddress"):
         return False
     running = {c.host for c in rt.live_children(ChildKind.BROKER)}
     if len(running) < brokers or str(info["masterAddress"]).rpartition(":")[0] not in running:
+        return False
+    # Every controller back too: the next fault must not meet one still in its
+    # restart backoff (a leader kill would then take out a majority).
+    controllers = rt.live_children(ChildKind.CONTROLLER)
+    if len(controllers) < len(rt.addresses.controller_hosts) or rt.controller_leader() is None:
         return False
     rows = info.get("brokers")
     alive = (
