@@ -11,6 +11,9 @@ from __future__ import annotations
 import errno
 import os
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -30,8 +33,19 @@ def batch(n: int) -> list[MessageInput]:
     return [MessageInput("T", 0, b"x" * 100) for _ in range(n)]
 
 
-def test_unsynced_append_is_not_flushed_until_the_service_syncs(tmp_path: Path) -> None:
-    store = MessageStore.open(tmp_path, StoreConfig(commit_log_segment_bytes=1 << 20))
+@dataclass
+class Reporting:
+    """A started service on a fresh store, recording what it reports."""
+
+    store: MessageStore
+    service: GroupCommitService
+    flushed: list[int] = field(default_factory=list)
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+@contextmanager
+def reporting_service(root: Path, *, start: bool = True) -> Iterator[Reporting]:
+    store = MessageStore.open(root, StoreConfig(commit_log_segment_bytes=1 << 20))
     flushed: list[int] = []
     done = threading.Event()
 
@@ -40,20 +54,27 @@ def test_unsynced_append_is_not_flushed_until_the_service_syncs(tmp_path: Path) 
         done.set()
 
     service = GroupCommitService(store, on_flushed=on_flushed)
-    try:
-        first = store.put_messages(batch(5), HOST, 1, flush=False)
-        second = store.put_messages(batch(5), HOST, 1, flush=False)
-        assert store.flushed_offset == 0 < second.end_offset  # written, not durable
-        assert store.needs_sync(first.end_offset)
+    if start:
         service.start()
-        service.request(first.end_offset)
-        assert done.wait(5)
-        # One sync covered both appends (it syncs to the max offset, not the request).
-        assert flushed[0] >= second.end_offset == store.flushed_offset
-        assert not store.needs_sync(second.end_offset)
+    try:
+        yield Reporting(store, service, flushed, done)
     finally:
         service.stop()
         store.close()
+
+
+def test_unsynced_append_is_not_flushed_until_the_service_syncs(tmp_path: Path) -> None:
+    with reporting_service(tmp_path, start=False) as r:
+        first = r.store.put_messages(batch(5), HOST, 1, flush=False)
+        second = r.store.put_messages(batch(5), HOST, 1, flush=False)
+        assert r.store.flushed_offset == 0 < second.end_offset  # written, not durable
+        assert r.store.needs_sync(first.end_offset)
+        r.service.start()
+        r.service.request(first.end_offset)
+        assert r.done.wait(5)
+        # One sync covered both appends (it syncs to the max offset, not the request).
+        assert r.flushed[0] >= second.end_offset == r.store.flushed_offset
+        assert not r.store.needs_sync(second.end_offset)
 
 
 def test_failed_fdatasync_is_reported_and_does_not_spin(
@@ -96,32 +117,20 @@ def test_a_request_below_an_earlier_one_after_a_truncation_is_synced(tmp_path: P
     # truncating to the master's epochs, then master again) is appended anew at
     # offsets below what was requested before. Those requests used to return
     # without waking the idle thread: nothing synced them (the commit rule then
-    # waited for the 500 ms flush timer, seen as 0.5 s stalls in chaos runs).
-    store = MessageStore.open(tmp_path, StoreConfig(commit_log_segment_bytes=1 << 20))
-    flushed: list[int] = []
-    done = threading.Event()
-
-    def on_flushed(offset: int) -> None:
-        flushed.append(offset)
-        done.set()
-
-    service = GroupCommitService(store, on_flushed=on_flushed)
-    service.start()
-    try:
-        first = store.put_messages(batch(10), HOST, 1, flush=False)
-        service.request(first.end_offset)
-        assert done.wait(5) and store.flushed_offset == first.end_offset
-        store.truncate(first.messages[5].physical_offset)
-        done.clear()
-        again = store.put_messages(batch(3), HOST, 1, flush=False)
+    # waited for the 500 ms flush timer).
+    with reporting_service(tmp_path) as r:
+        first = r.store.put_messages(batch(10), HOST, 1, flush=False)
+        r.service.request(first.end_offset)
+        assert r.done.wait(5) and r.store.flushed_offset == first.end_offset
+        r.store.truncate(first.messages[5].physical_offset)
+        r.done.clear()
+        again = r.store.put_messages(batch(3), HOST, 1, flush=False)
         assert again.end_offset < first.end_offset  # below the earlier request
-        assert store.needs_sync(again.end_offset)
-        service.request(again.end_offset)
-        assert done.wait(5), "the append after the truncation was never synced"
-        assert store.flushed_offset == again.end_offset and not store.needs_sync(again.end_offset)
-    finally:
-        service.stop()
-        store.close()
+        assert r.store.needs_sync(again.end_offset)
+        r.service.request(again.end_offset)
+        assert r.done.wait(5), "the append after the truncation was never synced"
+        assert r.store.flushed_offset == again.end_offset
+        assert not r.store.needs_sync(again.end_offset)
 
 
 def test_a_request_already_synced_by_the_flush_timer_is_still_reported(tmp_path: Path) -> None:
@@ -129,23 +138,10 @@ def test_a_request_already_synced_by_the_flush_timer_is_still_reported(tmp_path:
     # log. A request it had already covered found nothing to sync and was never
     # reported: a slave, which acks on on_flushed, sent that ack only with the
     # master's next HA heartbeat (0.5 s stalls of every producer in chaos runs).
-    store = MessageStore.open(tmp_path, StoreConfig(commit_log_segment_bytes=1 << 20))
-    flushed: list[int] = []
-    done = threading.Event()
-
-    def on_flushed(offset: int) -> None:
-        flushed.append(offset)
-        done.set()
-
-    service = GroupCommitService(store, on_flushed=on_flushed)
-    service.start()
-    try:
-        appended = store.put_messages(batch(4), HOST, 1, flush=False)
-        store.flush()  # the timer got there first
-        assert not store.needs_sync(appended.end_offset)
-        service.request(appended.end_offset)
-        assert done.wait(5), "a request the flush timer had synced was never reported"
-        assert flushed[-1] >= appended.end_offset
-    finally:
-        service.stop()
-        store.close()
+    with reporting_service(tmp_path) as r:
+        appended = r.store.put_messages(batch(4), HOST, 1, flush=False)
+        r.store.flush()  # the timer got there first
+        assert not r.store.needs_sync(appended.end_offset)
+        r.service.request(appended.end_offset)
+        assert r.done.wait(5), "a request the flush timer had synced was never reported"
+        assert r.flushed[-1] >= appended.end_offset
