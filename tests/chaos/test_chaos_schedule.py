@@ -28,9 +28,23 @@ def test_every_fault_once_loses_and_reorders_nothing(tmp_path: Path) -> None:
     result = run_chaos(schedule, tmp_path / "out", runtime_dir=tmp_path / "rt", lane=1)
     s = result.summary
     assert s["acknowledged"] > 100, s
-    assert (s["lost"], s["order_violations"], s["misplaced"], s["unexpected"]) == (0, 0, 0, 0), s
+    assert (
+        s["lost"],
+        s["order_violations"],
+        s["misplaced"],
+        s["unexpected"],
+        s["unstable_reads"],
+    ) == (0, 0, 0, 0, 0), s
+    assert s["reads"] > 0, s  # the tailing consumer read during the faults
     ran = set(s["faults"])
     assert ran == set(chosen) - set(s["skipped"]), (ran, s["skipped"])
     assert not s["not_recovered"], s
-    for name in ("history.jsonl", "faults.jsonl", "summary.json", "latency.png", "report.html"):
+    for name in (
+        "history.jsonl",
+        "reads.jsonl",
+        "faults.jsonl",
+        "summary.json",
+        "latency.png",
+        "report.html",
+    ):
         assert (tmp_path / "out" / name).stat().st_size > 0, name

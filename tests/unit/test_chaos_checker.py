@@ -3,7 +3,8 @@ hold exactly one known defect: hypothesis builds a valid history (clients
 sending keys in order to their own queues, outcomes ok / failed / unknown,
 read back in log order), then one defect is planted — a lost acknowledged
 key, a second copy, a read of a failed send, a key never sent, two keys of
-one client swapped — and the checker must report exactly that key, and
+one client swapped, a consumer shown a record the final log does not hold —
+and the checker must report exactly that key, and
 nothing on the clean history. Unavailability is checked on hand-built timelines.
 """
 
@@ -19,8 +20,10 @@ from brokergroup_cli.chaos.checker import (
     OK,
     UNKNOWN,
     FaultWindow,
+    Findings,
     Operation,
     ReadRecord,
+    accumulate,
     check,
     percentile,
     unavailability,
@@ -142,6 +145,75 @@ def test_percentile_is_nearest_rank() -> None:
     assert percentile([3.0, 1.0, 2.0], 50) == 2.0
     assert percentile([float(i) for i in range(1, 101)], 99) == 99.0
     assert percentile([0.5], 99) == 0.5
+
+
+def test_a_send_in_flight_when_the_fault_began_charges_the_fault_not_the_quiet_time() -> None:
+    # Seen in a long run: the send invoked 3 ms before the window started was
+    # the first one the fault hurt; its stretch was reported as unexpected
+    # unavailability and the fault's own unavailability as much shorter.
+    ops = [
+        _op(0, 0.0, 0.01),
+        _op(1, 9.997, 10.4),  # in flight at the fault (10.0): slow
+        _op(2, 10.4, 10.5, UNKNOWN),
+        _op(3, 11.6, 11.61),  # recovered
+        _op(4, 30.0, 30.5),  # slow long after every window: unexpected
+        _op(5, 30.5, 30.51),
+    ]
+    windows = [FaultWindow("fill-master-disk", 10.0, 13.0), FaultWindow("kill-slave", 20.0, 23.0)]
+    f = check(ops, [ReadRecord(f"k{i}", 0, i) for i in (0, 1, 3, 4, 5)], windows, slow_s=0.25)
+    assert [(r.window.fault, round(r.unavailable_s, 3)) for r in f.faults] == [
+        ("fill-master-disk", 1.613),
+        ("kill-slave", 0.0),
+    ]
+    assert [(u.start_s, u.end_s) for u in f.unexpected_unavailability] == [(30.0, 30.51)]
+
+
+def test_a_stretch_spanning_two_windows_belongs_to_the_first() -> None:
+    ops = [_op(0, 0.0, 0.01), _op(1, 1.0, 9.0, UNKNOWN), _op(2, 9.0, 9.01)]
+    windows = [FaultWindow("pause-master", 1.0, 2.0), FaultWindow("kill-master", 5.0, 6.0)]
+    f = check(ops, [ReadRecord(f"k{i}", 0, i) for i in (0, 2)], windows, slow_s=0.25)
+    assert [round(r.unavailable_s, 3) for r in f.faults] == [8.01, 0.0]
+    assert not f.unexpected_unavailability
+
+
+@settings(max_examples=200)
+@given(worlds(), st.data())
+def test_a_read_the_final_log_took_back_is_reported_exactly(
+    world: World, data: st.DataObject
+) -> None:
+    # What consumers read during the run: any subset of the final log is stable.
+    seen = (
+        data.draw(st.lists(st.sampled_from(world.read_back), unique=True))
+        if world.read_back
+        else []
+    )
+    assert _clean(check(world.operations, world.read_back, [], consumed=seen))
+    op = data.draw(st.sampled_from(world.operations))
+    at = data.draw(st.sampled_from(world.read_back)) if world.read_back else None
+    if at is not None and at.key != op.key:
+        # A consumer saw `op.key` where the final log holds another key.
+        f = check(world.operations, world.read_back, [],
+                  consumed=[*seen, ReadRecord(op.key, at.queue_id, at.queue_offset)])  # fmt: skip
+        assert f.unstable_reads == [(at.queue_id, at.queue_offset, op.key)]
+        assert not (f.lost or f.duplicated or f.unexpected or f.order_violations)
+    # A consumer saw a record past the end of the final log (later truncated).
+    f = check(world.operations, world.read_back, [],
+              consumed=[*seen, ReadRecord(op.key, 7, 10_000)])  # fmt: skip
+    assert f.unstable_reads == [(7, 10_000, op.key)] and not f.data_safe
+    # A consumer read a key never sent: unexpected (and unstable: the log does not hold it).
+    f = check(world.operations, world.read_back, [], consumed=[ReadRecord("ghost", 7, 10_001)])
+    assert f.unexpected == ["ghost"] and f.unstable_reads == [(7, 10_001, "ghost")]
+
+
+def test_findings_of_several_runs_add_up() -> None:
+    first = check([_op(0, 0.0, 0.01)], [], [FaultWindow("kill-master", 0.0, 1.0)])
+    second = check([_op(0, 0.0, 0.01), _op(1, 1.0, 1.01)], [ReadRecord("x", 0, 0)], [])
+    total = Findings(operations=0, acknowledged=0, failed=0, unknown=0)
+    for f in (first, second):
+        accumulate(total, f)
+    assert (total.operations, total.acknowledged) == (3, 3)
+    assert total.lost == ["k0", "k0", "k1"] and total.unexpected == ["x"]
+    assert [r.window.fault for r in total.faults] == ["kill-master"]
 
 
 def test_a_send_in_flight_when_the_fault_hit_belongs_to_the_fault() -> None:

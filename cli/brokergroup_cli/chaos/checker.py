@@ -14,19 +14,27 @@ Definitions (one producer operation = one send of one new key, one attempt):
   read back in the opposite order of their sends (a client sends one key at
   a time, so its acknowledged keys must keep their order; first copies count).
 - **misplaced**: acknowledged at (queueId, queueOffset) but read back elsewhere.
+- **unstable read**: a consumer, during the run, read a key at (queueId,
+  queueOffset) where the final drain holds another key or nothing — it was
+  shown something a failover later took back (replicas serve only up to
+  confirmOffset, so this must never happen). A consumed key never sent is
+  unexpected too.
 - **unavailability** of a client: from the invoke of an operation that did
   not succeed within `slow_s` (failed, unknown or slow) to the completion of
   the next operation that did; per fault window, the longest such stretch
-  of any client that overlaps the window or the `grace_s` after it (an
-  operation in flight when the fault hit belongs to the fault). Stretches
-  that overlap no window (with its grace) are unexpected unavailability.
+  of any client that overlaps the window (or the `grace_s` after it) — a
+  send in flight when the fault began starts its stretch a moment before
+  the window does, and belongs to it. A stretch overlapping several windows
+  belongs to the first. Stretches that overlap no window (and its grace) are
+  reported as unexpected unavailability.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 OK, FAILED, UNKNOWN = "ok", "failed", "unknown"
 
@@ -57,6 +65,7 @@ class ReadRecord:
     key: str
     queue_id: int
     queue_offset: int
+    topic: str = ""
 
 
 @dataclass(frozen=True)
@@ -95,13 +104,21 @@ class Findings:
     unexpected: list[str] = field(default_factory=list)
     misplaced: list[str] = field(default_factory=list)
     order_violations: list[tuple[int, str, str]] = field(default_factory=list)
+    unstable_reads: list[tuple[int, int, str]] = field(default_factory=list)
+    """(queueId, queueOffset, key consumed there) not in the final log at that place."""
     faults: list[FaultResult] = field(default_factory=list)
     unexpected_unavailability: list[Unavailability] = field(default_factory=list)
 
     @property
     def data_safe(self) -> bool:
         """No finding that costs a user data or order."""
-        return not (self.lost or self.order_violations or self.unexpected or self.misplaced)
+        return not (
+            self.lost
+            or self.order_violations
+            or self.unexpected
+            or self.misplaced
+            or self.unstable_reads
+        )
 
 
 def check(
@@ -109,6 +126,7 @@ def check(
     read_back: Sequence[ReadRecord],
     windows: Sequence[FaultWindow],
     *,
+    consumed: Sequence[ReadRecord] = (),
     slow_s: float = 0.25,
     grace_s: float = 1.0,
 ) -> Findings:
@@ -124,7 +142,17 @@ def check(
     for record in read_back:
         copies[record.key].append(record)
     findings.lost = sorted(k for k in acked if k not in copies)
-    findings.unexpected = sorted(k for k in copies if k not in by_key)
+    findings.unexpected = sorted(
+        {k for k in copies if k not in by_key} | {r.key for r in consumed if r.key not in by_key}
+    )
+    final = {(r.topic, r.queue_id, r.queue_offset): r.key for r in read_back}
+    findings.unstable_reads = sorted(
+        {
+            (r.queue_id, r.queue_offset, r.key)
+            for r in consumed
+            if final.get((r.topic, r.queue_id, r.queue_offset)) != r.key
+        }
+    )
     findings.duplicated = sorted(
         k
         for k, found in copies.items()
@@ -139,15 +167,12 @@ def check(
     )
     findings.order_violations = _order_violations(read_back, acked)
     stretches = unavailability(operations, slow_s)
+    owner = {id(u): _owner(u, windows, grace_s) for u in stretches}
     findings.faults = [
-        FaultResult(
-            w, max((u.duration_s for u in stretches if _overlaps(u, w, grace_s)), default=0.0)
-        )
-        for w in windows
+        FaultResult(w, max((u.duration_s for u in stretches if owner[id(u)] == i), default=0.0))
+        for i, w in enumerate(windows)
     ]
-    findings.unexpected_unavailability = [
-        u for u in stretches if not any(_overlaps(u, w, grace_s) for w in windows)
-    ]
+    findings.unexpected_unavailability = [u for u in stretches if owner[id(u)] is None]
     return findings
 
 
@@ -156,18 +181,18 @@ def _order_violations(
 ) -> list[tuple[int, str, str]]:
     """(queueId, earlier key, later key) where the later send was read first."""
     seen: set[str] = set()
-    last: dict[tuple[int, str], Operation] = {}
+    last: dict[tuple[str, int, str], Operation] = {}
     violations: list[tuple[int, str, str]] = []
-    for record in sorted(read_back, key=lambda r: (r.queue_id, r.queue_offset)):
+    for record in sorted(read_back, key=lambda r: (r.topic, r.queue_id, r.queue_offset)):
         op = acked.get(record.key)
         if op is None or record.key in seen:
             continue
         seen.add(record.key)
-        previous = last.get((record.queue_id, op.client))
+        previous = last.get((record.topic, record.queue_id, op.client))
         if previous is not None and previous.seq > op.seq:
             violations.append((record.queue_id, op.key, previous.key))
         if previous is None or previous.seq < op.seq:
-            last[(record.queue_id, op.client)] = op
+            last[(record.topic, record.queue_id, op.client)] = op
     return violations
 
 
@@ -191,8 +216,14 @@ def unavailability(operations: Iterable[Operation], slow_s: float) -> list[Unava
     return out
 
 
-def _overlaps(u: Unavailability, w: FaultWindow, grace_s: float) -> bool:
-    return u.start_s <= w.end_s + grace_s and u.end_s >= w.start_s
+def _owner(u: Unavailability, windows: Sequence[FaultWindow], grace_s: float) -> int | None:
+    """Index of the earliest window whose [start, end + grace] `u` overlaps, if any."""
+    overlapping = [
+        (w.start_s, i)
+        for i, w in enumerate(windows)
+        if u.start_s <= w.end_s + grace_s and u.end_s >= w.start_s
+    ]
+    return min(overlapping)[1] if overlapping else None
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -202,3 +233,16 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     ordered = sorted(values)
     rank = max(1, -(-len(ordered) * q // 100))
     return ordered[int(rank) - 1]
+
+
+def accumulate(into: Any, more: Any) -> None:
+    """Add dataclass `more` to `into` field by field (lists and counts add up,
+    dicts merge, a float end time takes the later): several runs, one report."""
+    for f in fields(into):
+        mine, theirs = getattr(into, f.name), getattr(more, f.name)
+        if isinstance(mine, float):
+            setattr(into, f.name, max(mine, theirs))
+        elif isinstance(mine, dict):
+            mine.update(theirs)
+        else:
+            setattr(into, f.name, mine + theirs)

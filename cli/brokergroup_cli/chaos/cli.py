@@ -20,7 +20,7 @@ import shutil
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,63 @@ class ChaosResult:
     run: Run
 
 
+@dataclass(frozen=True)
+class Phase:
+    """One runtime of a run: its faults, windows and `local up` settings."""
+
+    schedule: Schedule
+    settings: tuple[str, ...]
+    broker_disk_bytes: int | None
+    label: str
+
+
+#: The power-loss fault needs ASYNC_FLUSH; every other fault runs on the default SYNC_FLUSH.
+ASYNC_FLUSH_SETTING = "flushDiskType=ASYNC_FLUSH"
+
+
+def plan_phases(schedule: Schedule, settings: tuple[str, ...]) -> list[Phase]:
+    """Split a schedule by the runtime each fault needs: the power-loss fault's
+    windows (their share of the rotation) on an ASYNC_FLUSH runtime, the rest
+    on the defaults — so the default configuration is what most windows test."""
+    async_faults = tuple(f for f in schedule.faults if fault_kinds.needs_async_flush((f,)))
+    sync_faults = tuple(f for f in schedule.faults if f not in async_faults)
+    async_windows = 0
+    if async_faults:
+        share = schedule.windows * len(async_faults) / len(schedule.faults)
+        async_windows = schedule.windows if not sync_faults else max(1, round(share))
+    phases: list[Phase] = []
+    if sync_faults and schedule.windows - async_windows > 0:
+        disk = None
+        extra = list(settings)
+        if (
+            fault_kinds.needs_broker_disks(sync_faults)
+            and fault_kinds.unavailable_reason(fault_kinds.FILL_MASTER_DISK) is None
+        ):
+            disk = fault_kinds.BROKER_DISK_BYTES
+            extra.append(f"mappedFileSizeCommitLog={16 * 1024 * 1024}")  # fits the small disk
+        phases.append(
+            Phase(
+                replace(schedule, faults=sync_faults, windows=schedule.windows - async_windows),
+                tuple(extra),
+                disk,
+                "defaults" if not settings else "settings",
+            )
+        )
+    if async_windows:
+        phases.append(
+            Phase(
+                replace(
+                    schedule, faults=async_faults, windows=async_windows,
+                    client_prefix="a" if phases else "",
+                ),
+                (*settings, ASYNC_FLUSH_SETTING),
+                None,
+                "ASYNC_FLUSH",
+            )
+        )  # fmt: skip
+    return phases
+
+
 def run_chaos(
     schedule: Schedule,
     out_dir: Path,
@@ -50,33 +107,39 @@ def run_chaos(
     progress: Any = None,
     keep: bool = False,
 ) -> ChaosResult:
-    """The library entry the tests use: run, check, write the reports."""
+    """The library entry the tests use: run each phase on a fresh runtime,
+    check the merged history, write the reports."""
     say = progress or (lambda line: None)
-    extra = list(settings)
-    if fault_kinds.needs_async_flush(schedule.faults):
-        extra.append("flushDiskType=ASYNC_FLUSH")
-    disk = (
-        fault_kinds.BROKER_DISK_BYTES if fault_kinds.needs_broker_disks(schedule.faults) else None
-    )
-    if disk is not None and fault_kinds.unavailable_reason(fault_kinds.FILL_MASTER_DISK) is None:
-        extra.append(f"mappedFileSizeCommitLog={16 * 1024 * 1024}")  # fits the small disk
-    else:
-        disk = None
-    root = runtime_dir or Path(tempfile.mkdtemp(prefix="bg-chaos-"))
-    runtime = LocalRuntime(root, Addresses(lane), settings=tuple(extra), broker_disk_bytes=disk)
     started = time.monotonic()
-    ok = False
-    try:
-        say(f"local up in {root} (lane {lane}), faults: {', '.join(schedule.faults)}")
-        runtime.up()
-        run = asyncio.run(run_schedule(runtime, schedule, say))
-        ok = True
-    finally:
-        say("stopping the runtime (local down)")
-        runtime.down()
-        if ok and not keep and runtime_dir is None:
-            shutil.rmtree(root, ignore_errors=True)
-    findings = check(run.operations, run.read_back, run.windows)
+    run = Run()
+    phases = plan_phases(schedule, settings)
+    for n, phase in enumerate(phases):
+        root = (
+            (runtime_dir / f"phase-{n}")
+            if runtime_dir
+            else Path(tempfile.mkdtemp(prefix="bg-chaos-"))
+        )
+        runtime = LocalRuntime(
+            root, Addresses(lane), settings=phase.settings,
+            broker_disk_bytes=phase.broker_disk_bytes,
+        )  # fmt: skip
+        ok = False
+        try:
+            say(
+                f"phase {n + 1}/{len(phases)} ({phase.label}): local up in {root} (lane {lane}), "
+                f"{phase.schedule.windows} windows of {', '.join(phase.schedule.faults)}"
+            )
+            runtime.up()
+            # A later phase's clock continues where the previous one ended (one timeline).
+            timed = replace(phase.schedule, start_s=run.ended_s + 1.0 if n else 0.0)
+            run.extend(asyncio.run(run_schedule(runtime, timed, say)))
+            ok = True
+        finally:
+            say("stopping the runtime (local down)")
+            runtime.down()
+            if ok and not keep and runtime_dir is None:
+                shutil.rmtree(root, ignore_errors=True)
+    findings = check(run.operations, run.read_back, run.windows, consumed=run.consumed)
     summary = summarize(
         findings,
         seeds=[schedule.seed],
@@ -85,7 +148,11 @@ def run_chaos(
         not_recovered=run.not_recovered,
         reads=run.reads,
     )
-    summary["settings"] = extra
+    summary["phases"] = [
+        {"label": p.label, "faults": list(p.schedule.faults), "windows": p.schedule.windows,
+         "settings": list(p.settings)}
+        for p in phases
+    ]  # fmt: skip
     summary["wall_s"] = round(time.monotonic() - started, 1)
     write_history(run, out_dir)
     write_all(out_dir, summary, run.operations, findings)

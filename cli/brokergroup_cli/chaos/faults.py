@@ -5,15 +5,20 @@ Every fault acts on real processes, files or packets: SIGKILL / SIGSTOP by
 PID, policy-routing blackhole rules (`netfault`), a filler file in a
 broker's own tmpfs, a commit-log tail cut from a stopped broker. A fault
 that this machine cannot do says why (`unavailable_reason`) and is skipped.
+
+Injecting and healing block (HTTP to the controllers, writing a filler file,
+sleeping while slaves lag): the runner calls them in a worker thread, so the
+clients on its event loop never wait for the tool itself — that wait would
+be charged to the fault as unavailability.
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
 import random
 import signal
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,7 +75,7 @@ def needs_async_flush(faults: tuple[str, ...]) -> bool:
     return TRUNCATE_TAIL in faults
 
 
-Heal = Callable[[], Awaitable[None]]
+Heal = Callable[[], None]
 
 
 @dataclass
@@ -79,7 +84,7 @@ class Injected:
     heal: Heal
 
 
-async def _nothing() -> None:
+def _nothing() -> None:
     return None
 
 
@@ -94,7 +99,7 @@ def _slaves(rt: LocalRuntime, master: ChildRecord) -> list[ChildRecord]:
     return [c for c in rt.live_children(ChildKind.BROKER) if c.host != master.host]
 
 
-async def inject(fault: str, rt: LocalRuntime, rng: random.Random) -> Injected:
+def inject(fault: str, rt: LocalRuntime, rng: random.Random) -> Injected:
     """Start `fault` now; `heal()` ends it (kills need none: the supervisor restarts)."""
     if fault == KILL_MASTER:
         master = _master(rt)
@@ -129,7 +134,7 @@ async def inject(fault: str, rt: LocalRuntime, rng: random.Random) -> Injected:
         lag = netfault.LoopbackPartition()
         lag.cut([master.host], [s.host for s in slaves])
         try:
-            await asyncio.sleep(LAG_S)
+            time.sleep(LAG_S)
             rt.signal(master, signal.SIGKILL)
             if leader is not None:
                 rt.signal(leader, signal.SIGKILL)
@@ -137,7 +142,7 @@ async def inject(fault: str, rt: LocalRuntime, rng: random.Random) -> Injected:
             lag.heal()
             raise
 
-        async def heal() -> None:
+        def heal() -> None:
             # Only at the window's end: the killed process's kernel would
             # otherwise deliver its unsent bytes (a dead machine cannot).
             lag.heal()
@@ -151,7 +156,7 @@ async def inject(fault: str, rt: LocalRuntime, rng: random.Random) -> Injected:
         master = _master(rt)
         rt.signal(master, signal.SIGSTOP)
 
-        async def resume() -> None:
+        def resume() -> None:
             rt.signal(master, signal.SIGCONT)
 
         return Injected(f"SIGSTOP master {master.name} on {master.host}", resume)
@@ -161,7 +166,7 @@ async def inject(fault: str, rt: LocalRuntime, rng: random.Random) -> Injected:
         partition = netfault.LoopbackPartition()
         partition.cut([master.host], others)
 
-        async def heal() -> None:
+        def heal() -> None:
             partition.heal()
 
         return Injected(f"partition master {master.host} from {', '.join(others)}", heal)
@@ -173,7 +178,7 @@ async def inject(fault: str, rt: LocalRuntime, rng: random.Random) -> Injected:
         master = _master(rt)
         filler = _fill(rt.broker_dir(master.index), 0.97)
 
-        async def drain() -> None:
+        def drain() -> None:
             filler.unlink(missing_ok=True)
 
         return Injected(f"fill the disk of master {master.name} to 97%", drain)

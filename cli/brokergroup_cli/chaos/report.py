@@ -69,6 +69,7 @@ def summarize(
         "unexpected": len(findings.unexpected),
         "misplaced": len(findings.misplaced),
         "order_violations": len(findings.order_violations),
+        "unstable_reads": len(findings.unstable_reads),
         "unexpected_unavailability": {
             "count": len(unexpected),
             "max_s": _r(max((u.duration_s for u in unexpected), default=0.0)),
@@ -84,6 +85,7 @@ def summarize(
             "duplicated": findings.duplicated[:20],
             "unexpected": findings.unexpected[:20],
             "order_violations": [list(v) for v in findings.order_violations[:20]],
+            "unstable_reads": [list(v) for v in findings.unstable_reads[:20]],
         },
     }
 
@@ -101,7 +103,8 @@ def table(summary: dict[str, Any]) -> str:
     lines.append(
         f"acknowledged {summary['acknowledged']} · lost {summary['lost']} · duplicated "
         f"{summary['duplicated']} · unexpected {summary['unexpected']} · order violations "
-        f"{summary['order_violations']} · unexpected unavailability "
+        f"{summary['order_violations']} · unstable reads {summary['unstable_reads']} · "
+        f"unexpected unavailability "
         f"{summary['unexpected_unavailability']['count']}"
     )
     return "\n".join(lines)
@@ -113,12 +116,15 @@ def plot(operations: Sequence[Operation], findings: Findings, path: Path) -> Non
     matplotlib.use("Agg")  # files only, no display
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(12, 4.5), dpi=100)
+    fig, ax = plt.subplots(figsize=(14, 5), dpi=100)
+    kinds = sorted({r.window.fault for r in findings.faults})
+    palette = plt.get_cmap("Set3")  # pastel: the points stay readable on top
+    colour = {kind: palette(i % 12) for i, kind in enumerate(kinds)}
     for result in findings.faults:
         w = result.window
-        ax.axvspan(w.start_s, w.end_s, color="tab:orange", alpha=0.18, lw=0)
-        ax.text(w.start_s, 1.0, w.fault, rotation=90, va="top", fontsize=6,
-                transform=ax.get_xaxis_transform())  # fmt: skip
+        ax.axvspan(w.start_s, w.end_s, color=colour[w.fault], alpha=0.6, lw=0)
+    for kind in kinds:  # one legend entry per fault type
+        ax.axvspan(0, 0, color=colour[kind], alpha=0.6, lw=0, label=kind)
     for outcome, color, label in ((OK, "tab:blue", "acknowledged"),
                                   (FAILED, "tab:red", "failed"),
                                   ("unknown", "black", "unknown")):  # fmt: skip
@@ -130,7 +136,7 @@ def plot(operations: Sequence[Operation], findings: Findings, path: Path) -> Non
     ax.set_xlabel("seconds since the start of the run")
     ax.set_ylabel("send latency (s)")
     ax.set_title("Chaos run: send latency over time, fault windows shaded")
-    ax.legend(loc="upper right", fontsize=8)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -138,11 +144,35 @@ def plot(operations: Sequence[Operation], findings: Findings, path: Path) -> Non
 
 def write_html(summary: dict[str, Any], png: Path, path: Path) -> None:
     image = base64.b64encode(png.read_bytes()).decode() if png.exists() else ""
+    head = ("fault", "windows", "p50 s", "p99 s", "max s", "target p99 s", "met")
+    rows = "".join(
+        "<tr>"
+        + "".join(
+            f"<td>{html.escape(str(v))}</td>"
+            for v in (fault, f["windows"], f["p50_s"], f["p99_s"], f["max_s"],
+                      "-" if f["target_p99_s"] is None else f["target_p99_s"],
+                      {True: "yes", False: "MISSED", None: "-"}[f["target_met"]])
+        )
+        + "</tr>"
+        for fault, f in summary["faults"].items()
+    )  # fmt: skip
+    counts = ("acknowledged", "lost", "duplicated", "unexpected", "misplaced",
+              "order_violations", "unstable_reads")  # fmt: skip
+    verdict = "no acknowledged message lost or reordered" if summary["data_safe"] else "DATA LOST"
     body = (
         "<!doctype html><meta charset=utf-8><title>brokergroup chaos run</title>"
-        "<h1>Chaos run</h1>"
-        f"<pre>{html.escape(table(summary))}</pre>"
-        f'<img alt="latency over time" src="data:image/png;base64,{image}">'
+        "<style>body{font-family:sans-serif;margin:2em}td,th{padding:2px 10px;"
+        "text-align:right}td:first-child{text-align:left}table{border-collapse:collapse}"
+        "tr:nth-child(even){background:#f3f3f3}</style>"
+        f"<h1>Chaos run: {html.escape(verdict)}</h1>"
+        "<p>"
+        + " · ".join(f"{c.replace('_', ' ')} <b>{summary[c]}</b>" for c in counts)
+        + f" · windows <b>{summary['windows']}</b> · seeds {summary['seeds']}</p>"
+        "<h2>Unavailability per fault type</h2><table><tr>"
+        + "".join(f"<th>{h}</th>" for h in head)
+        + f"</tr>{rows}</table>"
+        f'<h2>Send latency over time</h2><img alt="latency over time" '
+        f'src="data:image/png;base64,{image}" style="max-width:100%">'
         f"<h2>summary.json</h2><pre>{html.escape(json.dumps(summary, indent=2))}</pre>"
     )
     path.write_text(body)

@@ -41,6 +41,7 @@ from brokergroup_cli.chaos.checker import (
     FaultWindow,
     Operation,
     ReadRecord,
+    accumulate,
 )
 from brokergroup_cli.chaos.runtime import BROKER_NAME, CLUSTER, LocalRuntime, LocalRuntimeError
 from brokergroup_cli.local.state import ChildKind
@@ -65,6 +66,10 @@ class Schedule:
     consumers: int = 1
     send_pause_s: float = 0.01
     op_timeout_ms: int = 2_000
+    client_prefix: str = ""
+    """Names this run's clients (and so its keys) apart from another phase's."""
+    start_s: float = 0.0
+    """The run's clock starts here (a later phase continues an earlier one's timeline)."""
 
 
 @dataclass
@@ -78,12 +83,21 @@ class Run:
     reads: int = 0
     read_errors: int = 0
     read_back: list[ReadRecord] = field(default_factory=list)
+    consumed: list[ReadRecord] = field(default_factory=list)
+    """What the tailing consumers read during the run, in read order."""
+    read_lines: list[dict[str, Any]] = field(default_factory=list)
     not_recovered: list[str] = field(default_factory=list)
+    ended_s: float = 0.0
+    """The run's clock when it finished (a next phase starts after it)."""
+
+    def extend(self, other: Run) -> None:
+        """Add a later phase (another runtime, its own clients and keys)."""
+        accumulate(self, other)
 
 
 class _Clock:
-    def __init__(self) -> None:
-        self.t0 = time.monotonic()
+    def __init__(self, start_s: float = 0.0) -> None:
+        self.t0 = time.monotonic() - start_s
 
     def now(self) -> float:
         return time.monotonic() - self.t0
@@ -102,6 +116,7 @@ def _outcome(exc: BaseException) -> str:
 
 async def _produce(
     name: str,
+    topic: str,
     queue_id: int,
     producer: Producer,
     clock: _Clock,
@@ -115,14 +130,16 @@ async def _produce(
         body = f"{key}|{'x' * 64}".encode()
         invoke = clock.now()
         try:
-            result = await producer.send(ProduceMessage(TOPIC, body, key=key), queue_id=queue_id)
+            result = await producer.send(ProduceMessage(topic, body, key=key), queue_id=queue_id)
         except (BrokerError, BrokerUnavailableError, NoMasterError, OSError) as exc:
             outcome = _outcome(exc)
             error = f"{type(exc).__name__}: {exc}"[:200]
             run.operations.append(
                 Operation(name, seq, key, invoke, clock.now(), outcome, error=error)
             )
-            run.ack_lines.append(_line(name, seq, key, invoke, clock.now(), outcome, body, error))
+            run.ack_lines.append(
+                _line(name, topic, seq, key, invoke, clock.now(), outcome, body, error)
+            )
             seq += 1
             await asyncio.sleep(0.05)
             continue
@@ -132,7 +149,7 @@ async def _produce(
             Operation(name, seq, key, invoke, done, OK, sent.queue_id, sent.queue_offset)
         )
         run.ack_lines.append(
-            _line(name, seq, key, invoke, done, OK, body, None)
+            _line(name, topic, seq, key, invoke, done, OK, body, None)
             | {
                 "queueId": sent.queue_id,
                 "queueOffset": sent.queue_offset,
@@ -146,7 +163,7 @@ async def _produce(
 
 
 def _line(
-    client: str, seq: int, key: str, invoke: float, complete: float, outcome: str,
+    client: str, topic: str, seq: int, key: str, invoke: float, complete: float, outcome: str,
     body: bytes, error: str | None,
 ) -> dict[str, Any]:  # fmt: skip
     line: dict[str, Any] = {
@@ -154,7 +171,7 @@ def _line(
         "client": client,
         "seq": seq,
         "key": key,
-        "topic": TOPIC,
+        "topic": topic,
         "bodyCrc": body_crc(body),
         "brokerName": BROKER_NAME,
         "invokeTime": round(invoke, 6),
@@ -167,18 +184,43 @@ def _line(
 
 
 async def _consume(
-    consumer: Consumer, queues: Sequence[int], run: Run, stop: asyncio.Event
+    name: str,
+    topic: str,
+    consumer: Consumer,
+    queues: Sequence[int],
+    clock: _Clock,
+    run: Run,
+    stop: asyncio.Event,
 ) -> None:
+    """Tail every queue from offset 0; every pull is an operation of the history
+    (reads.jsonl) and every message read is judged against the final log."""
     offsets = dict.fromkeys(queues, 0)
     while not stop.is_set():
         for queue_id in queues:
+            invoke = clock.now()
+            line: dict[str, Any] = {"op": "pull", "client": name, "topic": topic,
+                                    "queueId": queue_id, "fromOffset": offsets[queue_id]}  # fmt: skip
             try:
-                result = await consumer.pull(TOPIC, queue_id, offsets[queue_id], 64)
-            except Exception:  # a read during a fault may fail: recorded, not judged
+                result = await consumer.pull(topic, queue_id, offsets[queue_id], 64)
+            except Exception as exc:  # a read during a fault may fail: recorded, not judged
                 run.read_errors += 1
+                run.read_lines.append(
+                    line | {"invokeTime": round(invoke, 6), "completeTime": round(clock.now(), 6),
+                            "outcome": UNKNOWN, "error": f"{type(exc).__name__}: {exc}"[:200]}
+                )  # fmt: skip
                 await asyncio.sleep(0.1)
                 continue
-            run.reads += len(result.messages)
+            got = [
+                ReadRecord(m.key or "", queue_id, m.queue_offset, topic) for m in result.messages
+            ]
+            run.consumed.extend(got)
+            run.reads += len(got)
+            if got:
+                run.read_lines.append(
+                    line | {"invokeTime": round(invoke, 6), "completeTime": round(clock.now(), 6),
+                            "outcome": OK, "read": [[r.queue_offset, r.key] for r in got],
+                            "replica": consumer.read_address}
+                )  # fmt: skip
             offsets[queue_id] = max(offsets[queue_id], result.next_queue_offset)
         await asyncio.sleep(0.05)
 
@@ -218,7 +260,7 @@ async def _wait_healthy(rt: LocalRuntime, brokers: int, timeout_s: float) -> boo
     return False
 
 
-async def drain(rt: LocalRuntime, queues: Sequence[int]) -> list[ReadRecord]:
+async def drain(rt: LocalRuntime, topic: str, queues: Sequence[int]) -> list[ReadRecord]:
     """Every message of every queue, in log order, from the live master."""
     info = await asyncio.to_thread(rt.replica_info)
     if info is None or not info.get("masterAddress"):
@@ -229,11 +271,12 @@ async def drain(rt: LocalRuntime, queues: Sequence[int]) -> list[ReadRecord]:
         for queue_id in queues:
             offset = 0
             while True:
-                result = await conn.pull(TOPIC, queue_id, offset, 256)
+                result = await conn.pull(topic, queue_id, offset, 256)
                 if not result.messages:
                     break
                 out.extend(
-                    ReadRecord(m.key or "", queue_id, m.queue_offset) for m in result.messages
+                    ReadRecord(m.key or "", queue_id, m.queue_offset, topic)
+                    for m in result.messages
                 )
                 offset = result.next_queue_offset
         return out
@@ -244,8 +287,10 @@ async def drain(rt: LocalRuntime, queues: Sequence[int]) -> list[ReadRecord]:
 async def run_schedule(
     rt: LocalRuntime, schedule: Schedule, progress: Callable[[str], None]
 ) -> Run:
-    rng = random.Random(schedule.seed)
-    clock = _Clock()
+    rng = random.Random(f"{schedule.seed}/{schedule.client_prefix}")
+    # Each phase its own topic: positions (topic, queue, offset) never mix across runtimes.
+    topic = f"{TOPIC}-{schedule.client_prefix}" if schedule.client_prefix else TOPIC
+    clock = _Clock(schedule.start_s)
     run = Run()
     usable = []
     for fault in schedule.faults:
@@ -277,9 +322,25 @@ async def run_schedule(
     ]  # fmt: skip
     stop = asyncio.Event()
     tasks = [
-        asyncio.create_task(_produce(f"p{i}", i, p, clock, run, stop, schedule.send_pause_s))
+        asyncio.create_task(
+            _produce(
+                f"{schedule.client_prefix}p{i}",
+                topic,
+                i,
+                p,
+                clock,
+                run,
+                stop,
+                schedule.send_pause_s,
+            )
+        )
         for i, p in enumerate(producers)
-    ] + [asyncio.create_task(_consume(c, queues, run, stop)) for c in consumers]
+    ] + [
+        asyncio.create_task(
+            _consume(f"{schedule.client_prefix}c{i}", topic, c, queues, clock, run, stop)
+        )
+        for i, c in enumerate(consumers)
+    ]
     try:
         order: list[str] = []
         for index in range(schedule.windows):
@@ -292,12 +353,12 @@ async def run_schedule(
             await asyncio.sleep(schedule.normal_s)
             start = clock.now()
             try:
-                injected = await fault_kinds.inject(fault, rt, rng)
+                injected = await asyncio.to_thread(fault_kinds.inject, fault, rt, rng)
             except LocalRuntimeError as exc:
                 progress(f"window {index + 1}: {fault} not injected: {exc}")
                 continue
             await asyncio.sleep(schedule.fault_s)
-            await injected.heal()
+            await asyncio.to_thread(injected.heal)
             end = clock.now()
             run.windows.append(FaultWindow(fault, start, end, injected.note))
             recovered = await _wait_healthy(rt, rt.brokers, schedule.healthy_timeout_s)
@@ -319,7 +380,8 @@ async def run_schedule(
         for consumer in consumers:
             await consumer.close()
     await _wait_healthy(rt, rt.brokers, schedule.healthy_timeout_s)
-    run.read_back = await drain(rt, queues)
+    run.read_back = await drain(rt, topic, queues)
+    run.ended_s = clock.now()
     return run
 
 
@@ -327,6 +389,9 @@ def write_history(run: Run, out_dir: Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     with open(out_dir / "history.jsonl", "w") as f:
         for line in run.ack_lines:
+            f.write(json.dumps(line, separators=(",", ":")) + "\n")
+    with open(out_dir / "reads.jsonl", "w") as f:
+        for line in run.read_lines:
             f.write(json.dumps(line, separators=(",", ":")) + "\n")
     with open(out_dir / "faults.jsonl", "w") as f:
         for w in run.windows:
