@@ -207,8 +207,28 @@ class ControllerCluster:
         return node
 
     def start_all(self) -> None:
+        """Start every node and wait until each one's API accepts connections
+        (a slow start on a loaded machine is not what any test is about)."""
         for node_id in self.nodes:
             self.start(node_id)
+        for node_id in self.nodes:
+            self.wait_listening(node_id)
+
+    def wait_listening(self, node_id: int, timeout_s: float = 60.0) -> None:
+        """Until `node_id`'s HTTP API answers anything (healthy or not)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                self.request(node_id, "GET", "/healthz", token=None, timeout_s=2.0)
+                return
+            except OSError:
+                node = self.nodes[node_id]
+                if node.process is not None and node.process.poll() is not None:
+                    raise RuntimeError(f"node {node_id} exited\n" + self.logs(node_id)) from None
+                time.sleep(0.05)
+        raise TimeoutError(
+            f"node {node_id} API not listening within {timeout_s}s\n" + self.logs(node_id)
+        )
 
     def kill(self, node_id: int, sig: int = signal.SIGKILL) -> None:
         """Signal one node we started, by PID, and reap it (SIGKILL/SIGTERM)."""

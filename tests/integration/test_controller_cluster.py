@@ -23,6 +23,7 @@ is printed (bench/controller.py measures it properly).
 from __future__ import annotations
 
 import asyncio
+import http.client
 import json
 import os
 import pickle
@@ -235,11 +236,29 @@ async def test_follower_forwards_auth_and_validation(cluster_factory: Any) -> No
         [*base, "raft", *addresses], capture_output=True, text=True, env=env, timeout=60, check=True
     )
     assert cluster.nodes[leader].raft_address in out.stdout
-    out = subprocess.run(
-        [*base, "elect-master", "--broker-name", "fwd", "--broker-id", "1", *addresses],
-        capture_output=True, text=True, env=env, timeout=60, check=True,
-    )  # fmt: skip
-    assert "masterEpoch 1" in out.stdout
+    # Broker 1 proves it is alive, as a broker does: a heartbeat on a connection
+    # it keeps open (a new leader's grace for a broker it never heard from ends
+    # after one timeout, a closed heartbeat connection after 750 ms, and a dead
+    # broker cannot be elected; on a loaded machine the CLI starts slower than that).
+    heartbeat = {"clusterName": C, "brokerName": "fwd", "brokerId": 1, "address": "10.6.0.1:10911",
+                 "epoch": 0, "maxOffset": 0, "confirmOffset": 0, "heartbeatTimeoutMs": 60000}  # fmt: skip
+    host, port = cluster.api_address(leader).rsplit(":", 1)
+    broker_link = http.client.HTTPConnection(host, int(port), timeout=10)
+    try:
+        broker_link.request(
+            "POST", "/v1/brokers/heartbeat", json.dumps(heartbeat),
+            {"Authorization": f"Bearer {cluster.token}", "Content-Type": "application/json"},
+        )  # fmt: skip
+        answer = broker_link.getresponse()
+        assert answer.status == 200, answer.read()
+        answer.read()
+        out = subprocess.run(
+            [*base, "elect-master", "--broker-name", "fwd", "--broker-id", "1", *addresses],
+            capture_output=True, text=True, env=env, timeout=60,
+        )  # fmt: skip
+    finally:
+        broker_link.close()
+    assert out.returncode == 0 and "masterEpoch 1" in out.stdout, (out.stdout, out.stderr)
     failed = subprocess.run(
         [*base, "clean-broker-data", "--broker-name", "fwd", "--broker-ids", "1", *addresses],
         capture_output=True, text=True, env={**env, "BROKERGROUP_TOKEN": "wrong"}, timeout=60,

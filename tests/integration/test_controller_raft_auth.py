@@ -50,9 +50,22 @@ def _crafted_frame(marker: Path) -> bytes:
     return struct.pack("i", len(data)) + data
 
 
+def _connect(host: str, port: int, timeout_s: float = 30.0) -> socket.socket:
+    """A node binds its Raft port a moment after it starts (later on a loaded
+    machine): wait for it to listen; that wait is not what is tested."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return socket.create_connection((host, port), timeout=2.0)
+        except ConnectionRefusedError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 def _send_to_raft_port(address: str, frame: bytes) -> None:
     host, port = address.rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=2.0) as sock:
+    with _connect(host, int(port)) as sock:
         sock.sendall(frame)
         # Give the node's poll loop time to read and parse the frame.
         sock.settimeout(1.0)
