@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from brokergroup_audit import cli as audit_cli
     from brokergroup_broker import cli as broker_cli
     from brokergroup_cli import local_cli
     from brokergroup_controller import cli as controller_cli
@@ -27,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     broker_cli.register(subparsers)
     local_cli.register(subparsers)
     operator_cli.register(subparsers)
+    audit_cli.register(subparsers)
     return parser
 
 
