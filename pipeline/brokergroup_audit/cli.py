@@ -24,9 +24,7 @@ def register(subparsers: Any) -> None:
         "--events", metavar="CONTROLLER_EVENTS", help="controller event export (JSON lines)"
     )
     p.add_argument("--out", metavar="DIR", default="audit-out", help="output directory")
-    p.add_argument(
-        "--master", metavar="SPARK_MASTER", default="local[*]", help="Spark master URL"
-    )
+    p.add_argument("--master", metavar="SPARK_MASTER", default="local[*]", help="Spark master URL")
     p.add_argument(
         "--split-mib",
         type=int,
