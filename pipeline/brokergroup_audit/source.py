@@ -123,7 +123,9 @@ def _strings(
         )
 
 
-def slice_batch(part: SegmentSlice, buf: memoryview | bytes, scan: ColumnScan) -> pa.RecordBatch:
+def slice_batch(
+    part: SegmentSlice, buf: mmap.mmap | memoryview | bytes, scan: ColumnScan
+) -> pa.RecordBatch:
     """The rows of one scanned slice (messages, then problems)."""
     a = np.frombuffer(buf, dtype=np.uint8)
     rec = scan.records
@@ -189,7 +191,7 @@ def slice_batch(part: SegmentSlice, buf: memoryview | bytes, scan: ColumnScan) -
     return pa.Table.from_batches([messages, problems]).combine_chunks().to_batches()[0]
 
 
-def _region_crc(buf: memoryview | bytes, at: int, length: int) -> int:
+def _region_crc(buf: mmap.mmap | memoryview | bytes, at: int, length: int) -> int:
     import zlib
 
     return zlib.crc32(memoryview(buf)[at : at + min(length, 1 << 20)])
@@ -200,22 +202,24 @@ def read_slice(part: SegmentSlice) -> pa.RecordBatch:
     with open(part.path, "rb") as f:
         if os.fstat(f.fileno()).st_size == 0:
             return _empty()
-        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-            view = memoryview(mm)
-            try:
-                scan = scan_columns(
-                    view,
-                    part.segment_start,
-                    part.segment_end,
-                    part.own_from,
-                    part.own_to,
-                    first_is_boundary=part.own_from == part.segment_start,
-                    max_record_bytes=part.max_record_bytes,
-                )
-                # Every column is a copy (gathers, computed arrays): nothing aliases the map.
-                return slice_batch(part, view, scan)
-            finally:
-                view.release()
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    try:
+        scan = scan_columns(
+            mm,
+            part.segment_start,
+            part.segment_end,
+            part.own_from,
+            part.own_to,
+            first_is_boundary=part.own_from == part.segment_start,
+            max_record_bytes=part.max_record_bytes,
+        )
+        # Every column is a copy (gathers, computed arrays): nothing aliases the map.
+        return slice_batch(part, mm, scan)
+    finally:
+        try:
+            mm.close()
+        except BufferError:
+            pass  # a numpy view still alive (e.g. held by a traceback): GC unmaps it
 
 
 def _empty() -> pa.RecordBatch:

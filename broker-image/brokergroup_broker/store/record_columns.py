@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -47,6 +48,9 @@ from .message import (
     STOREHOSTADDRESS_V6_FLAG,
     ScanStop,
 )
+
+if TYPE_CHECKING:
+    import mmap
 
 I64 = npt.NDArray[np.int64]
 Mask = npt.NDArray[np.bool_]
@@ -120,6 +124,7 @@ class ColumnScan:
 def _read_be(a: npt.NDArray[np.uint8], pos: I64, width: int) -> I64:
     """Signed big-endian integers of `width` bytes at each position."""
     out = np.zeros(len(pos), dtype=np.uint64)
+    pos = np.clip(pos, 0, len(a) - width)  # damaged lengths may point past the data
     for i in range(width):
         out = (out << np.uint64(8)) | a[pos + i].astype(np.uint64)
     if width == 8:
@@ -143,7 +148,7 @@ def _find(a: npt.NDArray[np.uint8], lo: int, hi: int, magic: bytes) -> I64:
 
 
 def scan_columns(
-    buf: bytes | bytearray | memoryview,
+    buf: bytes | bytearray | memoryview | mmap.mmap,
     base_offset: int,
     segment_end: int,
     own_from: int,
@@ -288,17 +293,20 @@ def _layout(a: npt.NDArray[np.uint8], starts: I64) -> dict[str, I64]:
 
 def _structure_ok(a: npt.NDArray[np.uint8], starts: I64, sizes: I64, is_blank: Mask) -> Mask:
     """CommitLog.calMsgLength over the decoded lengths == totalSize (blanks pass)."""
-    if not len(starts):
-        return np.zeros(0, dtype=bool)
-    f = _layout(a, starts)
-    expected = (f["props_at"] - starts) + np.maximum(f["props_len"], 0)
-    ok: Mask = is_blank | (
+    ok = is_blank.copy()
+    msg = np.flatnonzero(~is_blank)
+    if not len(msg):
+        return ok
+    s, z = starts[msg], sizes[msg]
+    f = _layout(a, s)
+    expected = (f["props_at"] - s) + np.maximum(f["props_len"], 0)
+    ok[msg] = (
         (f["body_len"] >= 0)
         & (f["topic_len"] > 0)
         & (f["topic_len"] <= 127)
         & (f["props_len"] >= 0)
-        & (f["body_at"] + f["body_len"] + 3 <= starts + sizes)
-        & (expected == sizes)
+        & (f["body_at"] + f["body_len"] + 3 <= s + z)
+        & (expected == z)
     )
     return ok
 
@@ -332,7 +340,7 @@ def _classify_gap(
 
 def _columns(
     a: npt.NDArray[np.uint8],
-    buf: bytes | bytearray | memoryview,
+    buf: bytes | bytearray | memoryview | mmap.mmap,
     starts: I64,
     sizes: I64,
     base: int,
