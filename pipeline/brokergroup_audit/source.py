@@ -14,6 +14,7 @@ zero-filled tails produce no rows.
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 from collections.abc import Iterator
@@ -216,10 +217,9 @@ def read_slice(part: SegmentSlice) -> pa.RecordBatch:
         # Every column is a copy (gathers, computed arrays): nothing aliases the map.
         return slice_batch(part, mm, scan)
     finally:
-        try:
+        # A numpy view may still be alive (e.g. held by a traceback): then GC unmaps it.
+        with contextlib.suppress(BufferError):
             mm.close()
-        except BufferError:
-            pass  # a numpy view still alive (e.g. held by a traceback): GC unmaps it
 
 
 def _empty() -> pa.RecordBatch:
