@@ -198,22 +198,19 @@ def scan_columns(
         keep[drop] = False
         starts, sizes, is_blank, sound = starts[keep], sizes[keep], is_blank[keep], sound[keep]
     ends = starts + sizes
-    # Gaps between consecutive starts, and before the first one.
-    gap_from: list[int] = []
-    gap_to: list[int] = []
+    # Gaps between consecutive starts, and before the first one. A gap belongs to the
+    # slice that owns the record before it (that slice reads on to the next start); the
+    # gap before a segment's first record to the slice at the segment start.
+    gaps: list[tuple[int, int, int]] = []  # (owner start, from, to); to -1 = data end
     if first_is_boundary and (len(starts) == 0 or starts[0] > lo):
-        gap_from.append(lo)
-        gap_to.append(int(starts[0]) if len(starts) else -1)
+        gaps.append((lo, lo, int(starts[0]) if len(starts) else -1))
     for k in np.flatnonzero(ends[:-1] < starts[1:]).tolist():
-        gap_from.append(int(ends[k]))
-        gap_to.append(int(starts[k + 1]))
+        gaps.append((int(starts[k]), int(ends[k]), int(starts[k + 1])))
     if len(starts) and ends[-1] < n and ends[-1] + base_offset < segment_end:
-        gap_from.append(int(ends[-1]))
-        gap_to.append(-1)  # the tail
-    for g0, g1 in zip(gap_from, gap_to, strict=True):
-        if g0 >= own_hi:
-            continue
-        problems.extend(_classify_gap(a, g0, g1, base_offset, partial))
+        gaps.append((int(starts[-1]), int(ends[-1]), -1))
+    for owner, g0, g1 in gaps:
+        if lo <= owner < own_hi:
+            problems.extend(_classify_gap(a, g0, g1, base_offset, partial))
     owned = (starts >= lo) & (starts < own_hi) & ~is_blank
     bad_structure = owned & ~sound
     for k in np.flatnonzero(bad_structure).tolist():
