@@ -33,7 +33,7 @@ STORE = ("10.0.0.1", 10911)
 def _log(bodies: list[bytes], v6: list[bool]) -> bytes:
     batch = [
         MessageInput(
-            "T%d" % (i % 3), i % 4, b, {"KEYS": f"k{i}"} if i % 2 else {},
+            f"T{i % 3}", i % 4, b, {"KEYS": f"k{i}"} if i % 2 else {},
             born_host=("::1", 5) if v6[i % len(v6)] else ("127.0.0.1", 5),
         )
         for i, b in enumerate(bodies)
