@@ -107,7 +107,8 @@ class RecordColumns:
     body_crc: I64
     """zlib CRC32 (unsigned) of the body as sent: decompressed when sysFlag says compressed."""
     record_crc: I64
-    """zlib CRC32 (unsigned) of the whole record: two replicas hold the same bytes iff equal."""
+    """CRC32 of header + topic + properties seeded with the stored body's CRC: covers every
+    byte of the record, so two replicas hold the same record iff equal (w.h.p.)."""
     crc_ok: Mask
     """stored bodyCRC == CRC32(stored body) & 0x7FFFFFFF (RocketMQ's UtilAll.crc32)."""
 
@@ -248,7 +249,11 @@ def _candidates(
     whole = msg + total <= n
     partial = int(msg[~whole][0]) if (~whole).any() else None
     msg, total = msg[whole], total[whole]
-    blank = _find(a, lo, hi, _BLANK_MAGIC)
+    # A blank fills what the next message did not fit: it starts within the segment's
+    # last max_record + 8 bytes, so only that window is searched.
+    blank = _find(
+        a, max(lo, segment_end - base - max_record - END_FILE_MIN_BLANK_LENGTH), hi, _BLANK_MAGIC
+    )
     blank_size = _read_be(a, blank + TOTAL_SIZE_AT, 4)
     ok = blank_size == segment_end - (base + blank)
     blank, blank_size = blank[ok], blank_size[ok]
@@ -351,11 +356,20 @@ def _columns(
         dtype=np.int64,
         count=len(starts),
     )
+    # Over every byte of the record without reading the body twice: the header, then the
+    # topic and properties, chained onto the body's CRC.
+    body_end = body_at + body_len
     record_crc = np.fromiter(
-        (crc32(view[s : s + m]) for s, m in zip(starts.tolist(), sizes.tolist(), strict=True)),
+        (
+            crc32(view[e : s + m], crc32(view[s:b], c))
+            for s, m, b, e, c in zip(
+                starts.tolist(), sizes.tolist(), body_at.tolist(), body_end.tolist(),
+                body_crc.tolist(), strict=True,
+            )
+        ),
         dtype=np.int64,
         count=len(starts),
-    )
+    )  # fmt: skip
     stored_crc = _read_be(a, starts + BODY_CRC_AT, 4)
     crc_ok = (body_crc & 0x7FFFFFFF) == stored_crc
     sys_flag = f["sys_flag"]
