@@ -125,6 +125,7 @@ def main() -> None:
     try:
         size = write_store(root, total)
         py_records, py_bytes, py_s = python_scan(root)
+        assert py_bytes == size, (py_bytes, size)
         n1, s1 = spark_scan(root, "local[1]", split)
         n2, s2 = spark_scan(root, "local[2]", split)
         assert n1 == n2 == py_records, (n1, n2, py_records)
