@@ -22,6 +22,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from brokergroup_broker.store._fileio import read_properties
 from brokergroup_broker.store.checkpoint import CHECKPOINT_FILE_NAME
 from brokergroup_broker.store.epoch_file import EPOCH_FILE_NAME, decode_epoch_file
 from brokergroup_broker.store.identity import META_FILE_NAME, TEMP_FILE_NAME
@@ -67,13 +68,7 @@ class Replica:
 
 
 def _properties(path: Path) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for line in path.read_text().splitlines():
-        if line.startswith("#") or "=" not in line:
-            continue
-        k, _, v = line.partition("=")
-        out[k.strip()] = v.strip()
-    return out
+    return read_properties(path.read_text())
 
 
 def _identity(store: Path) -> tuple[str | None, int | None, str]:
