@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: up test lint unit integration cluster-tests k8s-tools cluster cluster-down bench-quick clean
+.PHONY: up test lint unit integration cluster-tests k8s-tools cluster cluster-down bench-quick image image-smoke clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +51,15 @@ cluster-down: $(STAMP)
 # (unit, integration, and the cluster tier on a real kube-apiserver).
 test: lint k8s-tools
 	$(BIN)/pytest -q -p no:cacheprovider tests
+
+# The project image (broker-image/Dockerfile) where a container engine answers;
+# OFFLINE_BASE=1 builds its Debian base here (no registry). tools/image/.
+image: $(STAMP)
+	PYTHON=$(BIN)/python tools/image/build.sh
+
+# The built image runs a whole group read-only, non-root; every key read back.
+image-smoke:
+	tools/image/smoke.sh
 
 bench-quick: $(STAMP)
 	$(BIN)/python bench/controller.py --quick

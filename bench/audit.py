@@ -1,6 +1,6 @@
 """Audit throughput (DESIGN.md §9, issue 12): MB/s of commit log through the `commitlog`
 Spark source with local[1] and local[2], against a single-process pure-Python scan of
-the same files (message.scan_records with CRC checks: the record-by-record reader the
+the same files (message_scan.scan_records with CRC checks: the record-by-record reader the
 broker's recovery uses) measured in the same run.
 
 Usage: python bench/audit.py [--quick] [--dir DIR] [--gib G]

@@ -44,16 +44,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
-import re
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
-from collections import Counter
-from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -63,342 +58,47 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 
 from _common import (  # noqa: E402
-    loopback_tcp_ceiling,
     print_last_line,
     summarize,
     write_result,
 )
+from failover_parts import (  # noqa: E402
+    ADDRESSES,
+    BROKER_NAME,
+    CLUSTER,
+    FAILOVER_TIMEOUT_S,
+    HEALTHY_TIMEOUT_S,
+    MIN_ISR2_SETTINGS,
+    PARTITION_REQUEST_TIMEOUT_MS,
+    ContinuousProducer,
+    Ledger,
+    Observer,
+    Trial,
+    _fmt,
+    add_timelines,
+    ceiling,
+    log,
+    read_back,
+    report,
+    wait_first_ack,
+)
 
-from brokergroup_broker.core.config import BrokerConfig  # noqa: E402
 from brokergroup_broker.protocol.client import (  # noqa: E402
-    BrokerConnection,
-    BrokerUnavailableError,
     ClientConfig,
-    NoMasterError,
-    Producer,
 )
-from brokergroup_broker.protocol.messages import BrokerError, ProduceMessage  # noqa: E402
-from brokergroup_cli.local.procs import is_alive, send_signal  # noqa: E402
-from brokergroup_cli.local.state import RuntimeState, StateFileError, read_state  # noqa: E402
-from brokergroup_controller.api import ReplicaInfo  # noqa: E402
-from brokergroup_controller.client import ControllerClient, ControllerUnavailable  # noqa: E402
-from brokergroup_controller.errors import ControllerError  # noqa: E402
-from brokergroup_controller.server import ControllerConfig  # noqa: E402
-
-CLUSTER = "DefaultCluster"  # local runtime defaults
-BROKER_NAME = "broker-a"
-TOPIC = "failover"
-CONTROLLER_HOSTS = ("127.0.1.201", "127.0.1.202", "127.0.1.203")
-BROKER_FIRST_HOST, BROKER_LAST_HOST = "127.0.1.210", "127.0.1.254"
-CLIENT_PORT = 10911
-#: Addresses only: every behaviour setting stays at its default.
-LOCATION_SETTINGS = (
-    f"local.controllerHosts={','.join(CONTROLLER_HOSTS)}",
-    f"local.brokerFirstHost={BROKER_FIRST_HOST}",
-    f"local.brokerLastHost={BROKER_LAST_HOST}",
-)
-#: Concurrent senders of the continuous producer, and the pause between two
-#: sends of one sender (keeps the final read-back small; a failover is timed
-#: by the retrying sends, which do not pause).
-SENDERS = 4
-SEND_PAUSE_S = 0.002
-BODY = b"x" * 100
-#: The partition phase's producer uses the client's default request timeout
-#: (slaveTimeoutMs + 1 s): a request still open after that means a paused or
-#: partitioned broker (see docs/benchmarks.md).
-PARTITION_REQUEST_TIMEOUT_MS = ClientConfig().request_timeout_ms
-HEALTHY_TIMEOUT_S = 90.0
-FAILOVER_TIMEOUT_S = 30.0
-DETECT_POLL_S = 0.01
-TARGETS = {"p50_s": 1.0, "p99_s": 2.0, "partition_p99_s": 5.0}
-
-
-def log(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
-
+from brokergroup_broker.protocol.producer import Producer  # noqa: E402
+from brokergroup_cli.chaos.runtime import LocalRuntime  # noqa: E402
 
 # ------------------------------------------------------------------ the runtime
-
-
-class LocalRuntime:
-    """One `brokergroup local` installation in `root`, driven by its CLI."""
-
-    def __init__(self, root: Path, brokers: int) -> None:
-        self.root = root
-        self.brokers = brokers
-        self.api_addresses = [f"{h}:9878" for h in CONTROLLER_HOSTS]
-        self.paused: set[tuple[int, int | None]] = set()
-
-    def _cli(self, *args: str, timeout_s: float) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "brokergroup_cli.local", *args, "--dir", str(self.root)],
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            check=False,
-        )
-
-    def up(self) -> None:
-        result = self._cli(
-            "up",
-            "--detach",
-            "--brokers",
-            str(self.brokers),
-            *(x for s in LOCATION_SETTINGS for x in ("--set", s)),
-            timeout_s=120,
-        )
-        if result.returncode != 0:
-            raise RuntimeError(f"local up failed:\n{result.stdout}\n{result.stderr}")
-
-    def token(self) -> str:
-        return (self.root / "token").read_text().strip()
-
-    def state(self) -> RuntimeState:
-        state = read_state(self.root / "state.json")
-        if state is None:
-            raise RuntimeError(f"no state.json in {self.root}")
-        return state
-
-    def broker_process(self, host: str) -> tuple[int, int | None]:
-        """(pid, startTicks) of the live broker process on `host`. By address,
-        not BrokerId: state.json learns BrokerIds only at the next status poll."""
-        for child in self.state().brokers:
-            if (
-                child.host == host
-                and child.pid is not None
-                and is_alive(child.pid, child.start_ticks)
-            ):
-                return child.pid, child.start_ticks
-        raise RuntimeError(f"no live broker process recorded on {host}")
-
-    def signal(self, process: tuple[int, int | None], sig: signal.Signals) -> None:
-        pid, ticks = process
-        if sig is signal.SIGSTOP:
-            self.paused.add(process)
-        if not send_signal(pid, ticks, sig):
-            raise RuntimeError(f"broker pid {pid} exited before {sig.name}")
-        if sig is signal.SIGCONT:
-            self.paused.discard(process)
-
-    def down(self) -> None:
-        """`local down`, then SIGKILL by PID whatever state.json still shows alive."""
-        for paused_pid, paused_ticks in list(self.paused):
-            send_signal(paused_pid, paused_ticks, signal.SIGCONT)
-        self.paused.clear()
-        try:
-            result = self._cli("down", timeout_s=90)
-            if result.returncode != 0:
-                log(f"local down: {result.stderr.strip()}")
-        except subprocess.TimeoutExpired:
-            log("local down timed out; killing by pid")
-        try:
-            state = read_state(self.root / "state.json")
-        except StateFileError:
-            return
-        if state is None:
-            return
-        leftovers: list[tuple[int | None, int | None]] = [
-            (state.supervisor_pid, state.supervisor_start_ticks)
-        ]
-        leftovers += [(c.pid, c.start_ticks) for c in state.children()]
-        for pid, ticks in leftovers:
-            if pid is not None and is_alive(pid, ticks):
-                log(f"pid {pid} survived local down: SIGKILL")
-                send_signal(pid, ticks, signal.SIGKILL)
 
 
 # ------------------------------------------------------------------ the producer
 
 
-@dataclass
-class Ack:
-    queue_id: int
-    queue_offset: int
-    master_epoch: int
-    address: str | None
-    at: float  # monotonic
-
-
-@dataclass
-class Ledger:
-    acked: dict[str, Ack] = field(default_factory=dict)
-    uncertain: set[str] = field(default_factory=set)
-    errors: Counter[str] = field(default_factory=Counter)
-    error_log: list[tuple[float, str, str]] = field(default_factory=list)
-    first_ack: dict[int, tuple[float, str | None]] = field(default_factory=dict)
-    """masterEpoch -> (monotonic time, broker address) of its first ack."""
-
-
-class ContinuousProducer:
-    """`SENDERS` tasks sending one new key at a time through one `Producer`."""
-
-    def __init__(self, ledger: Ledger, producer: Producer, prefix: str) -> None:
-        self.ledger = ledger
-        self.producer = producer
-        self.prefix = prefix
-        self._n = 0
-        self._stop = asyncio.Event()
-        self._tasks: list[asyncio.Task[None]] = []
-        self.new_ack = asyncio.Event()
-
-    def start(self) -> None:
-        self._tasks = [asyncio.create_task(self._sender()) for _ in range(SENDERS)]
-
-    async def stop(self) -> None:
-        self._stop.set()
-        await asyncio.wait(self._tasks, timeout=60)
-        for task in self._tasks:
-            task.cancel()
-        await self.producer.close()
-
-    async def _sender(self) -> None:
-        while not self._stop.is_set():
-            key = f"{self.prefix}{self._n}"
-            self._n += 1
-            message = ProduceMessage(TOPIC, BODY, key=key)
-            try:
-                result = await self.producer.send(message)
-            except (BrokerError, BrokerUnavailableError, NoMasterError, OSError) as exc:
-                name = exc.code.name if isinstance(exc, BrokerError) else type(exc).__name__
-                self.ledger.errors[name] += 1
-                self.ledger.error_log.append((time.monotonic(), key, f"{name}: {exc}"[:300]))
-                self.ledger.uncertain.add(key)
-                await asyncio.sleep(0.05)
-                continue
-            now = time.monotonic()
-            sent = result.messages[0]
-            address = self.producer.master_address
-            self.ledger.acked[key] = Ack(
-                sent.queue_id, sent.queue_offset, result.master_epoch, address, now
-            )
-            self.ledger.first_ack.setdefault(result.master_epoch, (now, address))
-            self.new_ack.set()
-            await asyncio.sleep(SEND_PAUSE_S)
-
-
 # ------------------------------------------------------------------ observation
 
 
-class Observer:
-    def __init__(self, runtime: LocalRuntime, session: aiohttp.ClientSession) -> None:
-        self.runtime = runtime
-        self.session = session
-        self.controller = ControllerClient(runtime.api_addresses, request_timeout_s=1.0)
-
-    async def close(self) -> None:
-        await self.controller.close()
-
-    async def replica_info(self) -> ReplicaInfo | None:
-        try:
-            return await self.controller.replica_info(CLUSTER, BROKER_NAME)
-        except (ControllerUnavailable, ControllerError):
-            return None
-
-    async def broker_status(self, host: str) -> dict[str, Any] | None:
-        try:
-            async with self.session.get(
-                f"http://{host}:{CLIENT_PORT + 2}/v1/status",
-                timeout=aiohttp.ClientTimeout(total=0.5),
-            ) as response:
-                if response.status != 200:
-                    return None
-                body = await response.json()
-                return body if isinstance(body, dict) else None
-        except (aiohttp.ClientError, TimeoutError, OSError, ValueError):
-            return None
-
-    async def healthy(self) -> tuple[ReplicaInfo | None, str]:
-        """The group is healthy, or why not."""
-        info = await self.replica_info()
-        if info is None:
-            return None, "no controller answer"
-        if info.master_broker_id is None:
-            return None, "no master"
-        alive = {b.broker_id for b in info.brokers if b.alive}
-        if len(alive) < self.runtime.brokers:
-            return None, f"alive brokers {sorted(alive)}"
-        if len(info.sync_state_set) < self.runtime.brokers:
-            return None, f"SyncStateSet {sorted(info.sync_state_set)}"
-        children = [c for c in self.runtime.state().brokers if is_alive(c.pid, c.start_ticks)]
-        if len(children) < self.runtime.brokers:
-            return None, "a broker process is not running"
-        for child in children:
-            status = await self.broker_status(child.host)
-            if status is None:
-                return None, f"no status from {child.host}"
-            if status.get("masterEpoch") != info.master_epoch:
-                return None, f"{child.host} at masterEpoch {status.get('masterEpoch')}"
-            if status.get("brokerId") == info.master_broker_id:
-                if status.get("role") != "MASTER" or (status.get("leaseRemainingMs") or 0) <= 0:
-                    return None, f"master {child.host} role {status.get('role')} without lease"
-            elif status.get("role") != "SLAVE":
-                return None, f"{child.host} role {status.get('role')}"
-        return info, "healthy"
-
-    async def wait_healthy(self, ledger: Ledger) -> ReplicaInfo:
-        """Healthy, and the producer has an ack at the current masterEpoch."""
-        deadline = time.monotonic() + HEALTHY_TIMEOUT_S
-        why = ""
-        while time.monotonic() < deadline:
-            info, why = await self.healthy()
-            if info is not None and info.master_epoch in ledger.first_ack:
-                return info
-            if info is not None:
-                why = "no ack at the current masterEpoch yet"
-            await asyncio.sleep(0.05)
-        raise TimeoutError(f"group not healthy after {HEALTHY_TIMEOUT_S} s: {why}")
-
-    async def wait_new_master(self, old_epoch: int, old_id: int) -> tuple[float, ReplicaInfo]:
-        deadline = time.monotonic() + FAILOVER_TIMEOUT_S
-        while time.monotonic() < deadline:
-            info = await self.replica_info()
-            if (
-                info is not None
-                and info.master_epoch > old_epoch
-                and info.master_broker_id not in (None, old_id)
-            ):
-                return time.monotonic(), info
-            await asyncio.sleep(DETECT_POLL_S)
-        raise TimeoutError(f"controller shows no new master {FAILOVER_TIMEOUT_S} s after the kill")
-
-
-async def wait_first_ack(
-    ledger: Ledger, old_epoch: int, old_address: str, timeout_s: float
-) -> tuple[float, int]:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        for epoch, (at, address) in sorted(ledger.first_ack.items()):
-            if epoch > old_epoch and address != old_address:
-                return at, epoch
-        await asyncio.sleep(0.005)
-    raise TimeoutError(f"no acknowledged write on a new master {timeout_s} s after")
-
-
 # ------------------------------------------------------------------ one failover
-
-
-@dataclass
-class Trial:
-    kind: str  # "kill" or "partition"
-    index: int
-    old_master: int
-    old_address: str
-    old_epoch: int
-    kill_wall: float
-    new_master: int | None = None
-    new_epoch: int | None = None
-    detection_s: float | None = None
-    failover_s: float | None = None
-    rejoined_s: float | None = None
-    error: str | None = None
-    timeline: dict[str, float | None] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            k: (round(v, 4) if isinstance(v, float) else v)
-            for k, v in self.__dict__.items()
-            if k != "timeline"
-        } | {"timeline": {k: None if v is None else round(v, 4) for k, v in self.timeline.items()}}
 
 
 async def one_failover(
@@ -412,8 +112,8 @@ async def one_failover(
     info = await observer.wait_healthy(ledger)
     assert info.master_broker_id is not None and info.master_address is not None
     host = info.master_address.rpartition(":")[0]
-    process = runtime.broker_process(host)
-    pid = process[0]
+    process = runtime.broker_on(host)
+    pid = process.pid
     await asyncio.sleep(random.uniform(0.0, 0.2))  # kill at a random point of a cycle
     sig = signal.SIGKILL if kind == "kill" else signal.SIGSTOP
     trial = Trial(
@@ -428,20 +128,25 @@ async def one_failover(
     ack = asyncio.create_task(
         wait_first_ack(ledger, info.master_epoch, info.master_address, ack_timeout_s)
     )
+    two_copies = asyncio.create_task(observer.wait_two_copies(info.master_epoch))
     start = time.monotonic()
     trial.kill_wall = time.time()
-    runtime.signal(process, sig)
+    if not runtime.signal(process, sig):
+        raise RuntimeError(f"broker pid {pid} exited before {sig.name}")
     try:
         detected_at, new_info = await detect
         trial.detection_s = detected_at - start
         trial.new_master = new_info.master_broker_id
         acked_at, trial.new_epoch = await ack
         trial.failover_s = acked_at - start
+        if kind == "kill":
+            trial.two_copies_s = await two_copies - start
     except TimeoutError as exc:
         trial.error = str(exc)
         ack.cancel()
+    two_copies.cancel()
     if kind == "partition":
-        runtime.signal(process, signal.SIGCONT)
+        runtime.signal(process, signal.SIGCONT)  # (gone already: nothing to continue)
         resumed = time.monotonic()
         deadline = resumed + HEALTHY_TIMEOUT_S
         while time.monotonic() < deadline:
@@ -461,114 +166,32 @@ async def one_failover(
         f"{kind} {index}: master {trial.old_master} (pid {pid}, masterEpoch {trial.old_epoch}) → "
         f"{trial.new_master} at masterEpoch {trial.new_epoch}: controller "
         f"{_fmt(trial.detection_s)}, first ack {_fmt(trial.failover_s)}"
+        + (f", two copies {_fmt(trial.two_copies_s)}" if trial.two_copies_s is not None else "")
         + (f", rejoined as slave {_fmt(trial.rejoined_s)} after SIGCONT" if kind != "kill" else "")
         + (f" ERROR {trial.error}" if trial.error else "")
     )
     return trial
 
 
-def _fmt(value: float | None) -> str:
-    return "—" if value is None else f"{value:.3f} s"
-
-
 # ------------------------------------------------------------------ timelines from the logs
-
-_TS = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
-
-
-def _log_events(path: Path) -> list[tuple[float, str]]:
-    out: list[tuple[float, str]] = []
-    try:
-        lines = path.read_text(errors="replace").splitlines()
-    except OSError:
-        return out
-    for line in lines:
-        m = _TS.match(line)
-        if m:
-            when = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
-            out.append((when, line))
-    return out
-
-
-def add_timelines(root: Path, trials: list[Trial]) -> None:
-    """Per trial, seconds from the signal to each step (first matching log line)."""
-    logs = root / "logs"
-    supervisor = _log_events(logs / "supervisor.log")
-    controllers = sorted(e for p in logs.glob("controller-*.log") for e in _log_events(p))
-    brokers = sorted(e for p in logs.glob("broker-*.log") for e in _log_events(p))
-
-    def first(
-        events: list[tuple[float, str]], after: float, until: float, needle: str
-    ) -> float | None:
-        for when, line in events:
-            if after - 0.002 <= when < until and needle in line:
-                return round(when - after, 4)
-        return None
-
-    for n, t in enumerate(trials):
-        w = t.kill_wall
-        # Only lines before the next trial's signal belong to this one.
-        until = trials[n + 1].kill_wall if n + 1 < len(trials) else w + FAILOVER_TIMEOUT_S
-        if t.kind == "kill":
-            t.timeline["supervisor_saw_exit"] = first(supervisor, w, until, "exited with code")
-            t.timeline["supervisor_reported_inactive"] = first(supervisor, w, until, "inactive: ok")
-            t.timeline["controller_marked_inactive"] = first(
-                controllers, w, until, "reported inactive"
-            )
-        else:
-            # Absent when a slave's ElectMaster request (it saw the master
-            # not alive in a heartbeat answer) came before the controller's tick.
-            t.timeline["controller_heartbeat_timeout"] = first(
-                controllers, w, until, "is inactive ("
-            )
-        t.timeline["controller_elected"] = first(
-            controllers, w, until, f"(masterEpoch was {t.old_epoch})"
-        )
-        if t.new_epoch is not None:
-            t.timeline["new_master_took_role"] = first(
-                brokers, w, until, f"is MASTER at masterEpoch {t.new_epoch}"
-            )
-        t.timeline["controller_shows_new_master_poll"] = t.detection_s
-        t.timeline["first_ack"] = t.failover_s
 
 
 # ------------------------------------------------------------------ final read-back
 
 
-async def read_back(address: str) -> tuple[Counter[str], dict[str, set[tuple[int, int]]]]:
-    conn = await BrokerConnection.connect(address)
-    counts: Counter[str] = Counter()
-    where: dict[str, set[tuple[int, int]]] = {}
-    try:
-        queues = await conn.topic_queue_count(TOPIC)
-        for queue_id in range(queues):
-            low, high = await conn.query_offsets(TOPIC, queue_id)
-            offset = low
-            while offset < high:
-                result = await conn.pull(TOPIC, queue_id, offset, 256)
-                if not result.messages:
-                    break
-                for m in result.messages:
-                    key = m.properties.get("KEYS", "")
-                    counts[key] += 1
-                    where.setdefault(key, set()).add((m.queue_id, m.queue_offset))
-                offset = result.next_queue_offset
-    finally:
-        await conn.close()
-    return counts, where
-
-
 # ------------------------------------------------------------------ main
 
 
-async def run(args: argparse.Namespace, runtime: LocalRuntime) -> dict[str, Any]:
+async def run(
+    args: argparse.Namespace, runtime: LocalRuntime, kills: int, partitions: int
+) -> dict[str, Any]:
     ledger = Ledger()
     trials: list[Trial] = []
     token = runtime.token()
     async with aiohttp.ClientSession() as session:
         observer = Observer(runtime, session)
         try:
-            return await _run(args, runtime, observer, ledger, trials, token)
+            return await _run(args, runtime, observer, ledger, trials, token, kills, partitions)
         finally:
             await observer.close()
 
@@ -580,31 +203,35 @@ async def _run(
     ledger: Ledger,
     trials: list[Trial],
     token: str,
+    kills: int,
+    partitions: int,
 ) -> dict[str, Any]:
     producer = ContinuousProducer(
         ledger,
-        Producer(CLUSTER, BROKER_NAME, controller_addresses=runtime.api_addresses, token=token),
+        Producer(
+            CLUSTER, BROKER_NAME, controller_addresses=runtime.addresses.api_addresses, token=token
+        ),
         "k",
     )
     producer.start()
     try:
-        for i in range(args.kills):
+        for i in range(kills):
             trials.append(await one_failover("kill", i, runtime, observer, ledger))
         await producer.stop()
-        if args.partitions:
+        if partitions:
             producer = ContinuousProducer(
                 ledger,
                 Producer(
                     CLUSTER,
                     BROKER_NAME,
-                    controller_addresses=runtime.api_addresses,
+                    controller_addresses=runtime.addresses.api_addresses,
                     token=token,
                     config=ClientConfig(request_timeout_ms=args.partition_request_timeout_ms),
                 ),
                 "p",
             )
             producer.start()
-            for i in range(args.partitions):
+            for i in range(partitions):
                 # A request stuck on the paused master ends at the client's
                 # request timeout: wait that long for the first ack.
                 timeout_s = FAILOVER_TIMEOUT_S + args.partition_request_timeout_ms / 1000
@@ -638,117 +265,39 @@ async def _run(
     }
 
 
-def ceiling() -> dict[str, Any]:
-    broker, client = BrokerConfig(), ClientConfig()
-    controller = ControllerConfig(node_id=1, peers=("127.0.0.1:9880",), data_dir="")
-    loop = loopback_tcp_ceiling()
-    return {
-        "heartbeatIntervalMs": broker.heartbeat_interval_ms,
-        "heartbeatTimeoutMs": broker.heartbeat_timeout_ms,
-        "masterLeaseMs": broker.master_lease_ms,
-        "controllerLivenessTickMs": controller.liveness_tick_ms,
-        "raftMinTimeoutMs": controller.raft_min_timeout_ms,
-        "raftMaxTimeoutMs": controller.raft_max_timeout_ms,
-        "appendEntriesPeriodMs": controller.append_entries_period_ms,
-        "supervisorRestartInitialDelayMs": 200,
-        "clientRetryInitialBackoffMs": client.retry_initial_backoff_ms,
-        "clientRetryMaxBackoffMs": client.retry_max_backoff_ms,
-        "clientRequestTimeoutMs": client.request_timeout_ms,
-        "loopback": loop.to_json(),
-    }
-
-
-def report(args: argparse.Namespace, out: dict[str, Any], ceil: dict[str, Any]) -> dict[str, Any]:
-    ledger: Ledger = out["ledger"]
+def add_min_isr2(args: argparse.Namespace, result: dict[str, Any], root: Path) -> dict[str, Any]:
+    """The same kills on a runtime with minInSyncReplicas=2: the first
+    acknowledgement after a failover is then already held by two replicas."""
+    runtime = LocalRuntime(root, ADDRESSES, brokers=args.brokers, settings=MIN_ISR2_SETTINGS)
+    ok = False
+    try:
+        log(f"second runtime with {' '.join(MIN_ISR2_SETTINGS)}: {args.min_isr2_kills} kills")
+        runtime.up()
+        out = asyncio.run(run(args, runtime, args.min_isr2_kills, 0))
+        ok = True
+    finally:
+        runtime.down()
+        if ok and not args.keep and root.exists():
+            shutil.rmtree(root, ignore_errors=True)
     trials: list[Trial] = out["trials"]
-    kills = [t for t in trials if t.kind == "kill"]
-    parts = [t for t in trials if t.kind == "partition"]
-    failover = summarize([t.failover_s for t in kills if t.failover_s is not None])
-    detection = summarize([t.detection_s for t in kills if t.detection_s is not None])
-    reconnect = summarize(
-        [t.failover_s - t.detection_s for t in kills if t.failover_s and t.detection_s]
-    )
-    p_failover = summarize([t.failover_s for t in parts if t.failover_s is not None])
-    p_detection = summarize([t.detection_s for t in parts if t.detection_s is not None])
-    steps = sorted({k for t in kills for k in t.timeline})
-    timeline = {
-        k: summarize([v for t in kills if (v := t.timeline.get(k)) is not None]) for k in steps
-    }
-    p_steps = sorted({k for t in parts for k in t.timeline})
-    p_timeline = {
-        k: summarize([v for t in parts if (v := t.timeline.get(k)) is not None]) for k in p_steps
-    }
-    summary: dict[str, Any] = {
-        "benchmark": "failover",
-        "quick": args.quick,
-        "brokers": args.brokers,
-        "kills": len(kills),
-        "kills_failed": sum(1 for t in kills if t.failover_s is None),
-        "p50_s": failover["p50"],
-        "p99_s": failover["p99"],
-        "max_s": failover["max"],
-        "detection_p50_s": detection["p50"],
-        "detection_p99_s": detection["p99"],
-        "detection_max_s": detection["max"],
-        "acked": len(ledger.acked),
+    first = summarize([t.failover_s for t in trials if t.failover_s is not None])
+    section = {
+        "settings": list(MIN_ISR2_SETTINGS),
+        "kills": len(trials),
+        "failed": sum(1 for t in trials if t.failover_s is None),
+        "p50_s": first["p50"],
+        "p99_s": first["p99"],
+        "max_s": first["max"],
+        "acked": len(out["ledger"].acked),
         "acked_lost": len(out["lost"]),
         "duplicates": out["duplicates"],
-        "misplaced": len(out["misplaced"]),
-        "partition": {
-            "reps": len(parts),
-            "client_request_timeout_ms": args.partition_request_timeout_ms,
-            "failed": sum(1 for t in parts if t.failover_s is None),
-            "p50_s": p_failover["p50"],
-            "p99_s": p_failover["p99"],
-            "max_s": p_failover["max"],
-            "detection_p50_s": p_detection["p50"],
-            "rejoined_as_slave": all(t.rejoined_s is not None for t in parts),
-        },
     }
-    met = {
-        "p50": failover["p50"] is not None and failover["p50"] <= TARGETS["p50_s"],
-        "p99": failover["p99"] is not None and failover["p99"] <= TARGETS["p99_s"],
-        "acked_lost": not out["lost"],
-        "partition_p99": not parts
-        or (p_failover["p99"] is not None and p_failover["p99"] <= TARGETS["partition_p99_s"]),
-    }
-    summary["targets_met"] = all(met.values())
-    full = {
-        **summary,
-        "targets": TARGETS,
-        "targets_detail": met,
-        "failover_s": failover,
-        "detection_s": detection,
-        "reconnect_after_detection_s": reconnect,
-        "timeline_s": timeline,
-        "partition_detail": {
-            "failover_s": p_failover,
-            "detection_s": p_detection,
-            "timeline_s": p_timeline,
-        },
-        "producer": {
-            "senders": SENDERS,
-            "errors": dict(ledger.errors),
-            "uncertain_keys": len(ledger.uncertain),
-            "read_back_records": out["read_back"],
-            "duplicates_of_uncertain_keys": out["duplicates_uncertain"],
-            "unknown_keys": len(out["unknown"]),
-            "lost_sample": out["lost"][:20],
-            "misplaced_sample": out["misplaced"][:20],
-            "error_sample": [e[2] for e in ledger.error_log[:10]],
-        },
-        "ceiling": ceil,
-        "settings": {
-            "localSettings": list(LOCATION_SETTINGS),
-            "broker": "defaults",
-            "controller": "defaults",
-            "client": "defaults (partition phase: requestTimeoutMs "
-            f"{args.partition_request_timeout_ms})",
-        },
-        "seed": args.seed,
-        "trials": [t.to_json() for t in trials],
-    }
-    return {"summary": summary, "full": full}
+    result["summary"]["min_isr2"] = section
+    result["full"]["min_isr2"] = {**section, "trials": [t.to_json() for t in trials]}
+    for part in ("summary", "full"):
+        result[part]["acked_lost"] += section["acked_lost"]
+        result[part]["targets_met"] = result[part]["targets_met"] and not section["acked_lost"]
+    return result
 
 
 def main() -> int:
@@ -765,6 +314,12 @@ def main() -> int:
         help="request timeout of the partition phase's producer "
         f"(default: the client default, {PARTITION_REQUEST_TIMEOUT_MS})",
     )
+    parser.add_argument(
+        "--min-isr2-kills",
+        type=int,
+        default=None,
+        help="kills on a second runtime with minInSyncReplicas=2 (default 20; quick 3; 0: skip)",
+    )
     parser.add_argument("--brokers", type=int, default=3)
     parser.add_argument("--dir", type=Path, default=None, help="runtime dir (default: a temp dir)")
     parser.add_argument("--keep", action="store_true", help="keep the runtime dir (logs)")
@@ -776,13 +331,15 @@ def main() -> int:
     if args.kills is None:
         args.kills = 5 if args.quick else 20
     if args.partitions is None:
-        args.partitions = 1 if args.quick else 5
+        args.partitions = 1 if args.quick else 20
+    if args.min_isr2_kills is None:
+        args.min_isr2_kills = 3 if args.quick else 20
     if args.seed is None:
         args.seed = random.randrange(1 << 32)
     random.seed(args.seed)  # the client's backoff jitter and our kill timing
     root = args.dir or Path(tempfile.mkdtemp(prefix="bg-failover-"))
     root = root.resolve()
-    runtime = LocalRuntime(root, args.brokers)
+    runtime = LocalRuntime(root, ADDRESSES, brokers=args.brokers)
 
     def on_term(signum: int, frame: object) -> None:
         raise KeyboardInterrupt(f"signal {signum}")
@@ -806,7 +363,7 @@ def main() -> int:
         log(
             f"up in {time.monotonic() - started:.1f} s; {args.kills} kills, {args.partitions} partitions"
         )
-        out = asyncio.run(run(args, runtime))
+        out = asyncio.run(run(args, runtime, args.kills, args.partitions))
         result = report(args, out, ceil)
         result["full"]["wall_s"] = round(time.monotonic() - started, 1)
         result["summary"]["wall_s"] = result["full"]["wall_s"]
@@ -818,6 +375,11 @@ def main() -> int:
             shutil.rmtree(root, ignore_errors=True)
         elif root.exists():
             log(f"runtime dir kept: {root}")
+    if args.min_isr2_kills:  # (the first runtime is down: the addresses are free again)
+        result = add_min_isr2(args, result, root.with_name(root.name + "-minisr2"))
+        result["full"]["wall_s"] = result["summary"]["wall_s"] = round(
+            time.monotonic() - started, 1
+        )
     full = result["full"]
     for step, stats in full["timeline_s"].items():
         log(f"timeline kill → {step}: p50 {stats['p50']} s, p99 {stats['p99']} s")

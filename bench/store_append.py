@@ -23,7 +23,7 @@ from typing import Any
 
 from brokergroup_broker.store import FlushDiskType, MessageInput, MessageStore, StoreConfig
 from brokergroup_broker.store.ceiling import measure_disk_ceiling
-from brokergroup_broker.store.message import encode_batch
+from brokergroup_broker.store.message_encode import encode_batch
 
 RESULTS = Path(__file__).resolve().parent / "results"
 STORE_HOST = ("127.0.0.1", 10911)

@@ -16,6 +16,7 @@ def build_parser() -> argparse.ArgumentParser:
     from brokergroup_audit import cli as audit_cli
     from brokergroup_broker import cli as broker_cli
     from brokergroup_cli import local_cli
+    from brokergroup_cli.chaos import cli as chaos_cli
     from brokergroup_controller import cli as controller_cli
     from brokergroup_operator import cli as operator_cli
 
@@ -27,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     controller_cli.register(subparsers)
     broker_cli.register(subparsers)
     local_cli.register(subparsers)
+    chaos_cli.register(subparsers)
     operator_cli.register(subparsers)
     audit_cli.register(subparsers)
     return parser

@@ -58,7 +58,8 @@ def _table(rows: Sequence[Sequence[object]], out: TextIO) -> None:
 def _print_replica_info(info: api.ReplicaInfo, out: TextIO) -> None:
     out.write(
         f"{info.cluster_name}/{info.broker_name}: master {info.master_broker_id} "
-        f"({info.master_address or 'none alive'}), masterEpoch {info.master_epoch}, "
+        f"({info.master_address or 'none'}{'' if info.master_alive else ', NOT ALIVE'}), "
+        f"masterEpoch {info.master_epoch}, "
         f"SyncStateSet {sorted(info.sync_state_set)} (epoch {info.sync_state_set_epoch}), "
         f"nextBrokerId {info.next_broker_id}\n"
     )
@@ -86,7 +87,7 @@ def _print_replica_info(info: api.ReplicaInfo, out: TextIO) -> None:
 
 def _print_sync_state_sets(infos: Sequence[api.ReplicaInfo], out: TextIO) -> None:
     rows: list[list[object]] = [
-        ["#CLUSTER", "#BROKER_NAME", "#MASTER_ID", "#MASTER_ADDR", "#MASTER_EPOCH",
+        ["#CLUSTER", "#BROKER_NAME", "#MASTER_ID", "#MASTER_ADDR", "#MASTER_ALIVE", "#MASTER_EPOCH",
          "#SYNC_STATE_SET_EPOCH", "#SYNC_STATE_SET"],
     ]  # fmt: skip
     for info in infos:
@@ -96,6 +97,7 @@ def _print_sync_state_sets(infos: Sequence[api.ReplicaInfo], out: TextIO) -> Non
                 info.broker_name,
                 info.master_broker_id,
                 info.master_address,
+                info.master_alive,
                 info.master_epoch,
                 info.sync_state_set_epoch,
                 ",".join(str(x) for x in sorted(info.sync_state_set)) or "-",

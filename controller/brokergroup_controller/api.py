@@ -49,7 +49,10 @@ class BrokerLiveness:
 class ReplicaInfo:
     """A broker set as the controller leader sees it.
 
-    `master_broker_id`/`master_address` are None unless the master is alive.
+    `master_broker_id`/`master_address` are the master the Raft state records
+    (None only when the set has no master, e.g. after an election that found
+    no candidate); `master_alive` says whether the leader sees it alive. A
+    reader that wants "where to send writes now" uses `live_master_*`.
     """
 
     cluster_name: str
@@ -61,6 +64,18 @@ class ReplicaInfo:
     sync_state_set_epoch: int
     next_broker_id: int = 1
     brokers: tuple[BrokerLiveness, ...] = field(default_factory=tuple)
+    master_alive: bool = True
+    # How long a master that takes over at this masterEpoch must hold its
+    # acknowledgements: the rest of the old master's lease (§3.3 "Fencing").
+    master_takeover_wait_ms: int = 0
+
+    @property
+    def live_master_broker_id(self) -> int | None:
+        return self.master_broker_id if self.master_alive else None
+
+    @property
+    def live_master_address(self) -> str | None:
+        return self.master_address if self.master_alive else None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -68,6 +83,8 @@ class ReplicaInfo:
             "brokerName": self.broker_name,
             "masterBrokerId": self.master_broker_id,
             "masterAddress": self.master_address,
+            "masterAlive": self.master_alive,
+            "masterTakeoverWaitMs": self.master_takeover_wait_ms,
             "masterEpoch": self.master_epoch,
             "syncStateSet": sorted(self.sync_state_set),
             "syncStateSetEpoch": self.sync_state_set_epoch,
@@ -78,6 +95,8 @@ class ReplicaInfo:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ReplicaInfo:
         master = data.get("masterBrokerId")
+        # Controllers before masterAlive sent the id only while it was alive.
+        alive = data.get("masterAlive", master is not None)
         return cls(
             cluster_name=str(data["clusterName"]),
             broker_name=str(data["brokerName"]),
@@ -88,6 +107,8 @@ class ReplicaInfo:
             sync_state_set_epoch=int(data["syncStateSetEpoch"]),
             next_broker_id=int(data.get("nextBrokerId", 1)),
             brokers=tuple(BrokerLiveness.from_json(b) for b in data.get("brokers", [])),
+            master_alive=bool(alive) and master is not None,
+            master_takeover_wait_ms=int(data.get("masterTakeoverWaitMs", 0) or 0),
         )
 
 
@@ -106,6 +127,10 @@ class BrokerHeartbeat:
     heartbeat_timeout_ms: int = 2000
     store_writable: bool = True
     store_error: str | None = None
+    # What a master's acknowledgements depend on, for the takeover wait (§3.3
+    # "Fencing"). Unknown (None / False) is read the cautious way.
+    master_lease_ms: int | None = None
+    all_ack_in_sync_state_set: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -120,6 +145,8 @@ class BrokerHeartbeat:
             "heartbeatTimeoutMs": self.heartbeat_timeout_ms,
             "storeWritable": self.store_writable,
             "storeError": self.store_error,
+            "masterLeaseMs": self.master_lease_ms,
+            "allAckInSyncStateSet": self.all_ack_in_sync_state_set,
         }
 
     @classmethod
@@ -136,6 +163,10 @@ class BrokerHeartbeat:
             heartbeat_timeout_ms=int(data.get("heartbeatTimeoutMs", 2000)),
             store_writable=bool(data.get("storeWritable", True)),
             store_error=data.get("storeError"),
+            master_lease_ms=None
+            if data.get("masterLeaseMs") is None
+            else int(data["masterLeaseMs"]),
+            all_ack_in_sync_state_set=bool(data.get("allAckInSyncStateSet", False)),
         )
 
 

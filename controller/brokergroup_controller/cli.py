@@ -118,14 +118,15 @@ def _run_controller(args: argparse.Namespace) -> int:
     import logging
     import sys
 
-    from brokergroup_controller import server
+    from brokergroup_controller import app as controller_app
+    from brokergroup_controller.config import load_config
 
     logging.basicConfig(
         level=getattr(logging, str(args.log_level).upper(), logging.INFO),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     try:
-        config = server.load_config(
+        config = load_config(
             config_path=args.config,
             node_id=args.node_id,
             peers=args.peers,
@@ -140,7 +141,7 @@ def _run_controller(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as exc:
         sys.stderr.write(f"brokergroup controller: invalid configuration: {exc}\n")
         return 2
-    asyncio.run(server.serve(config))
+    asyncio.run(controller_app.serve(config))
     return 0
 
 

@@ -55,7 +55,11 @@ class ControllerClient:
         *,
         request_timeout_s: float = 3.0,
         max_connections: int = 1000,
+        source_host: str | None = None,
     ) -> None:
+        """`source_host`: connect from this local address (a broker's own
+        address), so the controller and the network see one host per broker."""
+        self._source_host = source_host
         self._addresses = [_normalize(a) for a in api.split_addresses(addresses)]
         if not self._addresses:
             raise ValueError("ControllerClient needs at least one controller address")
@@ -98,7 +102,10 @@ class ControllerClient:
 
     def _get_session(self) -> ClientSession:
         if self._session is None or self._session.closed:
-            self._session = ClientSession(connector=TCPConnector(limit=self._max_connections))
+            local_addr = None if self._source_host is None else (self._source_host, 0)
+            self._session = ClientSession(
+                connector=TCPConnector(limit=self._max_connections, local_addr=local_addr)
+            )
         return self._session
 
     async def _request(
@@ -222,12 +229,26 @@ class ControllerClient:
         return api.ReplicaInfo.from_json(body)
 
     async def report_inactive(
-        self, cluster_name: str, broker_name: str, broker_id: int, reason: str
+        self,
+        cluster_name: str,
+        broker_name: str,
+        broker_id: int,
+        reason: str,
+        *,
+        process_gone: bool = False,
     ) -> api.ReplicaInfo:
+        """`process_gone`: say so only when the process certainly ended (an
+        exit status, a pod that no longer exists): a new master then need
+        not wait out the old one's lease (DESIGN.md §3.3 "Fencing")."""
         body = await self._request(
             "POST",
             "/v1/brokers/inactive",
-            body={**_key(cluster_name, broker_name), "brokerId": broker_id, "reason": reason},
+            body={
+                **_key(cluster_name, broker_name),
+                "brokerId": broker_id,
+                "reason": reason,
+                "processGone": process_gone,
+            },
         )
         return api.ReplicaInfo.from_json(body)
 

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from brokergroup_controller.raft_node import RaftSettings, parse_peers
+from brokergroup_controller.raft_settings import RaftSettings, parse_peers
 
 DEFAULT_API_PORT = 9878
 DEFAULT_RAFT_PORT = 9880

@@ -70,6 +70,9 @@ class _Replica:
     reported_at_ms: int | None = None
     reported_reason: str | None = None
     closed_at_ms: int | None = None
+    process_gone: bool = False  # a witness saw the process end (not just unready)
+    master_lease_ms: int | None = None
+    all_ack_in_sync_state_set: bool = False
 
 
 @dataclass(frozen=True)
@@ -125,6 +128,8 @@ class Liveness:
         self._replicas: dict[BrokerKey, _Replica] = {}
         self._pending: dict[BrokerSetKey, _PendingElection] = {}
         self._leader_since_ms: int | None = None
+        # Per set: the replaced master and until when it may still hold its lease.
+        self._old_lease_ends: dict[BrokerSetKey, tuple[int | None, int]] = {}
 
     # -------------------------------------------------------------- leadership
 
@@ -138,12 +143,14 @@ class Liveness:
         """
         self._replicas = {}
         self._pending = {}
+        self._old_lease_ends = {}
         self._leader_since_ms = now_ms
 
     def step_down(self) -> None:
         """A follower keeps no liveness: the next leader starts from grace."""
         self._replicas = {}
         self._pending = {}
+        self._old_lease_ends = {}
         self._leader_since_ms = None
 
     def _in_grace(self, now_ms: int) -> bool:
@@ -175,10 +182,13 @@ class Liveness:
         replica.election_priority = hb.election_priority
         replica.store_writable = hb.store_writable
         replica.store_error = hb.store_error
+        replica.master_lease_ms = hb.master_lease_ms
+        replica.all_ack_in_sync_state_set = hb.all_ack_in_sync_state_set
         # A heartbeat sent after a report or a closed connection proves the broker is back.
         replica.reported_at_ms = None
         replica.reported_reason = None
         replica.closed_at_ms = None
+        replica.process_gone = False
         if not was_alive and self.is_alive(key, now_ms):
             self._revived(key, now_ms)
 
@@ -197,11 +207,18 @@ class Liveness:
         replica.reported_at_ms = None
         replica.reported_reason = None
         replica.closed_at_ms = None
+        replica.process_gone = False
         if not was_alive and self.is_alive(key, now_ms):
             self._revived(key, now_ms)
 
-    def report_inactive(self, key: BrokerKey, reason: str, now_ms: int) -> None:
-        """The operator, the local supervisor or an admin says the broker is gone."""
+    def report_inactive(
+        self, key: BrokerKey, reason: str, now_ms: int, *, process_gone: bool = False
+    ) -> None:
+        """The operator, the local supervisor or an admin says the broker is gone.
+
+        `process_gone`: the reporter saw the process end (an exit status, a
+        pod that no longer exists), so it can acknowledge nothing any more.
+        """
         replica = self._replicas.get(key)
         if replica is None:
             replica = _Replica(
@@ -210,6 +227,10 @@ class Liveness:
             self._replicas[key] = replica
         replica.reported_at_ms = now_ms
         replica.reported_reason = reason or InactiveReason.REPORTED.value
+        replica.process_gone = replica.process_gone or process_gone
+        old = self._old_lease_ends.get((key[0], key[1]))
+        if process_gone and old is not None and old[0] == key[2]:
+            self._old_lease_ends[(key[0], key[1])] = (key[2], min(old[1], now_ms))
 
     def connection_closed(self, key: BrokerKey, now_ms: int) -> None:
         replica = self._replicas.get(key)
@@ -250,6 +271,67 @@ class Liveness:
 
     def is_alive(self, key: BrokerKey, now_ms: int) -> bool:
         return self.inactive_reason(key, now_ms) is None
+
+    def takeover_wait_ms(
+        self, old_master: BrokerKey, now_ms: int, *, new_master_in_sync_state_set: bool
+    ) -> int:
+        """How long a master elected now must hold its acknowledgements
+        because `old_master` may still hold its lease (DESIGN.md §3.3 "Fencing").
+
+        The old master's lease was renewed at the latest by the answer to
+        its last heartbeat, so it ends before that heartbeat's arrival here
+        plus its masterLeaseMs (its heartbeat timeout, which is longer, when
+        it never said), plus a margin for clock rate drift. Zero when its end
+        is certain (a witness saw the process end), or when it acknowledges
+        only with its whole SyncStateSet and the new master comes from that
+        set (the new master no longer acknowledges for it). A replica this
+        leader never heard from may have been renewed by the previous leader
+        just before this one took over: its bound starts at the takeover.
+        """
+        replica = self._replicas.get(old_master)
+        if replica is not None and replica.process_gone:
+            return 0
+        if replica is None or not replica.heard:
+            since = self._leader_since_ms if self._leader_since_ms is not None else now_ms
+            return max(0, since + self.default_timeout_ms - now_ms)
+        if replica.all_ack_in_sync_state_set and new_master_in_sync_state_set:
+            return 0
+        lease = replica.master_lease_ms or replica.timeout_ms
+        margin = max(20, lease // 20)
+        return max(0, replica.last_heartbeat_ms + lease + margin - now_ms)
+
+    def record_takeover(
+        self,
+        set_key: BrokerSetKey,
+        old_master: int | None,
+        now_ms: int,
+        *,
+        new_master_in_sync_state_set: bool,
+    ) -> int:
+        """An election replaced `old_master` (None: the set had none). Returns
+        how long the new master must hold acknowledgements; a later election
+        of the same set keeps waiting for any lease still running."""
+        previous, end = self._old_lease_ends.get(set_key, (None, now_ms))
+        if old_master is not None:
+            wait = self.takeover_wait_ms(
+                (*set_key, old_master),
+                now_ms,
+                new_master_in_sync_state_set=new_master_in_sync_state_set,
+            )
+            if now_ms + wait >= end:
+                previous, end = old_master, now_ms + wait
+        self._old_lease_ends[set_key] = (previous, end)
+        return max(0, end - now_ms)
+
+    def takeover_remaining_ms(self, set_key: BrokerSetKey, now_ms: int) -> int:
+        """What `masterTakeoverWaitMs` says now. Without a record (the election
+        was a previous leader's) the bound is this leader's grace: every lease
+        the previous leader renewed ends within one timeout of the takeover."""
+        record = self._old_lease_ends.get(set_key)
+        if record is None:
+            since = self._leader_since_ms
+            return 0 if since is None else max(0, since + self.default_timeout_ms - now_ms)
+        return max(0, record[1] - now_ms)
 
     def alive_replicas(
         self, set_key: BrokerSetKey, broker_ids: Iterable[int], now_ms: int

@@ -59,488 +59,47 @@ asyncio thread reads `ControllerState` only under `state_lock` and reads
 from __future__ import annotations
 
 import asyncio
-import base64
 import collections
 import contextlib
-import json
 import logging
 import os
-import struct
 import threading
 import time
-import zlib
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from pysyncobj import SyncObj, SyncObjConf, replicated
 from pysyncobj.config import FAIL_REASON
-from pysyncobj.journal import Journal
 from pysyncobj.monotonic import monotonic as raft_clock
 from pysyncobj.pipe_notifier import PipeNotifier
 from pysyncobj.transport import TCPTransport
 
 from brokergroup_controller.errors import ControllerError, ErrorCode
+from brokergroup_controller.raft_settings import RaftSettings, RaftStatus
+from brokergroup_controller.raft_storage import (
+    DurableJournal,
+    Entry,
+    SnapshotStore,
+    _write_durable,
+    decode_snapshot,
+    encode_snapshot,
+)
 from brokergroup_controller.state import ApplyResult, ControllerState, Event, event_from_dict
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-Entry = tuple[bytes, int, int]  # (command, log index, term), pysyncobj's journal entry
 
 _NO_OP = b"\x01"  # pysyncobj's _COMMAND_TYPE.NO_OP, the first entry of every log
-_JOURNAL_MAGIC = b"BGJOURNAL1\n"
-_RECORD = struct.Struct("<IIQQ")  # command length, crc32, index, term
-_SNAP_MAGIC = b"BGSNAP1 "
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_durable(
-    path: str, data: bytes, *, fsync: bool, keep_previous_as: str | None = None
-) -> None:
-    """Replace `path` atomically: tmp file, fsync, rename, fsync the directory.
-
-    With `keep_previous_as` the old content is hard-linked there first, so one
-    complete copy exists under some name at every instant.
-    """
-    tmp = f"{path}.tmp"
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        if fsync:
-            os.fsync(f.fileno())
-    if keep_previous_as is not None and os.path.exists(path):
-        bak_tmp = f"{keep_previous_as}.tmp"
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(bak_tmp)
-        os.link(path, bak_tmp)
-        os.replace(bak_tmp, keep_previous_as)
-    os.replace(tmp, path)
-    if fsync:
-        _fsync_dir(os.path.dirname(path) or ".")
-
-
-def encode_meta(meta: dict[str, Any]) -> bytes:
-    """journal.meta: one JSON object and its CRC32 on a second line."""
-    body = json.dumps(meta, sort_keys=True).encode()
-    return body + b"\n" + b"%08x\n" % zlib.crc32(body)
-
-
-def decode_meta(data: bytes) -> dict[str, Any] | None:
-    """The meta object, or None for any torn or corrupt copy."""
-    body, sep, crc = data.rstrip(b"\n").rpartition(b"\n")
-    if not sep or len(crc) != 8:
-        try:  # a whole file of the format before the CRC line
-            legacy = json.loads(data)
-        except ValueError:
-            return None
-        return legacy if isinstance(legacy, dict) and data.rstrip().endswith(b"}") else None
-    try:
-        if int(crc, 16) != zlib.crc32(body):
-            return None
-        meta = json.loads(body)
-    except ValueError:
-        return None
-    return meta if isinstance(meta, dict) else None
-
-
-def _crc(command: bytes, index: int, term: int) -> int:
-    return zlib.crc32(command, zlib.crc32(struct.pack("<QQ", index, term)))
-
-
-def _record(entry: Entry) -> bytes:
-    command, index, term = entry
-    return _RECORD.pack(len(command), _crc(command, index, term), index, term) + command
 
 
 # ---------------------------------------------------------------- journal
 
 
-class DurableJournal(Journal):  # type: ignore[misc]  # pysyncobj is untyped
-    """pysyncobj `Journal` with CRC'd records, group fsync and atomic truncation.
-
-    `add` only buffers; `sync` writes the buffer and (with fsync) fdatasyncs.
-    The node calls `sync` before every outgoing message and every tick, so
-    nothing is acknowledged before it is durable. A torn or corrupt tail
-    (power loss) is cut off at load.
-    """
-
-    def __init__(self, directory: str, *, fsync: bool) -> None:
-        self._dir = directory
-        self._path = os.path.join(directory, "journal.log")
-        self._meta_path = os.path.join(directory, "journal.meta")
-        self._fsync = fsync
-        self._entries: list[Entry] = []
-        self._offsets: list[int] = []
-        self._pending = bytearray()
-        self._dirty = False
-        self._meta: dict[str, Any] = {}
-        self._meta_dirty = False
-        self.on_truncated: Callable[[int], None] | None = None
-        os.makedirs(directory, exist_ok=True)
-        self._load_meta()
-        self._fd = self._load()
-
-    # -- loading
-
-    def _load_meta(self) -> None:
-        """The newest intact copy among journal.meta, .bak and a leftover .tmp.
-
-        Each copy carries a CRC. A crash while saving leaves the new copy whole
-        (fsync before rename) or the previous one in place and in `.bak`, so the
-        candidate with the highest term is current; within a term the vote never
-        changes, so its vote is right too.
-        """
-        candidates = []
-        found_any = False
-        for path in (self._meta_path, self._meta_path + ".tmp", self._meta_path + ".bak"):
-            try:
-                with open(path, "rb") as f:
-                    data = f.read()
-            except FileNotFoundError:
-                continue
-            found_any = True
-            meta = decode_meta(data)
-            if meta is None:
-                log.warning(
-                    "Raft meta copy %s is torn or corrupt (%d bytes); ignored", path, len(data)
-                )
-                continue
-            candidates.append(meta)
-        if candidates:
-            self._meta = max(
-                candidates,
-                key=lambda m: (int(m.get("currentTerm", 0)), int(m.get("commitIndex", 0))),
-            )
-        else:
-            if found_any:
-                # Only without raftFsync (documented as not power-loss safe).
-                log.error(
-                    "no intact Raft meta in %s: starting from the journal's last term with no "
-                    "vote recorded (raftFsync=false does not survive power loss)",
-                    self._dir,
-                )
-            self._meta = {}
-
-    def _load(self) -> int:
-        if not os.path.exists(self._path):
-            _write_durable(self._path, _JOURNAL_MAGIC, fsync=self._fsync)
-        with open(self._path, "rb") as f:
-            data = f.read()
-        if not data.startswith(_JOURNAL_MAGIC):
-            raise RuntimeError(f"{self._path} is not a brokergroup journal")
-        pos = len(_JOURNAL_MAGIC)
-        while pos + _RECORD.size <= len(data):
-            length, crc, index, term = _RECORD.unpack_from(data, pos)
-            end = pos + _RECORD.size + length
-            command = data[pos + _RECORD.size : end]
-            if end > len(data) or _crc(command, index, term) != crc:
-                break
-            if self._entries and index != self._entries[-1][1] + 1:
-                break
-            self._entries.append((command, index, term))
-            self._offsets.append(pos)
-            pos = end
-        fd = os.open(self._path, os.O_RDWR)
-        if pos < len(data):
-            log.warning(
-                "journal %s: cutting a torn or corrupt tail at byte %d of %d (%d entries kept)",
-                self._path,
-                pos,
-                len(data),
-                len(self._entries),
-            )
-            os.ftruncate(fd, pos)
-            if self._fsync:
-                os.fsync(fd)
-        os.lseek(fd, 0, os.SEEK_END)
-        self._size = pos
-        return fd
-
-    # -- pysyncobj Journal interface (Raft thread only)
-
-    def add(self, command: bytes, idx: int, term: int) -> None:
-        entry = (bytes(command), int(idx), int(term))
-        self._offsets.append(self._size + len(self._pending))
-        self._entries.append(entry)
-        self._pending += _record(entry)
-        self._dirty = True
-
-    def clear(self) -> None:
-        self._rewrite([])
-
-    def deleteEntriesFrom(self, entryFrom: int) -> None:
-        if entryFrom >= len(self._entries):
-            return
-        self._write_pending()
-        cut = self._offsets[entryFrom]
-        os.ftruncate(self._fd, cut)
-        os.lseek(self._fd, 0, os.SEEK_END)
-        self._size = cut
-        del self._entries[entryFrom:]
-        del self._offsets[entryFrom:]
-        self._dirty = True
-
-    def deleteEntriesTo(self, entryTo: int) -> None:
-        self._rewrite(self._entries[entryTo:])
-        if self.on_truncated is not None and self._entries:
-            self.on_truncated(self._entries[0][1])
-
-    def __getitem__(self, item: Any) -> Any:
-        return self._entries[item]
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def _destroy(self) -> None:
-        with contextlib.suppress(OSError):
-            self.sync()
-            self._save_meta(durable=self._fsync)
-            os.close(self._fd)
-
-    def setRaftCommitIndex(self, raftCommitIndex: int) -> None:
-        if self._meta.get("commitIndex") != raftCommitIndex:
-            self._meta["commitIndex"] = raftCommitIndex
-            self._meta_dirty = True
-
-    def getRaftCommitIndex(self) -> int:
-        return int(self._meta.get("commitIndex", 1))
-
-    def setCurrentTerm(self, term: int, votedForNodeId: Any) -> None:
-        # Raft: currentTerm/votedFor must be durable before the vote leaves.
-        self._meta["currentTerm"] = int(term)
-        self._meta["votedFor"] = None if votedForNodeId is None else str(votedForNodeId)
-        self._save_meta(durable=self._fsync)
-
-    def getCurrentTerm(self) -> int:
-        return int(self._meta.get("currentTerm", 0))
-
-    def getVotedForNodeId(self) -> str | None:
-        voted = self._meta.get("votedFor")
-        return None if voted is None else str(voted)
-
-    def onOneSecondTimer(self) -> None:
-        # The commit index is only a hint for replay, but the file also holds the
-        # term and vote: a rename of an unsynced copy could leave an empty file.
-        if self._meta_dirty:
-            self._save_meta(durable=self._fsync)
-
-    # -- ours
-
-    def sync(self) -> None:
-        """Make every added entry reach the kernel, and the disk with fsync."""
-        if not self._dirty:
-            return
-        self._write_pending()
-        if self._fsync:
-            os.fdatasync(self._fd)
-        self._dirty = False
-
-    def _write_pending(self) -> None:
-        if not self._pending:
-            return
-        view = memoryview(self._pending)
-        while view:
-            written = os.write(self._fd, view)
-            view = view[written:]
-        self._size += len(self._pending)
-        self._pending = bytearray()
-
-    def _save_meta(self, *, durable: bool) -> None:
-        _write_durable(
-            self._meta_path,
-            encode_meta(self._meta),
-            fsync=durable,
-            keep_previous_as=self._meta_path + ".bak",
-        )
-        self._meta_dirty = False
-
-    def _rewrite(self, entries: list[Entry]) -> None:
-        """Atomic replacement: the old or the new journal survives any crash."""
-        body = bytearray(_JOURNAL_MAGIC)
-        offsets = []
-        for entry in entries:
-            offsets.append(len(body))
-            body += _record(entry)
-        _write_durable(self._path, bytes(body), fsync=self._fsync)
-        os.close(self._fd)
-        self._fd = os.open(self._path, os.O_RDWR)
-        os.lseek(self._fd, 0, os.SEEK_END)
-        self._entries = list(entries)
-        self._offsets = offsets
-        self._size = len(body)
-        self._pending = bytearray()
-        self._dirty = False
-
-
 # ---------------------------------------------------------------- snapshots
 
 
-def _entry_to_json(entry: Entry) -> list[Any]:
-    return [base64.b64encode(entry[0]).decode(), entry[1], entry[2]]
-
-
-def _entry_from_json(raw: list[Any]) -> Entry:
-    return (base64.b64decode(raw[0]), int(raw[1]), int(raw[2]))
-
-
-def encode_snapshot(prev: Entry, last: Entry, state: dict[str, Any]) -> bytes:
-    body = json.dumps(
-        {"format": 1, "prev": _entry_to_json(prev), "last": _entry_to_json(last), "state": state},
-        sort_keys=True,
-    ).encode()
-    return _SNAP_MAGIC + f"{zlib.crc32(body):08x}\n".encode() + body
-
-
-def decode_snapshot(data: bytes) -> tuple[Entry, Entry, dict[str, Any]]:
-    """Inverse of `encode_snapshot`; ValueError if torn or corrupt."""
-    header_end = len(_SNAP_MAGIC) + 9
-    if not data.startswith(_SNAP_MAGIC) or len(data) < header_end:
-        raise ValueError("not a brokergroup snapshot")
-    body = data[header_end:]
-    if f"{zlib.crc32(body):08x}" != data[len(_SNAP_MAGIC) : header_end - 1].decode():
-        raise ValueError("snapshot checksum mismatch")
-    doc = json.loads(body)
-    return _entry_from_json(doc["prev"]), _entry_from_json(doc["last"]), doc["state"]
-
-
-class SnapshotStore:
-    """Versioned, durable snapshots `snap-<first journal index>.json`."""
-
-    def __init__(self, directory: str, *, fsync: bool, keep: int) -> None:
-        self._dir = directory
-        self._fsync = fsync
-        self._keep = max(2, keep)
-        os.makedirs(directory, exist_ok=True)
-
-    def _indexes(self) -> list[int]:
-        found = []
-        for name in os.listdir(self._dir):
-            if name.startswith("snap-") and name.endswith(".json"):
-                with contextlib.suppress(ValueError):
-                    found.append(int(name[5:-5]))
-        return sorted(found)
-
-    def _path(self, index: int) -> str:
-        return os.path.join(self._dir, f"snap-{index:020d}.json")
-
-    def save(self, data: bytes, first_index: int) -> None:
-        _write_durable(self._path(first_index), data, fsync=self._fsync)
-
-    def find(self, first_entry: Entry) -> bytes | None:
-        """The snapshot whose boundary entry is the journal's first entry."""
-        path = self._path(first_entry[1])
-        try:
-            with open(path, "rb") as f:
-                data = f.read()
-            prev, _, _ = decode_snapshot(data)
-        except (OSError, ValueError) as exc:
-            log.warning("snapshot %s unusable: %s", path, exc)
-            return None
-        return data if prev == first_entry else None
-
-    def prune(self, journal_first_index: int) -> None:
-        """Keep the newest few, and always the one the journal starts at."""
-        indexes = self._indexes()
-        for index in indexes[: -self._keep]:
-            if index != journal_first_index:
-                with contextlib.suppress(OSError):
-                    os.remove(self._path(index))
-
-
 # ---------------------------------------------------------------- settings
-
-
-_ALL_INTERFACES = frozenset({"0.0.0.0", "::", "", "*"})
-
-
-@dataclass(frozen=True)
-class RaftSettings:
-    """Raft tuning (docs/controller.md explains each choice)."""
-
-    self_address: str
-    """This node's stable `host:port` (a DNS name in Kubernetes, never a pod IP)."""
-    peers: tuple[str, ...]
-    """Every member's `host:port`, this node included."""
-    data_dir: str
-    bind_host: str | None = None
-    """Host the Raft port binds; None = the host of `self_address` (never all interfaces)."""
-    password: str | None = None
-    """pysyncobj `password`: frames are Fernet tokens (AES + HMAC) checked before
-    unpickling. None leaves the port open to anyone who can reach it (dev only)."""
-    raft_min_timeout_s: float = 0.2
-    """Election timeout lower bound: lower is faster failover, more spurious elections."""
-    raft_max_timeout_s: float = 0.4
-    append_entries_period_s: float = 0.01
-    """Heartbeat and batch period: bounds commit latency (about half of it on average)."""
-    connection_timeout_s: float = 2.0
-    connection_retry_s: float = 0.5
-    log_compaction_min_entries: int = 5000
-    log_compaction_min_time_s: float = 300.0
-    fsync: bool = True
-    """fdatasync before acknowledging; False survives kill -9 but not power loss."""
-    dns_cache_s: float = 2.0
-    """Short, so a peer pod that comes back with a new IP is reached quickly."""
-    snapshots_kept: int = 3
-
-    @property
-    def read_lease_s(self) -> float:
-        """How long a majority's last answers keep a leader's reads current: below the
-        election timeout by two heartbeat periods (answers arrive after the followers
-        reset their timers)."""
-        return self.raft_min_timeout_s - 2 * self.append_entries_period_s
-
-    @property
-    def raft_bind_host(self) -> str:
-        return self.bind_host or self.self_address.rsplit(":", 1)[0]
-
-    def validate(self) -> None:
-        if self.raft_bind_host in _ALL_INTERFACES:
-            raise ValueError(
-                f"the Raft port may not bind all interfaces ({self.raft_bind_host}): "
-                "bind it to the node's own address"
-            )
-        if self.self_address not in self.peers:
-            raise ValueError(f"self address {self.self_address} is not in peers {self.peers}")
-        if len(set(self.peers)) != len(self.peers):
-            raise ValueError(f"duplicate peers in {self.peers}")
-        if not self.raft_min_timeout_s > 3 * self.append_entries_period_s:
-            raise ValueError("raftMinTimeout must exceed 3 x appendEntriesPeriod")
-        if not self.raft_max_timeout_s > self.raft_min_timeout_s:
-            raise ValueError("raftMaxTimeout must exceed raftMinTimeout")
-        if not self.connection_timeout_s >= self.raft_max_timeout_s:
-            raise ValueError("connectionTimeout must be >= raftMaxTimeout")
-        if self.log_compaction_min_entries < 2 or self.log_compaction_min_time_s <= 0:
-            raise ValueError("log compaction needs minEntries >= 2 and minTime > 0")
-
-
-@dataclass(frozen=True)
-class RaftStatus:
-    """Immutable view of the Raft node, published after every tick."""
-
-    self_address: str
-    members: tuple[str, ...]
-    connected: frozenset[str]
-    leader: str | None
-    is_leader: bool
-    term: int
-    commit_index: int
-    last_applied: int
-    leader_commit_index: int | None
-    has_quorum: bool
-    log_entries: int
-    snapshots_loaded: int
-    caught_up: bool
-    """Leader known and applied: a follower once caught up with the leader's commit
-    index since start (latched, so it does not flap under load); a leader has
-    applied every entry up to its own first entry of this term (reads are current)."""
 
 
 class _SyncBeforeSendTransport(TCPTransport):  # type: ignore[misc]  # pysyncobj is untyped
@@ -914,13 +473,3 @@ class ControllerRaftNode(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
         """Test hook: compact at the next tick."""
         self.forceLogCompaction()
         self._wakeup.notify()
-
-
-def parse_peers(value: str | Sequence[str]) -> tuple[str, ...]:
-    items = value.split(",") if isinstance(value, str) else list(value)
-    peers = tuple(item.strip() for item in items if item.strip())
-    for peer in peers:
-        host, _, port = peer.rpartition(":")
-        if not host or not port.isdigit():
-            raise ValueError(f"peer {peer!r} is not host:port")
-    return peers

@@ -122,13 +122,21 @@ def parse_heartbeat(b: Mapping[str, Any]) -> dict[str, Any]:
         heartbeat_timeout_ms=_opt_int(b, "heartbeatTimeoutMs", 0, minimum=0) or 0,
         store_writable=_opt_bool(b, "storeWritable", True),
         store_error=_opt_str(b, "storeError"),
+        master_lease_ms=_opt_int(b, "masterLeaseMs", None, minimum=1),
+        all_ack_in_sync_state_set=_opt_bool(b, "allAckInSyncStateSet", False),
     )
     return {"heartbeat": hb}
 
 
 def parse_inactive(b: Mapping[str, Any]) -> dict[str, Any]:
     reason = _opt_str(b, "reason") or "reported inactive"
-    return {**query_key(b), "brokerId": int_field(b, "brokerId", minimum=1), "reason": reason}
+    return {
+        **query_key(b),
+        "brokerId": int_field(b, "brokerId", minimum=1),
+        "reason": reason,
+        # True only from a witness of the process's end (exit status, pod gone).
+        "processGone": _opt_bool(b, "processGone", False),
+    }
 
 
 def parse_alter(b: Mapping[str, Any]) -> dict[str, Any]:

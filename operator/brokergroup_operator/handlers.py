@@ -560,7 +560,7 @@ async def pod_event(
         if addresses:
             try:
                 await rt.controller(addresses).report_inactive(
-                    ns, group, decision.broker_id, decision.text
+                    ns, group, decision.broker_id, decision.text, process_gone=decision.process_gone
                 )
                 metrics.INACTIVE_REPORTS.labels(str(decision.reason)).inc()
                 log.info(

@@ -36,6 +36,11 @@ class ReportInactive:
     def text(self) -> str:
         return f"{self.reason} ({self.pod})"
 
+    #: Set when the broker process certainly ended: its container terminated
+    #: or its pod no longer exists. A pod that is only being deleted or not
+    #: ready may still acknowledge writes until its lease runs out.
+    process_gone: bool = False
+
 
 def liveness_decision(before: PodFacts | None, after: PodFacts | None) -> ReportInactive | None:
     """Compare the last seen state of a pod with the new one (None: absent)."""
@@ -52,17 +57,25 @@ def liveness_decision(before: PodFacts | None, after: PodFacts | None) -> Report
         before = None
     was_deleting = before is not None and before.deleting
     if after is None or after.deleting:
-        if was_deleting:
+        if was_deleting and after is not None:
             return None
-        return ReportInactive(broker_id, seen.name, InactiveReason.POD_DELETED)
+        # Reported again when the object is gone: only then is the process
+        # certainly ended, which ends a new master's wait for its lease.
+        return ReportInactive(
+            broker_id, seen.name, InactiveReason.POD_DELETED, process_gone=after is None
+        )
     if after.broker_terminated and not (before is not None and before.broker_terminated):
-        return ReportInactive(broker_id, after.name, InactiveReason.CONTAINER_TERMINATED)
+        return ReportInactive(
+            broker_id, after.name, InactiveReason.CONTAINER_TERMINATED, process_gone=True
+        )
     if (
         before is not None
         and after.restart_count > before.restart_count
         and not before.broker_terminated  # else already reported: this is the new process
     ):
-        return ReportInactive(broker_id, after.name, InactiveReason.CONTAINER_TERMINATED)
+        return ReportInactive(
+            broker_id, after.name, InactiveReason.CONTAINER_TERMINATED, process_gone=True
+        )
     if before is not None and before.ready and not after.ready:
         return ReportInactive(broker_id, after.name, InactiveReason.POD_NOT_READY)
     return None

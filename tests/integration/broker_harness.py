@@ -305,7 +305,7 @@ class BrokerGroupHarness:
     def master_slot(self) -> int | None:
         """The slot every live broker and the controller agree is master, lease held."""
         info = self.replica_info()
-        if info is None or info.get("masterBrokerId") is None:
+        if info is None or info.get("masterBrokerId") is None or not info.get("masterAlive", True):
             return None
         for slot in self.brokers:
             status = self.status(slot)
@@ -394,7 +394,8 @@ class CarefulProducer:
         address = self.pinned_address
         if address is None:
             info = await _to_thread(self.group.replica_info)
-            address = None if info is None else info.get("masterAddress")
+            live = info is not None and info.get("masterAlive", True)
+            address = info.get("masterAddress") if info is not None and live else None
         if not address:
             return None
         try:

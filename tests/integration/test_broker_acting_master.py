@@ -58,9 +58,9 @@ async def test_slave_acts_as_read_only_master_and_hands_back(tmp_path: Path) -> 
 
         def no_master() -> dict[str, object] | None:
             info = group.replica_info()
-            return info if info is not None and info["masterBrokerId"] is None else None
+            return info if info is not None and not info["masterAlive"] else None
 
-        await asyncio.to_thread(group.wait_for, no_master, "the controller to record no master")
+        await asyncio.to_thread(group.wait_for, no_master, "the controller to see no live master")
         group.resume(survivor)
 
         def acting() -> dict[str, object] | None:

@@ -41,7 +41,9 @@ import pytest
 
 from brokergroup_controller.client import ControllerClient, ControllerUnavailable
 from brokergroup_controller.errors import ControllerError
-from brokergroup_controller.raft_node import ControllerRaftNode, DurableJournal, RaftSettings
+from brokergroup_controller.raft_node import ControllerRaftNode
+from brokergroup_controller.raft_settings import RaftSettings
+from brokergroup_controller.raft_storage import DurableJournal
 from brokergroup_controller.state import ApplyBrokerId
 
 from .controller_harness import ControllerCluster

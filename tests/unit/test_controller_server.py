@@ -24,10 +24,12 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from brokergroup_controller import api
+from brokergroup_controller.app import SERVICE_KEY, create_app
 from brokergroup_controller.client import ControllerClient, ControllerUnavailable
 from brokergroup_controller.errors import ControllerError, ErrorCode
-from brokergroup_controller.raft_node import ControllerRaftNode, RaftStatus
-from brokergroup_controller.server import ControllerConfig, config_from_sources, create_app
+from brokergroup_controller.raft_node import ControllerRaftNode
+from brokergroup_controller.raft_settings import RaftStatus
+from brokergroup_controller.server import ControllerConfig, config_from_sources
 from brokergroup_controller.state import ControllerState
 
 TOKEN = "s3cret"
@@ -310,6 +312,61 @@ async def test_store_not_writable_master_fails_over_before_the_answer(node_and_c
     assert (
         reply["masterBrokerId"] == 2 and reply["masterEpoch"] == 2 and reply["syncStateSet"] == [2]
     )
+
+
+async def test_replica_info_names_a_dead_master_and_says_it_is_not_alive(
+    node_and_client: Any,
+) -> None:
+    """§2.4: replica-info always names the master the Raft state records, with
+    `masterAlive`; it used to hide the id while the master was not alive, so
+    readers could not tell "no master" from "master 1, dead, election pending".
+    Also (§3.3 "Fencing"): a master elected while the old one may hold its
+    lease is told how long to hold its acknowledgements (`masterTakeoverWaitMs`)."""
+    _node, client = node_and_client
+    await setup_group(client)
+    alter = {"clusterName": C, "brokerName": B, "masterBrokerId": 1, "masterEpoch": 1,
+             "syncStateSet": [1, 2], "syncStateSetEpoch": 1}  # fmt: skip
+    assert (await post(client, "/v1/sync-state-set/alter", alter))[0] == 200
+    query = {"clusterName": C, "brokerName": B}
+    alive = await (await client.get("/v1/replica-info", params=query)).json()
+    assert (alive["masterBrokerId"], alive["masterAlive"], alive["masterTakeoverWaitMs"]) == (
+        1, True, 0,
+    )  # fmt: skip
+    # A leadership change: everyone is alive by grace only, and member 2 has
+    # not proved itself yet, so the election for a dead master 1 must wait.
+    service = client.server.app[SERVICE_KEY]
+    service.liveness.become_leader(service.clock_ms())
+    status, reply = await post(
+        client,
+        "/v1/brokers/inactive",
+        {"clusterName": C, "brokerName": B, "brokerId": 1, "reason": "pod not ready"},
+    )
+    assert status == 200
+    assert (reply["masterBrokerId"], reply["masterAddress"], reply["masterAlive"]) == (
+        1, "10.0.0.1:10911", False,
+    )  # fmt: skip
+    assert reply["masterEpoch"] == 1
+    async with ControllerClient([str(client.make_url("/")).rstrip("/")]) as cc:
+        info = await cc.replica_info(C, B)
+    assert info.master_broker_id == 1 and not info.master_alive
+    assert info.live_master_broker_id is None and info.live_master_address is None
+    # Member 2 proves itself: elected; broker 1 was never heard by this leader,
+    # so its lease may have been renewed by the previous one: 2 must hold.
+    status, reply = await post(
+        client,
+        "/v1/brokers/heartbeat",
+        {"clusterName": C, "brokerName": B, "brokerId": 2, "address": "10.0.0.2:10911",
+         "epoch": 1, "maxOffset": 0, "confirmOffset": 0, "heartbeatTimeoutMs": 60000},
+    )  # fmt: skip
+    assert status == 200
+    deadline = time.monotonic() + 10
+    while True:  # the retry of the waiting election is due after its backoff
+        after = await (await client.get("/v1/replica-info", params=query)).json()
+        if after["masterBrokerId"] != 1 or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.05)
+    assert (after["masterBrokerId"], after["masterAlive"], after["masterEpoch"]) == (2, True, 2)
+    assert 0 < after["masterTakeoverWaitMs"] <= service.config.heartbeat_timeout_ms
 
 
 async def test_watch_returns_on_epoch_change_or_timeout(node_and_client: Any) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from brokergroup_broker.core.broker import (
+from brokergroup_broker.core.broker_settings import (
     group_view_of,
     ha_address_of,
     ha_config_of,

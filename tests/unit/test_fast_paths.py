@@ -29,7 +29,6 @@ from brokergroup_broker.protocol.codec import (
     decode_request,
     decode_send_batch,
     encode_request,
-    encode_response,
 )
 from brokergroup_broker.protocol.messages import (
     ProduceMessage,
@@ -39,6 +38,7 @@ from brokergroup_broker.protocol.messages import (
     SendRunResult,
     SentMessage,
 )
+from brokergroup_broker.protocol.response_codec import encode_response
 from brokergroup_broker.store import MessageStore, StoreConfig
 from brokergroup_broker.store.errors import MessageInvalid
 from brokergroup_broker.store.message import (
@@ -48,13 +48,9 @@ from brokergroup_broker.store.message import (
     MIN_RECORD_BYTES,
     MessageInput,
     RecordIndex,
-    ScanResult,
-    ScanStop,
-    _check_record,
-    encode_batch,
-    encode_run,
-    scan_records,
 )
+from brokergroup_broker.store.message_encode import encode_batch, encode_run
+from brokergroup_broker.store.message_scan import ScanResult, ScanStop, _check_record, scan_records
 
 STORE_V4 = ("192.168.1.7", 10911)
 HOSTS = [("10.0.0.1", 1234), ("::1", 99), ("127.0.40.10", 10911)]

@@ -10,6 +10,8 @@ dropped when an attempt succeeds or the master is alive again.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -222,3 +224,78 @@ def test_graced_masters_are_not_elected_away() -> None:
     sets = {SET: WatchedSet(master=1, broker_ids=frozenset({1, 2}))}
     assert lv.tick(1999, sets) == []
     assert lv.tick(2001, sets) == [SET]  # silent for a whole timeout: now it is dead
+
+
+# ------------------------------------------------- takeover wait (§3.3 "Fencing")
+
+
+def master_hb(
+    broker_id: int, *, lease_ms: int | None = 700, all_ack: bool = False
+) -> BrokerHeartbeat:
+    return replace(
+        hb(broker_id, timeout_ms=1000), master_lease_ms=lease_ms, all_ack_in_sync_state_set=all_ack
+    )
+
+
+def test_new_master_waits_out_the_old_lease_after_an_early_election() -> None:
+    """An election on a report (not a timeout) leaves the old lease running:
+    the wait is its last heartbeat + masterLeaseMs + margin, minus now."""
+    lv = leader(now_ms=-10_000)
+    lv.heartbeat(master_hb(1, lease_ms=700), 1000)
+    lv.report_inactive((C, B, 1), "pod not ready", 1200)
+    assert not lv.is_alive((C, B, 1), 1200)
+    wait = lv.record_takeover(SET, 1, 1200, new_master_in_sync_state_set=True)
+    assert wait == 1000 + 700 + 35 - 1200  # margin: lease/20, at least 20 ms
+    assert lv.takeover_remaining_ms(SET, 1500) == wait - 300
+    assert lv.takeover_remaining_ms(SET, 5000) == 0
+
+
+def test_no_wait_when_the_old_master_is_certainly_gone_or_timed_out() -> None:
+    lv = leader(now_ms=-10_000)
+    lv.heartbeat(master_hb(1), 1000)
+    lv.report_inactive((C, B, 1), "process exited", 1100, process_gone=True)
+    assert lv.record_takeover(SET, 1, 1100, new_master_in_sync_state_set=True) == 0
+    lv2 = leader(now_ms=-10_000)
+    lv2.heartbeat(master_hb(1), 1000)
+    # Elected on the heartbeat timeout (1000 ms > lease 700 ms): already over.
+    assert lv2.record_takeover(SET, 1, 2001, new_master_in_sync_state_set=True) == 0
+
+
+def test_a_later_certain_report_ends_the_wait_early() -> None:
+    lv = leader(now_ms=-10_000)
+    lv.heartbeat(master_hb(1), 1000)
+    lv.report_inactive((C, B, 1), "pod deleted", 1100)
+    assert lv.record_takeover(SET, 1, 1100, new_master_in_sync_state_set=True) > 0
+    lv.report_inactive((C, B, 2), "pod deleted", 1150, process_gone=True)  # not the old master
+    assert lv.takeover_remaining_ms(SET, 1150) > 0
+    lv.report_inactive((C, B, 1), "pod gone", 1200, process_gone=True)
+    assert lv.takeover_remaining_ms(SET, 1200) == 0
+
+
+def test_all_ack_old_master_needs_no_wait_only_for_an_in_sync_successor() -> None:
+    lv = leader(now_ms=-10_000)
+    lv.heartbeat(master_hb(1, all_ack=True), 1000)
+    lv.report_inactive((C, B, 1), "pod not ready", 1100)
+    assert lv.record_takeover(SET, 1, 1100, new_master_in_sync_state_set=True) == 0
+    # An unclean successor was never in the set the old master waits on.
+    assert lv.record_takeover(SET, 1, 1100, new_master_in_sync_state_set=False) > 0
+
+
+def test_unknown_lease_reads_as_the_heartbeat_timeout_and_graced_as_the_takeover() -> None:
+    lv = leader(now_ms=-10_000)
+    lv.heartbeat(master_hb(1, lease_ms=None), 1000)  # an old broker: no masterLeaseMs
+    lv.report_inactive((C, B, 1), "pod not ready", 1000)
+    assert lv.record_takeover(SET, 1, 1000, new_master_in_sync_state_set=True) == 1000 + 50
+    fresh = leader(now_ms=5000)  # never heard broker 1: the previous leader may have renewed it
+    assert fresh.takeover_remaining_ms(SET, 5500) == 1500
+    assert fresh.record_takeover(SET, 1, 5500, new_master_in_sync_state_set=True) == 1500
+
+
+def test_a_second_election_keeps_waiting_for_the_first_lease() -> None:
+    """Old master 1 replaced by 2, which dies at once: 3 still waits for 1's lease."""
+    lv = leader(now_ms=-10_000)
+    lv.heartbeat(master_hb(1), 1000)
+    lv.report_inactive((C, B, 1), "pod not ready", 1000)
+    first = lv.record_takeover(SET, 1, 1000, new_master_in_sync_state_set=True)
+    lv.report_inactive((C, B, 2), "process exited", 1100, process_gone=True)
+    assert lv.record_takeover(SET, 2, 1100, new_master_in_sync_state_set=True) == first - 100

@@ -247,6 +247,7 @@ def test_controller_leader_and_numbered_controller() -> None:
     ("target", "overrides", "message"),
     [
         ("master", {"replica_info": {**REPLICA_INFO, "masterBrokerId": None}}, "no live master"),
+        ("master", {"replica_info": {**REPLICA_INFO, "masterAlive": False}}, "no live master"),
         ("broker-3", {}, "not running: backoff"),
         ("broker-9", {}, "no broker process holds BrokerId 9"),
         ("controller-leader", {"raft": {}}, "no controller reports a Raft leader"),
@@ -258,3 +259,12 @@ def test_unresolvable_targets_are_refused_with_the_reason(
 ) -> None:
     with pytest.raises(TargetError, match=message):
         resolve_target(parse_target(target), _snapshot(**overrides))
+
+
+def test_a_recorded_master_that_is_not_alive_is_shown_as_such() -> None:
+    """Controllers name the recorded master with masterAlive=false while it is
+    dead (election pending): status says so rather than "master: none"."""
+    s = _snapshot(replica_info={**REPLICA_INFO, "masterAlive": False})
+    assert s.master_broker_id is None and s.dead_master_broker_id == 1
+    assert "master: broker 1 is not alive (awaiting election)" in render_text(s)
+    assert s.to_json()["master"] is None and s.to_json()["deadMasterBrokerId"] == 1

@@ -99,9 +99,9 @@ class FakeController:
         )
 
     async def report_inactive(
-        self, cluster: str, broker: str, broker_id: int, reason: str
+        self, cluster: str, broker: str, broker_id: int, reason: str, *, process_gone: bool = False
     ) -> ReplicaInfo:
-        self.calls.append(("inactive", broker_id, reason))
+        self.calls.append(("inactive", broker_id, reason, process_gone))
         return self.info
 
     async def clean_broker_data(
@@ -263,7 +263,11 @@ async def test_pod_deletion_is_reported_at_once() -> None:
     await handlers.pod_event(
         event={"type": "DELETED", "object": gone}, body=kopf.Body(gone), namespace="ns", memo=memo
     )
-    assert ctl.calls == [("inactive", 1, "pod deleted (bg-0)")]
+    # Deleting: maybe still running (no certainty); gone: certainly ended.
+    assert ctl.calls == [
+        ("inactive", 1, "pod deleted (bg-0)", False),
+        ("inactive", 1, "pod deleted (bg-0)", True),
+    ]
 
 
 async def test_delete_waits_for_pods_then_cleans_ids() -> None:

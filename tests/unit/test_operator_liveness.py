@@ -1,7 +1,8 @@
 """Pod events → "report broker inactive" (DESIGN.md §5 Pod liveness).
 
-A report is made once per transition (deleted, Ready True→False, broker
-container terminated or restarted), only for pods labelled with a BrokerId,
+A report is made once per transition (deleted, gone, Ready True→False, broker
+container terminated or restarted); only "gone" and "terminated" say the
+process certainly ended, only for pods labelled with a BrokerId,
 never for a starting pod that is not ready yet; replaying the same event
 (kopf re-delivers, two replicas) reports nothing the second time."""
 
@@ -24,8 +25,13 @@ def test_each_transition_reports_once() -> None:
         2, "bg-1", InactiveReason.POD_DELETED
     )
     assert liveness_decision(deleting, deleting) is None
-    assert liveness_decision(deleting, None) is None
-    assert liveness_decision(BASE, None) == ReportInactive(2, "bg-1", InactiveReason.POD_DELETED)
+    # Gone after deleting: reported again, now as certainly ended (§3.3 "Fencing").
+    assert liveness_decision(deleting, None) == ReportInactive(
+        2, "bg-1", InactiveReason.POD_DELETED, process_gone=True
+    )
+    assert liveness_decision(BASE, None) == ReportInactive(
+        2, "bg-1", InactiveReason.POD_DELETED, process_gone=True
+    )
     not_ready = replace(BASE, ready=False)
     assert liveness_decision(BASE, not_ready) == ReportInactive(
         2, "bg-1", InactiveReason.POD_NOT_READY
@@ -33,7 +39,7 @@ def test_each_transition_reports_once() -> None:
     assert liveness_decision(not_ready, not_ready) is None
     crashed = replace(BASE, broker_terminated=True, ready=False)
     assert liveness_decision(BASE, crashed) == ReportInactive(
-        2, "bg-1", InactiveReason.CONTAINER_TERMINATED
+        2, "bg-1", InactiveReason.CONTAINER_TERMINATED, process_gone=True
     )
     # The kubelet shows the terminated state, then the restarted container:
     # only the first is a report (the second would mark the new process dead).
@@ -41,7 +47,7 @@ def test_each_transition_reports_once() -> None:
     assert liveness_decision(crashed, back) is None
     restarted = replace(BASE, restart_count=1)  # crash and restart between two events
     assert liveness_decision(BASE, restarted) == ReportInactive(
-        2, "bg-1", InactiveReason.CONTAINER_TERMINATED
+        2, "bg-1", InactiveReason.CONTAINER_TERMINATED, process_gone=True
     )
 
 

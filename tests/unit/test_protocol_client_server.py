@@ -21,7 +21,6 @@ import io
 import json
 import socket
 import struct
-import zlib
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,12 +34,11 @@ from brokergroup_broker.protocol.client import (
     BrokerConnectionError,
     BrokerUnavailableError,
     ClientConfig,
-    Consumer,
     ControllerDiscovery,
-    Producer,
     StaticDiscovery,
 )
-from brokergroup_broker.protocol.codec import FrameDecoder, decode_response, encode_request
+from brokergroup_broker.protocol.codec import FrameDecoder, encode_request
+from brokergroup_broker.protocol.consumer import Consumer
 from brokergroup_broker.protocol.handler import RequestHandler
 from brokergroup_broker.protocol.messages import (
     NO_CONSUMER_OFFSET,
@@ -54,7 +52,10 @@ from brokergroup_broker.protocol.messages import (
     SendResult,
     SentMessage,
 )
+from brokergroup_broker.protocol.producer import Producer
+from brokergroup_broker.protocol.response_codec import decode_response
 from brokergroup_broker.protocol.server import BrokerProtocolServer, ServerConfig
+from brokergroup_broker.store.message import body_crc
 from brokergroup_controller.api import BrokerLiveness, ReplicaInfo
 
 HOST = "127.0.2.1"
@@ -113,7 +114,7 @@ class FakeBroker:
                     self.physical,
                     m.body,
                     m.store_properties(),
-                    body_crc=zlib.crc32(m.body),
+                    body_crc=body_crc(m.body),  # as the store keeps it (masked)
                 )
             )
             sent.append(SentMessage(queue_id, qoff, self.physical))

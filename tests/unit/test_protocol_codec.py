@@ -27,9 +27,7 @@ from brokergroup_broker.protocol.codec import (
     ProtocolError,
     RemoteProtocolError,
     decode_request,
-    decode_response,
     encode_request,
-    encode_response,
     request_code_of,
 )
 from brokergroup_broker.protocol.messages import (
@@ -54,6 +52,7 @@ from brokergroup_broker.protocol.messages import (
     SentMessage,
     TopicQueueCountRequest,
 )
+from brokergroup_broker.protocol.response_codec import decode_response, encode_response
 
 REQUESTS: list[Request] = [
     SendMessagesRequest("orders", None, (ProduceMessage("orders", b"hello"),)),

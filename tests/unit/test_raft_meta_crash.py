@@ -18,7 +18,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from brokergroup_controller.raft_node import DurableJournal, decode_meta, encode_meta
+from brokergroup_controller.raft_storage import DurableJournal, decode_meta, encode_meta
 
 STATES = [(1, "127.0.2.1:9880"), (2, "127.0.2.2:9880"), (3, None), (4, "127.0.2.3:9880")]
 

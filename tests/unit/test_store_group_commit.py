@@ -89,3 +89,63 @@ def test_failed_fdatasync_is_reported_and_does_not_spin(
         service.stop()
         monkeypatch.undo()
         store.close(flush=False)
+
+
+def test_a_request_below_an_earlier_one_after_a_truncation_is_synced(tmp_path: Path) -> None:
+    # A broker's committer lives as long as the process: a log cut back (a slave
+    # truncating to the master's epochs, then master again) is appended anew at
+    # offsets below what was requested before. Those requests used to return
+    # without waking the idle thread: nothing synced them (the commit rule then
+    # waited for the 500 ms flush timer, seen as 0.5 s stalls in chaos runs).
+    store = MessageStore.open(tmp_path, StoreConfig(commit_log_segment_bytes=1 << 20))
+    flushed: list[int] = []
+    done = threading.Event()
+
+    def on_flushed(offset: int) -> None:
+        flushed.append(offset)
+        done.set()
+
+    service = GroupCommitService(store, on_flushed=on_flushed)
+    service.start()
+    try:
+        first = store.put_messages(batch(10), HOST, 1, flush=False)
+        service.request(first.end_offset)
+        assert done.wait(5) and store.flushed_offset == first.end_offset
+        store.truncate(first.messages[5].physical_offset)
+        done.clear()
+        again = store.put_messages(batch(3), HOST, 1, flush=False)
+        assert again.end_offset < first.end_offset  # below the earlier request
+        assert store.needs_sync(again.end_offset)
+        service.request(again.end_offset)
+        assert done.wait(5), "the append after the truncation was never synced"
+        assert store.flushed_offset == again.end_offset and not store.needs_sync(again.end_offset)
+    finally:
+        service.stop()
+        store.close()
+
+
+def test_a_request_already_synced_by_the_flush_timer_is_still_reported(tmp_path: Path) -> None:
+    # The broker's flush timer (store.flush every flushIntervalMs) also syncs the
+    # log. A request it had already covered found nothing to sync and was never
+    # reported: a slave, which acks on on_flushed, sent that ack only with the
+    # master's next HA heartbeat (0.5 s stalls of every producer in chaos runs).
+    store = MessageStore.open(tmp_path, StoreConfig(commit_log_segment_bytes=1 << 20))
+    flushed: list[int] = []
+    done = threading.Event()
+
+    def on_flushed(offset: int) -> None:
+        flushed.append(offset)
+        done.set()
+
+    service = GroupCommitService(store, on_flushed=on_flushed)
+    service.start()
+    try:
+        appended = store.put_messages(batch(4), HOST, 1, flush=False)
+        store.flush()  # the timer got there first
+        assert not store.needs_sync(appended.end_offset)
+        service.request(appended.end_offset)
+        assert done.wait(5), "a request the flush timer had synced was never reported"
+        assert flushed[-1] >= appended.end_offset
+    finally:
+        service.stop()
+        store.close()

@@ -21,17 +21,14 @@ from brokergroup_broker.store.message import (
     MESSAGE_MAGIC_CODE,
     STOREHOSTADDRESS_V6_FLAG,
     MessageInput,
-    ScanStop,
     body_crc,
     decode_properties,
-    decode_record,
-    encode_batch,
-    encode_message,
     encode_properties,
     java_string_hash,
     message_length,
-    scan_records,
 )
+from brokergroup_broker.store.message_encode import encode_batch, encode_message
+from brokergroup_broker.store.message_scan import ScanStop, decode_record, scan_records
 
 STORE = ("192.168.1.7", 10911)
 

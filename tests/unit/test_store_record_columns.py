@@ -17,13 +17,9 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from brokergroup_broker.store.message import (
-    MessageInput,
-    ScanStop,
-    decode_record,
-    encode_batch,
-    scan_records,
-)
+from brokergroup_broker.store.message import MessageInput
+from brokergroup_broker.store.message_encode import encode_batch
+from brokergroup_broker.store.message_scan import ScanStop, decode_record, scan_records
 from brokergroup_broker.store.record_columns import gather, scan_columns
 
 SEG = 4096

@@ -23,7 +23,8 @@ from brokergroup_broker.store import (
     StoreConfig,
     StoreConfigMismatch,
 )
-from brokergroup_broker.store.message import BLANK_MAGIC_CODE, scan_records
+from brokergroup_broker.store.message import BLANK_MAGIC_CODE
+from brokergroup_broker.store.message_scan import scan_records
 
 SEG = 4096
 HOST = ("127.0.0.1", 10911)

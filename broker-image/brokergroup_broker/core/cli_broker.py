@@ -69,7 +69,7 @@ def register(subparsers: Any) -> None:
 
 
 def run_broker_command(args: argparse.Namespace) -> int:
-    from brokergroup_broker.core.broker import BrokerSettings
+    from brokergroup_broker.core.broker_settings import BrokerSettings
     from brokergroup_broker.core.config import BrokerConfigError, load_broker_config
     from brokergroup_broker.core.registration import RegistrationFailed
 
@@ -151,6 +151,10 @@ async def _main(settings: Any, config: Any) -> bool:
         settings.controller_addresses,
         settings.controller_token,
         request_timeout_s=config.controller_request_timeout_ms / 1000,
+        # From the broker's own address, like its HA client: one host per broker.
+        source_host=None
+        if settings.bind_address in ("0.0.0.0", "::", "")
+        else settings.bind_address,
     )
     broker = Broker(
         settings, config, ControllerLink(client, settings.cluster_name, settings.broker_name)

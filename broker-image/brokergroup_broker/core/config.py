@@ -69,7 +69,9 @@ class BrokerConfig:
     """A master that has not had a heartbeat answered by the controller
     leader for this long stops acknowledging (FENCED). Must be <
     heartbeatTimeoutMs so a partitioned master stops before a new one is
-    elected; longer rides out more controller hiccups."""
+    elected; longer rides out more controller hiccups. A master elected
+    before an old lease surely ended holds its acknowledgements for the rest
+    of it (docs/reliability.md "Lease fencing")."""
 
     flush_disk_type: str = "SYNC_FLUSH"
     """SYNC_FLUSH: fsync every appended batch before it counts (durable on

@@ -125,7 +125,11 @@ class ControllerLink:
             )
         )
 
-    async def report_inactive(self, broker_id: int, reason: str) -> ReplicaInfo:
+    async def report_inactive(
+        self, broker_id: int, reason: str, *, process_gone: bool = False
+    ) -> ReplicaInfo:
         return await _converted(
-            self._client.report_inactive(self.cluster_name, self.broker_name, broker_id, reason)
+            self._client.report_inactive(
+                self.cluster_name, self.broker_name, broker_id, reason, process_gone=process_gone
+            )
         )

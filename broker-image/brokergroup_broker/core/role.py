@@ -52,6 +52,11 @@ class GroupView:
     sync_state_set: frozenset[int]
     sync_state_set_epoch: int
     alive_broker_ids: frozenset[int] = frozenset()
+    master_alive: bool = True  # False: the recorded master is not alive now
+
+    @property
+    def live_master_broker_id(self) -> int | None:
+        return self.master_broker_id if self.master_alive else None
 
 
 @dataclass(frozen=True)
@@ -117,7 +122,7 @@ def confirms_master(current: RoleState, group: GroupView, broker_id: int) -> boo
     at exactly the epoch we are master of."""
     return (
         current.role is Role.MASTER
-        and group.master_broker_id == broker_id
+        and group.live_master_broker_id == broker_id
         and group.master_epoch == current.master_epoch
     )
 
@@ -138,7 +143,8 @@ def decide(
         return []  # stale answer: epochs only move forward
     decisions: list[Decision] = []
     newer = group.master_epoch > current.master_epoch
-    master = group.master_broker_id
+    # A recorded master that is not alive is treated as no master: elect, or act.
+    master = group.live_master_broker_id
 
     if newer:
         if master == broker_id:

@@ -19,7 +19,8 @@ from brokergroup_broker.ha.codec import (
     WireEpochEntry,
 )
 from brokergroup_broker.ha.config import HAConfig
-from brokergroup_broker.ha.master import HAMasterService, SlaveProgress
+from brokergroup_broker.ha.master import HAMasterService
+from brokergroup_broker.ha.master_connection import SlaveProgress
 from brokergroup_broker.ha.slave import HASlaveService, ReplicationDiverged
 from brokergroup_broker.ha.truncation import (
     TruncationPoint,

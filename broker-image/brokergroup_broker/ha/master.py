@@ -59,30 +59,29 @@ Invariants
 from __future__ import annotations
 
 import asyncio
-import bisect
-import collections
 import contextlib
 import logging
 import os
 import socket
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from brokergroup_broker.ha import auth
 from brokergroup_broker.ha.codec import (
-    NEED_DATA,
     HAProtocolError,
     MasterHandshake,
     SlaveAck,
-    SlaveFrame,
     SlaveFrameDecoder,
     SlaveHandshake,
-    Transfer,
     WireEpochEntry,
-    encode_transfer_header,
 )
 from brokergroup_broker.ha.config import HAConfig
+from brokergroup_broker.ha.master_connection import (
+    SlaveProgress,
+    _Connection,
+    _ConnectionClosed,
+)
+from brokergroup_broker.ha.master_stream import SlaveStreams
 from brokergroup_broker.store import MessageStore
 
 __all__ = ["HAMasterService", "SlaveProgress"]
@@ -90,44 +89,7 @@ __all__ = ["HAMasterService", "SlaveProgress"]
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
-class SlaveProgress:
-    """What the master knows about one slave (a snapshot; see ``HAMasterService.slaves``).
-
-    ``ack_offset`` is -1 until the slave's first ack; ``last_caught_up_ms`` is 0
-    until it first caught up (seed: lastCaughtUpTimeMs).
-    """
-
-    broker_id: int
-    ack_offset: int
-    last_caught_up_ms: int
-    connected: bool
-    is_async_learner: bool
-    address: str
-
-
-class _ConnectionClosed(Exception):
-    """The peer closed the socket."""
-
-
-@dataclass(eq=False)  # identity semantics: connections live in a set
-class _Connection:
-    sock: socket.socket
-    address: str
-    decoder: SlaveFrameDecoder
-    wake: asyncio.Event = field(default_factory=asyncio.Event)
-    broker_id: int | None = None
-    is_async_learner: bool = False
-    ack_offset: int = -1
-    last_caught_up_ms: int = 0
-    # First offset not yet sent; acks above it are a protocol violation.
-    next_offset: int = -1
-    # (lastMasterMaxOffset, lastTransferTimeMs) of sent but not yet covered batches.
-    inflight: collections.deque[tuple[int, int]] = field(default_factory=collections.deque)
-    task: asyncio.Task[None] | None = None
-
-
-class HAMasterService:
+class HAMasterService(SlaveStreams):
     """Streams the master's commit log to its slaves (one listener, one task per slave).
 
     Call ``start`` only after the epoch file holds this master's entry
@@ -491,185 +453,6 @@ class HAMasterService:
 
     # ------------------------------------------------------------------ acks
 
-    async def _ack_loop(self, conn: _Connection) -> None:
-        while True:
-            frame = await self._read_frame(conn)
-            if not isinstance(frame, SlaveAck):
-                raise HAProtocolError(f"expected an ack during transfer, got {frame!r}")
-            self._accept_ack(conn, frame.max_offset, first=False)
-
-    def _accept_ack(self, conn: _Connection, ack: int, *, first: bool) -> None:
-        assert conn.broker_id is not None
-        if not first:
-            if ack < conn.ack_offset:
-                raise HAProtocolError(
-                    f"slave broker {conn.broker_id} ack went back from {conn.ack_offset} to {ack}"
-                )
-            if ack > conn.next_offset:
-                raise HAProtocolError(
-                    f"slave broker {conn.broker_id} acks {ack} but only {conn.next_offset} was sent"
-                )
-        conn.ack_offset = ack
-        # Seed: ack >= lastMasterMaxOffset => lastCaughtUpTimeMs = lastTransferTimeMs,
-        # applied to every pipelined send the ack covers.
-        while conn.inflight and conn.inflight[0][0] <= ack:
-            _, sent_ms = conn.inflight.popleft()
-            conn.last_caught_up_ms = max(conn.last_caught_up_ms, sent_ms)
-        self._publish(conn, connected=True)
-        try:
-            self._on_slave_ack(conn.broker_id, ack)
-        except Exception:
-            log.exception("HA master: on_slave_ack(%d, %d) failed", conn.broker_id, ack)
-
-    def _publish(self, conn: _Connection, *, connected: bool) -> None:
-        assert conn.broker_id is not None
-        self._progress[conn.broker_id] = SlaveProgress(
-            broker_id=conn.broker_id,
-            ack_offset=conn.ack_offset,
-            last_caught_up_ms=conn.last_caught_up_ms,
-            connected=connected,
-            is_async_learner=conn.is_async_learner,
-            address=conn.address,
-        )
-
     # ------------------------------------------------------------------ sending
 
-    def _epoch_of(self, offset: int) -> tuple[int, int, int | None] | None:
-        """(epoch, its start, next epoch's start or None) of the epoch holding ``offset``."""
-        entries = self._store.epoch_file.entries()
-        starts = [e.start_offset for e in entries]
-        i = bisect.bisect_right(starts, offset) - 1
-        if i < 0:
-            return None
-        end = entries[i + 1].start_offset if i + 1 < len(entries) else None
-        return entries[i].epoch, entries[i].start_offset, end
-
-    def _mark_sent(self, conn: _Connection, master_max: int) -> None:
-        if len(conn.inflight) >= self._config.max_inflight_batches:
-            conn.inflight.popleft()  # forget the oldest: caught-up only gets stricter
-        conn.inflight.append((master_max, self._now_ms()))
-
-    async def _send_loop(self, conn: _Connection) -> None:
-        loop = asyncio.get_running_loop()
-        heartbeat_s = self._config.heartbeat_interval_ms / 1000
-        last_write = loop.time()
-        sent_confirm = -1
-        while True:
-            conn.wake.clear()  # before reading max_offset: an append after this re-sets it
-            store_max = self._store.max_offset
-            if conn.next_offset < store_max:
-                await self._send_batch(conn, store_max)
-                sent_confirm = self._confirm_offset
-                last_write = loop.time()
-                # sock_sendall/sendfile finish without yielding while the socket buffer
-                # has room: yield so a long catch-up does not starve the loop.
-                await asyncio.sleep(0)
-                continue
-            if sent_confirm != self._confirm_offset:
-                # Idle but the confirm offset moved: tell the slave now, not at the heartbeat.
-                await self._send_heartbeat(conn, store_max)
-                sent_confirm = self._confirm_offset
-                last_write = loop.time()
-                continue
-            remaining = last_write + heartbeat_s - loop.time()
-            if remaining <= 0:
-                await self._send_heartbeat(conn, store_max)
-                sent_confirm = self._confirm_offset
-                last_write = loop.time()
-                continue
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(remaining):
-                    await conn.wake.wait()
-
-    async def _send_batch(self, conn: _Connection, store_max: int) -> None:
-        offset = conn.next_offset
-        epoch_info = self._epoch_of(offset)
-        if epoch_info is None:
-            raise RuntimeError(
-                f"offset {offset} lies before the first epoch entry of the master's epoch file; "
-                "cannot name its epoch for slave broker " + str(conn.broker_id)
-            )
-        epoch, epoch_start, epoch_end = epoch_info
-        limit = store_max if epoch_end is None else min(store_max, epoch_end)
-        want = min(self._config.transfer_batch_bytes, limit - offset)
-        if want <= 0:
-            raise RuntimeError(f"empty batch at {offset}: epoch {epoch} ends at {epoch_end}")
-        rng = self._store.read_range(offset, want)
-        if rng is None or rng.length <= 0 or rng.offset != offset:
-            raise RuntimeError(f"store returned no data at {offset} below its max {store_max}")
-        header = encode_transfer_header(
-            offset=offset,
-            epoch=epoch,
-            epoch_start_offset=epoch_start,
-            confirm_offset=self._confirm_offset,
-            body_size=rng.length,
-        )
-        # Advance first: the ack for these bytes may be processed before sendfile returns.
-        conn.next_offset = offset + rng.length
-        self._mark_sent(conn, store_max)
-        async with asyncio.timeout(self._config.write_timeout_ms / 1000):
-            await asyncio.get_running_loop().sock_sendall(conn.sock, header)
-            await _sendfile(conn.sock, rng.fd, rng.file_position, rng.length)
-
-    async def _send_heartbeat(self, conn: _Connection, store_max: int) -> None:
-        offset = conn.next_offset
-        epoch_info = self._epoch_of(offset)
-        epoch, epoch_start = (
-            (epoch_info[0], epoch_info[1]) if epoch_info is not None else (self._master_epoch, 0)
-        )
-        frame = Transfer(
-            offset=offset,
-            epoch=epoch,
-            epoch_start_offset=min(epoch_start, offset),
-            confirm_offset=self._confirm_offset,
-        )
-        self._mark_sent(conn, store_max)
-        await self._send(conn, frame.encode())
-
     # ------------------------------------------------------------------ socket helpers
-
-    async def _send(self, conn: _Connection, data: bytes) -> None:
-        async with asyncio.timeout(self._config.write_timeout_ms / 1000):
-            await asyncio.get_running_loop().sock_sendall(conn.sock, data)
-
-    async def _read_frame(self, conn: _Connection) -> SlaveFrame:
-        loop = asyncio.get_running_loop()
-        while True:
-            event = conn.decoder.next_event()
-            if event is not NEED_DATA:
-                return event
-            async with asyncio.timeout(self._config.read_timeout_ms / 1000):
-                data = await loop.sock_recv(conn.sock, self._config.read_chunk_bytes)
-            if not data:
-                raise _ConnectionClosed()
-            conn.decoder.receive_data(data)
-
-
-async def _sendfile(sock: socket.socket, fd: int, position: int, count: int) -> None:
-    """Copy ``count`` bytes of ``fd`` from ``position`` to the non-blocking ``sock``
-    with ``os.sendfile`` (kernel to kernel). Unlike ``loop.sock_sendfile`` this never
-    moves the file's own position, which the store shares."""
-    loop = asyncio.get_running_loop()
-    out = sock.fileno()
-    while count > 0:
-        try:
-            sent = os.sendfile(out, fd, position, count)
-        except BlockingIOError:
-            sent = -1
-        if sent == 0:
-            raise OSError(f"segment file ended {count} bytes early at position {position}")
-        if sent > 0:
-            position += sent
-            count -= sent
-            continue
-        writable = loop.create_future()
-        loop.add_writer(out, _set_done, writable)
-        try:
-            await writable
-        finally:
-            loop.remove_writer(out)
-
-
-def _set_done(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)

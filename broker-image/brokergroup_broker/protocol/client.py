@@ -37,7 +37,7 @@ import logging
 import random
 import socket
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -47,14 +47,12 @@ from brokergroup_broker.protocol.codec import (
     LocalProtocolError,
     ProtocolError,
     RemoteProtocolError,
-    decode_response,
     encode_request,
 )
 from brokergroup_broker.protocol.discovery import (
     ControllerDiscovery,
     MasterDiscovery,
     StaticDiscovery,
-    make_discovery,
     parse_address,
 )
 from brokergroup_broker.protocol.messages import (
@@ -65,7 +63,6 @@ from brokergroup_broker.protocol.messages import (
     ErrorResponse,
     OffsetsResult,
     ProduceMessage,
-    PulledMessage,
     PullMessagesRequest,
     PullResult,
     QueryConsumerOffsetRequest,
@@ -78,17 +75,16 @@ from brokergroup_broker.protocol.messages import (
     SendResult,
     TopicQueueCountRequest,
 )
+from brokergroup_broker.protocol.response_codec import decode_response
 
 __all__ = [
     "BrokerConnection",
     "BrokerConnectionError",
     "BrokerUnavailableError",
     "ClientConfig",
-    "Consumer",
     "ControllerDiscovery",
     "MasterDiscovery",
     "NoMasterError",
-    "Producer",
     "StaticDiscovery",
 ]
 
@@ -129,6 +125,12 @@ class ClientConfig:
     isr_retry_max_attempts: int = 3
     #: Bound on one discovery (controller) round trip.
     discovery_timeout_ms: int = 3_000
+    #: Producers long-poll the controller for master changes and, when it
+    #: names a new master, abandon requests in flight to the old one at once
+    #: (a partitioned master would otherwise hold them for request_timeout_ms).
+    follow_master_changes: bool = True
+    #: Length of one such long-poll (the controller caps it).
+    master_watch_ms: int = 30_000
 
     def __post_init__(self) -> None:
         if self.max_in_flight < 1 or self.retry_max_attempts < 1:
@@ -410,356 +412,5 @@ class _RetryBudget:
 # Producer.
 
 
-class Producer:
-    """Sends to the master of one broker group, following failovers.
-
-    Safe to use from many tasks at once: they share one pipelined
-    connection, so concurrent `send_batch` calls are how to go fast.
-    """
-
-    def __init__(
-        self,
-        cluster_name: str,
-        broker_name: str,
-        *,
-        controller_addresses: str | Sequence[str] = (),
-        token: str | None = None,
-        static_address: str | None = None,
-        config: ClientConfig | None = None,
-        discovery: MasterDiscovery | None = None,
-    ) -> None:
-        self.cluster_name = cluster_name
-        self.broker_name = broker_name
-        self._config = config or ClientConfig()
-        self._discovery = discovery or make_discovery(
-            cluster_name,
-            broker_name,
-            controller_addresses=controller_addresses,
-            token=token,
-            static_address=static_address,
-            discovery_timeout_ms=self._config.discovery_timeout_ms,
-        )
-        self._conn: BrokerConnection | None = None
-        self._hint: str | None = None
-        self._lock = asyncio.Lock()
-        self._connect_seq = 0
-        self._connect_error: NoMasterError | BrokerConnectionError | None = None
-        self._closing: set[asyncio.Task[None]] = set()
-        #: Attempts beyond the first, over the producer's life (for reports).
-        self.retries = 0
-        #: Connections opened to a master (1 + re-discoveries that succeeded).
-        self.connections_opened = 0
-
-    async def __aenter__(self) -> Producer:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
-    @property
-    def master_address(self) -> str | None:
-        """The broker currently sent to, if connected."""
-        conn = self._conn
-        return None if conn is None or conn.closed else conn.address
-
-    async def send(self, message: ProduceMessage, queue_id: int | None = None) -> SendResult:
-        return await self.send_batch([message], queue_id)
-
-    async def send_batch(
-        self, messages: Sequence[ProduceMessage], queue_id: int | None = None
-    ) -> SendResult:
-        """Send messages of one topic in one frame; returns once all are
-        committed, or raises `BrokerError` / `BrokerUnavailableError`."""
-        if not messages:
-            raise ValueError("send_batch needs at least one message")
-        topic = messages[0].topic
-        if any(m.topic != topic for m in messages):
-            raise ValueError("all messages of a batch must have the same topic")
-        budget = _RetryBudget(self._config, f"send to {self.cluster_name}/{self.broker_name}")
-        try:
-            while True:
-                conn: BrokerConnection | None = None
-                try:
-                    conn = await self._connection()
-                    return await conn.send(topic, messages, queue_id)
-                except BrokerError as exc:
-                    if exc.code in _REDISCOVER:
-                        self._drop(conn, exc.master_address)
-                        delay = budget.next_delay(exc, immediate=self._hint is not None)
-                    elif exc.code == ResponseCode.SYSTEM_BUSY or exc.code in _ISR:
-                        delay = budget.next_delay(exc)
-                    else:
-                        raise
-                except _CONNECTION_ERRORS as exc:
-                    self._drop(conn, None)
-                    delay = budget.next_delay(exc)
-                await asyncio.sleep(delay)
-        finally:
-            self.retries += budget.retries
-
-    async def _connection(self) -> BrokerConnection:
-        conn = self._conn
-        if conn is not None and not conn.closed:
-            return conn
-        seen = self._connect_seq
-        async with self._lock:  # one (re)connect for all waiting senders
-            conn = self._conn
-            if conn is not None and not conn.closed:
-                return conn
-            if self._connect_seq != seen and self._connect_error is not None:
-                # Another sender just failed to find or reach the master
-                # while we waited: share its answer instead of repeating a
-                # discovery that may take discovery_timeout_ms each time.
-                raise self._connect_error
-            try:
-                address, self._hint = self._hint, None
-                if address is None:
-                    address = await self._discovery.master_address()
-                if address is None:
-                    raise NoMasterError(
-                        f"no master for {self.cluster_name}/{self.broker_name} right now"
-                    )
-                self._conn = await BrokerConnection.connect(address, self._config)
-            except (NoMasterError, BrokerConnectionError) as exc:
-                self._connect_seq += 1
-                self._connect_error = exc
-                raise
-            self._connect_seq += 1
-            self._connect_error = None
-            self.connections_opened += 1
-            if self.connections_opened > 1:
-                log.info("producer now sends to master %s", address)
-            return self._conn
-
-    def _drop(self, conn: BrokerConnection | None, hint: str | None) -> None:
-        if hint:
-            self._hint = hint
-        if conn is not None and self._conn is conn:
-            self._conn = None
-            task = asyncio.create_task(conn.close())
-            self._closing.add(task)
-            task.add_done_callback(self._closing.discard)
-
-    async def close(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            await conn.close()
-        if self._closing:
-            await asyncio.wait(list(self._closing), timeout=2.0)
-        await self._discovery.close()
-
-
 # --------------------------------------------------------------------------
 # Consumer.
-
-#: Read errors worth trying another replica for.
-_READ_RETRY = frozenset(
-    {
-        ResponseCode.NOT_MASTER,
-        ResponseCode.FENCED,
-        ResponseCode.READ_ONLY,
-        ResponseCode.STORE_NOT_WRITABLE,
-        ResponseCode.SYSTEM_BUSY,
-    }
-)
-
-
-class Consumer:
-    """Pulls by queue offset from the master, or from any live replica when
-    the master is gone (slave reads / acting master, DESIGN.md §3.6), and
-    commits consumer offsets for `group`.
-
-    Reads stay on the replica that last served them until it fails; every
-    replica serves only up to confirmOffset, so switching never shows a
-    message that a failover could take back.
-    """
-
-    def __init__(
-        self,
-        cluster_name: str,
-        broker_name: str,
-        *,
-        group: str | None = None,
-        controller_addresses: str | Sequence[str] = (),
-        token: str | None = None,
-        static_address: str | Sequence[str] | None = None,
-        config: ClientConfig | None = None,
-        discovery: MasterDiscovery | None = None,
-        poll_interval_ms: int = 50,
-    ) -> None:
-        self.cluster_name = cluster_name
-        self.broker_name = broker_name
-        self.group = group
-        self._config = config or ClientConfig()
-        self._discovery = discovery or make_discovery(
-            cluster_name,
-            broker_name,
-            controller_addresses=controller_addresses,
-            token=token,
-            static_address=static_address,
-            discovery_timeout_ms=self._config.discovery_timeout_ms,
-        )
-        self._poll_interval_s = poll_interval_ms / 1000
-        self._conn: BrokerConnection | None = None
-        self._lock = asyncio.Lock()
-
-    async def __aenter__(self) -> Consumer:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
-    @property
-    def read_address(self) -> str | None:
-        conn = self._conn
-        return None if conn is None or conn.closed else conn.address
-
-    async def close(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            await conn.close()
-        await self._discovery.close()
-
-    async def queue_count(self, topic: str) -> int:
-        try:
-            return await self._call(lambda c: c.topic_queue_count(topic), "queue count")
-        except BrokerError as exc:
-            if exc.code == ResponseCode.TOPIC_NOT_FOUND:
-                return 0
-            raise
-
-    async def query_offsets(self, topic: str, queue_id: int) -> tuple[int, int]:
-        return await self._call(lambda c: c.query_offsets(topic, queue_id), "query offsets")
-
-    async def pull(
-        self, topic: str, queue_id: int, queue_offset: int, max_count: int = 32
-    ) -> PullResult:
-        return await self._call(lambda c: c.pull(topic, queue_id, queue_offset, max_count), "pull")
-
-    async def committed_offset(self, topic: str, queue_id: int) -> int:
-        group = self._require_group()
-        return await self._call(
-            lambda c: c.query_consumer_offset(group, topic, queue_id), "query consumer offset"
-        )
-
-    async def commit(self, topic: str, queue_id: int, offset: int) -> None:
-        group = self._require_group()
-        await self._call(
-            lambda c: c.commit_consumer_offset(group, topic, queue_id, offset), "commit offset"
-        )
-
-    def _require_group(self) -> str:
-        if self.group is None:
-            raise ValueError("this consumer has no group")
-        return self.group
-
-    async def messages(
-        self,
-        topic: str,
-        *,
-        from_beginning: bool = False,
-        max_messages: int | None = None,
-        idle_timeout_ms: int = 3_000,
-        pull_batch: int = 32,
-    ) -> AsyncIterator[PulledMessage]:
-        """Every queue of `topic`, round robin, until `max_messages` or no
-        new message for `idle_timeout_ms`. Starts at the committed offset of
-        the group, else at the queue's min (`from_beginning`) or max offset;
-        commits after each non-empty pull when there is a group."""
-        offsets: dict[int, int] = {}
-        delivered = 0
-        last_progress = time.monotonic()
-        queue_count = await self.queue_count(topic)
-        while True:
-            for queue_id in range(queue_count):
-                if queue_id not in offsets:
-                    offsets[queue_id] = await self._start_offset(topic, queue_id, from_beginning)
-            got = 0
-            for queue_id in range(queue_count):
-                limit = pull_batch
-                if max_messages is not None:
-                    limit = min(limit, max_messages - delivered)
-                result = await self.pull(topic, queue_id, offsets[queue_id], limit)
-                for message in result.messages:
-                    yield message
-                delivered += len(result.messages)
-                got += len(result.messages)
-                if result.next_queue_offset != offsets[queue_id]:
-                    offsets[queue_id] = result.next_queue_offset
-                    await self._commit_quietly(topic, queue_id, result.next_queue_offset)
-                if max_messages is not None and delivered >= max_messages:
-                    return
-            if got:
-                last_progress = time.monotonic()
-                continue
-            if (time.monotonic() - last_progress) * 1000 >= idle_timeout_ms:
-                return
-            await asyncio.sleep(self._poll_interval_s)
-            queue_count = max(queue_count, await self.queue_count(topic))
-
-    async def _start_offset(self, topic: str, queue_id: int, from_beginning: bool) -> int:
-        if self.group is not None and not from_beginning:
-            committed = await self.committed_offset(topic, queue_id)
-            if committed >= 0:
-                return committed
-        low, high = await self.query_offsets(topic, queue_id)
-        return low if from_beginning else high
-
-    async def _commit_quietly(self, topic: str, queue_id: int, offset: int) -> None:
-        # A failed commit only means re-delivery after a restart
-        # (at-least-once); it must not stop consumption.
-        if self.group is None:
-            return
-        try:
-            await self.commit(topic, queue_id, offset)
-        except (BrokerError, BrokerUnavailableError) as exc:
-            log.warning("commit of %s/%d@%d failed: %s", topic, queue_id, offset, exc)
-
-    async def _call(self, op: Callable[[BrokerConnection], Awaitable[T]], what: str) -> T:
-        budget = _RetryBudget(self._config, f"{what} on {self.cluster_name}/{self.broker_name}")
-        excluded: set[str] = set()
-        while True:
-            conn: BrokerConnection | None = None
-            try:
-                conn = await self._read_connection(excluded)
-                return await op(conn)
-            except BrokerError as exc:
-                if exc.code not in _READ_RETRY:
-                    raise
-                error: BaseException = exc
-            except _CONNECTION_ERRORS as exc:
-                error = exc
-            if conn is not None:
-                excluded.add(conn.address)
-                if self._conn is conn:
-                    self._conn = None
-                    await conn.close()
-            await asyncio.sleep(budget.next_delay(error))
-
-    async def _read_connection(self, excluded: set[str]) -> BrokerConnection:
-        conn = self._conn
-        if conn is not None and not conn.closed and conn.address not in excluded:
-            return conn
-        async with self._lock:
-            conn = self._conn
-            if conn is not None and not conn.closed and conn.address not in excluded:
-                return conn
-            candidates = await self._discovery.read_addresses()
-            fresh = [a for a in candidates if a not in excluded]
-            if not fresh:
-                excluded.clear()  # every replica failed once: start a new round
-                fresh = candidates
-            if not fresh:
-                raise NoMasterError(
-                    f"no live replica of {self.cluster_name}/{self.broker_name} known"
-                )
-            last: BrokerConnectionError | None = None
-            for address in fresh:
-                try:
-                    self._conn = await BrokerConnection.connect(address, self._config)
-                    return self._conn
-                except BrokerConnectionError as exc:
-                    excluded.add(address)
-                    last = exc
-            assert last is not None
-            raise last

@@ -31,30 +31,17 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from itertools import repeat
 
 from brokergroup_broker.protocol.messages import (
     CommitConsumerOffsetRequest,
-    CommitResult,
-    ConsumerOffsetResult,
-    ErrorResponse,
-    OffsetsResult,
     ProduceMessage,
-    PulledMessage,
     PullMessagesRequest,
-    PullResult,
     QueryConsumerOffsetRequest,
     QueryOffsetsRequest,
-    QueueCountResult,
     Request,
     RequestCode,
-    Response,
-    ResponseCode,
     SendBatch,
     SendMessagesRequest,
-    SendResult,
-    SendRunResult,
-    SentMessage,
     TopicQueueCountRequest,
 )
 
@@ -251,76 +238,6 @@ def _encode_request(request_id: int, request: Request) -> bytes:
     return _frame(parts, request_id, request_code_of(request), 0)
 
 
-def encode_response(request_id: int, response: Response) -> bytes:
-    """The complete frame answering request `request_id`."""
-    try:
-        return _encode_response(request_id, response)
-    except struct.error as exc:  # a number out of its field's range
-        raise LocalProtocolError(f"cannot encode {type(response).__name__}: {exc}") from exc
-
-
-def _encode_response(request_id: int, response: Response) -> bytes:
-    if isinstance(response, ErrorResponse):
-        message = response.message.encode()[:MAX_STRING_BYTES].decode(errors="ignore")
-        parts = [
-            b"",
-            _H.pack(response.request_code),
-            _str(message),
-            _opt_str(response.master_address),
-        ]
-        return _frame(parts, request_id, response.code, FLAG_RESPONSE)
-    parts = [b"", _H.pack(_RESPONSE_CODES[type(response)])]
-    if isinstance(response, SendResult):
-        msgs = response.messages
-        parts.append(_II.pack(response.master_epoch, len(msgs)))
-        parts.extend([_SENT.pack(m.queue_id, m.queue_offset, m.physical_offset) for m in msgs])
-    elif isinstance(response, SendRunResult):
-        phys = response.physical_offsets
-        n = len(phys)
-        first = response.first_queue_offset
-        parts.append(_II.pack(response.master_epoch, n))
-        parts.append(
-            b"".join(map(_SENT.pack, repeat(response.queue_id, n), range(first, first + n), phys))
-        )
-    elif isinstance(response, PullResult):
-        msgs2 = response.messages
-        parts.append(
-            _QQQ.pack(
-                response.next_queue_offset, response.min_queue_offset, response.max_queue_offset
-            )
-        )
-        parts.append(_I.pack(len(msgs2)))
-        append = parts.append
-        for p in msgs2:
-            append(_str(p.topic))
-            body = p.body
-            append(
-                _PULLED.pack(
-                    p.queue_id,
-                    p.queue_offset,
-                    p.physical_offset,
-                    p.born_timestamp_ms,
-                    p.store_timestamp_ms,
-                    p.body_crc & 0xFFFFFFFF,
-                    p.flag,
-                    len(body),
-                )
-            )
-            append(body)
-            _props(parts, p.properties)
-    elif isinstance(response, OffsetsResult):
-        parts.append(_QQ.pack(response.min_queue_offset, response.max_queue_offset))
-    elif isinstance(response, QueueCountResult):
-        parts.append(_I.pack(response.queue_count))
-    elif isinstance(response, CommitResult):
-        pass
-    elif isinstance(response, ConsumerOffsetResult):
-        parts.append(_Q.pack(response.offset))
-    else:  # pragma: no cover - exhaustive over Response
-        raise LocalProtocolError(f"not a response: {response!r}")
-    return _frame(parts, request_id, ResponseCode.SUCCESS, FLAG_RESPONSE)
-
-
 # --------------------------------------------------------------------------
 # Decoding helpers. Each returns (value, new position); overruns surface as
 # struct.error / explicit checks and become RemoteProtocolError at the top.
@@ -510,79 +427,6 @@ def _decode_send_batch(buf: bytes) -> SendBatch:
     return SendBatch(topic, None if qid == -1 else qid, bodies, extras)
 
 
-def decode_response(frame: Frame) -> Response:
-    """The typed response in `frame`; RemoteProtocolError if it is not one."""
-    if not frame.is_response:
-        raise RemoteProtocolError(f"response {frame.request_id}: a request frame was sent")
-    try:
-        return _decode_response(frame)
-    except RemoteProtocolError as exc:
-        raise RemoteProtocolError(
-            f"response {frame.request_id} (code {frame.code}): {exc}"
-        ) from exc
-    except (struct.error, UnicodeDecodeError, ValueError) as exc:
-        raise RemoteProtocolError(
-            f"response {frame.request_id} (code {frame.code}): malformed body: {exc}"
-        ) from exc
-
-
-def _decode_response(frame: Frame) -> Response:
-    buf = frame.body
-    (request_code,) = _H.unpack_from(buf, 0)
-    pos = 2
-    code = ResponseCode(frame.code)  # ValueError → RemoteProtocolError
-    response: Response
-    if code != ResponseCode.SUCCESS:
-        message, pos = _read_str(buf, pos)
-        master, pos = _read_opt_str(buf, pos)
-        response = ErrorResponse(request_code, code, message, master)
-    elif request_code == RequestCode.SEND_MESSAGES:
-        epoch, count = _II.unpack_from(buf, pos)
-        pos += 8
-        _check_count(count, _SENT.size, buf, pos, "result")
-        unpack = _SENT.unpack_from
-        sent = []
-        for _ in range(count):
-            sent.append(SentMessage(*unpack(buf, pos)))
-            pos += _SENT.size
-        response = SendResult(tuple(sent), epoch)
-    elif request_code == RequestCode.PULL_MESSAGES:
-        next_offset, min_offset, max_offset = _QQQ.unpack_from(buf, pos)
-        pos += _QQQ.size
-        (count,) = _I.unpack_from(buf, pos)
-        pos += 4
-        _check_count(count, 2 + _PULLED.size + 2, buf, pos, "message")
-        pulled = []
-        unpack_p = _PULLED.unpack_from
-        for _ in range(count):
-            topic, pos = _read_str(buf, pos)
-            qid, qoff, poff, born, stored, crc, flag, blen = unpack_p(buf, pos)
-            body, pos = _read_bytes(buf, pos + _PULLED.size, blen, "body")
-            props, pos = _read_props(buf, pos)
-            pulled.append(
-                PulledMessage(topic, qid, qoff, poff, body, props, born, stored, crc, flag)
-            )
-        response = PullResult(tuple(pulled), next_offset, min_offset, max_offset)
-    elif request_code == RequestCode.QUERY_OFFSETS:
-        low, high = _QQ.unpack_from(buf, pos)
-        pos += _QQ.size
-        response = OffsetsResult(low, high)
-    elif request_code == RequestCode.TOPIC_QUEUE_COUNT:
-        (count,) = _I.unpack_from(buf, pos)
-        pos += 4
-        response = QueueCountResult(count)
-    elif request_code == RequestCode.COMMIT_CONSUMER_OFFSET:
-        response = CommitResult()
-    elif request_code == RequestCode.QUERY_CONSUMER_OFFSET:
-        (offset,) = _Q.unpack_from(buf, pos)
-        pos += 8
-        response = ConsumerOffsetResult(offset)
-    else:
-        raise RemoteProtocolError(f"success response to unknown request code {request_code}")
-    _check_end(buf, pos)
-    return response
-
-
 _REQUEST_CODES: dict[type, RequestCode] = {
     SendMessagesRequest: RequestCode.SEND_MESSAGES,
     PullMessagesRequest: RequestCode.PULL_MESSAGES,
@@ -590,13 +434,4 @@ _REQUEST_CODES: dict[type, RequestCode] = {
     TopicQueueCountRequest: RequestCode.TOPIC_QUEUE_COUNT,
     CommitConsumerOffsetRequest: RequestCode.COMMIT_CONSUMER_OFFSET,
     QueryConsumerOffsetRequest: RequestCode.QUERY_CONSUMER_OFFSET,
-}
-_RESPONSE_CODES: dict[type, RequestCode] = {
-    SendResult: RequestCode.SEND_MESSAGES,
-    SendRunResult: RequestCode.SEND_MESSAGES,
-    PullResult: RequestCode.PULL_MESSAGES,
-    OffsetsResult: RequestCode.QUERY_OFFSETS,
-    QueueCountResult: RequestCode.TOPIC_QUEUE_COUNT,
-    CommitResult: RequestCode.COMMIT_CONSUMER_OFFSET,
-    ConsumerOffsetResult: RequestCode.QUERY_CONSUMER_OFFSET,
 }

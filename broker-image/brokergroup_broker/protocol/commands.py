@@ -20,7 +20,6 @@ import os
 import secrets
 import sys
 import time
-import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,12 +29,13 @@ from brokergroup_broker.protocol.client import (
     BrokerConnectionError,
     BrokerUnavailableError,
     ClientConfig,
-    Consumer,
     NoMasterError,
-    Producer,
 )
 from brokergroup_broker.protocol.codec import ProtocolError
+from brokergroup_broker.protocol.consumer import Consumer
 from brokergroup_broker.protocol.messages import BrokerError, ProduceMessage, PulledMessage
+from brokergroup_broker.protocol.producer import Producer
+from brokergroup_broker.store.message import body_crc
 
 _FAILURES = (
     BrokerError,
@@ -154,7 +154,7 @@ async def produce(args: argparse.Namespace) -> dict[str, Any]:
                                 "queueOffset": sent.queue_offset,
                                 "physicalOffset": sent.physical_offset,
                                 "key": key,
-                                "bodyCrc": zlib.crc32(message.body),
+                                "bodyCrc": body_crc(message.body),  # as the store keeps it
                                 "masterEpoch": result.master_epoch,
                                 "brokerName": args.broker_name,
                                 "ackTimeMs": now_ms,

@@ -66,7 +66,20 @@ class ReplicaInfoSource(Protocol):
 
     async def replica_info(self, cluster_name: str, broker_name: str) -> ReplicaInfo: ...
 
+    async def watch(
+        self,
+        cluster_name: str,
+        broker_name: str,
+        master_epoch: int,
+        sync_state_set_epoch: int,
+        timeout_ms: int,
+    ) -> ReplicaInfo: ...
+
     async def close(self) -> None: ...
+
+
+#: A syncStateSetEpoch no set reaches: the watch then wakes on masterEpoch only.
+_IGNORE_SYNC_STATE_SET = 2**62
 
 
 def _default_controller_client(
@@ -126,15 +139,32 @@ class ControllerDiscovery:
         info = await self._info()
         if info is None:
             return None
-        return info.master_address
+        return info.live_master_address
+
+    async def next_master_change(self, known_master_epoch: int, wait_ms: int) -> ReplicaInfo | None:
+        """Long-poll the controller (`GET /v1/watch`) until its masterEpoch
+        passes `known_master_epoch`, or `wait_ms` passes: the ReplicaInfo then
+        (same epoch on a timeout), None if the controller could not answer.
+        Lets a producer leave a partitioned master as soon as the controller
+        has elected another, instead of waiting out its request timeout."""
+        if self._client is None:
+            self._client = _default_controller_client(self._addresses, self._token, self._timeout_s)
+        try:
+            async with asyncio.timeout(self._timeout_s + wait_ms / 1000):
+                return await self._client.watch(
+                    self._cluster, self._broker, known_master_epoch, _IGNORE_SYNC_STATE_SET, wait_ms
+                )
+        except Exception as exc:  # unknown now: the caller retries later
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            return None
 
     async def read_addresses(self) -> list[str]:
         info = await self._info()
         if info is None:
             return []
         result: list[str] = []
-        if info.master_address:
-            result.append(info.master_address)
+        if info.live_master_address:
+            result.append(info.live_master_address)
         for broker in sorted(info.brokers, key=lambda b: b.broker_id):
             if broker.alive and broker.address and broker.address not in result:
                 result.append(broker.address)

@@ -46,7 +46,6 @@ from brokergroup_broker.protocol.codec import (
     ProtocolError,
     decode_request,
     decode_send_batch,
-    encode_response,
 )
 from brokergroup_broker.protocol.handler import RequestHandler
 from brokergroup_broker.protocol.messages import (
@@ -68,6 +67,7 @@ from brokergroup_broker.protocol.messages import (
     SendMessagesRequest,
     TopicQueueCountRequest,
 )
+from brokergroup_broker.protocol.response_codec import encode_response
 
 log = logging.getLogger(__name__)
 

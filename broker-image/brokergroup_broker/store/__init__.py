@@ -25,13 +25,7 @@ from .errors import (
 )
 from .group_commit import GroupCommitService
 from .identity import BrokerMeta, IdentityFiles, TempBrokerMeta
-from .message import (
-    AppendedMessage,
-    AppendResult,
-    FileRange,
-    MessageInput,
-    StoredMessage,
-)
+from .message import AppendedMessage, AppendResult, FileRange, MessageInput, StoredMessage
 from .recovery import RecoveryReport
 from .store import MessageStore
 

@@ -61,6 +61,9 @@ class GroupCommitService:
         self._request_lock = threading.Lock()
         self._idle = False
         self._stopping = False
+        # The flushed offset last given to on_flushed. Compared by inequality, not
+        # order: a truncation moves it down, and what is synced after that is news.
+        self._reported = store.flushed_offset
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def start(self) -> None:
@@ -71,12 +74,15 @@ class GroupCommitService:
 
         `_requested` is stored before `_idle` is read here, and the thread sets
         `_idle` before it re-reads `_requested`, so either this call sees the thread
-        idle and writes the eventfd, or the thread sees the new request."""
-        if end <= self._requested:
-            return
-        with self._request_lock:  # several writer threads: keep _requested monotonic
-            if end > self._requested:
-                self._requested = end
+        idle and writes the eventfd, or the thread sees the new request.
+
+        A request at or below an earlier one still wakes an idle thread: after the
+        log was truncated, bytes below the earlier request are new and unsynced
+        (the thread re-checks `needs_sync`, so a wake with nothing to do is cheap)."""
+        if end > self._requested:
+            with self._request_lock:  # several writer threads: keep _requested monotonic
+                if end > self._requested:
+                    self._requested = end
         if self._idle and not self._stopping:
             self._wake()
 
@@ -114,6 +120,10 @@ class GroupCommitService:
             if self._stopping:
                 return
             if not store.needs_sync(self._requested):
+                # What was asked may be durable without this thread: the broker's flush
+                # timer (store.flush) synced it. Report it all the same, or an owner that
+                # acknowledges on `on_flushed` (a slave's acks) waits for an unrelated event.
+                self._report(store.flushed_offset)
                 self._sleep_unless(lambda: store.needs_sync(self._requested))
                 continue
             failed_at = self._requested
@@ -129,7 +139,13 @@ class GroupCommitService:
                 log.exception("group commit: unexpected error")
                 self._wait_for_request_after(failed_at)
                 continue
-            try:
-                self._on_flushed(flushed)
-            except Exception:
-                log.exception("group commit: on_flushed(%d) failed", flushed)
+            self._report(flushed)
+
+    def _report(self, flushed: int) -> None:
+        if flushed == self._reported:
+            return
+        self._reported = flushed
+        try:
+            self._on_flushed(flushed)
+        except Exception:
+            log.exception("group commit: on_flushed(%d) failed", flushed)

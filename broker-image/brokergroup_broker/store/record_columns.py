@@ -1,6 +1,6 @@
 """Vectorised reader of v1 commit log records: the layout of `message.py` as numpy columns.
 
-`message.scan_records` walks a log record by record (recovery, dispatch); the audit
+`message_scan.scan_records` walks a log record by record (recovery, dispatch); the audit
 must read terabytes, so this module decodes a whole slice of a segment at once with
 numpy and returns columns. Same layout, same constants (imported from `message`),
 same rules for a valid record; a unit test checks both readers agree.
@@ -46,8 +46,8 @@ from .message import (
     MESSAGE_MAGIC_CODE,
     MIN_RECORD_BYTES,
     STOREHOSTADDRESS_V6_FLAG,
-    ScanStop,
 )
+from .message_scan import ScanStop
 
 if TYPE_CHECKING:
     import mmap

@@ -29,7 +29,8 @@ from dataclasses import dataclass
 
 from .commitlog import CommitLog
 from .consume_queue import ConsumeQueueSet, describe_unindexed
-from .message import RecordIndex, ScanStop, scan_records
+from .message import RecordIndex
+from .message_scan import ScanStop, scan_records
 
 log = logging.getLogger(__name__)
 

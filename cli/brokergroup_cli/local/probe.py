@@ -112,6 +112,7 @@ class Prober:
             "brokerName": self._config.broker_name,
             "brokerId": broker_id,
             "reason": reason,
+            "processGone": True,  # the supervisor saw the exit status
         }
         headers = {"Authorization": f"Bearer {token}"}
         for address in self._config.controller_api_addresses:

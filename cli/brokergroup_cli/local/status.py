@@ -79,6 +79,8 @@ class StatusSnapshot:
     brokers: tuple[BrokerRow, ...]
     controllers: tuple[ControllerRow, ...]
     problems: tuple[str, ...] = ()
+    # The master the controller records while it is not alive (master_broker_id is None then).
+    dead_master_broker_id: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         master = (
@@ -93,6 +95,7 @@ class StatusSnapshot:
             "takenAtMs": self.taken_at_ms,
             "supervisor": {"pid": self.supervisor_pid, "alive": self.supervisor_alive},
             "master": master,
+            "deadMasterBrokerId": self.dead_master_broker_id,
             "masterEpoch": self.master_epoch,
             "syncStateSet": list(self.sync_state_set),
             "syncStateSetEpoch": self.sync_state_set_epoch,
@@ -168,7 +171,10 @@ def build_snapshot(
 ) -> StatusSnapshot:
     """Join the sources (see module doc). Missing sources give None fields."""
     info = replica_info or {}
-    master_id = _int_or_none(info.get("masterBrokerId"))
+    recorded_master = _int_or_none(info.get("masterBrokerId"))
+    # Controllers before masterAlive sent the id only while the master was alive.
+    master_alive = bool(info.get("masterAlive", recorded_master is not None))
+    master_id = recorded_master if master_alive else None
     master_address = info.get("masterAddress") if master_id is not None else None
     sync_state_set = tuple(sorted(int(x) for x in info.get("syncStateSet", []) or []))
     liveness: dict[int, Mapping[str, Any]] = {}
@@ -316,6 +322,7 @@ def build_snapshot(
         brokers=tuple(brokers),
         controllers=tuple(controllers),
         problems=problems,
+        dead_master_broker_id=None if master_alive else recorded_master,
     )
 
 
@@ -348,7 +355,12 @@ def render_text(snapshot: StatusSnapshot, clock: str = "") -> str:
         lines.append("supervisor: not running")
     elif not s.supervisor_alive:
         lines.append(f"supervisor: pid {s.supervisor_pid} is gone (run `local down` to clean up)")
-    if s.master_broker_id is None:
+    if s.master_broker_id is None and s.dead_master_broker_id is not None:
+        lines.append(
+            f"master: broker {s.dead_master_broker_id} is not alive (awaiting election)   "
+            f"masterEpoch {_cell(s.master_epoch)}"
+        )
+    elif s.master_broker_id is None:
         lines.append(f"master: none          masterEpoch {_cell(s.master_epoch)}")
     else:
         lines.append(

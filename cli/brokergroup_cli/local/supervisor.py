@@ -55,6 +55,8 @@ from brokergroup_cli.local.state import ChildKind, ChildRecord, Phase, RuntimeSt
 from brokergroup_cli.local.status import StatusSnapshot
 
 log = logging.getLogger(__name__)
+#: How long a gone broker's inactive report is retried (no controller leader answering).
+_REPORT_RETRY_MS = 2_000
 
 
 def wall_ms() -> int:
@@ -274,8 +276,20 @@ class Supervisor:
         if not self._config.report_inactive or slot.broker_id is None or self._prober is None:
             return
         reason = f"local supervisor: broker process on {slot.host} exited (code {code})"
+        # The controller leader may have died with the broker: retry while a new
+        # one is elected (~0.5 s), or the election waits out a heartbeat timeout.
+        # Bounded and before the restart, so it can never hit the next incarnation.
+        deadline = monotonic_ms() + _REPORT_RETRY_MS
+        attempts = 1
         ok = await self._prober.report_inactive(self._token, slot.broker_id, reason)
-        log.info("reported broker %d inactive: %s", slot.broker_id, "ok" if ok else "failed")
+        while not ok and monotonic_ms() < deadline and not self._stopping.is_set():
+            await asyncio.sleep(0.1)
+            attempts += 1
+            ok = await self._prober.report_inactive(self._token, slot.broker_id, reason)
+        log.info(
+            "reported broker %d inactive: %s (%d attempts)",
+            slot.broker_id, "ok" if ok else "failed", attempts,
+        )  # fmt: skip
 
     async def _terminate(self, slots: list[_Slot], tasks: list[asyncio.Task[None]]) -> None:
         for slot in slots:

@@ -1,0 +1,147 @@
+"""What a broker process is given and derives once: `BrokerSettings` (identity,
+addresses, secrets), the store and HA configs derived from `BrokerConfig`,
+the clocks the shell passes to the pure cores, and a few bounded waits."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from brokergroup_broker.core import role as roles
+from brokergroup_broker.core.commit_rule import (
+    AckOutcome,
+)
+from brokergroup_broker.core.config import BrokerConfig
+from brokergroup_broker.ha import HAConfig
+from brokergroup_broker.protocol.messages import (
+    BrokerError,
+    ResponseCode,
+)
+from brokergroup_broker.store import (
+    FlushDiskType,
+    StoreConfig,
+)
+from brokergroup_broker.topics import topic_error
+from brokergroup_controller.api import ReplicaInfo
+
+log = logging.getLogger(__name__)
+
+
+# Bounded waits of the I/O shell that are not worth a config field.
+_TICK_MS = 50
+
+
+_PEER_HTTP_TIMEOUT_S = 0.5
+
+
+_STOP_TASK_TIMEOUT_S = 3.0
+
+
+_CONSUMER_OFFSET_SYNC_MS = 1000
+
+
+_OUTCOME_CODES: dict[AckOutcome, ResponseCode] = {
+    AckOutcome.IN_SYNC_REPLICAS_NOT_ENOUGH: ResponseCode.IN_SYNC_REPLICAS_NOT_ENOUGH,
+    AckOutcome.SLAVE_TIMEOUT: ResponseCode.SLAVE_TIMEOUT,
+    AckOutcome.SYSTEM_BUSY: ResponseCode.SYSTEM_BUSY,
+    AckOutcome.FENCED: ResponseCode.FENCED,
+    AckOutcome.NOT_MASTER: ResponseCode.NOT_MASTER,
+}
+
+
+def mono_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+def wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True)
+class BrokerSettings:
+    """Command-line identity and addresses (docs/architecture.md, Commands)."""
+
+    cluster_name: str
+    broker_name: str
+    data_dir: Path
+    controller_addresses: tuple[str, ...]
+    controller_token: str | None
+    bind_address: str
+    advertise_address: str
+    client_port: int = 10911
+    ha_secret: bytes | None = field(default=None, repr=False)
+    """The group's HA secret (`--ha-secret-file`); None only with `--insecure-no-ha-auth`."""
+
+    @property
+    def own_host(self) -> str:
+        """The address this broker's outgoing HA connections leave from."""
+        if self.bind_address in ("0.0.0.0", "::", ""):
+            return self.advertise_address
+        return self.bind_address
+
+    @property
+    def address(self) -> str:
+        """What the controller records: advertiseHost:clientPort."""
+        return f"{self.advertise_address}:{self.client_port}"
+
+    @property
+    def ha_port(self) -> int:
+        return self.client_port + 1
+
+    @property
+    def http_port(self) -> int:
+        return self.client_port + 2
+
+
+def ha_address_of(client_address: str) -> tuple[str, int]:
+    host, _, port = client_address.rpartition(":")
+    return host, int(port) + 1
+
+
+def http_address_of(client_address: str) -> str:
+    host, _, port = client_address.rpartition(":")
+    return f"{host}:{int(port) + 2}"
+
+
+def store_config_of(config: BrokerConfig) -> StoreConfig:
+    return StoreConfig(
+        commit_log_segment_bytes=config.mapped_file_size_commit_log,
+        flush_disk_type=FlushDiskType(config.flush_disk_type),
+        flush_interval_ms=config.flush_interval_ms,
+        disk_full_ratio=config.disk_full_ratio,
+        default_queue_count=config.default_topic_queue_nums,
+        max_topics=config.max_topics,
+        max_open_queue_files=config.max_open_queue_files,
+    )
+
+
+def ha_config_of(config: BrokerConfig) -> HAConfig:
+    # The HA heartbeat refreshes an idle slave's lastCaughtUpTimeMs; keep it
+    # well inside the shrink window and the read timeout above two of them.
+    heartbeat_ms = max(10, min(500, config.ha_max_time_slave_not_catch_up_ms // 4))
+    return HAConfig(
+        heartbeat_interval_ms=heartbeat_ms,
+        read_timeout_ms=max(3000, heartbeat_ms * 3),
+        ha_max_time_slave_not_catch_up_ms=config.ha_max_time_slave_not_catch_up_ms,
+    )
+
+
+def group_view_of(info: ReplicaInfo) -> roles.GroupView:
+    return roles.GroupView(
+        master_broker_id=info.master_broker_id,
+        master_address=info.master_address,
+        master_alive=info.master_alive,
+        master_epoch=info.master_epoch,
+        sync_state_set=frozenset(info.sync_state_set),
+        sync_state_set_epoch=info.sync_state_set_epoch,
+        alive_broker_ids=frozenset(b.broker_id for b in info.brokers if b.alive),
+    )
+
+
+def _require_valid_topic(topic: str) -> None:
+    """Every request that names a topic checks it first (DESIGN.md §3.4b)."""
+    error = topic_error(topic)
+    if error is not None:
+        raise BrokerError(ResponseCode.TOPIC_INVALID, error)

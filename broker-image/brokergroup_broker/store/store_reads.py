@@ -1,0 +1,117 @@
+"""The read side of the message store: byte ranges for the HA master's
+sendfile, messages of a queue for pulls (decoded through `message_scan`),
+queue offsets and counts. A mixin of `MessageStore`, which holds the state."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from .errors import (
+    StoreCorruption,
+)
+from .message import FileRange, StoredMessage
+from .message_scan import decode_record
+
+if TYPE_CHECKING:
+    from .store import MessageStore
+
+from .store_state import StoreState
+
+_MAX_READ_SPAN_BYTES = 1 << 20
+
+log = logging.getLogger(__name__)
+
+
+class StoreReads(StoreState):
+    # -- reads ----------------------------------------------------------------------------
+    def read_range(self: MessageStore, offset: int, max_bytes: int) -> FileRange | None:
+        """Bytes from `offset` inside ONE segment, for os.sendfile; None when nothing is there."""
+        with self._lock:
+            self._check_open()
+            return self.commitlog.file_range(offset, max_bytes, self.commitlog.max_offset)
+
+    def read_bytes(self: MessageStore, offset: int, max_bytes: int) -> bytes:
+        """The bytes `read_range` describes, copied."""
+        with self._lock:
+            self._check_open()
+            return self.commitlog.read(offset, max_bytes, self.commitlog.max_offset)
+
+    def get_messages(
+        self: MessageStore,
+        topic: str,
+        queue_id: int,
+        queue_offset: int,
+        max_count: int,
+        max_physical_offset: int,
+    ) -> list[StoredMessage]:
+        """Messages from `queue_offset` on, stopping before the first record that ends after
+        `max_physical_offset` (confirmOffset) or after what is servable (module docstring)."""
+        with self._lock:
+            self._check_open()
+            cq = self.queues.get(topic, queue_id)
+            if cq is None or max_count <= 0:
+                return []
+            bound = min(max_physical_offset, self._serve_end())
+            entries: list[tuple[int, int, int]] = []
+            index = max(queue_offset, cq.min_offset)
+            while len(entries) < max_count:
+                got = cq.read(index, max_count - len(entries))
+                if not got:
+                    break
+                entries.extend(got)
+                index += len(got)
+            usable = 0
+            for off, size, _ in entries:
+                if off + size > bound:
+                    break
+                usable += 1
+            return self._read_records(entries[:usable])
+
+    def _read_records(
+        self: MessageStore, entries: list[tuple[int, int, int]]
+    ) -> list[StoredMessage]:
+        out: list[StoredMessage] = []
+        i = 0
+        seg_bytes = self.commitlog.segment_bytes
+        while i < len(entries):
+            first = entries[i][0]
+            seg_end = first - first % seg_bytes + seg_bytes
+            j = i
+            span_end = first + entries[i][1]
+            # One pread for a run of records in the same segment, if the run is compact.
+            while j + 1 < len(entries):
+                off, size, _ = entries[j + 1]
+                if off + size > seg_end or off + size - first > _MAX_READ_SPAN_BYTES:
+                    break
+                j += 1
+                span_end = off + size
+            data = self.commitlog.read_exact(first, span_end - first)
+            for off, size, _ in entries[i : j + 1]:
+                msg = decode_record(data, off - first)
+                if msg.physical_offset != off or msg.size != size:
+                    raise StoreCorruption(
+                        off, f"consume queue entry ({off}, {size}) points at record "
+                        f"({msg.physical_offset}, {msg.size})",
+                    )  # fmt: skip
+                out.append(msg)
+            i = j + 1
+        return out
+
+    def queue_offset_range(
+        self: MessageStore, topic: str, queue_id: int, max_physical_offset: int | None = None
+    ) -> tuple[int, int]:
+        """(min, max) queue offsets; max is the next offset to be written, or, given
+        `max_physical_offset`, the first whose record ends after it."""
+        with self._lock:
+            cq = self.queues.get(topic, queue_id)
+            if cq is None:
+                return (0, 0)
+            if max_physical_offset is None:
+                return (cq.min_offset, cq.max_offset)
+            return (cq.min_offset, cq.count_ending_at_or_before(max_physical_offset))
+
+    def queue_count(self: MessageStore, topic: str) -> int:
+        """Queues of a known topic: at least default_queue_count; 0 for an unknown topic."""
+        n = self.queues.queue_count(topic)
+        return max(n, self.config.default_queue_count) if n else 0

@@ -1,0 +1,399 @@
+"""One chaos run: a local runtime, producer and consumer clients at a steady
+rate, alternating normal and fault windows, a recovery phase, a drain of
+every queue, then the checker (`checker.check`) and the reports.
+
+Producers send one new key per operation with one attempt (no client-side
+retry), so each operation has one outcome: `ok` (acknowledged), `failed`
+(certainly not written: refused before the append, or never sent) or
+`unknown`. Each producer writes to its own queue, so its acknowledged keys
+must be read back in send order. Consumers tail every queue meanwhile (their
+reads are recorded, not judged). The history (JSON lines) doubles as the
+acknowledgement log the audit reads (`brokergroup audit --acks`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from brokergroup_broker.protocol.client import (
+    BrokerConnection,
+    BrokerConnectionError,
+    BrokerUnavailableError,
+    ClientConfig,
+    NoMasterError,
+)
+from brokergroup_broker.protocol.consumer import Consumer
+from brokergroup_broker.protocol.messages import BrokerError, ProduceMessage, ResponseCode
+from brokergroup_broker.protocol.producer import Producer
+from brokergroup_broker.store.message import body_crc
+from brokergroup_cli.chaos import faults as fault_kinds
+from brokergroup_cli.chaos.checker import (
+    FAILED,
+    OK,
+    UNKNOWN,
+    FaultWindow,
+    Operation,
+    ReadRecord,
+    accumulate,
+)
+from brokergroup_cli.chaos.runtime import BROKER_NAME, CLUSTER, LocalRuntime, LocalRuntimeError
+from brokergroup_cli.local.state import ChildKind
+
+TOPIC = "chaos"
+#: Refusals that come before anything is appended.
+_NOT_WRITTEN = frozenset(
+    {ResponseCode.IN_SYNC_REPLICAS_NOT_ENOUGH, ResponseCode.TOPIC_INVALID, ResponseCode.BAD_REQUEST}
+)
+
+
+@dataclass
+class Schedule:
+    faults: tuple[str, ...]
+    windows: int
+    seed: int
+    normal_s: float = 2.0
+    fault_s: float = 3.0
+    recovery_s: float = 3.0
+    healthy_timeout_s: float = 45.0
+    producers: int = 3
+    consumers: int = 1
+    send_pause_s: float = 0.01
+    op_timeout_ms: int = 2_000
+    client_prefix: str = ""
+    """Names this run's clients (and so its keys) apart from another phase's."""
+    start_s: float = 0.0
+    """The run's clock starts here (a later phase continues an earlier one's timeline)."""
+
+
+@dataclass
+class Run:
+    """What a run observed, in the run's monotonic seconds (t0 = start)."""
+
+    operations: list[Operation] = field(default_factory=list)
+    ack_lines: list[dict[str, Any]] = field(default_factory=list)
+    windows: list[FaultWindow] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+    reads: int = 0
+    read_errors: int = 0
+    read_back: list[ReadRecord] = field(default_factory=list)
+    consumed: list[ReadRecord] = field(default_factory=list)
+    """What the tailing consumers read during the run, in read order."""
+    read_lines: list[dict[str, Any]] = field(default_factory=list)
+    not_recovered: list[str] = field(default_factory=list)
+    ended_s: float = 0.0
+    """The run's clock when it finished (a next phase starts after it)."""
+
+    def extend(self, other: Run) -> None:
+        """Add a later phase (another runtime, its own clients and keys)."""
+        accumulate(self, other)
+
+
+class _Clock:
+    def __init__(self, start_s: float = 0.0) -> None:
+        self.t0 = time.monotonic() - start_s
+
+    def now(self) -> float:
+        return time.monotonic() - self.t0
+
+
+def _outcome(exc: BaseException) -> str:
+    cause = exc.__cause__ if isinstance(exc, BrokerUnavailableError) else exc
+    if isinstance(cause, BrokerError):
+        return FAILED if cause.code in _NOT_WRITTEN else UNKNOWN
+    if isinstance(cause, NoMasterError):
+        return FAILED
+    if isinstance(cause, BrokerConnectionError) and "connect " in str(cause):
+        return FAILED  # the connection never opened: nothing was sent
+    return UNKNOWN
+
+
+async def _produce(
+    name: str,
+    topic: str,
+    queue_id: int,
+    producer: Producer,
+    clock: _Clock,
+    run: Run,
+    stop: asyncio.Event,
+    pause_s: float,
+) -> None:
+    seq = 0
+    while not stop.is_set():
+        key = f"{name}-{seq}"
+        body = f"{key}|{'x' * 64}".encode()
+        invoke = clock.now()
+        try:
+            result = await producer.send(ProduceMessage(topic, body, key=key), queue_id=queue_id)
+        except (BrokerError, BrokerUnavailableError, NoMasterError, OSError) as exc:
+            outcome = _outcome(exc)
+            error = f"{type(exc).__name__}: {exc}"[:200]
+            run.operations.append(
+                Operation(name, seq, key, invoke, clock.now(), outcome, error=error)
+            )
+            run.ack_lines.append(
+                _line(name, topic, seq, key, invoke, clock.now(), outcome, body, error)
+            )
+            seq += 1
+            await asyncio.sleep(0.05)
+            continue
+        done = clock.now()
+        sent = result.messages[0]
+        run.operations.append(
+            Operation(name, seq, key, invoke, done, OK, sent.queue_id, sent.queue_offset)
+        )
+        run.ack_lines.append(
+            _line(name, topic, seq, key, invoke, done, OK, body, None)
+            | {
+                "queueId": sent.queue_id,
+                "queueOffset": sent.queue_offset,
+                "physicalOffset": sent.physical_offset,
+                "masterEpoch": result.master_epoch,
+                "ackTimeMs": int(time.time() * 1000),
+            }
+        )
+        seq += 1
+        await asyncio.sleep(pause_s)
+
+
+def _line(
+    client: str, topic: str, seq: int, key: str, invoke: float, complete: float, outcome: str,
+    body: bytes, error: str | None,
+) -> dict[str, Any]:  # fmt: skip
+    line: dict[str, Any] = {
+        "op": "send",
+        "client": client,
+        "seq": seq,
+        "key": key,
+        "topic": topic,
+        "bodyCrc": body_crc(body),
+        "brokerName": BROKER_NAME,
+        "invokeTime": round(invoke, 6),
+        "completeTime": round(complete, 6),
+        "outcome": outcome,
+    }
+    if error is not None:
+        line["error"] = error
+    return line
+
+
+async def _consume(
+    name: str,
+    topic: str,
+    consumer: Consumer,
+    queues: Sequence[int],
+    clock: _Clock,
+    run: Run,
+    stop: asyncio.Event,
+) -> None:
+    """Tail every queue from offset 0; every pull is an operation of the history
+    (reads.jsonl) and every message read is judged against the final log."""
+    offsets = dict.fromkeys(queues, 0)
+    while not stop.is_set():
+        for queue_id in queues:
+            invoke = clock.now()
+            line: dict[str, Any] = {"op": "pull", "client": name, "topic": topic,
+                                    "queueId": queue_id, "fromOffset": offsets[queue_id]}  # fmt: skip
+            try:
+                result = await consumer.pull(topic, queue_id, offsets[queue_id], 64)
+            except Exception as exc:  # a read during a fault may fail: recorded, not judged
+                run.read_errors += 1
+                run.read_lines.append(
+                    line | {"invokeTime": round(invoke, 6), "completeTime": round(clock.now(), 6),
+                            "outcome": UNKNOWN, "error": f"{type(exc).__name__}: {exc}"[:200]}
+                )  # fmt: skip
+                await asyncio.sleep(0.1)
+                continue
+            got = [
+                ReadRecord(m.key or "", queue_id, m.queue_offset, topic) for m in result.messages
+            ]
+            run.consumed.extend(got)
+            run.reads += len(got)
+            if got:
+                run.read_lines.append(
+                    line | {"invokeTime": round(invoke, 6), "completeTime": round(clock.now(), 6),
+                            "outcome": OK, "read": [[r.queue_offset, r.key] for r in got],
+                            "replica": consumer.read_address}
+                )  # fmt: skip
+            offsets[queue_id] = max(offsets[queue_id], result.next_queue_offset)
+        await asyncio.sleep(0.05)
+
+
+def _healthy(rt: LocalRuntime, brokers: int) -> bool:
+    """The controller sees a live master and a full SyncStateSet, every broker
+    process (the master's included) is really running (a new controller
+    leader counts unheard brokers alive for a grace period), and every
+    controller is running with a leader among them."""
+    info = rt.replica_info()
+    if info is None or not info.get("masterAlive") or not info.get("masterAddress"):
+        return False
+    running = {c.host for c in rt.live_children(ChildKind.BROKER)}
+    if len(running) < brokers or str(info["masterAddress"]).rpartition(":")[0] not in running:
+        return False
+    # Every controller back too: the next fault must not meet one still in its
+    # restart backoff (a leader kill would then take out a majority).
+    controllers = rt.live_children(ChildKind.CONTROLLER)
+    if len(controllers) < len(rt.addresses.controller_hosts) or rt.controller_leader() is None:
+        return False
+    rows = info.get("brokers")
+    alive = (
+        [b for b in rows if isinstance(b, dict) and b.get("alive")]
+        if isinstance(rows, list)
+        else []
+    )
+    sss = info.get("syncStateSet")
+    return len(alive) >= brokers and isinstance(sss, list) and len(sss) >= brokers
+
+
+async def _wait_healthy(rt: LocalRuntime, brokers: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if await asyncio.to_thread(_healthy, rt, brokers):
+            return True
+        await asyncio.sleep(0.2)
+    return False
+
+
+async def drain(rt: LocalRuntime, topic: str, queues: Sequence[int]) -> list[ReadRecord]:
+    """Every message of every queue, in log order, from the live master."""
+    info = await asyncio.to_thread(rt.replica_info)
+    if info is None or not info.get("masterAddress"):
+        raise LocalRuntimeError("no master to drain from")
+    conn = await BrokerConnection.connect(str(info["masterAddress"]))
+    try:
+        out: list[ReadRecord] = []
+        for queue_id in queues:
+            offset = 0
+            while True:
+                result = await conn.pull(topic, queue_id, offset, 256)
+                if not result.messages:
+                    break
+                out.extend(
+                    ReadRecord(m.key or "", queue_id, m.queue_offset, topic)
+                    for m in result.messages
+                )
+                offset = result.next_queue_offset
+        return out
+    finally:
+        await conn.close()
+
+
+async def run_schedule(
+    rt: LocalRuntime, schedule: Schedule, progress: Callable[[str], None]
+) -> Run:
+    rng = random.Random(f"{schedule.seed}/{schedule.client_prefix}")
+    # Each phase its own topic: positions (topic, queue, offset) never mix across runtimes.
+    topic = f"{TOPIC}-{schedule.client_prefix}" if schedule.client_prefix else TOPIC
+    clock = _Clock(schedule.start_s)
+    run = Run()
+    usable = []
+    for fault in schedule.faults:
+        reason = fault_kinds.unavailable_reason(fault)
+        if reason is None:
+            usable.append(fault)
+        else:
+            run.skipped[fault] = reason
+            progress(f"skipping {fault}: {reason}")
+    if not await _wait_healthy(rt, rt.brokers, schedule.healthy_timeout_s):
+        raise LocalRuntimeError("the group never became healthy")
+    token = rt.token()
+    config = ClientConfig(
+        retry_max_attempts=1,
+        request_timeout_ms=schedule.op_timeout_ms,
+        connect_timeout_ms=500,
+        discovery_timeout_ms=1_000,
+    )
+    producers = [
+        Producer(CLUSTER, BROKER_NAME, controller_addresses=rt.addresses.api_addresses,
+                 token=token, config=config)
+        for _ in range(schedule.producers)
+    ]  # fmt: skip
+    queues = list(range(schedule.producers))
+    consumers = [
+        Consumer(CLUSTER, BROKER_NAME, controller_addresses=rt.addresses.api_addresses,
+                 token=token)
+        for _ in range(schedule.consumers)
+    ]  # fmt: skip
+    stop = asyncio.Event()
+    tasks = [
+        asyncio.create_task(
+            _produce(
+                f"{schedule.client_prefix}p{i}",
+                topic,
+                i,
+                p,
+                clock,
+                run,
+                stop,
+                schedule.send_pause_s,
+            )
+        )
+        for i, p in enumerate(producers)
+    ] + [
+        asyncio.create_task(
+            _consume(f"{schedule.client_prefix}c{i}", topic, c, queues, clock, run, stop)
+        )
+        for i, c in enumerate(consumers)
+    ]
+    try:
+        order: list[str] = []
+        for index in range(schedule.windows):
+            if not order:
+                order = list(usable)
+                rng.shuffle(order)
+            if not order:
+                break
+            fault = order.pop()
+            await asyncio.sleep(schedule.normal_s)
+            start = clock.now()
+            try:
+                injected = await asyncio.to_thread(fault_kinds.inject, fault, rt, rng)
+            except LocalRuntimeError as exc:
+                progress(f"window {index + 1}: {fault} not injected: {exc}")
+                continue
+            await asyncio.sleep(schedule.fault_s)
+            await asyncio.to_thread(injected.heal)
+            end = clock.now()
+            run.windows.append(FaultWindow(fault, start, end, injected.note))
+            recovered = await _wait_healthy(rt, rt.brokers, schedule.healthy_timeout_s)
+            if not recovered:
+                run.not_recovered.append(f"window {index + 1} ({fault})")
+            progress(
+                f"window {index + 1}/{schedule.windows} {fault}: {injected.note}; "
+                f"{'healthy again' if recovered else 'NOT healthy'} at {clock.now():.1f} s; "
+                f"{sum(1 for o in run.operations if o.outcome == OK)} acknowledged so far"
+            )
+        await asyncio.sleep(schedule.recovery_s)
+    finally:
+        stop.set()
+        await asyncio.wait(tasks, timeout=30)
+        for task in tasks:
+            task.cancel()
+        for producer in producers:
+            await producer.close()
+        for consumer in consumers:
+            await consumer.close()
+    await _wait_healthy(rt, rt.brokers, schedule.healthy_timeout_s)
+    run.read_back = await drain(rt, topic, queues)
+    run.ended_s = clock.now()
+    return run
+
+
+def write_history(run: Run, out_dir: Path) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with open(out_dir / "history.jsonl", "w") as f:
+        for line in run.ack_lines:
+            f.write(json.dumps(line, separators=(",", ":")) + "\n")
+    with open(out_dir / "reads.jsonl", "w") as f:
+        for line in run.read_lines:
+            f.write(json.dumps(line, separators=(",", ":")) + "\n")
+    with open(out_dir / "faults.jsonl", "w") as f:
+        for w in run.windows:
+            line = {"fault": w.fault, "start": round(w.start_s, 6), "end": round(w.end_s, 6)}
+            f.write(json.dumps(line | {"note": w.note}) + "\n")

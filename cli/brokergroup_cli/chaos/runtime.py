@@ -1,0 +1,210 @@
+"""The local runtime a chaos run (and the failover benchmark) drives from
+outside, the way a user would: `brokergroup local up --detach`, its
+state.json for PIDs, the controller API for roles, `local down` at the end.
+
+Only processes recorded in this runtime's state.json are signalled, by PID
+and start time (a recycled PID is never hit). Optional per-broker tmpfs
+mounts (root only) give each broker a disk of its own to fill.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from brokergroup_cli.local.procs import is_alive, send_signal
+from brokergroup_cli.local.state import ChildKind, ChildRecord, RuntimeState, read_state
+
+CLUSTER = "DefaultCluster"
+BROKER_NAME = "broker-a"
+CONTROLLER_API_PORT = 9878
+BROKER_CLIENT_PORT = 10911
+
+
+#: Address lanes inside the local runtime's 127.0.0.0/23, clear of a default
+#: `local up` (controllers 127.0.1.1-3, brokers 127.0.0.x): (first controller
+#: host, first broker, last broker) in 127.0.1.0/24. Lanes 0 and 1: chaos
+#: runs; lane 2: the failover benchmark.
+_LANES = {0: (101, 110, 159), 1: (161, 170, 199), 2: (201, 210, 254)}
+
+
+@dataclass(frozen=True)
+class Addresses:
+    """Where one runtime lives: its own lane of 127.0.1.0/24, so runs never collide."""
+
+    lane: int
+
+    def __post_init__(self) -> None:
+        if self.lane not in _LANES:
+            raise ValueError(f"lane must be one of {sorted(_LANES)}")
+
+    @property
+    def controller_hosts(self) -> tuple[str, ...]:
+        first = _LANES[self.lane][0]
+        return tuple(f"127.0.1.{first + i}" for i in range(3))
+
+    @property
+    def settings(self) -> tuple[str, ...]:
+        _, low, high = _LANES[self.lane]
+        return (
+            f"local.controllerHosts={','.join(self.controller_hosts)}",
+            f"local.brokerFirstHost=127.0.1.{low}",
+            f"local.brokerLastHost=127.0.1.{high}",
+        )
+
+    @property
+    def api_addresses(self) -> list[str]:
+        return [f"{h}:{CONTROLLER_API_PORT}" for h in self.controller_hosts]
+
+
+class LocalRuntimeError(RuntimeError):
+    pass
+
+
+class LocalRuntime:
+    """One `brokergroup local` installation in `root`, driven by its CLI."""
+
+    def __init__(
+        self,
+        root: Path,
+        addresses: Addresses,
+        *,
+        brokers: int = 3,
+        settings: Sequence[str] = (),
+        broker_disk_bytes: int | None = None,
+    ) -> None:
+        self.root = root
+        self.addresses = addresses
+        self.brokers = brokers
+        self.settings = tuple(settings)
+        self.broker_disk_bytes = broker_disk_bytes
+        self.paused: set[tuple[int, int | None]] = set()
+        self._mounts: list[Path] = []
+
+    def _cli(self, *args: str, timeout_s: float) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "brokergroup_cli.local", *args, "--dir", str(self.root)],
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+        )
+
+    def broker_dir(self, slot: int) -> Path:
+        return self.root / "brokers" / str(slot)
+
+    def up(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        if self.broker_disk_bytes is not None:
+            for slot in range(self.brokers):
+                self._mount_tmpfs(self.broker_dir(slot), self.broker_disk_bytes)
+        result = self._cli(
+            "up",
+            "--detach",
+            "--brokers",
+            str(self.brokers),
+            *(x for s in (*self.addresses.settings, *self.settings) for x in ("--set", s)),
+            timeout_s=120,
+        )
+        if result.returncode != 0:
+            raise LocalRuntimeError(f"local up failed:\n{result.stdout}\n{result.stderr}")
+
+    def _mount_tmpfs(self, path: Path, size: int) -> None:
+        path.mkdir(parents=True, exist_ok=True)
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise LocalRuntimeError(f"cannot mount a tmpfs on {path}: {done.stderr.strip()}")
+        self._mounts.append(path)
+
+    def token(self) -> str:
+        return (self.root / "token").read_text().strip()
+
+    def state(self) -> RuntimeState:
+        state = read_state(self.root / "state.json")
+        if state is None:
+            raise LocalRuntimeError(f"no state.json in {self.root}")
+        return state
+
+    def live_children(self, kind: ChildKind) -> list[ChildRecord]:
+        return [
+            c
+            for c in self.state().children()
+            if c.kind is kind and c.pid is not None and is_alive(c.pid, c.start_ticks)
+        ]
+
+    def broker_on(self, host: str) -> ChildRecord:
+        for child in self.live_children(ChildKind.BROKER):
+            if child.host == host:
+                return child
+        raise LocalRuntimeError(f"no live broker process recorded on {host}")
+
+    def controller_leader(self) -> ChildRecord | None:
+        for child in self.live_children(ChildKind.CONTROLLER):
+            raft = self._get_json(f"http://{child.host}:{CONTROLLER_API_PORT}/v1/raft")
+            if raft is not None and raft.get("isLeader"):
+                return child
+        return None
+
+    def replica_info(self) -> dict[str, object] | None:
+        for address in self.addresses.api_addresses:
+            info = self._get_json(
+                f"http://{address}/v1/replica-info?clusterName={CLUSTER}&brokerName={BROKER_NAME}"
+            )
+            if info is not None and info.get("code") == "SUCCESS":
+                return info
+        return None
+
+    def broker_status(self, host: str) -> dict[str, object] | None:
+        return self._get_json(f"http://{host}:{BROKER_CLIENT_PORT + 2}/v1/status")
+
+    @staticmethod
+    def _get_json(url: str, timeout_s: float = 1.0) -> dict[str, object] | None:
+        try:
+            with urllib.request.urlopen(url, timeout=timeout_s) as response:
+                body = json.loads(response.read())
+        except (OSError, ValueError):
+            return None
+        return body if isinstance(body, dict) else None
+
+    def signal(self, child: ChildRecord, sig: signal.Signals) -> bool:
+        process = (child.pid or 0, child.start_ticks)
+        if sig is signal.SIGSTOP:
+            self.paused.add(process)
+        sent = send_signal(child.pid, child.start_ticks, sig)
+        if sig is signal.SIGCONT:
+            self.paused.discard(process)
+        return sent
+
+    def down(self) -> None:
+        """`local down`, then SIGKILL by PID whatever state.json still shows alive."""
+        for paused_pid, paused_ticks in list(self.paused):
+            send_signal(paused_pid, paused_ticks, signal.SIGCONT)
+        self.paused.clear()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._cli("down", timeout_s=90)
+        try:
+            state = read_state(self.root / "state.json")
+        except Exception:
+            state = None
+        if state is not None:
+            leftovers: list[tuple[int | None, int | None]] = [
+                (state.supervisor_pid, state.supervisor_start_ticks)
+            ]
+            leftovers += [(c.pid, c.start_ticks) for c in state.children()]
+            for pid, ticks in leftovers:
+                if pid is not None and is_alive(pid, ticks):
+                    send_signal(pid, ticks, signal.SIGKILL)
+        while self._mounts:
+            subprocess.run(["umount", "-l", str(self._mounts.pop())], check=False)

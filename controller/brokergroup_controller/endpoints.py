@@ -1,0 +1,274 @@
+"""The controller API's request handlers on the leader (DESIGN.md §2.2–§2.4):
+input is already validated and authenticated (`app`), the deterministic
+rules come from `state`/`election`, liveness from `liveness`. A mixin of
+`ControllerService`, which holds the state."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from brokergroup_controller import api
+from brokergroup_controller.election import ElectionRequest, ElectionTrigger, decide_election
+from brokergroup_controller.errors import ErrorCode
+from brokergroup_controller.http_support import FORWARDED_HEADER, _reject, _Reply
+from brokergroup_controller.state import (
+    AlterSyncStateSet,
+    ApplyBrokerId,
+    BrokerSet,
+    CleanBrokerData,
+    ControllerState,
+    RegisterBroker,
+)
+
+if TYPE_CHECKING:
+    from brokergroup_controller.server import ControllerService
+
+log = logging.getLogger(__name__)
+
+
+class Endpoints:
+    async def next_broker_id(
+        self: ControllerService, request: web.Request, q: dict[str, Any]
+    ) -> dict[str, Any]:
+        cluster, name = q["clusterName"], q["brokerName"]
+        return {"nextBrokerId": self.node.read(lambda s: s.next_broker_id(cluster, name))}
+
+    async def apply_broker_id(
+        self: ControllerService, request: web.Request, b: dict[str, Any]
+    ) -> dict[str, Any]:
+        details = await self._propose(
+            ApplyBrokerId(
+                b["clusterName"], b["brokerName"], b["brokerId"], b["registerCode"], b["address"]
+            )
+        )
+        return {"brokerId": details["brokerId"], "nextBrokerId": details["nextBrokerId"]}
+
+    async def register_broker(
+        self: ControllerService, request: web.Request, b: dict[str, Any]
+    ) -> dict[str, Any]:
+        cluster, name, broker_id, address = (
+            b["clusterName"],
+            b["brokerName"],
+            b["brokerId"],
+            b["address"],
+        )
+        broker_set = self._require_registered(cluster, name, broker_id)
+        if broker_set.brokers[broker_id].address != address:
+            # Only an address change is worth a Raft commit (persistent-broker-id seed §5.1).
+            await self._propose(RegisterBroker(cluster, name, broker_id, address))
+        self.liveness.touch((cluster, name, broker_id), address, self.clock_ms())
+        return self._info_body(cluster, name)
+
+    async def heartbeat(
+        self: ControllerService, request: web.Request, b: dict[str, Any]
+    ) -> dict[str, Any]:
+        hb: api.BrokerHeartbeat = b["heartbeat"]
+        key = (hb.cluster_name, hb.broker_name, hb.broker_id)
+        broker_set = self._require_registered(hb.cluster_name, hb.broker_name, hb.broker_id)
+        now = self.clock_ms()
+        was_alive = self.liveness.is_alive(key, now)
+        self.liveness.heartbeat(hb, now)
+        if not request.headers.get(FORWARDED_HEADER) and request.transport is not None:
+            self._heartbeat_transports[key] = request.transport
+        if (
+            was_alive
+            and not self.liveness.is_alive(key, now)
+            and broker_set.master_broker_id == hb.broker_id
+        ):
+            # The master says its store cannot take writes: fail over before answering.
+            await self.run_liveness_tick()
+        return self._info_body(hb.cluster_name, hb.broker_name)
+
+    async def report_inactive(
+        self: ControllerService, request: web.Request, b: dict[str, Any]
+    ) -> dict[str, Any]:
+        cluster, name, broker_id = b["clusterName"], b["brokerName"], b["brokerId"]
+        self._require_set(cluster, name)
+        self._require_registered(cluster, name, broker_id)
+        self.liveness.report_inactive(
+            (cluster, name, broker_id), b["reason"], self.clock_ms(), process_gone=b["processGone"]
+        )
+        log.info(
+            "broker %s/%s:%d reported inactive%s: %s",
+            cluster, name, broker_id, " (process gone)" if b["processGone"] else "", b["reason"],
+        )  # fmt: skip
+        await self.run_liveness_tick()  # a dead master is replaced before we answer
+        return self._info_body(cluster, name)
+
+    async def alter_sync_state_set(
+        self: ControllerService, request: web.Request, b: dict[str, Any]
+    ) -> dict[str, Any]:
+        cluster, name = b["clusterName"], b["brokerName"]
+        event = AlterSyncStateSet(
+            cluster,
+            name,
+            master_broker_id=b["masterBrokerId"],
+            master_epoch=b["masterEpoch"],
+            sync_state_set=frozenset(b["syncStateSet"]),
+            sync_state_set_epoch=b["syncStateSetEpoch"],
+        )
+        broker_set = self._require_set(cluster, name)
+        # Deterministic rules first (same verdict apply would give), then liveness.
+        dry = ControllerState()
+        dry.broker_sets[broker_set.key] = broker_set
+        verdict = dry.apply(event)
+        if not verdict.ok:
+            raise _reject(verdict.code, verdict.message, **verdict.details)
+        now = self.clock_ms()
+        master_key = (cluster, name, event.master_broker_id)
+        self.liveness.touch(master_key, broker_set.brokers[event.master_broker_id].address, now)
+        dead = sorted(
+            m for m in event.sync_state_set if not self.liveness.is_alive((cluster, name, m), now)
+        )
+        if dead:
+            raise _reject(
+                ErrorCode.BROKER_NOT_ALIVE,
+                f"SyncStateSet members {dead} of {name} are not alive in the controller's view; "
+                "shrink them out instead",
+            )
+        details = await self._propose(event)
+        return {
+            "syncStateSet": details["syncStateSet"],
+            "syncStateSetEpoch": details["syncStateSetEpoch"],
+        }
+
+    async def elect_master(
+        self: ControllerService, request: web.Request, b: dict[str, Any]
+    ) -> dict[str, Any]:
+        cluster, name = b["clusterName"], b["brokerName"]
+        trigger: ElectionTrigger = b["trigger"]
+        requester: int | None = b["brokerId"]
+        broker_set = self._require_set(cluster, name)
+        if trigger is ElectionTrigger.BROKER and requester in broker_set.brokers:
+            assert requester is not None
+            address = broker_set.brokers[requester].address
+            self.liveness.touch((cluster, name, requester), address, self.clock_ms())
+        request_ = ElectionRequest(
+            trigger=trigger,
+            requester_broker_id=requester,
+            designated_broker_id=b["designatedBrokerId"],
+            enable_elect_unclean_master=self.config.enable_elect_unclean_master,
+        )
+        await self._elect(broker_set, request_)
+        return self._info_body(cluster, name)
+
+    async def _elect(
+        self: ControllerService, broker_set: BrokerSet, request: ElectionRequest
+    ) -> None:
+        now = self.clock_ms()
+        alive = self.liveness.alive_replicas(broker_set.key, broker_set.brokers, now)
+        unheard = self.liveness.unheard(broker_set.key, broker_set.brokers, now)
+        decision = decide_election(broker_set, alive, request, unheard)
+        if not decision.ok or decision.event is None:
+            self.metrics.elections.labels(request.trigger.value, decision.code.value).inc()
+            details: dict[str, Any] = {}
+            if decision.code is ErrorCode.MASTER_STILL_EXIST:
+                details["replicaInfo"] = self.replica_info(broker_set).to_json()
+            raise _reject(decision.code, decision.message, **details)
+        try:
+            await self._propose(decision.event)
+        except _Reply as reply:
+            self.metrics.elections.labels(request.trigger.value, reply.body["code"]).inc()
+            raise
+        self.metrics.elections.labels(request.trigger.value, ErrorCode.SUCCESS.value).inc()
+        log.info("%s (masterEpoch was %d)", decision.message, broker_set.master_epoch)
+        after = self._snapshot(*broker_set.key)
+        if after is not None and after.master_epoch > broker_set.master_epoch:
+            old = broker_set.master_broker_id
+            wait = self.liveness.record_takeover(
+                broker_set.key,
+                None if old == after.master_broker_id else old,
+                self.clock_ms(),
+                new_master_in_sync_state_set=after.master_broker_id in broker_set.sync_state_set,
+            )
+            if wait > 0 and after.master_broker_id is not None:
+                log.info(
+                    "master %s of %s/%s may hold its lease for %d ms more: broker %d holds its "
+                    "acknowledgements until then",
+                    old, *broker_set.key, wait, after.master_broker_id,
+                )  # fmt: skip
+
+    async def clean_broker_data(
+        self: ControllerService, request: web.Request, b: dict[str, Any]
+    ) -> dict[str, Any]:
+        cluster, name = b["clusterName"], b["brokerName"]
+        broker_set = self._require_set(cluster, name)
+        ids = set(broker_set.brokers) if b["brokerIds"] is None else set(b["brokerIds"])
+        now = self.clock_ms()
+        alive = sorted(i for i in ids if self.liveness.is_alive((cluster, name, i), now))
+        if alive and not b["force"]:
+            raise _reject(
+                ErrorCode.BROKER_STILL_ALIVE,
+                f"brokers {alive} of {name} are still alive; stop them first or pass force",
+            )
+        event_ids = None if b["brokerIds"] is None else frozenset(ids)
+        details = await self._propose(CleanBrokerData(cluster, name, broker_ids=event_ids))
+        for broker_id in details["removed"]:
+            self.liveness.forget((cluster, name, broker_id))
+        return {"removed": details["removed"]}
+
+    async def get_replica_info(
+        self: ControllerService, request: web.Request, q: dict[str, Any]
+    ) -> dict[str, Any]:
+        return self._info_body(q["clusterName"], q["brokerName"])
+
+    async def groups(
+        self: ControllerService, request: web.Request, q: dict[str, Any]
+    ) -> dict[str, Any]:
+        sets = self.node.read(lambda s: [s.snapshot(c, n) for (c, n) in sorted(s.broker_sets)])
+        return {"groups": [self.replica_info(bs).to_json() for bs in sets if bs is not None]}
+
+    async def watch(
+        self: ControllerService, request: web.Request, q: dict[str, Any]
+    ) -> dict[str, Any]:
+        cluster, name = q["clusterName"], q["brokerName"]
+        timeout_s = min(q["timeoutMs"], self.config.watch_max_timeout_ms) / 1000
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        assert self._changed is not None
+        async with self._changed:
+            while True:
+                broker_set = self._require_set(cluster, name)
+                if (
+                    broker_set.master_epoch > q["masterEpoch"]
+                    or broker_set.sync_state_set_epoch > q["syncStateSetEpoch"]
+                ):
+                    break
+                remaining = deadline - asyncio.get_running_loop().time()
+                if remaining <= 0:
+                    break
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._changed.wait(), remaining)
+        return {"code": ErrorCode.SUCCESS.value, **self.replica_info(broker_set).to_json()}
+
+    def raft_body(self: ControllerService) -> dict[str, Any]:
+        status = self.node.status()
+        return {
+            "code": ErrorCode.SUCCESS.value,
+            "nodeId": self.config.node_id,
+            "self": status.self_address,
+            "leader": status.leader,
+            "leaderApi": self.leader_api(),
+            "term": status.term,
+            "commitIndex": status.commit_index,
+            "lastApplied": status.last_applied,
+            "leaderCommitIndex": status.leader_commit_index,
+            "isLeader": status.is_leader,
+            "hasQuorum": status.has_quorum,
+            "ready": status.caught_up,
+            "logEntries": status.log_entries,
+            "members": [
+                {
+                    "address": member,
+                    "api": self.config.api_address_of(member),
+                    "self": member == status.self_address,
+                    "connected": member == status.self_address or member in status.connected,
+                    "leader": member == status.leader,
+                }
+                for member in status.members
+            ],
+        }

@@ -1,0 +1,224 @@
+"""The chaos checker (brokergroup_cli/chaos/checker.py) on histories built to
+hold exactly one known defect: hypothesis builds a valid history (clients
+sending keys in order to their own queues, outcomes ok / failed / unknown,
+read back in log order), then one defect is planted — a lost acknowledged
+key, a second copy, a read of a failed send, a key never sent, two keys of
+one client swapped, a consumer shown a record the final log does not hold —
+and the checker must report exactly that key, and
+nothing on the clean history. Unavailability is checked on hand-built timelines.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from brokergroup_cli.chaos.checker import (
+    FAILED,
+    OK,
+    UNKNOWN,
+    FaultWindow,
+    Findings,
+    Operation,
+    ReadRecord,
+    accumulate,
+    check,
+    percentile,
+    unavailability,
+)
+
+
+@dataclass
+class World:
+    operations: list[Operation]
+    read_back: list[ReadRecord]
+
+
+@st.composite
+def worlds(draw: st.DrawFn) -> World:
+    """Clients c0..cN each send to queue N; ok sends are read back in order,
+    unknown ones maybe (at least once), failed ones never."""
+    clients = draw(st.integers(1, 3))
+    operations: list[Operation] = []
+    read_back: list[ReadRecord] = []
+    t = 0.0
+    for c in range(clients):
+        offset = 0
+        for seq in range(draw(st.integers(1, 12))):
+            outcome = draw(st.sampled_from([OK, OK, OK, FAILED, UNKNOWN]))
+            key = f"c{c}-{seq}"
+            landed = outcome == OK or (outcome == UNKNOWN and draw(st.booleans()))
+            operations.append(
+                Operation(f"c{c}", seq, key, t, t + 0.001, outcome,
+                          c if outcome == OK else None, offset if outcome == OK else None)
+            )  # fmt: skip
+            if landed:
+                read_back.append(ReadRecord(key, c, offset))
+                offset += 1
+            t += 0.01
+    return World(operations, read_back)
+
+
+def _clean(findings: object) -> bool:
+    f = findings
+    return not (
+        f.lost or f.duplicated or f.unexpected or f.misplaced or f.order_violations  # type: ignore[attr-defined]
+    )
+
+
+@settings(max_examples=200)
+@given(worlds())
+def test_a_consistent_history_has_no_findings(world: World) -> None:
+    assert _clean(check(world.operations, world.read_back, []))
+
+
+@settings(max_examples=200)
+@given(worlds(), st.data())
+def test_each_planted_defect_is_reported_exactly(world: World, data: st.DataObject) -> None:
+    acked = [op for op in world.operations if op.outcome == OK]
+    failed = [op for op in world.operations if op.outcome == FAILED]
+    read = list(world.read_back)
+    if acked:
+        victim = data.draw(st.sampled_from(acked))
+        without = [r for r in read if r.key != victim.key]
+        f = check(world.operations, without, [])
+        assert f.lost == [victim.key] and not f.duplicated and not f.order_violations
+        copy = next(r for r in read if r.key == victim.key)
+        f = check(world.operations, [*read, ReadRecord(copy.key, copy.queue_id, 999)], [])
+        assert f.duplicated == [victim.key] and not f.lost
+    if failed:
+        ghost = data.draw(st.sampled_from(failed))
+        f = check(world.operations, [*read, ReadRecord(ghost.key, 0, 998)], [])
+        assert f.duplicated == [ghost.key]
+    f = check(world.operations, [*read, ReadRecord("never-sent", 0, 997)], [])
+    assert f.unexpected == ["never-sent"] and f.lost == [] and f.duplicated == []
+    # Swap two acknowledged keys of one client in its queue: one order violation.
+    by_client: dict[str, list[ReadRecord]] = {}
+    for r in read:
+        op = next(o for o in world.operations if o.key == r.key)
+        if op.outcome == OK:
+            by_client.setdefault(op.client, []).append(r)
+    pairs = [rs for rs in by_client.values() if len(rs) >= 2]
+    if pairs:
+        rs = data.draw(st.sampled_from(pairs))
+        a, b = rs[0], rs[1]
+        swapped = [
+            ReadRecord(b.key, a.queue_id, a.queue_offset) if r is a
+            else ReadRecord(a.key, b.queue_id, b.queue_offset) if r is b
+            else r
+            for r in read
+        ]  # fmt: skip
+        f = check(world.operations, swapped, [])
+        assert f.order_violations == [(a.queue_id, a.key, b.key)]
+        assert sorted(f.misplaced) == sorted([a.key, b.key])  # acknowledged at other offsets
+
+
+def _op(seq: int, start: float, end: float, outcome: str = OK) -> Operation:
+    return Operation("c0", seq, f"k{seq}", start, end, outcome, 0, seq)
+
+
+def test_unavailability_runs_from_the_first_bad_invoke_to_the_next_good_completion() -> None:
+    ops = [
+        _op(0, 0.0, 0.01),
+        _op(1, 1.0, 1.5),  # slow (> 0.25 s): the stretch starts at its invoke
+        _op(2, 1.5, 1.6, UNKNOWN),
+        _op(3, 1.7, 1.8, FAILED),
+        _op(4, 1.9, 1.95),  # first good: ends the stretch at 1.95
+        _op(5, 2.0, 2.01),
+        _op(6, 5.5, 6.0, UNKNOWN),  # outside any window (and its grace), never recovered
+    ]
+    stretches = unavailability(ops, 0.25)
+    assert [(u.start_s, u.end_s) for u in stretches] == [(1.0, 1.95), (5.5, 6.0)]
+    windows = [FaultWindow("kill-master", 0.9, 1.2), FaultWindow("pause-master", 3.0, 4.0)]
+    f = check(ops, [ReadRecord(f"k{i}", 0, i) for i in (0, 1, 4, 5)], windows, slow_s=0.25)
+    assert [(r.window.fault, round(r.unavailable_s, 3)) for r in f.faults] == [
+        ("kill-master", 0.95),
+        ("pause-master", 0.0),
+    ]
+    assert [(u.start_s, u.end_s) for u in f.unexpected_unavailability] == [(5.5, 6.0)]
+
+
+def test_percentile_is_nearest_rank() -> None:
+    assert percentile([], 99) is None
+    assert percentile([3.0, 1.0, 2.0], 50) == 2.0
+    assert percentile([float(i) for i in range(1, 101)], 99) == 99.0
+    assert percentile([0.5], 99) == 0.5
+
+
+def test_a_send_in_flight_when_the_fault_began_charges_the_fault_not_the_quiet_time() -> None:
+    # Seen in a long run: the send invoked 3 ms before the window started was
+    # the first one the fault hurt; its stretch was reported as unexpected
+    # unavailability and the fault's own unavailability as much shorter.
+    ops = [
+        _op(0, 0.0, 0.01),
+        _op(1, 9.997, 10.4),  # in flight at the fault (10.0): slow
+        _op(2, 10.4, 10.5, UNKNOWN),
+        _op(3, 11.6, 11.61),  # recovered
+        _op(4, 30.0, 30.5),  # slow long after every window: unexpected
+        _op(5, 30.5, 30.51),
+    ]
+    windows = [FaultWindow("fill-master-disk", 10.0, 13.0), FaultWindow("kill-slave", 20.0, 23.0)]
+    f = check(ops, [ReadRecord(f"k{i}", 0, i) for i in (0, 1, 3, 4, 5)], windows, slow_s=0.25)
+    assert [(r.window.fault, round(r.unavailable_s, 3)) for r in f.faults] == [
+        ("fill-master-disk", 1.613),
+        ("kill-slave", 0.0),
+    ]
+    assert [(u.start_s, u.end_s) for u in f.unexpected_unavailability] == [(30.0, 30.51)]
+
+
+def test_a_stretch_spanning_two_windows_belongs_to_the_first() -> None:
+    ops = [_op(0, 0.0, 0.01), _op(1, 1.0, 9.0, UNKNOWN), _op(2, 9.0, 9.01)]
+    windows = [FaultWindow("pause-master", 1.0, 2.0), FaultWindow("kill-master", 5.0, 6.0)]
+    f = check(ops, [ReadRecord(f"k{i}", 0, i) for i in (0, 2)], windows, slow_s=0.25)
+    assert [round(r.unavailable_s, 3) for r in f.faults] == [8.01, 0.0]
+    assert not f.unexpected_unavailability
+
+
+@settings(max_examples=200)
+@given(worlds(), st.data())
+def test_a_read_the_final_log_took_back_is_reported_exactly(
+    world: World, data: st.DataObject
+) -> None:
+    # What consumers read during the run: any subset of the final log is stable.
+    seen = (
+        data.draw(st.lists(st.sampled_from(world.read_back), unique=True))
+        if world.read_back
+        else []
+    )
+    assert _clean(check(world.operations, world.read_back, [], consumed=seen))
+    op = data.draw(st.sampled_from(world.operations))
+    at = data.draw(st.sampled_from(world.read_back)) if world.read_back else None
+    if at is not None and at.key != op.key:
+        # A consumer saw `op.key` where the final log holds another key.
+        f = check(world.operations, world.read_back, [],
+                  consumed=[*seen, ReadRecord(op.key, at.queue_id, at.queue_offset)])  # fmt: skip
+        assert f.unstable_reads == [(at.queue_id, at.queue_offset, op.key)]
+        assert not (f.lost or f.duplicated or f.unexpected or f.order_violations)
+    # A consumer saw a record past the end of the final log (later truncated).
+    f = check(world.operations, world.read_back, [],
+              consumed=[*seen, ReadRecord(op.key, 7, 10_000)])  # fmt: skip
+    assert f.unstable_reads == [(7, 10_000, op.key)] and not f.data_safe
+    # A consumer read a key never sent: unexpected (and unstable: the log does not hold it).
+    f = check(world.operations, world.read_back, [], consumed=[ReadRecord("ghost", 7, 10_001)])
+    assert f.unexpected == ["ghost"] and f.unstable_reads == [(7, 10_001, "ghost")]
+
+
+def test_findings_of_several_runs_add_up() -> None:
+    first = check([_op(0, 0.0, 0.01)], [], [FaultWindow("kill-master", 0.0, 1.0)])
+    second = check([_op(0, 0.0, 0.01), _op(1, 1.0, 1.01)], [ReadRecord("x", 0, 0)], [])
+    total = Findings(operations=0, acknowledged=0, failed=0, unknown=0)
+    for f in (first, second):
+        accumulate(total, f)
+    assert (total.operations, total.acknowledged) == (3, 3)
+    assert total.lost == ["k0", "k0", "k1"] and total.unexpected == ["x"]
+    assert [r.window.fault for r in total.faults] == ["kill-master"]
+
+
+def test_a_send_in_flight_when_the_fault_hit_belongs_to_the_fault() -> None:
+    """Invoked 10 ms before the injection, slowed by it: the fault's, not unexpected."""
+    ops = [_op(0, 0.0, 0.01), _op(1, 0.99, 1.8), _op(2, 1.8, 1.81), _op(3, 9.0, 9.5)]
+    f = check(ops, [], [FaultWindow("fill-master-disk", 1.0, 3.0)], slow_s=0.25)
+    assert [round(r.unavailable_s, 3) for r in f.faults] == [0.82]
+    assert [(u.start_s, u.end_s) for u in f.unexpected_unavailability] == [(9.0, 9.5)]

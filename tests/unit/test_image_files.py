@@ -1,0 +1,46 @@
+"""The image's promises that can be read off its files (DESIGN.md §6): one
+image whose argument is the subcommand, a non-root user, a HEALTHCHECK,
+nothing downloaded during the build (wheels from the context only), and a
+`make image` / `make image-smoke` wired to the project's scripts. The image
+itself is exercised by `make image-smoke` where a container engine runs."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCKERFILE = (ROOT / "broker-image" / "Dockerfile").read_text()
+
+
+def _instructions() -> list[tuple[str, str]]:
+    text = re.sub(r"\\\n", " ", DOCKERFILE)
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            word, _, rest = line.partition(" ")
+            out.append((word.upper(), rest.strip()))
+    return out
+
+
+def test_runs_as_a_numeric_non_root_user_with_brokergroup_as_entrypoint() -> None:
+    ins = _instructions()
+    users = [rest for word, rest in ins if word == "USER"]
+    assert users and users[-1].split(":")[0].isdigit() and users[-1].split(":")[0] != "0"
+    assert ("ENTRYPOINT", '["brokergroup"]') in ins
+    assert any(word == "HEALTHCHECK" for word, _ in ins)
+
+
+def test_the_build_installs_only_from_the_wheels_it_was_given() -> None:
+    runs = " ".join(rest for word, rest in _instructions() if word == "RUN")
+    assert "pip install --no-index" in runs and "--find-links /tmp/wheels" in runs
+    assert not re.search(r"\b(curl|wget|apt-get)\b", runs)
+
+
+def test_make_targets_call_the_project_scripts() -> None:
+    makefile = (ROOT / "Makefile").read_text()
+    assert "tools/image/build.sh" in makefile and "tools/image/smoke.sh" in makefile
+    for script in ("build.sh", "smoke.sh"):
+        path = ROOT / "tools" / "image" / script
+        assert path.stat().st_mode & 0o111, f"{script} is not executable"

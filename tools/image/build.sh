@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# `make image`: build the brokergroup image (broker-image/Dockerfile) with a
+# reachable container engine. Wheels of the project and of every dependency
+# are built on the host (pip wheel) and copied in, so the build itself needs
+# no network: pip inside a container cannot be trusted to reach PyPI (proxies,
+# air-gapped CI).
+#
+#   tools/image/build.sh                       # tag brokergroup:dev, base python:3.11-slim
+#   IMAGE=brokergroup:1.0 BASE_IMAGE=python:3.11-slim tools/image/build.sh
+#   OFFLINE_BASE=1 tools/image/build.sh        # no registry: a Debian bookworm base built
+#                                              # here with debootstrap (root), cached
+#
+# Exits 2 with the reason when no container engine answers (`docker info`).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+IMAGE=${IMAGE:-brokergroup:dev}
+BASE_IMAGE=${BASE_IMAGE:-python:3.11-slim}
+PYTHON=${PYTHON:-.venv/bin/python}
+CACHE=${BROKERGROUP_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/brokergroup}/image
+
+if ! command -v docker >/dev/null 2>&1 || ! docker info >/dev/null 2>&1; then
+    echo "make image: no container engine answers (docker info failed); nothing built" >&2
+    exit 2
+fi
+
+if [ "${OFFLINE_BASE:-0}" = 1 ]; then
+    BASE_IMAGE=brokergroup-base:bookworm-py311
+    if ! docker image inspect "$BASE_IMAGE" >/dev/null 2>&1; then
+        MIRROR=${MIRROR:-http://deb.debian.org/debian}
+        rootfs="$CACHE/rootfs-bookworm"
+        if [ ! -x "$rootfs/usr/bin/python3" ]; then
+            command -v debootstrap >/dev/null || { echo "OFFLINE_BASE needs debootstrap" >&2; exit 2; }
+            rm -rf "$rootfs" && mkdir -p "$rootfs"
+            echo "debootstrap bookworm (python3, venv) into $rootfs"
+            debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates,passwd \
+                bookworm "$rootfs" "$MIRROR" >"$CACHE/debootstrap.log" 2>&1
+            rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
+        fi
+        tar -C "$rootfs" -c . | docker import - "$BASE_IMAGE" >/dev/null
+        echo "base image $BASE_IMAGE imported"
+    fi
+fi
+
+context=$(mktemp -d)
+trap 'rm -rf "$context"' EXIT
+mkdir -p "$context/wheels" "$CACHE/wheels"
+echo "wheels of brokergroup and its dependencies (cache $CACHE/wheels)"
+"$PYTHON" -m pip wheel -q --wheel-dir "$CACHE/wheels" .
+cp "$CACHE"/wheels/*.whl "$context/wheels/"
+# Only the newest brokergroup wheel: an older one in the cache must not be picked.
+newest=$(ls -t "$context"/wheels/brokergroup-*.whl | head -1)
+find "$context/wheels" -name 'brokergroup-*.whl' ! -path "$newest" -delete
+cp broker-image/Dockerfile "$context/Dockerfile"
+echo "docker build $IMAGE (base $BASE_IMAGE)"
+docker build -q --build-arg BASE_IMAGE="$BASE_IMAGE" -t "$IMAGE" "$context" >/dev/null
+echo "built $IMAGE: $(docker image inspect -f '{{.Size}}' "$IMAGE") bytes"
