@@ -262,7 +262,12 @@ def run_audit(
                 | (F.col("sTopic") != F.col("topic"))
                 | (F.col("sQueueId") != F.col("queueId"))
                 | (F.col("sQueueOffset") != F.col("queueOffset"))
-                | (F.col("sBodyCrc") != F.col("bodyCrc"))
+                # `produce` logs the full CRC32, the chaos tool RocketMQ's 31-bit
+                # UtilAll.crc32: compare the 31 bits both carry.
+                | (
+                    F.col("sBodyCrc").bitwiseAND(F.lit(0x7FFFFFFF))
+                    != F.col("bodyCrc").bitwiseAND(F.lit(0x7FFFFFFF))
+                )
                 | (
                     F.col("key").isNotNull()
                     & ~F.coalesce(F.col("sKeys") == F.col("key"), F.lit(False))
