@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from brokergroup_audit import cli as audit_cli
     from brokergroup_broker import cli as broker_cli
     from brokergroup_cli import local_cli
     from brokergroup_cli.chaos import cli as chaos_cli
@@ -29,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
     local_cli.register(subparsers)
     chaos_cli.register(subparsers)
     operator_cli.register(subparsers)
+    audit_cli.register(subparsers)
     return parser
 
 

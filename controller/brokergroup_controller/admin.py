@@ -106,6 +106,61 @@ def _print_sync_state_sets(infos: Sequence[api.ReplicaInfo], out: TextIO) -> Non
     _table(rows, out)
 
 
+async def _record_events(client: ControllerClient, args: argparse.Namespace, out: TextIO) -> None:
+    """Append one JSON line per controller change of any group (event_export) until
+    --duration-s passes (or forever). One long-poll per group; groups re-listed every
+    poll timeout so new ones are picked up."""
+    import time
+
+    from brokergroup_controller.event_export import change_events
+
+    sink = open(args.out, "a", encoding="utf-8") if args.out else out  # noqa: SIM115
+    views: dict[tuple[str, str], api.ReplicaInfo] = {}
+    masters: dict[tuple[str, str], int | None] = {}
+    deadline = None if args.duration_s is None else time.monotonic() + args.duration_s
+
+    def emit(info: api.ReplicaInfo) -> None:
+        key = (info.cluster_name, info.broker_name)
+        now_ms = int(time.time() * 1000)
+        for line in change_events(views.get(key), masters.get(key), info, now_ms):
+            sink.write(json.dumps(line, sort_keys=True) + "\n")
+        sink.flush()
+        views[key] = info
+        if info.master_broker_id is not None:
+            masters[key] = info.master_broker_id
+
+    async def follow(key: tuple[str, str]) -> None:
+        while deadline is None or time.monotonic() < deadline:
+            seen = views[key]
+            try:
+                info = await client.watch(
+                    key[0], key[1], seen.master_epoch, seen.sync_state_set_epoch,
+                    args.poll_timeout_ms,
+                )  # fmt: skip
+            except ControllerUnavailable:
+                await asyncio.sleep(0.2)  # leader change: keep trying
+                continue
+            emit(info)
+
+    tasks: dict[tuple[str, str], asyncio.Task[None]] = {}
+    try:
+        while deadline is None or time.monotonic() < deadline:
+            try:
+                for info in await client.groups():
+                    key = (info.cluster_name, info.broker_name)
+                    if key not in views:
+                        emit(info)
+                        tasks[key] = asyncio.create_task(follow(key))
+            except ControllerUnavailable:
+                pass
+            await asyncio.sleep(args.poll_timeout_ms / 1000)
+    finally:
+        for task in tasks.values():
+            task.cancel()
+        if sink is not out:
+            sink.close()
+
+
 async def _run(args: argparse.Namespace, out: TextIO) -> int:
     addresses = api.split_addresses(args.controller_addresses)
     token = resolve_token(args.token_file)
@@ -175,6 +230,9 @@ async def _run(args: argparse.Namespace, out: TextIO) -> int:
                         ]
                     )
                 _table(rows, out)
+        elif command == "events":
+            await _record_events(client, args, out)
+            return 0
         elif command == "groups":
             groups = await client.groups()
             result = [g.to_json() for g in groups]

@@ -99,6 +99,18 @@ def register(subparsers: Any) -> None:
     common(p)
     p = commands.add_parser("groups", help="every broker set")
     common(p)
+    p = commands.add_parser(
+        "events",
+        help="record controller events (elections, SyncStateSet changes) as JSON lines",
+        description="Follow every group through GET /v1/watch and append one JSON line per "
+        "election or SyncStateSet change (the format `brokergroup audit --events` reads).",
+    )
+    p.add_argument("--out", help="append to this file (default: stdout)")
+    p.add_argument("--duration-s", type=float, default=None, help="stop after this long")
+    p.add_argument(
+        "--poll-timeout-ms", type=int, default=2000, help="long-poll timeout per request"
+    )
+    common(p)
 
 
 def _run_controller(args: argparse.Namespace) -> int:

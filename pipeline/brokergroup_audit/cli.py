@@ -1,0 +1,41 @@
+"""`brokergroup audit STORE_ROOT …` (docs/audit.md). Arguments only; Spark loads in the handler."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def register(subparsers: Any) -> None:
+    """Add the `audit` subcommand to the `brokergroup` parser."""
+    p = subparsers.add_parser(
+        "audit",
+        help="audit replica stores with Spark (loss, divergence, failovers)",
+        description=(
+            "Audit every group/replica under STORE_ROOT (a `local up` directory or a directory "
+            "of RocketMQ stores): acknowledged-but-missing messages, committed-prefix "
+            "divergence, duplicates, epoch lineage conflicts, failovers. Exits 1 when a "
+            "finding would cost a user data."
+        ),
+    )
+    p.add_argument("store_root", metavar="STORE_ROOT", help="directory holding replica stores")
+    p.add_argument("--acks", metavar="ACK_LOG", help="acknowledgement log (JSON lines)")
+    p.add_argument(
+        "--events", metavar="CONTROLLER_EVENTS", help="controller event export (JSON lines)"
+    )
+    p.add_argument("--out", metavar="DIR", default="audit-out", help="output directory")
+    p.add_argument("--master", metavar="SPARK_MASTER", default="local[*]", help="Spark master URL")
+    p.add_argument(
+        "--split-mib",
+        type=int,
+        default=64,
+        help="largest slice of one segment a Spark task reads (MiB)",
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from brokergroup_audit.job import run_cli
+
+    return run_cli(args)

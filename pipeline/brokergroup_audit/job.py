@@ -1,0 +1,448 @@
+"""The Spark side of `brokergroup audit`: read, check, write (docs/audit.md).
+
+Per-record work runs in Spark over the `commitlog` source (divergence by offset,
+acknowledgement matching, duplicates, per-epoch ranges); what comes back is small
+and goes through the pure `checks` module. Outputs in --out:
+
+    summary.json         counts, findings, failovers, replicas (the contract for tools)
+    findings.parquet     every finding
+    failovers.parquet    one row per epoch change of each group's reference lineage
+    epochs.parquet       per group/replica/epoch: first/last offset, records, bytes
+    report.html          plots + tables (report.py)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from brokergroup_audit import checks
+from brokergroup_audit.checks import Finding, FindingKind, ReplicaFacts
+from brokergroup_audit.source import DEFAULT_SPLIT_BYTES, CommitLogDataSource
+from brokergroup_audit.stores import Replica, find_replicas
+
+Progress = Callable[[str], None]
+
+
+def spark_session(master: str = "local[*]", app_name: str = "brokergroup-audit") -> SparkSession:
+    """A session whose Python workers run this interpreter (so they import this package)."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    spark = (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "8")
+        .config("spark.driver.host", os.environ["SPARK_LOCAL_IP"])
+        .config("spark.executorEnv.PYSPARK_PYTHON", os.environ["PYSPARK_PYTHON"])
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    spark.dataSource.register(CommitLogDataSource)
+    return spark
+
+
+def read_json_lines(path: str | None) -> list[dict[str, Any]]:
+    """JSON lines; blank lines skipped; a line that is not a JSON object is an error."""
+    if not path:
+        return []
+    out: list[dict[str, Any]] = []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                value = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}:{n}: not JSON ({exc.msg})") from exc
+            if not isinstance(value, dict):
+                raise ValueError(f"{path}:{n}: not a JSON object")
+            out.append(value)
+    return out
+
+
+def acknowledged(lines: Sequence[dict[str, Any]], groups: Sequence[str]) -> list[dict[str, Any]]:
+    """Acknowledged sends of the ack log (brief contract): lines whose `outcome` is present
+    and not `ok` are skipped; unknown fields ignored; missing group = the only group."""
+    out = []
+    for i, a in enumerate(lines):
+        if a.get("outcome", "ok") != "ok":
+            continue
+        group = a.get("brokerName") or (groups[0] if len(groups) == 1 else None)
+        try:
+            out.append(
+                {
+                    "ackLine": i + 1,
+                    "group": str(group),
+                    "topic": str(a["topic"]),
+                    "queueId": int(a["queueId"]),
+                    "queueOffset": int(a["queueOffset"]),
+                    "physicalOffset": int(a["physicalOffset"]),
+                    "key": None if a.get("key") is None else str(a["key"]),
+                    "bodyCrc": int(a["bodyCrc"]),
+                    "ackTimeMs": int(a.get("ackTimeMs", 0)),
+                    "masterEpoch": None if a.get("masterEpoch") is None else int(a["masterEpoch"]),
+                }
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"ack log line {i + 1}: {exc!r} in {a}") from exc
+    return out
+
+
+@dataclass
+class AuditResult:
+    summary: dict[str, Any]
+    findings: list[Finding]
+    failovers: list[checks.Failover]
+    epoch_ranges: list[dict[str, Any]]
+    windows: list[dict[str, Any]]
+
+
+def run_audit(
+    spark: SparkSession,
+    store_root: str,
+    *,
+    acks: Sequence[dict[str, Any]] = (),
+    events: Sequence[dict[str, Any]] = (),
+    split_bytes: int = DEFAULT_SPLIT_BYTES,
+    progress: Progress = lambda _: None,
+) -> AuditResult:
+    began = time.monotonic()
+    replicas = find_replicas(store_root)
+    if not replicas:
+        raise ValueError(f"no replica store (a directory with commitlog/) under {store_root}")
+    progress(f"found {len(replicas)} replicas in {len({r.group for r in replicas})} groups")
+    df = (
+        spark.read.format("commitlog")
+        .option("splitBytes", str(split_bytes))
+        .load(store_root)
+        .cache()
+    )
+    findings: list[Finding] = []
+
+    # Per replica: where its valid records end.
+    progress("scanning commit logs")
+    ok = df.filter(F.col("problem").isNull() | (F.col("problem") == "BAD_CRC"))
+    ends = {
+        (r["group"], r["brokerId"]): (r["records"], r["bytes"], r["end"])
+        for r in ok.groupBy("group", "brokerId")
+        .agg(
+            F.count("*").alias("records"),
+            F.sum("size").alias("bytes"),
+            F.max(F.col("physicalOffset") + F.col("size")).alias("end"),
+        )
+        .collect()
+    }
+    facts: dict[str, list[ReplicaFacts]] = {}
+    for r in replicas:
+        _records, _, end = ends.get((r.group, r.broker_id), (0, 0, r.min_offset))
+        facts.setdefault(r.group, []).append(
+            ReplicaFacts(r.group, r.broker_id, r.epochs, r.min_offset, int(end), r.confirm_offset)
+        )
+    refs = {g: checks.reference_replica(fs) for g, fs in facts.items()}
+    confirm = {(r.group, r.broker_id): r.confirm_offset for r in replicas}
+
+    # Damaged regions and records.
+    for row in df.filter(F.col("problem").isNotNull()).collect():
+        c = confirm.get((row["group"], row["brokerId"]))
+        committed = c is None or row["physicalOffset"] < c
+        kind = (
+            FindingKind.TORN_TAIL
+            if row["problem"] == "PARTIAL"
+            else FindingKind.CORRUPT_RECORD
+            if committed
+            else FindingKind.UNCOMMITTED_TAIL
+        )
+        findings.append(
+            Finding(kind, row["group"], row["brokerId"], row["physicalOffset"],
+                    f"{row['problem']}: {row['detail']}")
+        )  # fmt: skip
+
+    # Committed-prefix divergence: every replica must hold the same bytes at each offset.
+    progress("comparing replicas")
+    prefix_rows = []
+    for g, fs in facts.items():
+        if len(fs) > 1:
+            start, end = checks.committed_prefix(fs)
+            prefix_rows.append((g, start, end, len(fs)))
+    if prefix_rows:
+        prefix = spark.createDataFrame(
+            prefix_rows, "group STRING, pStart BIGINT, pEnd BIGINT, n INT"
+        )
+        diverged = (
+            df.join(F.broadcast(prefix), "group")
+            .filter(
+                (F.col("physicalOffset") >= F.col("pStart"))
+                & (F.col("physicalOffset") + F.col("size") <= F.col("pEnd"))
+            )
+            .groupBy("group", "physicalOffset", "n")
+            .agg(
+                F.count("*").alias("copies"),
+                F.countDistinct("recordCrc").alias("distinct"),
+                F.sort_array(
+                    F.collect_list(F.struct("brokerId", "recordCrc", "size", "problem"))
+                ).alias("replicas"),
+            )
+            .filter((F.col("copies") != F.col("n")) | (F.col("distinct") > 1))
+            .orderBy("group", "physicalOffset")
+        )
+        for row in diverged.collect():
+            held = ", ".join(
+                f"broker {x['brokerId']}: {x['size']} bytes crc {x['recordCrc']}"
+                + (f" ({x['problem']})" if x["problem"] else "")
+                for x in row["replicas"]
+            )
+            findings.append(
+                Finding(FindingKind.DIVERGENCE, row["group"], None, row["physicalOffset"],
+                        f"{row['copies']} of {row['n']} replicas hold a record here; {held}")
+            )  # fmt: skip
+
+    # Everything below reads the reference replica of each group (the lineage a
+    # controller would elect).
+    ref_df = spark.createDataFrame(
+        [(g, r.broker_id) for g, r in refs.items()], "group STRING, brokerId INT"
+    )
+    ref_rows = df.join(F.broadcast(ref_df), ["group", "brokerId"])
+    progress("duplicates")
+    dups = (
+        ref_rows.filter(F.col("problem").isNull() & F.col("keys").isNotNull())
+        .groupBy("group", "topic", "keys", "bodyCRC")
+        .agg(F.count("*").alias("n"), F.sort_array(F.collect_list("physicalOffset")).alias("at"))
+        .filter(F.col("n") > 1)
+        .orderBy("group", "topic", "keys")
+    )
+    for row in dups.collect():
+        findings.append(
+            Finding(FindingKind.DUPLICATE, row["group"], refs[row["group"]].broker_id, row["at"][0],
+                    f"topic {row['topic']} key {row['keys']} stored {row['n']} times at {list(row['at'])}")
+        )  # fmt: skip
+    qdups = (
+        ref_rows.filter(F.col("problem").isNull())
+        .groupBy("group", "topic", "queueId", "queueOffset")
+        .agg(F.count("*").alias("n"), F.sort_array(F.collect_list("physicalOffset")).alias("at"))
+        .filter(F.col("n") > 1)
+    )
+    for row in qdups.collect():
+        findings.append(
+            Finding(FindingKind.DUPLICATE_QUEUE_OFFSET, row["group"], refs[row["group"]].broker_id,
+                    row["at"][0], f"{row['topic']}/{row['queueId']} queue offset {row['queueOffset']} "
+                    f"used by {row['n']} records at {list(row['at'])}")
+        )  # fmt: skip
+
+    # Acknowledged but missing.
+    acked = list(acks)
+    if acked:
+        progress(f"matching {len(acked)} acknowledgements")
+        ack_df = spark.createDataFrame(
+            acked,
+            "ackLine INT, group STRING, topic STRING, queueId INT, queueOffset BIGINT, "
+            "physicalOffset BIGINT, key STRING, bodyCrc BIGINT, ackTimeMs BIGINT, masterEpoch INT",
+        )
+        stored = ref_rows.filter(F.col("problem").isNull()).select(
+            "group", "physicalOffset",
+            F.col("topic").alias("sTopic"), F.col("queueId").alias("sQueueId"),
+            F.col("queueOffset").alias("sQueueOffset"), F.col("keys").alias("sKeys"),
+            F.col("bodyCRC").alias("sBodyCrc"),
+        )  # fmt: skip
+        missing = (
+            ack_df.join(stored, ["group", "physicalOffset"], "left")
+            .filter(
+                F.col("sTopic").isNull()
+                | (F.col("sTopic") != F.col("topic"))
+                | (F.col("sQueueId") != F.col("queueId"))
+                | (F.col("sQueueOffset") != F.col("queueOffset"))
+                # `produce` logs the full CRC32, the chaos tool RocketMQ's 31-bit
+                # UtilAll.crc32: compare the 31 bits both carry.
+                | (
+                    F.col("sBodyCrc").bitwiseAND(F.lit(0x7FFFFFFF))
+                    != F.col("bodyCrc").bitwiseAND(F.lit(0x7FFFFFFF))
+                )
+                | (
+                    F.col("key").isNotNull()
+                    & ~F.coalesce(F.col("sKeys") == F.col("key"), F.lit(False))
+                )
+            )
+            .orderBy("group", "physicalOffset")
+        )
+        for row in missing.collect():
+            what = (
+                "no record at that offset"
+                if row["sTopic"] is None
+                else f"a different record is there ({row['sTopic']}/{row['sQueueId']} "
+                f"queue offset {row['sQueueOffset']}, key {row['sKeys']}, crc {row['sBodyCrc']})"
+            )
+            findings.append(
+                Finding(FindingKind.ACKED_MISSING, row["group"], refs[row["group"]].broker_id,
+                        row["physicalOffset"], f"ack line {row['ackLine']}: {row['topic']}/"
+                        f"{row['queueId']} queue offset {row['queueOffset']} key {row['key']} "
+                        f"acknowledged at {row['ackTimeMs']}: {what}")
+            )  # fmt: skip
+
+    # Epoch lineage, failovers, unavailability.
+    progress("epochs and failovers")
+    epoch_ranges = [
+        {
+            "group": r["group"],
+            "brokerId": r["brokerId"],
+            "epoch": r["epoch"],
+            "firstOffset": r["first"],
+            "endOffset": r["end"],
+            "records": r["records"],
+            "bytes": r["bytes"],
+        }
+        for r in ok.groupBy("group", "brokerId", "epoch")
+        .agg(
+            F.min("physicalOffset").alias("first"),
+            F.max(F.col("physicalOffset") + F.col("size")).alias("end"),
+            F.count("*").alias("records"),
+            F.sum("size").alias("bytes"),
+        )
+        .orderBy("group", "brokerId", "epoch")
+        .collect()
+    ]
+    all_failovers: list[checks.Failover] = []
+    windows = checks.unavailability_windows(events)
+    for g, fs in sorted(facts.items()):
+        findings.extend(checks.epoch_conflicts(fs))
+        findings.extend(checks.uncommitted_tails(fs, refs[g]))
+        group_events = [e for e in events if e.get("brokerName") in (g, None)]
+        ack_epochs: dict[int, tuple[int, int]] = {}
+        for a in acked:
+            if a["group"] == g and a["masterEpoch"] is not None:
+                first, last = ack_epochs.get(a["masterEpoch"], (a["ackTimeMs"], a["ackTimeMs"]))
+                ack_epochs[a["masterEpoch"]] = (
+                    min(first, a["ackTimeMs"]),
+                    max(last, a["ackTimeMs"]),
+                )
+        all_failovers.extend(checks.failovers(fs, group_events, ack_epochs))
+    df.unpersist()
+
+    counts: dict[str, int] = {k.value: 0 for k in FindingKind}
+    for f in findings:
+        counts[f.kind.value] += 1
+    summary = {
+        "storeRoot": str(store_root),
+        "groups": sorted(facts),
+        "replicas": [
+            {
+                "group": r.group,
+                "brokerId": r.broker_id,
+                "path": r.path,
+                "kind": r.kind,
+                "segments": len(r.segments),
+                "segmentBytes": r.segment_bytes,
+                "epochs": [list(e) for e in r.epochs],
+                "confirmOffset": r.confirm_offset,
+                "records": ends.get((r.group, r.broker_id), (0, 0, 0))[0],
+                "bytes": ends.get((r.group, r.broker_id), (0, 0, 0))[1] or 0,
+                "endOffset": ends.get((r.group, r.broker_id), (0, 0, r.min_offset))[2],
+                "reference": refs[r.group].broker_id == r.broker_id,
+            }
+            for r in replicas
+        ],
+        "acknowledged": len(acked),
+        "findingCounts": counts,
+        "dataCostingFindings": sum(1 for f in findings if f.kind.costs_data),
+        "failovers": [f.to_json() for f in all_failovers],
+        "unavailability": windows,
+        "logBytes": sum(s.length for r in replicas for s in r.segments),
+        "elapsedS": round(time.monotonic() - began, 3),
+    }
+    return AuditResult(summary, findings, all_failovers, epoch_ranges, windows)
+
+
+def comparable_summary(summary: dict[str, Any]) -> dict[str, Any]:
+    """The summary without what legitimately differs between runs (time, paths)."""
+    out = dict(summary)
+    out.pop("elapsedS", None)
+    out.pop("storeRoot", None)
+    out["replicas"] = [{k: v for k, v in r.items() if k != "path"} for r in summary["replicas"]]
+    return out
+
+
+def write_outputs(result: AuditResult, out_dir: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from brokergroup_audit.report import write_report
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    summary = dict(result.summary)
+    summary["findings"] = [f.to_json() for f in result.findings]
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    pq.write_table(
+        pa.Table.from_pylist(
+            [f.to_json() for f in result.findings],
+            schema=pa.schema(
+                [
+                    ("kind", pa.string()),
+                    ("costsData", pa.bool_()),
+                    ("group", pa.string()),
+                    ("brokerId", pa.int32()),
+                    ("physicalOffset", pa.int64()),
+                    ("detail", pa.string()),
+                ]
+            ),
+        ),
+        out_dir / "findings.parquet",
+    )
+    pq.write_table(
+        pa.Table.from_pylist([f.to_json() for f in result.failovers]) if result.failovers
+        else pa.table({"group": pa.array([], pa.string())}),
+        out_dir / "failovers.parquet",
+    )  # fmt: skip
+    pq.write_table(
+        pa.Table.from_pylist(result.epoch_ranges) if result.epoch_ranges
+        else pa.table({"group": pa.array([], pa.string())}),
+        out_dir / "epochs.parquet",
+    )  # fmt: skip
+    write_report(result, out_dir / "report.html")
+
+
+def run_cli(args: argparse.Namespace) -> int:
+    def progress(text: str) -> None:
+        if not args.quiet:
+            print(f"audit: {text}", file=sys.stderr, flush=True)
+
+    try:
+        replicas: list[Replica] = find_replicas(args.store_root)
+        groups = sorted({r.group for r in replicas})
+        acks = acknowledged(read_json_lines(args.acks), groups)
+        events = read_json_lines(args.events)
+    except (OSError, ValueError) as exc:
+        print(f"brokergroup audit: {exc}", file=sys.stderr)
+        return 2
+    spark = spark_session(args.master)
+    try:
+        result = run_audit(
+            spark, args.store_root, acks=acks, events=events,
+            split_bytes=args.split_mib << 20, progress=progress,
+        )  # fmt: skip
+    except ValueError as exc:
+        print(f"brokergroup audit: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        spark.stop()
+    out = Path(args.out)
+    write_outputs(result, out)
+    s = result.summary
+    print(
+        f"audited {len(s['replicas'])} replicas ({s['logBytes']} bytes) in {s['elapsedS']} s: "
+        f"{s['dataCostingFindings']} data-costing findings, {len(s['failovers'])} failovers; "
+        f"report in {out / 'report.html'}"
+    )
+    for f in result.findings:
+        if f.kind.costs_data:
+            print(f"  {f.kind.value} {f.group}/{f.broker_id} @{f.physical_offset}: {f.detail}")
+    return checks.exit_code(result.findings)
