@@ -245,6 +245,11 @@ def encode_run(
     write any record). Validates everything before returning, so an invalid
     message rejects the batch.
     """
+    left = segment_bytes - start_offset % segment_bytes
+    if left < END_FILE_MIN_BLANK_LENGTH:
+        raise ValueError(
+            f"start offset {start_offset} leaves {left} bytes in its segment: no log ends there"
+        )
     topic_bytes = _check_topic(topic)
     if queue_id < 0:
         raise MessageInvalid(f"queue id {queue_id} of topic {topic!r} is negative")
