@@ -201,6 +201,7 @@ def main() -> int:
     args = parser.parse_args()
     tier = None
     crash = None
+    hosts: tuple[str, ...] = ("127.0.6.1", "127.0.6.2", "127.0.6.3")
     if not args.kubeconfig:
         tier = start_tier()
         if isinstance(tier, str):
@@ -208,23 +209,23 @@ def main() -> int:
             return 2
         args.kubeconfig = str(tier[0].admin_kubeconfig)
         crash = tier[1].crash_pod
+        # Pods have their own network namespaces: the controllers listen where pods reach.
+        hosts = tuple(tier[1].host_address() for _ in range(3))
     try:
-        return run(args, crash)
+        return run(args, crash, hosts)
     finally:
         if tier is not None:
             tier[1].stop()
             tier[0].stop()
 
 
-def run(args: argparse.Namespace, crash: Any) -> int:
+def run(args: argparse.Namespace, crash: Any, hosts: tuple[str, ...]) -> int:
     deletions = args.deletions if args.deletions is not None else (5 if args.quick else 20)
     crashes = args.crashes if args.crashes is not None else (2 if args.quick else 5)
     apply_crds(args.kubeconfig)
     work = Path(tempfile.mkdtemp(prefix="bg-opbench-"))
     namespace = f"bench-{uuid.uuid4().hex[:6]}"
-    env = OperatorEnv(
-        args.kubeconfig, namespace, work, ("127.0.6.1", "127.0.6.2", "127.0.6.3"), crash=crash
-    )
+    env = OperatorEnv(args.kubeconfig, namespace, work, hosts, crash=crash)
     env.core.create_namespace({"metadata": {"name": namespace}})
     started = time.monotonic()
     from kubernetes import client

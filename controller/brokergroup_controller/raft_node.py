@@ -72,6 +72,7 @@ from pysyncobj import SyncObj, SyncObjConf, replicated
 from pysyncobj.config import FAIL_REASON
 from pysyncobj.monotonic import monotonic as raft_clock
 from pysyncobj.pipe_notifier import PipeNotifier
+from pysyncobj.tcp_connection import CONNECTION_STATE
 from pysyncobj.transport import TCPTransport
 
 from brokergroup_controller.errors import ControllerError, ErrorCode
@@ -103,13 +104,35 @@ _NO_OP = b"\x01"  # pysyncobj's _COMMAND_TYPE.NO_OP, the first entry of every lo
 
 
 class _SyncBeforeSendTransport(TCPTransport):  # type: ignore[misc]  # pysyncobj is untyped
-    """Every Raft message leaves only after the journal is durable."""
+    """Every Raft message leaves only after the journal is durable; stuck connects are abandoned.
+
+    pysyncobj checks a connection's timeout only when its socket has an event
+    or a message is sent to it, and sends nothing to a peer it is still
+    connecting to. A SYN to an address nobody holds any more (a controller pod
+    that came back on a new IP) has no events until the kernel gives up, about
+    two minutes later, so the peer's new address (its DNS name re-resolved)
+    would not be tried before then. Abandon a connect older than
+    connectionTimeout; the next attempt resolves the name again.
+    """
 
     def send(self, node: Any, message: Any) -> Any:
         before_send = getattr(self._syncObj, "_before_send", None)
         if before_send is not None:
             before_send()
         return super().send(node, message)
+
+    def _connectIfNecessarySingle(self, node: Any) -> Any:
+        connection = self._connections.get(node)
+        started = self._lastConnectAttempt.get(node)
+        if (
+            connection is not None
+            and started is not None
+            and connection.state == CONNECTION_STATE.CONNECTING
+            and raft_clock() - started > self._syncObj.conf.connectionTimeout
+        ):
+            log.debug("Raft connect to %s timed out; retrying with a fresh address", node.id)
+            connection.disconnect()
+        return super()._connectIfNecessarySingle(node)
 
 
 _FAIL_CODES: dict[int, tuple[ErrorCode, str]] = {

@@ -4,7 +4,8 @@
 plus one process kubelet (tier/kubelet.py), built from tools/k8s if needed.
 `namespace` (per test): a fresh namespace, deleted afterwards. Tests carry the
 `cluster` marker; the tier skips only where Go is missing (the binaries cannot
-be built), with that reason.
+be built) or the tests do not run as root (pod network namespaces), with that
+reason.
 """
 
 from __future__ import annotations
@@ -69,6 +70,16 @@ class K8sCluster:
 
     def resume_pod(self, pod: Any, name: str | None = None, container: str | None = None) -> int:
         return self.kubelet.resume_pod(pod, name, container)
+
+    def cut_pod_network(self, pod: Any, name: str | None = None) -> None:
+        self.kubelet.cut_pod_network(pod, name)
+
+    def restore_pod_network(self, pod: Any, name: str | None = None) -> None:
+        self.kubelet.restore_pod_network(pod, name)
+
+    def host_addresses(self, n: int) -> list[str]:
+        """Fresh addresses of this machine that pods reach (for processes a test runs)."""
+        return [self.kubelet.host_address() for _ in range(n)]
 
 
 def _wait(what: str, probe: Any, timeout_s: float) -> Any:

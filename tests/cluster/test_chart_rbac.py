@@ -98,7 +98,7 @@ def test_the_operator_does_its_job_under_the_charts_rbac_and_nothing_more(
     (tmp_path / "env").mkdir()
     env = OperatorEnv(
         str(k8s_cluster.kubeconfig), namespace, tmp_path / "env",
-        ("127.0.19.1", "127.0.19.2", "127.0.19.3"), crash=k8s_cluster.crash_pod,
+        tuple(k8s_cluster.host_addresses(3)), crash=k8s_cluster.crash_pod,
         operator_kubeconfig=kubeconfig,
     )  # fmt: skip
     env.start()

@@ -28,9 +28,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.cluster.tier.paths import k8s_bin_dir
+from tests.cluster.tier.podnet import KUBERNETES_SERVICE_IP
+from tests.cluster.tier.podnet import SERVICE_CIDR as _SERVICE_NETWORK
 
 NODE_NAME = "node-1"
-SERVICE_CIDR = "10.0.0.0/24"
+SERVICE_CIDR = str(_SERVICE_NETWORK)
 HOST = "127.0.0.1"
 
 
@@ -96,7 +98,7 @@ class ControlPlane:
         )  # fmt: skip
         self._openssl("genrsa", "-out", "apiserver.key", "2048")
         (self.pki / "apiserver.ext").write_text(
-            "subjectAltName=IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,"
+            f"subjectAltName=IP:127.0.0.1,IP:{KUBERNETES_SERVICE_IP},DNS:localhost,DNS:kubernetes,"
             "DNS:kubernetes.default,DNS:kubernetes.default.svc,"
             "DNS:kubernetes.default.svc.cluster.local\n"
             "extendedKeyUsage=serverAuth\n"

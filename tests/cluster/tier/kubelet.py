@@ -9,17 +9,23 @@ installation, not an image:
 
 - the container's command runs with this checkout's virtualenv first on PATH
   (`brokergroup …` is the project's console script, whatever the image);
-- every pod *incarnation* gets a fresh loopback address (127.200.x.y, never
-  reused in a session) as its pod IP, so a recreated pod comes back on a new
-  IP like a rescheduled one; processes must bind `$(POD_IP)`, since pods
-  share the host's network namespace (no per-pod netns, so no
-  `containerPort` isolation and no Service ClusterIP routing or cluster DNS:
-  clients use pod IPs from EndpointSlices);
+- every pod *incarnation* gets its own network namespace on the tier's
+  bridge with a fresh address (10.244.x.y, never reused in a session), its own
+  hostname, and /etc/resolv.conf and /etc/hosts pointing at the tier's cluster
+  DNS (podnet.py); ClusterIP Services are routed by the tier's Service proxy
+  (services.py), so Service names, headless pod names and ClusterIPs work as
+  on a real cluster;
 - volumes: PVC (a directory under the tier's state dir, provisioned by this
   kubelet's dynamic provisioner for its StorageClass `standard`, kept until
   the claim is deleted, so data survives pod deletion), ConfigMap and Secret
-  (files), emptyDir; paths in the command, args and env that start with a
-  mountPath are rewritten to the host directory;
+  (files), projected (service-account token from the TokenRequest API, the
+  kube-root-ca.crt ConfigMap, downward API), emptyDir; every mountPath that
+  appears as a whole path in the command, args and env (also inside an
+  `sh -c` script) is rewritten to the host directory, and mounts under
+  /var/run/secrets are bind-mounted in the
+  container's mount namespace (the kubernetes client's in-cluster config reads
+  fixed paths there); KUBERNETES_SERVICE_HOST/PORT name the `kubernetes`
+  Service;
 - env: values, fieldRef (podIP, name, namespace, uid, nodeName, hostIP),
   configMapKeyRef/secretKeyRef; `$(VAR)` expanded in command and args;
 - probes: httpGet, tcpSocket and exec readiness and liveness probes with the
@@ -31,7 +37,8 @@ installation, not an image:
   0 and the UID precondition so a recreated same-name pod is never deleted.
 
 Test helpers: `crash_pod` (SIGKILL the container process: the container
-restarts, same pod, same IP), `pause_pod`/`resume_pod` (SIGSTOP/SIGCONT).
+restarts, same pod, same IP), `pause_pod`/`resume_pod` (SIGSTOP/SIGCONT),
+`cut_pod_network`/`restore_pod_network` (the pod's link down/up).
 """
 
 from __future__ import annotations
@@ -39,7 +46,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import datetime as dt
-import itertools
 import logging
 import os
 import re
@@ -60,12 +66,38 @@ from kubernetes.client.exceptions import ApiException
 
 from tests.cluster.tier.controlplane import NODE_NAME
 from tests.cluster.tier.paths import VENV_BIN
+from tests.cluster.tier.podnet import (
+    CLUSTER_DOMAIN,
+    DNS_SERVICE_IP,
+    GATEWAY,
+    KUBERNETES_SERVICE_IP,
+    PodAttachment,
+    PodNetwork,
+)
+from tests.cluster.tier.services import ClusterServices
 
 log = logging.getLogger("process-kubelet")
 
 PROVISIONER = "brokergroup.io/process-kubelet"
 STORAGE_CLASS = "standard"
 _VAR = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
+#: Mounts the container must see at their real path (fixed paths in client libraries).
+_BIND_PREFIXES = ("/var/run/secrets/", "/run/secrets/")
+
+
+def path_rewriter(mounts: dict[str, str]) -> Any:
+    """A function replacing every whole-path occurrence of a mountPath with its host directory.
+
+    Also inside `sh -c` scripts; the longest mountPath wins (/etc/x/secrets over /etc/x).
+    """
+    by_path = {m.rstrip("/"): h for m, h in mounts.items()}
+    if not by_path:
+        return lambda value: value
+    ordered = sorted(by_path, key=len, reverse=True)
+    pattern = re.compile(
+        r"(?<![\w./-])(" + "|".join(map(re.escape, ordered)) + r")(?=[/\s\"':;,=)]|$)"
+    )
+    return lambda value: pattern.sub(lambda m: by_path[m.group(1)], value)
 
 
 def _now() -> str:
@@ -83,6 +115,7 @@ class _Container:
     argv: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     cwd: str | None = None
+    binds: dict[str, str] = field(default_factory=dict)
     process: subprocess.Popen[bytes] | None = None
     restarts: int = 0
     ready: bool = False
@@ -97,13 +130,17 @@ class _Pod:
     uid: str
     namespace: str
     name: str
-    ip: str
     directory: Path
     restart_policy: str
     containers: list[_Container]
+    net: PodAttachment | None = None
     stopping: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
     last_status: dict[str, Any] | None = None
+
+    @property
+    def ip(self) -> str:
+        return self.net.ip if self.net is not None else ""
 
 
 class ProcessKubelet:
@@ -115,13 +152,21 @@ class ProcessKubelet:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
-        self._ips = (f"127.200.{i // 250}.{i % 250 + 2}" for i in itertools.count())
+        self.network = PodNetwork()
+        self.services: ClusterServices | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
         (self.state / "pods").mkdir(parents=True, exist_ok=True)
         (self.state / "volumes").mkdir(parents=True, exist_ok=True)
+        self.network.setup()
+        admin = _api(self.admin_kubeconfig)
+        host, _, port = admin.configuration.host.removeprefix("https://").partition(":")
+        self.services = ClusterServices(
+            admin, DNS_SERVICE_IP, (KUBERNETES_SERVICE_IP, 443), (host, int(port or 443))
+        )
+        self.services.start()
         self._register_node()
         self._ensure_storage_class()
         for target in (self._lease_loop, self._provisioner_loop, self._watch_loop):
@@ -141,6 +186,9 @@ class ProcessKubelet:
                         os.kill(c.process.pid, signal.SIGCONT)
                     c.process.kill()
                     c.process.wait()
+        if self.services is not None:
+            self.services.stop()
+        self.network.teardown()
 
     # ------------------------------------------------------------------ node
 
@@ -175,7 +223,7 @@ class ProcessKubelet:
                         }
                     ],
                     "addresses": [
-                        {"type": "InternalIP", "address": "127.0.0.1"},
+                        {"type": "InternalIP", "address": GATEWAY},
                         {"type": "Hostname", "address": NODE_NAME},
                     ],
                     "nodeInfo": {
@@ -315,6 +363,11 @@ class ProcessKubelet:
         volumes: dict[str, str] = {}
         for volume in pod.spec.volumes or []:
             target = directory / "volumes" / volume.name
+            if volume.projected is not None:
+                target.mkdir(parents=True, exist_ok=True)
+                self._project(core, pod, volume.projected, target)
+                volumes[volume.name] = str(target)
+                continue
             if volume.persistent_volume_claim is not None:
                 claim = core.read_namespaced_persistent_volume_claim(
                     volume.persistent_volume_claim.claim_name, namespace
@@ -334,6 +387,52 @@ class ProcessKubelet:
                 self._write_files(target, data, volume.secret.items, 0o600)
             volumes[volume.name] = str(target)
         return volumes
+
+    def _project(self, core: client.CoreV1Api, pod: Any, source: Any, target: Path) -> None:
+        """A projected volume: service-account token (bound to this pod), ConfigMaps, downward API."""
+        namespace = pod.metadata.namespace
+        for item in source.sources or []:
+            if item.service_account_token is not None:
+                sat = item.service_account_token
+                request = core.create_namespaced_service_account_token(
+                    pod.spec.service_account_name or "default",
+                    namespace,
+                    {
+                        "spec": {
+                            "audiences": [sat.audience] if sat.audience else [],
+                            "expirationSeconds": sat.expiration_seconds or 3607,
+                            "boundObjectRef": {
+                                "apiVersion": "v1",
+                                "kind": "Pod",
+                                "name": pod.metadata.name,
+                                "uid": pod.metadata.uid,
+                            },
+                        }
+                    },
+                )
+                token = {"t": request.status.token.encode()}
+                self._write_files(
+                    target, token, [client.V1KeyToPath(key="t", path=sat.path)], 0o600
+                )
+            elif item.config_map is not None:
+                cm = core.read_namespaced_config_map(item.config_map.name, namespace)
+                data = {k: v.encode() for k, v in (cm.data or {}).items()}
+                self._write_files(target, data, item.config_map.items, 0o644)
+            elif item.secret is not None:
+                secret = core.read_namespaced_secret(item.secret.name, namespace)
+                data = {k: base64.b64decode(v) for k, v in (secret.data or {}).items()}
+                self._write_files(target, data, item.secret.items, 0o600)
+            elif item.downward_api is not None:
+                fields = {
+                    "metadata.namespace": namespace,
+                    "metadata.name": pod.metadata.name,
+                    "metadata.uid": pod.metadata.uid,
+                }
+                for f in item.downward_api.items or []:
+                    if f.field_ref is not None:
+                        value = fields.get(f.field_ref.field_path, "").encode()
+                        at = [client.V1KeyToPath(key="v", path=f.path)]
+                        self._write_files(target, {"v": value}, at, 0o644)
 
     @staticmethod
     def _write_files(target: Path, data: dict[str, bytes], items: Any, mode: int) -> None:
@@ -378,7 +477,7 @@ class ProcessKubelet:
         if known is None and pod.status.phase not in ("Succeeded", "Failed"):
             with self._lock:
                 self.pods[uid] = _Pod(
-                    uid, pod.metadata.namespace, pod.metadata.name, next(self._ips),
+                    uid, pod.metadata.namespace, pod.metadata.name,
                     self.state / "pods" / uid, pod.spec.restart_policy or "Always", [],
                 )  # fmt: skip
             threading.Thread(target=self._run_pod, args=(pod,), daemon=True).start()
@@ -390,6 +489,15 @@ class ProcessKubelet:
             run = self.pods[pod.metadata.uid]
         try:
             run.directory.mkdir(parents=True, exist_ok=True)
+            if run.net is None:
+                hostname = pod.spec.hostname or pod.metadata.name
+                subdomain = pod.spec.subdomain
+                fqdn = (
+                    f"{hostname}.{subdomain}.{run.namespace}.svc.{CLUSTER_DOMAIN}"
+                    if subdomain
+                    else None
+                )
+                run.net = self.network.attach(run.uid, hostname, fqdn, run.namespace)
             volumes = self._materialize(core, pod, run.directory)
             for spec in pod.spec.containers:
                 run.containers.append(self._prepare(core, pod, run, spec, volumes))
@@ -401,33 +509,40 @@ class ProcessKubelet:
             time.sleep(1)
             with self._lock:
                 self.pods.pop(run.uid, None)  # retried on the next event
+            self.network.detach(run.uid)
             return
         self._supervise(core, run, pod)
 
     def _prepare(
         self, core: client.CoreV1Api, pod: Any, run: _Pod, spec: Any, volumes: dict[str, str]
     ) -> _Container:
-        mounts = {
-            m.mount_path: volumes[m.name] for m in spec.volume_mounts or [] if m.name in volumes
-        }
+        mounts, binds = {}, {}
+        for m in spec.volume_mounts or []:
+            if m.name in volumes:
+                source = volumes[m.name] + (f"/{m.sub_path}" if m.sub_path else "")
+                if m.mount_path.startswith(_BIND_PREFIXES):
+                    binds[source] = m.mount_path
+                else:
+                    mounts[m.mount_path] = source
 
-        def host_path(value: str) -> str:
-            for mount, host in sorted(mounts.items(), key=lambda kv: -len(kv[0])):
-                if value == mount or value.startswith(mount.rstrip("/") + "/"):
-                    return host + value[len(mount.rstrip("/")) :]
-            return value
+        host_path = path_rewriter(mounts)
 
         fields = {
             "status.podIP": run.ip,
             "status.podIPs": run.ip,
-            "status.hostIP": "127.0.0.1",
+            "status.hostIP": GATEWAY,
             "metadata.name": run.name,
             "metadata.namespace": run.namespace,
             "metadata.uid": run.uid,
             "spec.nodeName": NODE_NAME,
             "spec.serviceAccountName": pod.spec.service_account_name or "default",
         }
-        env: dict[str, str] = {}
+        env: dict[str, str] = {
+            "KUBERNETES_SERVICE_HOST": KUBERNETES_SERVICE_IP,
+            "KUBERNETES_SERVICE_PORT": "443",
+            "KUBERNETES_SERVICE_PORT_HTTPS": "443",
+            "KUBERNETES_PORT": f"tcp://{KUBERNETES_SERVICE_IP}:443",
+        }
         for var in spec.env or []:
             if var.value_from is None:
                 value = _VAR.sub(lambda m: env.get(m.group(1), m.group(0)), var.value or "")
@@ -454,7 +569,7 @@ class ProcessKubelet:
         if "/" not in argv[0]:
             argv[0] = str(VENV_BIN / argv[0]) if (VENV_BIN / argv[0]).exists() else argv[0]
         cwd = host_path(spec.working_dir) if spec.working_dir else str(run.directory)
-        return _Container(spec.name, spec, argv, env, cwd)
+        return _Container(spec.name, spec, argv, env, cwd, binds)
 
     def _start(self, run: _Pod, c: _Container) -> None:
         env = {
@@ -466,18 +581,22 @@ class ProcessKubelet:
         with open(run.directory / f"{c.name}.log", "ab") as log_file:
             log_file.write(f"--- start #{c.restarts + 1} at {_now()} on {run.ip}\n".encode())
             log_file.flush()
+            assert run.net is not None
             c.process = subprocess.Popen(
-                c.argv, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                self.network.wrap(run.net, c.argv, c.binds), stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 env=env, cwd=c.cwd, start_new_session=True,
             )  # fmt: skip
         c.started_at = _now()
         c.ready = False
         c.waiting = None
 
+    def _exec_argv(self, run: _Pod, argv: list[str]) -> list[str]:
+        return self.network.exec_argv(run.net, argv) if run.net is not None else argv
+
     def _supervise(self, core: client.CoreV1Api, run: _Pod, pod: Any) -> None:
         backoff: dict[str, float] = {c.name: 0.2 for c in run.containers}
         next_start: dict[str, float] = {c.name: 0.0 for c in run.containers}
-        probes = _ProbeClock()
+        probes = _ProbeClock(lambda argv: self._exec_argv(run, argv))
         for c in run.containers:
             self._start(run, c)
             probes.started(c)
@@ -560,10 +679,9 @@ class ProcessKubelet:
         ready = "True" if all_ready else "False"
         status = {
             "phase": phase,
-            "hostIP": "127.0.0.1",
-            "hostIPs": [{"ip": "127.0.0.1"}],
-            "podIP": run.ip,
-            "podIPs": [{"ip": run.ip}],
+            "hostIP": GATEWAY,
+            "hostIPs": [{"ip": GATEWAY}],
+            **({"podIP": run.ip, "podIPs": [{"ip": run.ip}]} if run.ip else {}),
             "conditions": [
                 {"type": "PodScheduled", "status": "True"},
                 {"type": "Initialized", "status": "True"},
@@ -607,6 +725,7 @@ class ProcessKubelet:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        self.network.detach(run.uid)
         self._delete_now(pod)
         with self._lock:
             self.pods.pop(run.uid, None)
@@ -655,6 +774,21 @@ class ProcessKubelet:
     def resume_pod(self, pod: Any, name: str | None = None, container: str | None = None) -> int:
         return self._signal(pod, name, signal.SIGCONT, container)
 
+    def cut_pod_network(self, pod: Any, name: str | None = None) -> None:
+        """The pod's link goes down: no packet in or out until `restore_pod_network`."""
+        run = self._find(pod, name)
+        assert run.net is not None
+        self.network.cut(run.net)
+
+    def restore_pod_network(self, pod: Any, name: str | None = None) -> None:
+        run = self._find(pod, name)
+        assert run.net is not None
+        self.network.restore(run.net)
+
+    def host_address(self) -> str:
+        """An address of this machine that pods reach (for test processes outside the cluster)."""
+        return self.network.host_address()
+
     def pod_dir(self, namespace: str, name: str) -> Path:
         return self._find(namespace, name).directory
 
@@ -662,7 +796,8 @@ class ProcessKubelet:
 class _ProbeClock:
     """When each container's probes run next, and their consecutive results."""
 
-    def __init__(self) -> None:
+    def __init__(self, exec_argv: Any = None) -> None:
+        self.exec_argv = exec_argv or (lambda argv: argv)
         self._due: dict[tuple[str, str], float] = {}
         self._failures: dict[tuple[str, str], int] = {}
 
@@ -687,7 +822,7 @@ class _ProbeClock:
                 results.append(None)
                 continue
             self._due[key] = now + (probe.period_seconds or 10)
-            ok = _run_probe(probe, ip, c)
+            ok = _run_probe(probe, ip, c, self.exec_argv)
             if ok:
                 self._failures[key] = 0
                 results.append(True)
@@ -701,7 +836,7 @@ class _ProbeClock:
         return results[0], results[1]
 
 
-def _run_probe(probe: Any, ip: str, c: _Container) -> bool:
+def _run_probe(probe: Any, ip: str, c: _Container, exec_argv: Any) -> bool:
     timeout = probe.timeout_seconds or 1
     try:
         if probe.http_get is not None:
@@ -715,7 +850,7 @@ def _run_probe(probe: Any, ip: str, c: _Container) -> bool:
                 return True
         if probe._exec is not None:
             done = subprocess.run(
-                probe._exec.command, timeout=timeout, capture_output=True,
+                exec_argv(list(probe._exec.command)), timeout=timeout, capture_output=True,
                 env={**os.environ, **c.env, "PATH": f"{VENV_BIN}:{os.environ.get('PATH', '')}"},
             )  # fmt: skip
             return done.returncode == 0

@@ -20,7 +20,11 @@ def k8s_bin_dir() -> Path:
 
 
 def missing_reason() -> str | None:
-    """Why the tier cannot run here, or None: the binaries, or Go to build them."""
+    """Why the tier cannot run here, or None: root for pod networks, the binaries or Go."""
+    from tests.cluster.tier.podnet import unavailable_reason
+
+    if (reason := unavailable_reason()) is not None:
+        return reason
     bin_dir = k8s_bin_dir()
     wanted = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
     if all((bin_dir / b).exists() for b in wanted):
