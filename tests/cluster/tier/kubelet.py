@@ -378,13 +378,10 @@ class ProcessKubelet:
                 continue
             target.mkdir(parents=True, exist_ok=True)
             if volume.config_map is not None:
-                cm = core.read_namespaced_config_map(volume.config_map.name, namespace)
-                data = {k: v.encode() for k, v in (cm.data or {}).items()}
-                self._write_files(target, data, volume.config_map.items, 0o644)
+                self._config_map_files(core, namespace, volume.config_map, target)
             elif volume.secret is not None:
-                secret = core.read_namespaced_secret(volume.secret.secret_name, namespace)
-                data = {k: base64.b64decode(v) for k, v in (secret.data or {}).items()}
-                self._write_files(target, data, volume.secret.items, 0o600)
+                secret = volume.secret
+                self._secret_files(core, namespace, secret.secret_name, secret.items, target)
             volumes[volume.name] = str(target)
         return volumes
 
@@ -415,13 +412,9 @@ class ProcessKubelet:
                     target, token, [client.V1KeyToPath(key="t", path=sat.path)], 0o600
                 )
             elif item.config_map is not None:
-                cm = core.read_namespaced_config_map(item.config_map.name, namespace)
-                data = {k: v.encode() for k, v in (cm.data or {}).items()}
-                self._write_files(target, data, item.config_map.items, 0o644)
+                self._config_map_files(core, namespace, item.config_map, target)
             elif item.secret is not None:
-                secret = core.read_namespaced_secret(item.secret.name, namespace)
-                data = {k: base64.b64decode(v) for k, v in (secret.data or {}).items()}
-                self._write_files(target, data, item.secret.items, 0o600)
+                self._secret_files(core, namespace, item.secret.name, item.secret.items, target)
             elif item.downward_api is not None:
                 fields = {
                     "metadata.namespace": namespace,
@@ -433,6 +426,20 @@ class ProcessKubelet:
                         value = fields.get(f.field_ref.field_path, "").encode()
                         at = [client.V1KeyToPath(key="v", path=f.path)]
                         self._write_files(target, {"v": value}, at, 0o644)
+
+    def _config_map_files(
+        self, core: client.CoreV1Api, namespace: str, ref: Any, target: Path
+    ) -> None:
+        cm = core.read_namespaced_config_map(ref.name, namespace)
+        data = {k: v.encode() for k, v in (cm.data or {}).items()}
+        self._write_files(target, data, ref.items, 0o644)
+
+    def _secret_files(
+        self, core: client.CoreV1Api, namespace: str, name: str, items: Any, target: Path
+    ) -> None:
+        secret = core.read_namespaced_secret(name, namespace)
+        data = {k: base64.b64decode(v) for k, v in (secret.data or {}).items()}
+        self._write_files(target, data, items, 0o600)
 
     @staticmethod
     def _write_files(target: Path, data: dict[str, bytes], items: Any, mode: int) -> None:
