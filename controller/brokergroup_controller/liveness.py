@@ -16,6 +16,13 @@ millisecond clock the shell owns) and asks three kinds of questions:
 - `become_leader`: a new leader knows nothing, so every broker gets one
   default timeout of grace before it can be declared inactive.
 
+The leader's own stalls are not the brokers' silence: when two `tick`s are
+further apart than `stall_threshold_ms` (the controller was paused, or
+starved of CPU), the heartbeats sent meanwhile are still unread in its
+sockets, so every clock the verdicts read (last heartbeat, closed
+connection) moves forward by the stall before this tick decides anything.
+Reports of a process gone are certain and are not forgiven.
+
 A replica is inactive when any of these holds:
 - its last heartbeat is older than its own `heartbeatTimeoutMs`;
 - its latest heartbeat said the store cannot take writes;
@@ -116,6 +123,7 @@ class Liveness:
         connection_close_grace_ms: int = 750,
         election_retry_initial_ms: int = 100,
         election_retry_max_ms: int = 2000,
+        stall_threshold_ms: int = 500,
     ) -> None:
         if default_timeout_ms <= 0 or connection_close_grace_ms < 0:
             raise ValueError("liveness timeouts must be positive")
@@ -125,6 +133,8 @@ class Liveness:
         self.connection_close_grace_ms = connection_close_grace_ms
         self.election_retry_initial_ms = election_retry_initial_ms
         self.election_retry_max_ms = election_retry_max_ms
+        self.stall_threshold_ms = stall_threshold_ms
+        self._last_tick_ms: int | None = None
         self._replicas: dict[BrokerKey, _Replica] = {}
         self._pending: dict[BrokerSetKey, _PendingElection] = {}
         self._leader_since_ms: int | None = None
@@ -145,6 +155,7 @@ class Liveness:
         self._pending = {}
         self._old_lease_ends = {}
         self._leader_since_ms = now_ms
+        self._last_tick_ms = None
 
     def step_down(self) -> None:
         """A follower keeps no liveness: the next leader starts from grace."""
@@ -152,6 +163,7 @@ class Liveness:
         self._pending = {}
         self._old_lease_ends = {}
         self._leader_since_ms = None
+        self._last_tick_ms = None
 
     def _in_grace(self, now_ms: int) -> bool:
         since = self._leader_since_ms
@@ -404,6 +416,11 @@ class Liveness:
         "no master" election) is due while any of its replicas is alive, so a
         returning SyncStateSet member is elected without waiting for a request.
         """
+        if self._last_tick_ms is not None:
+            stalled = now_ms - self._last_tick_ms - self.stall_threshold_ms
+            if stalled > 0:
+                self.forgive_stall(stalled, now_ms)
+        self._last_tick_ms = now_ms
         due: list[BrokerSetKey] = []
         for set_key, watched in sorted(sets.items()):
             if watched.master is not None:
@@ -431,6 +448,15 @@ class Liveness:
             if not self._pending[set_key].in_flight:
                 del self._pending[set_key]
         return due
+
+    def forgive_stall(self, stalled_ms: int, now_ms: int) -> None:
+        """This leader did not run for `stalled_ms`: what it did not read is not silence."""
+        for replica in self._replicas.values():
+            replica.last_heartbeat_ms = min(now_ms, replica.last_heartbeat_ms + stalled_ms)
+            if replica.closed_at_ms is not None:
+                replica.closed_at_ms = min(now_ms, replica.closed_at_ms + stalled_ms)
+        if self._leader_since_ms is not None:
+            self._leader_since_ms = min(now_ms, self._leader_since_ms + stalled_ms)
 
     def election_attempted(self, set_key: BrokerSetKey, now_ms: int, *, succeeded: bool) -> None:
         """Report the outcome of an election `tick` asked for."""

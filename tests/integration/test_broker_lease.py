@@ -30,6 +30,8 @@ async def test_master_without_controller_quorum_acknowledges_nothing(tmp_path: P
             await producer.send_one()
         assert len(producer.ledger.acked) == 5
         producer.pinned_address = group.brokers[master].address
+        before = await asyncio.to_thread(group.replica_info)
+        assert before is not None
 
         for node_id in group.controllers.nodes:
             group.controllers.kill(node_id, signal.SIGSTOP)
@@ -59,3 +61,10 @@ async def test_master_without_controller_quorum_acknowledges_nothing(tmp_path: P
 
         await acked_again()
         await producer.close()
+        # The controllers' own pause was not the brokers' silence: no election happened.
+        after = await asyncio.to_thread(group.replica_info)
+        assert after is not None
+        assert (after["masterBrokerId"], after["masterEpoch"]) == (
+            before["masterBrokerId"],
+            before["masterEpoch"],
+        ), (before, after)

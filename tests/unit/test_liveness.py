@@ -299,3 +299,56 @@ def test_a_second_election_keeps_waiting_for_the_first_lease() -> None:
     first = lv.record_takeover(SET, 1, 1000, new_master_in_sync_state_set=True)
     lv.report_inactive((C, B, 2), "process exited", 1100, process_gone=True)
     assert lv.record_takeover(SET, 2, 1100, new_master_in_sync_state_set=True) == first - 100
+
+
+# ------------------------------------------------- the leader's own stalls
+
+
+def test_a_stalled_leader_forgives_the_heartbeats_it_did_not_read() -> None:
+    """Paused (or starved) for longer than the timeout: the brokers were not silent, it was."""
+    lv = leader(now_ms=-10_000)
+    lv.heartbeat(hb(1, timeout_ms=1000), 0)
+    sets = {SET: WatchedSet(master=1, broker_ids=frozenset({1, 2}))}
+    assert lv.tick(100, sets) == [] and lv.tick(200, sets) == []
+    assert lv.tick(3000, sets) == []  # 2.8 s without a tick: 2.3 s of it forgiven
+    assert lv.tick(3250, sets) == []
+    assert lv.tick(3350, sets) == [SET]  # then silence counts again: due 1 s after 2300
+
+
+def test_without_a_stall_the_same_silence_elects() -> None:
+    lv = leader(now_ms=-10_000)
+    lv.heartbeat(hb(1, timeout_ms=1000), 0)
+    sets = {SET: WatchedSet(master=1, broker_ids=frozenset({1, 2}))}
+    due_at = next(t for t in range(100, 3100, 100) if lv.tick(t, sets))
+    assert due_at == 1100
+
+
+def test_a_stall_does_not_forgive_a_certain_report() -> None:
+    lv = leader(now_ms=-10_000)
+    lv.heartbeat(hb(1, timeout_ms=1000), 0)
+    sets = {SET: WatchedSet(master=1, broker_ids=frozenset({1, 2}))}
+    assert lv.tick(100, sets) == []
+    lv.report_inactive((C, B, 1), "pod deleted", 150, process_gone=True)
+    assert lv.tick(3000, sets) == [SET]
+
+
+def test_a_closed_connection_grace_moves_with_the_stall() -> None:
+    lv = leader(now_ms=-10_000)
+    lv.heartbeat(hb(1, timeout_ms=10_000), 0)
+    sets = {SET: WatchedSet(master=1, broker_ids=frozenset({1}))}
+    assert lv.tick(100, sets) == []
+    lv.connection_closed((C, B, 1), 150)
+    assert lv.tick(2000, sets) == []  # 1.4 s forgiven: the close is 450 ms old, grace 750
+    assert lv.tick(2400, sets) == [SET]
+
+
+@given(st.lists(st.integers(min_value=1, max_value=5000), min_size=1, max_size=40))
+def test_a_broker_heartbeating_between_ticks_is_never_elected_away(gaps: list[int]) -> None:
+    """Whatever the leader's tick rhythm, a heartbeat read before every tick keeps the master."""
+    lv = leader(now_ms=-10_000)
+    sets = {SET: WatchedSet(master=1, broker_ids=frozenset({1}))}
+    now = 0
+    for gap in gaps:
+        now += gap
+        lv.heartbeat(hb(1, timeout_ms=1000), now)  # read as the loop resumes
+        assert lv.tick(now, sets) == []
