@@ -64,3 +64,35 @@ async def test_lagging_slave_shrunk_then_expanded_and_min_in_sync_replicas(
         }
         assert not refused & keys, "a refused produce must never be stored"
         await producer.close()
+
+
+async def test_sync_state_set_follows_slave_connections_not_the_check_timer(
+    tmp_path: Path,
+) -> None:
+    """A slave that catches up is expanded in, and one whose connection drops is shrunk
+    out, when that happens: with the periodic check set to ten minutes, both still
+    happen (with allAck every write waits for that shrink)."""
+    settings = {"syncStateSetCheckIntervalMs": "600000"}
+    with BrokerGroupHarness(tmp_path, block=19, settings=settings) as group:
+        group.start_all()
+        master = await asyncio.to_thread(group.wait_for_master)
+        info = await asyncio.to_thread(group.wait_for_sync_state_set, 3)
+        producer = CarefulProducer(group, "wake")
+        for _ in range(5):
+            await producer.send_one()
+        assert len(producer.ledger.acked) == 5
+
+        victim = next(s for s in group.brokers if s != master)
+        victim_id = group.status(victim)["brokerId"]  # type: ignore[index]
+        group.kill(victim)
+        shrunk = await asyncio.to_thread(group.wait_for_sync_state_set, 2)
+        assert victim_id not in shrunk["syncStateSet"]
+        assert shrunk["syncStateSetEpoch"] > info["syncStateSetEpoch"]
+        for _ in range(5):
+            await producer.send_one()
+        assert len(producer.ledger.acked) == 10, producer.ledger.errors
+
+        group.start(victim)
+        expanded = await asyncio.to_thread(group.wait_for_sync_state_set, 3)
+        assert victim_id in expanded["syncStateSet"]
+        await producer.close()

@@ -130,6 +130,8 @@ class Broker(RoleTransitions, ReplicationWiring, RequestHandling):
         # A new master holds its acknowledgements until the replaced master's
         # lease has surely run out (DESIGN.md §3.3 "Fencing"); the controller says how long.
         self._takeover_hold_until_ms = 0
+        # Set when a SyncStateSet member drops or a slave catches up: decide now, not next tick.
+        self._sync_state_wake = asyncio.Event()
         self.waiters = AckWaiters(
             CommitRuleConfig(
                 all_ack_in_sync_state_set=config.all_ack_in_sync_state_set,

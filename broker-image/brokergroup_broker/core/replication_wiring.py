@@ -7,6 +7,7 @@ consumer offsets). A mixin of `Broker`: the state lives there."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -88,10 +89,20 @@ class ReplicationWiring(BrokerState):
 
     def _on_slave_ack(self: Broker, broker_id: int, ack_offset: int) -> None:
         self._release()
+        sync = self.sync
+        if (
+            sync is not None
+            and broker_id not in sync.sync_state_set
+            and ack_offset >= self._confirm_offset
+        ):
+            self._sync_state_wake.set()  # caught up: expand without waiting for the tick
 
     def _on_slave_disconnect(self: Broker, broker_id: int) -> None:
         log.info("slave %d disconnected", broker_id)
         self._release()
+        sync = self.sync
+        if sync is not None and broker_id in sync.sync_state_set:
+            self._sync_state_wake.set()  # with allAck, every write waits for this shrink
 
     def _on_master_confirm_offset(self: Broker, offset: int) -> None:
         store = self.store
@@ -130,7 +141,9 @@ class ReplicationWiring(BrokerState):
     async def _sync_state_loop(self: Broker) -> None:
         interval_s = self.config.sync_state_set_check_interval_ms / 1000
         while True:
-            await asyncio.sleep(interval_s)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._sync_state_wake.wait(), interval_s)
+            self._sync_state_wake.clear()
             sync = self.sync
             if sync is None or self.role.role is not roles.Role.MASTER or self.store is None:
                 continue
