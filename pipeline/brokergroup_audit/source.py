@@ -2,9 +2,10 @@
 
 Partitions: every segment of every replica under the root, cut into slices of at
 most `splitBytes` (option, default 64 MiB). A task maps its segment file (mmap) and
-decodes the records that START in its slice with `record_columns.scan_columns`
-(reading past the slice end only to finish the last record), so slices need no
-coordination. Rows come out as Arrow record batches.
+decodes the records that START in its slice with `fastscan.scan_slice` (a walk of the
+totalSize chain on clean slices, `record_columns.scan_columns` wherever there is damage;
+reading past the slice end only to finish the last record), so slices need no
+coordination. Rows come out as one Arrow record batch per slice.
 
 One row per message record, plus one row per damaged region with `problem` set
 (BAD_MAGIC, BAD_SIZE, BAD_STRUCTURE, PARTIAL; a message whose stored bodyCRC does
@@ -26,9 +27,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
+from brokergroup_audit.fastscan import scan_slice
 from brokergroup_audit.stores import Replica, find_replicas
 from brokergroup_broker.store.message import PROPERTY_KEYS
-from brokergroup_broker.store.record_columns import ColumnScan, gather, scan_columns
+from brokergroup_broker.store.record_columns import ColumnScan, gather
 
 SCHEMA_DDL = (
     "group STRING, brokerId INT, physicalOffset BIGINT, size INT, bodyCRC BIGINT, "
@@ -141,7 +143,7 @@ def slice_batch(
     )
     messages = pa.RecordBatch.from_arrays(
         [
-            pa.array([part.group] * n, pa.string()),
+            pa.array([part.group], pa.string()).take(np.zeros(n, np.int32)),
             pa.array(np.full(n, part.broker_id, np.int32)),
             pa.array(rec.physical_offset),
             pa.array(rec.size.astype(np.int32)),
@@ -205,7 +207,7 @@ def read_slice(part: SegmentSlice) -> pa.RecordBatch:
             return _empty()
         mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     try:
-        scan = scan_columns(
+        scan = scan_slice(
             mm,
             part.segment_start,
             part.segment_end,
