@@ -20,8 +20,11 @@ segments (≥ 1 GiB for the full run, 128 MiB with --quick). Then, in this order
   in the same session: the scan plus every check (one replica: no divergence join).
 
 Each timing is the best of --repeat runs (default 1 with --quick, 2 otherwise: the
-machine is shared). MB are 10^6 bytes of commit log; per core = local[1]. The load
-average is recorded before and after. Last stdout line: one JSON object; also
+machine is shared). MB are 10^6 bytes of commit log; per core = local[1] (one task
+slot; the JVM's own threads run beside it). `mb_per_cpu_s` divides by the CPU seconds
+this process and all its descendants (driver JVM, Python daemons and workers) used in
+the same run: per-core cost that the machine's other load does not inflate as much as
+wall time. The load average is recorded before and after. Last stdout line: one JSON object; also
 bench/results/audit.json.
 """
 
@@ -128,15 +131,44 @@ def decoder_scan(root: Path, split_bytes: int) -> tuple[int, int]:
     return rows, checksum
 
 
-def best_of(repeat: int, run: Callable[[], Any]) -> tuple[Any, float]:
-    """(result, fastest seconds) of `repeat` runs."""
-    best = float("inf")
+def tree_cpu_seconds() -> float:
+    """CPU seconds (user + system, reaped children included) of this process and every
+    live descendant: the driver JVM, Spark's Python daemons and workers."""
+    parent: dict[int, int] = {}
+    ticks: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # exited meanwhile
+        parent[int(entry)] = int(fields[1])
+        ticks[int(entry)] = sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+    me = os.getpid()
+    total = 0
+    for pid, t in ticks.items():
+        p = pid
+        while p > 1 and p != me:
+            p = parent.get(p, 0)
+        if p == me:
+            total += t
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def best_of(repeat: int, run: Callable[[], Any]) -> tuple[Any, float, float]:
+    """(result, seconds, CPU seconds) of the fastest of `repeat` runs."""
+    best, best_cpu = float("inf"), 0.0
     result: Any = None
     for _ in range(repeat):
+        cpu = tree_cpu_seconds()
         began = time.perf_counter()
         result = run()
-        best = min(best, time.perf_counter() - began)
-    return result, best
+        took = time.perf_counter() - began
+        if took < best:
+            best, best_cpu = took, tree_cpu_seconds() - cpu
+    return result, best, best_cpu
 
 
 def spark_runs(
@@ -169,9 +201,9 @@ def spark_runs(
         spark.read.format("commitlog").option("splitBytes", str(2 << 20)).load(str(warm)).count()
         shutil.rmtree(warm)
         out: dict[str, Any] = {}
-        out["rows"], out["scan_s"] = best_of(repeat, scan)
+        out["rows"], out["scan_s"], out["scan_cpu_s"] = best_of(repeat, scan)
         if audit:
-            result, out["audit_s"] = best_of(
+            result, out["audit_s"], out["audit_cpu_s"] = best_of(
                 repeat, lambda: run_audit(spark, str(root), split_bytes=split_bytes)
             )
             out["audit_findings"] = result.summary["findingCounts"]
@@ -199,9 +231,9 @@ def main() -> None:
     try:
         size = write_store(root, total)
         assert sum(p.stat().st_size for p in _segments(root)) == size
-        (py_records, py_bytes, _), py_s = best_of(repeat, lambda: python_scan(root))
+        (py_records, py_bytes, _), py_s, py_cpu = best_of(repeat, lambda: python_scan(root))
         assert py_bytes == size, (py_bytes, size)
-        (dec_rows, _), dec_s = best_of(repeat, lambda: decoder_scan(root, split))
+        (dec_rows, _), dec_s, dec_cpu = best_of(repeat, lambda: decoder_scan(root, split))
         one = spark_runs(root, "local[1]", split, repeat, not args.no_audit)
         two = spark_runs(root, "local[2]", split, repeat, not args.no_audit)
         assert one["rows"] == two["rows"] == dec_rows == py_records, (one, two, dec_rows)
@@ -231,6 +263,14 @@ def main() -> None:
         "scaling_audit_local2_over_local1": (
             round(one["audit_s"] / two["audit_s"], 2) if not args.no_audit else None
         ),
+        "mb_per_cpu_s": {
+            "python": rate(py_cpu),
+            "decoder": rate(dec_cpu),
+            "local1": rate(one["scan_cpu_s"]),
+            "local2": rate(two["scan_cpu_s"]),
+            "audit_local1": rate(one.get("audit_cpu_s")),
+            "audit_local2": rate(two.get("audit_cpu_s")),
+        },
         "audit_findings": {k: v for k, v in one.get("audit_findings", {}).items() if v},
         "seconds": {
             "python": round(py_s, 2),

@@ -28,7 +28,7 @@ from __future__ import annotations
 import mmap
 import zlib
 from collections.abc import Callable
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -53,10 +53,11 @@ from brokergroup_broker.store.record_columns import (
     scan_columns,
 )
 
+Crc32 = Callable[[Any, int], int]
 try:  # ISA-L's CRC32 (PCLMUL): ~3x zlib's on 1 KiB bodies; the same function.
     from isal.isal_zlib import crc32 as _isal_crc32
 
-    crc32 = cast(Callable[[object, int], int], _isal_crc32)
+    crc32: Crc32 = cast(Crc32, _isal_crc32)
 except ImportError:  # pragma: no cover - isal is a dependency; zlib is the fallback
     crc32 = zlib.crc32
 
@@ -122,8 +123,9 @@ def clean_slice(
     if len(starts) < 2:
         return None  # nothing owned (or an odd slice): let the general reader decide
     a = np.frombuffer(buf, dtype=np.uint8)
-    s = np.asarray(starts[:-1], dtype=np.int64)
-    sizes = np.diff(np.asarray(starts, dtype=np.int64))
+    chain: I64 = np.asarray(starts, dtype=np.int64)
+    s = chain[:-1]
+    sizes: I64 = chain[1:] - s
     if not _structure_ok(a, s, sizes, np.zeros(len(s), dtype=bool)).all():
         return None
     return ColumnScan(_columns(a, buf, s, sizes, base_offset), [])
