@@ -293,6 +293,7 @@ def main() -> None:
             "local2_ge_1.7x_local1": one["scan_s"] / two["scan_s"] >= 1.7,
             "local1_per_core_ge_python": py_s >= one["scan_s"],
             "local1_per_core_ge_200_mb_s": mb / one["scan_s"] >= 200,
+            "local1_per_cpu_s_ge_python": py_cpu >= one["scan_cpu_s"],
         },
         "cpus": os.cpu_count(),
         "load_average_1m": round(load_before[0], 2),
