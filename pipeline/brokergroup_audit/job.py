@@ -131,19 +131,35 @@ def run_audit(
     )
     findings: list[Finding] = []
 
-    # Per replica: where its valid records end.
+    # Per replica and epoch: first/last offset, records, bytes (one aggregation; the
+    # per-replica totals and where its valid records end are sums over its epochs).
     progress("scanning commit logs")
     ok = df.filter(F.col("problem").isNull() | (F.col("problem") == "BAD_CRC"))
-    ends = {
-        (r["group"], r["brokerId"]): (r["records"], r["bytes"], r["end"])
-        for r in ok.groupBy("group", "brokerId")
+    epoch_ranges = [
+        {
+            "group": r["group"],
+            "brokerId": r["brokerId"],
+            "epoch": r["epoch"],
+            "firstOffset": r["first"],
+            "endOffset": r["end"],
+            "records": r["records"],
+            "bytes": r["bytes"],
+        }
+        for r in ok.groupBy("group", "brokerId", "epoch")
         .agg(
+            F.min("physicalOffset").alias("first"),
+            F.max(F.col("physicalOffset") + F.col("size")).alias("end"),
             F.count("*").alias("records"),
             F.sum("size").alias("bytes"),
-            F.max(F.col("physicalOffset") + F.col("size")).alias("end"),
         )
+        .orderBy("group", "brokerId", "epoch")
         .collect()
-    }
+    ]
+    ends: dict[tuple[str, int], tuple[int, int, int]] = {}
+    for e in epoch_ranges:
+        key = (e["group"], e["brokerId"])
+        records, size, end = ends.get(key, (0, 0, 0))
+        ends[key] = (records + e["records"], size + e["bytes"], max(end, e["endOffset"]))
     facts: dict[str, list[ReplicaFacts]] = {}
     for r in replicas:
         _records, _, end = ends.get((r.group, r.broker_id), (0, 0, r.min_offset))
@@ -215,11 +231,20 @@ def run_audit(
     )
     ref_rows = df.join(F.broadcast(ref_df), ["group", "brokerId"])
     progress("duplicates")
-    dups = (
-        ref_rows.filter(F.col("problem").isNull() & F.col("keys").isNotNull())
-        .groupBy("group", "topic", "keys", "bodyCRC")
-        .agg(F.count("*").alias("n"), F.sort_array(F.collect_list("physicalOffset")).alias("at"))
+    # Count first (a plain hash aggregation), list offsets only for the duplicated keys:
+    # collecting every record's offset into lists costs far more than counting.
+    live = ref_rows.filter(F.col("problem").isNull())
+    by_key = ["group", "topic", "keys", "bodyCRC"]
+    dup_keys = (
+        live.filter(F.col("keys").isNotNull())
+        .groupBy(*by_key)
+        .agg(F.count("*").alias("n"))
         .filter(F.col("n") > 1)
+    )
+    dups = (
+        live.join(dup_keys, by_key)
+        .groupBy(*by_key, "n")
+        .agg(F.sort_array(F.collect_list("physicalOffset")).alias("at"))
         .orderBy("group", "topic", "keys")
     )
     for row in dups.collect():
@@ -227,11 +252,13 @@ def run_audit(
             Finding(FindingKind.DUPLICATE, row["group"], refs[row["group"]].broker_id, row["at"][0],
                     f"topic {row['topic']} key {row['keys']} stored {row['n']} times at {list(row['at'])}")
         )  # fmt: skip
+    by_slot = ["group", "topic", "queueId", "queueOffset"]
+    dup_slots = live.groupBy(*by_slot).agg(F.count("*").alias("n")).filter(F.col("n") > 1)
     qdups = (
-        ref_rows.filter(F.col("problem").isNull())
-        .groupBy("group", "topic", "queueId", "queueOffset")
-        .agg(F.count("*").alias("n"), F.sort_array(F.collect_list("physicalOffset")).alias("at"))
-        .filter(F.col("n") > 1)
+        live.join(dup_slots, by_slot)
+        .groupBy(*by_slot, "n")
+        .agg(F.sort_array(F.collect_list("physicalOffset")).alias("at"))
+        .orderBy("group", "topic", "queueId", "queueOffset")
     )
     for row in qdups.collect():
         findings.append(
@@ -291,26 +318,6 @@ def run_audit(
 
     # Epoch lineage, failovers, unavailability.
     progress("epochs and failovers")
-    epoch_ranges = [
-        {
-            "group": r["group"],
-            "brokerId": r["brokerId"],
-            "epoch": r["epoch"],
-            "firstOffset": r["first"],
-            "endOffset": r["end"],
-            "records": r["records"],
-            "bytes": r["bytes"],
-        }
-        for r in ok.groupBy("group", "brokerId", "epoch")
-        .agg(
-            F.min("physicalOffset").alias("first"),
-            F.max(F.col("physicalOffset") + F.col("size")).alias("end"),
-            F.count("*").alias("records"),
-            F.sum("size").alias("bytes"),
-        )
-        .orderBy("group", "brokerId", "epoch")
-        .collect()
-    ]
     all_failovers: list[checks.Failover] = []
     windows = checks.unavailability_windows(events)
     for g, fs in sorted(facts.items()):

@@ -2,9 +2,10 @@
 
 Partitions: every segment of every replica under the root, cut into slices of at
 most `splitBytes` (option, default 64 MiB). A task maps its segment file (mmap) and
-decodes the records that START in its slice with `record_columns.scan_columns`
-(reading past the slice end only to finish the last record), so slices need no
-coordination. Rows come out as Arrow record batches.
+decodes the records that START in its slice with `fastscan.scan_slice` (a walk of the
+totalSize chain on clean slices, `record_columns.scan_columns` wherever there is damage;
+reading past the slice end only to finish the last record), so slices need no
+coordination. Rows come out as one Arrow record batch per slice.
 
 One row per message record, plus one row per damaged region with `problem` set
 (BAD_MAGIC, BAD_SIZE, BAD_STRUCTURE, PARTIAL; a message whose stored bodyCRC does
@@ -26,9 +27,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
+from brokergroup_audit.fastscan import scan_slice
 from brokergroup_audit.stores import Replica, find_replicas
 from brokergroup_broker.store.message import PROPERTY_KEYS
-from brokergroup_broker.store.record_columns import ColumnScan, gather, scan_columns
+from brokergroup_broker.store.record_columns import ColumnScan, gather
 
 SCHEMA_DDL = (
     "group STRING, brokerId INT, physicalOffset BIGINT, size INT, bodyCRC BIGINT, "
@@ -54,6 +56,8 @@ ARROW_SCHEMA = pa.schema(
     ]
 )
 DEFAULT_SPLIT_BYTES = 64 << 20
+#: Rows per Arrow batch sent to the JVM (about 0.4 MiB of columns at 1 KiB messages).
+DEFAULT_BATCH_ROWS = 4096
 #: Largest record a slice reads past its end for (RocketMQ's maxMessageSize is 4 MiB).
 DEFAULT_MAX_RECORD_BYTES = 16 << 20
 _KEYS_PATTERN = "(?:^|\x02)" + PROPERTY_KEYS + "\x01(?P<keys>[^\x02]*)"
@@ -141,7 +145,7 @@ def slice_batch(
     )
     messages = pa.RecordBatch.from_arrays(
         [
-            pa.array([part.group] * n, pa.string()),
+            pa.array([part.group], pa.string()).take(np.zeros(n, np.int32)),
             pa.array(np.full(n, part.broker_id, np.int32)),
             pa.array(rec.physical_offset),
             pa.array(rec.size.astype(np.int32)),
@@ -205,7 +209,7 @@ def read_slice(part: SegmentSlice) -> pa.RecordBatch:
             return _empty()
         mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     try:
-        scan = scan_columns(
+        scan = scan_slice(
             mm,
             part.segment_start,
             part.segment_end,
@@ -227,10 +231,17 @@ def _empty() -> pa.RecordBatch:
 
 
 class CommitLogReader(DataSourceReader):
-    def __init__(self, path: str, split_bytes: int, max_record_bytes: int) -> None:
+    def __init__(
+        self,
+        path: str,
+        split_bytes: int,
+        max_record_bytes: int,
+        batch_rows: int = DEFAULT_BATCH_ROWS,
+    ) -> None:
         self.path = path
         self.split_bytes = split_bytes
         self.max_record_bytes = max_record_bytes
+        self.batch_rows = batch_rows
 
     def partitions(self) -> list[SegmentSlice]:
         parts = slices(find_replicas(self.path), self.split_bytes, self.max_record_bytes)
@@ -245,12 +256,16 @@ class CommitLogReader(DataSourceReader):
         if not partition.path:
             return
         batch = read_slice(partition)
-        if batch.num_rows:
-            yield batch
+        # Zero-copy slices of at most batch_rows rows: the JVM reads each Arrow message
+        # into its heap, and a message over half a G1 region (0.5 MiB with a 1 GiB heap)
+        # is a humongous allocation that triggers old-generation collections.
+        for at in range(0, batch.num_rows, self.batch_rows):
+            yield batch.slice(at, self.batch_rows)
 
 
 class CommitLogDataSource(DataSource):
-    """Options: `path` (the store root, as given to load()), `splitBytes`, `maxRecordBytes`."""
+    """Options: `path` (the store root, as given to load()), `splitBytes`, `maxRecordBytes`,
+    `batchRows`."""
 
     @classmethod
     def name(cls) -> str:
@@ -267,4 +282,5 @@ class CommitLogDataSource(DataSource):
             path,
             int(self.options.get("splitBytes", DEFAULT_SPLIT_BYTES)),
             int(self.options.get("maxRecordBytes", DEFAULT_MAX_RECORD_BYTES)),
+            int(self.options.get("batchRows", DEFAULT_BATCH_ROWS)),
         )

@@ -1,0 +1,210 @@
+"""The audit's fast path (`brokergroup_audit.fastscan`) against the general vectorised
+reader (`record_columns.scan_columns`) and the record-by-record reference decoder of the
+one layout definition (`message_scan.scan_records` / `decode_record`).
+
+- on random logs, clean or damaged (flipped bytes anywhere, bad magic, bad CRC,
+  zeroed holes, zero-filled tails, torn last records, blank tails), cut into slices of
+  any size: `scan_slice` returns exactly `scan_columns`' columns and problems;
+- on clean logs the fast walk is really taken, and every row of the source's Arrow
+  batch (`read_slice`) equals the reference decoder's record, column by column.
+"""
+
+from __future__ import annotations
+
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from brokergroup_audit.fastscan import clean_slice, scan_slice
+from brokergroup_audit.source import SegmentSlice, read_slice
+from brokergroup_broker.store.message_encode import encode_run
+from brokergroup_broker.store.message_scan import ScanStop, decode_record, scan_records
+from brokergroup_broker.store.record_columns import ColumnScan, scan_columns
+
+SEG = 4096
+STORE = ("10.0.0.1", 10911)
+FIELDS = (
+    "physical_offset", "size", "stored_crc", "queue_id", "queue_offset", "sys_flag",
+    "store_timestamp_ms", "body_at", "body_len", "topic_at", "topic_len", "properties_at",
+    "properties_len", "body_crc", "record_crc", "crc_ok",
+)  # fmt: skip
+
+
+def _log(bodies: list[bytes], v6: list[bool], compress: bool = False) -> bytes:
+    """Records one by one through THE encoder (so a few can carry the compressed flag)."""
+    out = bytearray()
+    for i, b in enumerate(bodies):
+        squeeze = compress and i % 5 == 0
+        run = encode_run(
+            f"T{i % 3}", i % 4, [zlib.compress(b) if squeeze else b],
+            [{"KEYS": f"k{i}", "TAGS": "t"}] if i % 2 else None,
+            flag=0, born_timestamp_ms=5, born_host=("::1", 5) if v6[i % len(v6)] else ("127.0.0.1", 5),
+            start_offset=len(out), segment_bytes=SEG, store_host=STORE, store_timestamp_ms=77 + i,
+            first_queue_offset=i, max_message_bytes=SEG - 8, sys_flag=1 if squeeze else 0,
+        )  # fmt: skip
+        out += run.data
+    return bytes(out)
+
+
+def _slices(data: bytes, split: int) -> list[tuple[bytes, int, int, int]]:
+    """(segment bytes, segment start, own from, own to) of every slice."""
+    out = []
+    for seg_start in range(0, len(data), SEG):
+        seg = data[seg_start : seg_start + SEG]
+        for own in range(0, len(seg), split):
+            out.append((seg, seg_start, seg_start + own, seg_start + min(len(seg), own + split)))
+    return out
+
+
+def _same(fast: ColumnScan, general: ColumnScan) -> None:
+    for name in FIELDS:
+        np.testing.assert_array_equal(
+            getattr(fast.records, name), getattr(general.records, name), err_msg=name
+        )
+    assert fast.problems == general.problems
+
+
+def _compare(data: bytes, split: int) -> int:
+    """scan_slice == scan_columns on every slice; returns how many took the fast walk."""
+    fast_walks = 0
+    for seg, seg_start, own_from, own_to in _slices(data, split):
+        args = (seg, seg_start, seg_start + SEG, own_from, own_to)
+        kw = {"first_is_boundary": own_from == seg_start, "max_record_bytes": SEG}
+        _same(scan_slice(*args, **kw), scan_columns(*args, **kw))
+        fast_walks += clean_slice(*args, **kw) is not None
+    return fast_walks
+
+
+def _damage(data: bytes, ops: list[tuple[str, int, int]]) -> bytes:
+    out = bytearray(data)
+    for op, at, arg in ops:
+        at %= max(len(out), 1)
+        if op == "flip":
+            out[at] ^= 1 << (arg % 8)
+        elif op == "zero":
+            out[at : at + arg] = bytes(len(out[at : at + arg]))
+        elif op == "cut":
+            del out[at:]
+        elif op == "tail":
+            out += bytes(arg)
+    return bytes(out)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.binary(min_size=0, max_size=900), min_size=1, max_size=30),
+    st.lists(st.booleans(), min_size=1, max_size=3),
+    st.booleans(),
+    st.lists(
+        st.tuples(
+            st.sampled_from(["flip", "zero", "cut", "tail"]),
+            st.integers(0, 1 << 20),
+            st.integers(1, 600),
+        ),
+        max_size=3,
+    ),
+    st.sampled_from([SEG, 1000, 97]),
+)
+def test_fast_path_equals_the_general_reader_on_clean_and_damaged_logs(
+    bodies: list[bytes],
+    v6: list[bool],
+    compress: bool,
+    ops: list[tuple[str, int, int]],
+    split: int,
+) -> None:
+    _compare(_damage(_log(bodies, v6, compress), ops), split)
+
+
+@pytest.mark.parametrize("split", [SEG, 1000, 97])
+def test_named_damage_equals_the_general_reader(split: int) -> None:
+    data = _log([bytes([i]) * 300 for i in range(20)], [False, True])
+    ref = scan_records(data, 0, SEG).records
+    third, sixth = ref[2].physical_offset, ref[5].physical_offset
+    bad_crc = bytearray(data)
+    bad_crc[third + 120] ^= 0x01  # a body byte: the record stays, its CRC fails
+    bad_magic = bytearray(data)
+    bad_magic[sixth + 5] ^= 0x01
+    cases = {
+        "clean": data,
+        "bad CRC": bytes(bad_crc),
+        "bad magic": bytes(bad_magic),
+        "zero-filled tail": data + bytes(2000),
+        "torn last record": data + data[:60],
+        "cut mid-record": data[: ref[7].physical_offset + 50],
+        "zeroed hole": data[: sixth + 10] + bytes(40) + data[sixth + 50 :],
+    }
+    for name, case in cases.items():
+        try:
+            _compare(case, split)
+        except AssertionError as exc:
+            raise AssertionError(f"{name}: {exc}") from exc
+
+
+def test_clean_logs_take_the_fast_walk_and_bad_crc_stays_a_row() -> None:
+    data = _log([bytes([i]) * 200 for i in range(40)], [False])
+    assert _compare(data, SEG) == len(_slices(data, SEG))  # every slice: fast
+    assert _compare(data + bytes(3000), SEG) >= len(_slices(data, SEG))  # zero tail: still
+    bad = bytearray(data)
+    first = scan_records(data, 0, SEG).records[0]
+    bad[first.physical_offset + 100] ^= 0xFF
+    scan = clean_slice(
+        bytes(bad[:SEG]), 0, SEG, 0, SEG, first_is_boundary=True, max_record_bytes=SEG
+    )
+    assert scan is not None and scan.problems == []
+    assert scan.records.crc_ok.tolist()[:2] == [False, True]
+
+
+def _reference_rows(data: bytes, group: str, broker_id: int) -> list[dict[str, object]]:
+    result = scan_records(data, 0, SEG, verify_crc=False)
+    assert result.stop in (ScanStop.END, ScanStop.ZEROS)
+    rows: list[dict[str, object]] = []
+    for rec in result.records:
+        m = decode_record(data, rec.physical_offset)
+        body = zlib.decompress(m.body) if m.sys_flag & 1 else m.body
+        rows.append(
+            {
+                "group": group,
+                "brokerId": broker_id,
+                "physicalOffset": m.physical_offset,
+                "size": m.size,
+                "bodyCRC": zlib.crc32(body),
+                "topic": m.topic,
+                "queueId": m.queue_id,
+                "queueOffset": m.queue_offset,
+                "keys": m.properties.get("KEYS"),
+                "storeTimestamp": m.store_timestamp_ms,
+                "epoch": None,
+                "problem": None if zlib.crc32(m.body) & 0x7FFFFFFF == m.body_crc else "BAD_CRC",
+            }
+        )
+    return rows
+
+
+@pytest.mark.parametrize("split", [SEG, 1000])
+@pytest.mark.parametrize("tail", [0, 5000])
+def test_source_rows_equal_the_reference_decoder(tmp_path: Path, split: int, tail: int) -> None:
+    data = bytearray(
+        _log([bytes([i % 7]) * (i * 37 % 700) for i in range(60)], [False, True], True)
+    )
+    second = scan_records(bytes(data), 0, SEG).records[1]
+    data[data.index(bytes([1]) * 37, second.physical_offset)] ^= 0x01  # a body byte: BAD_CRC
+    data += bytes(tail)  # a zero-filled, preallocated tail
+    rows: list[dict[str, object]] = []
+    for seg, seg_start, own_from, own_to in _slices(bytes(data), split):
+        path = tmp_path / f"{seg_start:020d}"
+        path.write_bytes(seg)
+        part = SegmentSlice(
+            group="g", broker_id=2, path=str(path), segment_start=seg_start,
+            segment_end=seg_start + SEG, own_from=own_from, own_to=own_to, epochs=(),
+            max_record_bytes=SEG,
+        )  # fmt: skip
+        batch = read_slice(part)
+        assert isinstance(batch, pa.RecordBatch)
+        rows += batch.drop_columns(["recordCrc", "detail"]).to_pylist()
+    rows.sort(key=lambda r: int(r["physicalOffset"]))  # type: ignore[call-overload]
+    assert rows == _reference_rows(bytes(data), "g", 2)
