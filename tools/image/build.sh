@@ -53,4 +53,6 @@ find "$context/wheels" -name 'brokergroup-*.whl' ! -path "$newest" -delete
 cp broker-image/Dockerfile "$context/Dockerfile"
 echo "docker build $IMAGE (base $BASE_IMAGE)"
 docker build -q --build-arg BASE_IMAGE="$BASE_IMAGE" -t "$IMAGE" "$context" >/dev/null
+# The build stage (it holds the wheels) is left untagged; remove it, and only it.
+docker image prune -f --filter label=brokergroup.build-stage=1 >/dev/null
 echo "built $IMAGE: $(docker image inspect -f '{{.Size}}' "$IMAGE") bytes"

@@ -56,7 +56,7 @@ for b in host-local loopback ptp portmap bridge; do cp "$BIN/$b" "$ctx/cni/"; do
 cp "$here/node/base.Dockerfile" "$ctx/Dockerfile"
 BASE=brokergroup/kind-base:$(kind_image_key)
 log "building $BASE"
-timed docker build -q --build-arg BASE_OS="$OS_IMAGE" -t "$BASE" "$ctx" >/dev/null
+timed dbuild --build-arg BASE_OS="$OS_IMAGE" -t "$BASE" "$ctx"
 
 # 3. kubernetes-server tarball with every image inside
 tb=$work/tarball
@@ -69,7 +69,7 @@ img() { # tag binary path-in-image base
   cp -L "$BIN/$2" "$d/bin"
   printf 'FROM %s\nCOPY bin %s\nENV PATH=/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\nENTRYPOINT ["%s"]\n' \
     "$4" "$3" "$3" >"$d/Dockerfile"
-  docker build -q -t "$1" "$d" >/dev/null
+  dbuild -t "$1" "$d"
   rm -rf "$d"
 }
 list=$("$B/kubeadm" config images list --kubernetes-version "$K8S_VERSION")
@@ -86,7 +86,7 @@ for f in $(for b in kube-apiserver kube-controller-manager kube-scheduler etcd; 
   mkdir -p "$g$(dirname "$f")" && cp -L "$rootfs$f" "$g$f"
 done
 printf 'FROM scratch\nCOPY lib/ /lib/\nCOPY lib64/ /lib64/\nENV LD_LIBRARY_PATH=/lib/x86_64-linux-gnu\n' >"$g/Dockerfile"
-docker build -q -t "$GLIBC" "$g" >/dev/null
+dbuild -t "$GLIBC" "$g"
 for c in kube-apiserver kube-controller-manager kube-scheduler; do
   img "$(name $c)" $c /usr/local/bin/$c "$GLIBC"
   docker save -o "$B/$c.tar" "$(name $c)"

@@ -15,6 +15,12 @@ KIND_HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 log() { echo "[kind-e2e $(date -u +%H:%M:%S)] $*" >&2; }
 die() { local rc=$1; shift; log "$*"; exit "$rc"; }
 timed() { local s; s=$(date +%s); "$@"; log "  $(($(date +%s) - s)) s"; }
+# docker build, quiet: the legacy builder's deprecation notice only when the build fails.
+dbuild() {
+  local err rc=0
+  err=$(docker build -q "$@" 2>&1 >/dev/null) || rc=$?
+  [ "$rc" = 0 ] || { echo "$err" >&2; return "$rc"; }
+}
 missing() { local d=$1 b; shift; for b in "$@"; do [ -x "$d/$b" ] || return 0; done; return 1; }
 
 # Keys: the binaries hash every Go pin (tools/k8s, tools/kind/go/*); the node image also hashes
