@@ -66,7 +66,7 @@ image-smoke:
 # then the operator scenarios with the real chart. Skips with the reason when no engine can
 # start. The cluster stays up for debugging until `make e2e-down` (which CI always runs).
 e2e: $(STAMP)
-	PYTHON=$(CURDIR)/$(BIN)/python PYTEST=$(CURDIR)/$(BIN)/pytest tools/kind/e2e.sh
+	PYTHON=$(CURDIR)/$(BIN)/python PYTEST=$(CURDIR)/$(BIN)/pytest tools/kind/e2e.sh $(PYTEST_ARGS)
 
 e2e-down:
 	tools/kind/down.sh
