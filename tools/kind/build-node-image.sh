@@ -14,7 +14,8 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
-IMAGE=brokergroup/kind-node:$K8S_VERSION-$(kind_image_key)
+key=$(kind_image_key)
+IMAGE=brokergroup/kind-node:$K8S_VERSION-$key
 if docker image inspect "$IMAGE" >/dev/null 2>&1; then
   log "node image $IMAGE already built"
   echo "$IMAGE"
@@ -54,7 +55,7 @@ for b in containerd containerd-shim-runc-v2 ctr crictl; do cp "$BIN/$b" "$ctx/bi
 cp "$BIN/runc" "$ctx/runc"
 for b in host-local loopback ptp portmap bridge; do cp "$BIN/$b" "$ctx/cni/"; done
 cp "$here/node/base.Dockerfile" "$ctx/Dockerfile"
-BASE=brokergroup/kind-base:$(kind_image_key)
+BASE=brokergroup/kind-base:$key
 log "building $BASE"
 timed dbuild --build-arg BASE_OS="$OS_IMAGE" -t "$BASE" "$ctx"
 
@@ -78,7 +79,7 @@ log "images for the node: $(echo $list)"
 # The control-plane binaries and etcd come from tools/k8s (cgo, dynamically linked against
 # glibc only): they run on a scratch image holding the rootfs's glibc files they load (a few MB,
 # not the whole OS in every archive). coredns, pause and local-path-provisioner are static.
-GLIBC=brokergroup/kind-glibc:$(kind_image_key)
+GLIBC=brokergroup/kind-glibc:$key
 g=$work/glibc
 mkdir -p "$g/lib/x86_64-linux-gnu" "$g/lib64"
 for f in $(for b in kube-apiserver kube-controller-manager kube-scheduler etcd; do ldd "$BIN/$b"; done \
