@@ -111,14 +111,25 @@ def _failover(release: Release, tmp: Path, disrupt: str) -> None:
 
     pod = wait_for("a new master labelled", new_master, FAILOVER_S, 0.5)
     assert int(pod.metadata.labels[BROKER_ID]) in in_sync
+
+    # The group's status can still say 3 ready while the old pod's container is down (the
+    # StatefulSet's counts lag): wait for the old pod itself first.
+    def old_pod_back() -> tuple[str, int] | None:
+        now = release.core.read_namespaced_pod(old_name, release.namespace)
+        if not release._ready(old_name):
+            return None
+        return now.metadata.uid, release.restarts(old_name)
+
+    uid, count = wait_for(f"{old_name} back and Ready", old_pod_back, POD_TIMEOUT_S, 0.5)
+    if disrupt == "delete":
+        assert uid != old_uid
+    else:
+        assert (uid, count) == (old_uid, restarts + 1)
     release.wait_available(name, 3, POD_TIMEOUT_S)
     role, broker_id, ip = release.labelled(name)[old_name]
     assert (role, broker_id) == ("slave", old_id)
-    now = release.core.read_namespaced_pod(old_name, release.namespace)
     if disrupt == "delete":
-        assert now.metadata.uid != old_uid and ip != old_ip
-    else:
-        assert now.metadata.uid == old_uid and release.restarts(old_name) == restarts + 1
+        assert ip != old_ip
     failover = wait_for(
         "status.lastFailover of this failover",
         lambda: (
