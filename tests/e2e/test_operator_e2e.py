@@ -116,9 +116,9 @@ def _failover(release: Release, tmp: Path, disrupt: str) -> None:
     # StatefulSet's counts lag): wait for the old pod itself first.
     def old_pod_back() -> tuple[str, int] | None:
         now = release.core.read_namespaced_pod(old_name, release.namespace)
-        if not release._ready(old_name):
-            return None
-        return now.metadata.uid, release.restarts(old_name)
+        back = (now.metadata.uid, release.restarts(old_name))
+        changed = back[0] != old_uid if disrupt == "delete" else back[1] > restarts
+        return back if changed and release._ready(old_name) else None
 
     uid, count = wait_for(f"{old_name} back and Ready", old_pod_back, POD_TIMEOUT_S, 0.5)
     if disrupt == "delete":
