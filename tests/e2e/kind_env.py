@@ -292,8 +292,10 @@ class Release(OperatorEnv):
 
     def restarts(self, pod_name: str, container: str = "broker") -> int:
         pod = self.core.read_namespaced_pod(pod_name, self.namespace)
+        # A pod just created has no container statuses yet: no restarts.
         return next(
-            c.restart_count for c in pod.status.container_statuses or [] if c.name == container
+            (c.restart_count for c in pod.status.container_statuses or [] if c.name == container),
+            0,
         )
 
 
