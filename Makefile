@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: up test lint unit integration cluster-tests k8s-tools cluster cluster-down bench-quick image image-smoke clean
+.PHONY: up test lint unit integration cluster-tests k8s-tools cluster cluster-down bench-quick image image-smoke e2e e2e-down clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -60,6 +60,16 @@ image: $(STAMP)
 # The built image runs a whole group read-only, non-root; every key read back.
 image-smoke:
 	tools/image/smoke.sh
+
+# The kind e2e tier (tests/e2e, tools/kind/e2e.sh): engine, kind cluster (kind's standard
+# node image where a registry answers, else one built offline), the project image loaded,
+# then the operator scenarios with the real chart. Skips with the reason when no engine can
+# start. The cluster stays up for debugging until `make e2e-down` (which CI always runs).
+e2e: $(STAMP)
+	PYTHON=$(CURDIR)/$(BIN)/python PYTEST=$(CURDIR)/$(BIN)/pytest tools/kind/e2e.sh $(PYTEST_ARGS)
+
+e2e-down:
+	tools/kind/down.sh
 
 bench-quick: $(STAMP)
 	$(BIN)/python bench/controller.py --quick

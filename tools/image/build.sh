@@ -43,13 +43,17 @@ fi
 
 context=$(mktemp -d)
 trap 'rm -rf "$context"' EXIT
-mkdir -p "$context/wheels" "$CACHE/wheels"
+mkdir -p "$context/wheels" "$context/project" "$CACHE/wheels"
 echo "wheels of brokergroup and its dependencies (cache $CACHE/wheels)"
 "$PYTHON" -m pip wheel -q --wheel-dir "$CACHE/wheels" .
-cp "$CACHE"/wheels/*.whl "$context/wheels/"
-# Only the newest brokergroup wheel: an older one in the cache must not be picked.
-newest=$(ls -t "$context"/wheels/brokergroup-*.whl | head -1)
-find "$context/wheels" -name 'brokergroup-*.whl' ! -path "$newest" -delete
+# The dependencies in wheels/ (a cached image layer while they stay the same), the newest
+# brokergroup wheel alone in project/ (an older one in the cache must not be picked).
+newest=$(ls -t "$CACHE"/wheels/brokergroup-*.whl | head -1)
+cp "$newest" "$context/project/"
+# Exactly the wheels this project resolves to (the cache may hold older versions too).
+"$PYTHON" -m pip download -q --no-index --find-links "$CACHE/wheels" --dest "$context/wheels" \
+    "$newest" >/dev/null
+rm -f "$context"/wheels/brokergroup-*.whl
 cp broker-image/Dockerfile "$context/Dockerfile"
 echo "docker build $IMAGE (base $BASE_IMAGE)"
 docker build -q --build-arg BASE_IMAGE="$BASE_IMAGE" -t "$IMAGE" "$context" >/dev/null
