@@ -33,8 +33,14 @@ def test_runs_as_a_numeric_non_root_user_with_brokergroup_as_entrypoint() -> Non
 
 
 def test_the_build_installs_only_from_the_wheels_it_was_given() -> None:
-    runs = " ".join(rest for word, rest in _instructions() if word == "RUN")
-    assert "pip install --no-index" in runs and "--find-links /tmp/wheels" in runs
+    runs = " && ".join(rest for word, rest in _instructions() if word == "RUN")
+    installs = [c.split("pip install", 1)[1] for c in runs.split("&&") if "pip install" in c]
+    assert len(installs) == 2, installs  # the dependencies' stage, then the project's wheel
+    for args in installs:
+        words = args.split()
+        assert "--no-index" in words, args
+        targets = [w for w in words if not w.startswith("-")]
+        assert targets and all(t.startswith(("/tmp/wheels/", "/tmp/project/")) for t in targets)
     assert not re.search(r"\b(curl|wget|apt-get)\b", runs)
 
 

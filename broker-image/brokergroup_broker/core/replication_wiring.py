@@ -171,7 +171,6 @@ class ReplicationWiring(BrokerState):
                     sorted(proposal.new_set), exc,
                 )  # fmt: skip
                 sync.on_alter_unknown(proposal)
-                self._heartbeat_now.set()  # its answer carries the controller's set epoch
             else:
                 log.info("AlterSyncStateSet %s refused: %s", sorted(proposal.new_set), exc)
                 sync.on_alter_refused(proposal)
@@ -183,7 +182,6 @@ class ReplicationWiring(BrokerState):
                 sorted(proposal.new_set), exc or type(exc).__name__,
             )  # fmt: skip
             sync.on_alter_unknown(proposal)
-            self._heartbeat_now.set()  # learn the outcome now, not in one interval
             return
         sync.on_alter_accepted(proposal, new_set, new_epoch)
         if sync is self.sync:
