@@ -342,7 +342,11 @@ class Liveness:
         record = self._old_lease_ends.get(set_key)
         if record is None:
             since = self._leader_since_ms
-            return 0 if since is None else max(0, since + self.default_timeout_ms - now_ms)
+            if since is None:
+                # Not the leader (a long-poll that outlived its leadership): it knows
+                # no lease, so it answers as a leader taking over now would.
+                return self.default_timeout_ms
+            return max(0, since + self.default_timeout_ms - now_ms)
         return max(0, record[1] - now_ms)
 
     def alive_replicas(

@@ -352,3 +352,15 @@ def test_a_broker_heartbeating_between_ticks_is_never_elected_away(gaps: list[in
         now += gap
         lv.heartbeat(hb(1, timeout_ms=1000), now)  # read as the loop resumes
         assert lv.tick(now, sets) == []
+
+
+def test_a_node_that_is_not_leader_never_answers_no_wait() -> None:
+    """A watch that began on the leader and returns after it stepped down must not
+    release a new master's hold: without a record it answers a fresh leader's bound."""
+    lv = leader(now_ms=0)
+    lv.heartbeat(master_hb(1, lease_ms=1500), 100)
+    assert lv.record_takeover(SET, 1, 200, new_master_in_sync_state_set=False) > 0
+    lv.step_down()
+    assert lv.takeover_remaining_ms(SET, 300) == 2000
+    fresh = Liveness(default_timeout_ms=2000)
+    assert fresh.takeover_remaining_ms(SET, 300) == 2000
