@@ -20,7 +20,8 @@ The leader's own stalls are not the brokers' silence: when two `tick`s are
 further apart than `stall_threshold_ms` (the controller was paused, or
 starved of CPU), the heartbeats sent meanwhile are still unread in its
 sockets, so every clock the verdicts read (last heartbeat, closed
-connection) moves forward by the stall before this tick decides anything.
+connection) moves forward by the whole gap before this tick decides
+anything: each broker gets its full timeout again to be heard.
 Reports of a process gone are certain and are not forgiven.
 
 A replica is inactive when any of these holds:
@@ -421,9 +422,9 @@ class Liveness:
         returning SyncStateSet member is elected without waiting for a request.
         """
         if self._last_tick_ms is not None:
-            stalled = now_ms - self._last_tick_ms - self.stall_threshold_ms
-            if stalled > 0:
-                self.forgive_stall(stalled, now_ms)
+            gap = now_ms - self._last_tick_ms
+            if gap > self.stall_threshold_ms:
+                self.forgive_stall(gap, now_ms)  # the whole gap: nothing was read in it
         self._last_tick_ms = now_ms
         due: list[BrokerSetKey] = []
         for set_key, watched in sorted(sets.items()):
