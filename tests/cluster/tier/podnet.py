@@ -53,6 +53,11 @@ def unavailable_reason() -> str | None:
     return None
 
 
+def _bridge_mac(gateway: str) -> str:
+    """A fixed, locally administered MAC for the bridge, from the gateway address."""
+    return "02:42:" + ":".join(f"{b:02x}" for b in ipaddress.ip_address(gateway).packed[-4:])
+
+
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["ip", *args], check=check, capture_output=True, text=True)
 
@@ -84,7 +89,10 @@ class PodNetwork:
 
     def setup(self) -> None:
         self._remove_leftovers()
-        _ip("link", "add", BRIDGE, "type", "bridge")
+        # A bridge with no address of its own takes its ports' lowest MAC, so a
+        # pod joining or leaving would move the gateway's MAC under every pod
+        # that had resolved it (dropped until their ARP entries go stale).
+        _ip("link", "add", BRIDGE, "address", _bridge_mac(GATEWAY), "type", "bridge")
         _ip("addr", "add", f"{GATEWAY}/{POD_CIDR.prefixlen}", "dev", BRIDGE)
         _ip("link", "set", BRIDGE, "up")
         _ip("route", "add", "local", str(SERVICE_CIDR), "dev", "lo", "table", "local")
