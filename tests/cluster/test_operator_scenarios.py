@@ -385,13 +385,7 @@ def test_rolling_update_order_with_writes_flowing(env: OperatorEnv, tmp_path: Pa
     stop.set()
     thread.join(60)
     observer.stop()
-    observed = observer.transcript()
-    restarts = [t for t in observed if t.startswith("restart")]
-    assert sorted(restarts) == sorted(f"restart {b}" for b in ("1", "2", "3")), observed
-    # Slaves first, then the master moves, then the old master restarts.
-    assert restarts[-1] == f"restart {old_master}", observed
-    moved = observed.index(next(t for t in observed if t.startswith("master ")))
-    assert observed[moved + 1 :] == [f"restart {old_master}"], observed
+    observer.assert_slaves_first(old_master, ("1", "2", "3"))
     reasons = [m for r, m in env.group_events("orders") if r == "RollingUpdate"]
     assert len(reasons) == 4, reasons
     acked = acked_keys(ack_log)
@@ -445,6 +439,16 @@ class RollObserver(threading.Thread):
 
     def transcript(self) -> list[str]:
         return list(self._log)
+
+    def assert_slaves_first(self, old_master: str, broker_ids: tuple[str, ...]) -> None:
+        """Every broker restarted once: slaves first, then the master moved, then the
+        old master restarted."""
+        observed = self.transcript()
+        restarts = [t for t in observed if t.startswith("restart")]
+        assert sorted(restarts) == sorted(f"restart {b}" for b in broker_ids), observed
+        assert restarts[-1] == f"restart {old_master}", observed
+        moved = observed.index(next(t for t in observed if t.startswith("master ")))
+        assert observed[moved + 1 :] == [f"restart {old_master}"], observed
 
 
 CEL_CASES = [

@@ -229,13 +229,7 @@ def test_rolling_update_order_with_writes_flowing(release: Release, tmp_path: Pa
     stop.set()
     thread.join(120)
     observer.stop()
-    observed = observer.transcript()
-    restarts = [t for t in observed if t.startswith("restart")]
-    assert sorted(restarts) == sorted(f"restart {b}" for b in ("1", "2", "3")), observed
-    # Slaves first, then the master moves, then the old master restarts.
-    assert restarts[-1] == f"restart {old_master}", observed
-    moved = observed.index(next(t for t in observed if t.startswith("master ")))
-    assert observed[moved + 1 :] == [f"restart {old_master}"], observed
+    observer.assert_slaves_first(old_master, ("1", "2", "3"))
     acked = acked_keys(ack_log)
     assert acked, "no write was acknowledged during the roll"
     read = _read_all(release, name, "R")

@@ -32,8 +32,9 @@ Pure: bytes in (a memoryview, e.g. of an mmap), columns out; no I/O of its own.
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -54,6 +55,8 @@ if TYPE_CHECKING:
 
 I64 = npt.NDArray[np.int64]
 Mask = npt.NDArray[np.bool_]
+#: zlib.crc32's signature (data, starting value) -> CRC.
+Crc32 = Callable[[Any, int], int]
 
 # Field positions of the v1 layout (see the table in message.py).
 TOTAL_SIZE_AT = 0
@@ -157,6 +160,7 @@ def scan_columns(
     *,
     first_is_boundary: bool,
     max_record_bytes: int,
+    crc32: Crc32 = zlib.crc32,
 ) -> ColumnScan:
     """Decode the records that start in [own_from, own_to) of one segment's bytes.
 
@@ -182,7 +186,7 @@ def scan_columns(
     problems: list[Problem] = []
     # Overlaps (a start inside the previous record): keep the earlier record when its
     # lengths add up, else drop it and report its bytes.
-    sound = _structure_ok(a, starts, sizes, is_blank)
+    sound = structure_ok(a, starts, sizes, is_blank)
     while len(starts) > 1:
         ends = starts + sizes
         overlap = np.flatnonzero(ends[:-1] > starts[1:])
@@ -219,7 +223,7 @@ def scan_columns(
             _problem(base_offset, int(starts[k]), int(sizes[k]), ScanStop.BAD_STRUCTURE,
                      "field lengths do not add up to totalSize")
         )  # fmt: skip
-    records = _columns(a, buf, starts[owned & sound], sizes[owned & sound], base_offset)
+    records = columns_at(a, buf, starts[owned & sound], sizes[owned & sound], base_offset, crc32)
     problems.sort(key=lambda p: p.offset)
     return ColumnScan(records, problems)
 
@@ -268,9 +272,9 @@ def _host_bytes(sys_flag: I64, bit: int) -> I64:
     return np.where(sys_flag & bit, HOST_V6_BYTES, HOST_V4_BYTES).astype(np.int64)
 
 
-def _layout(a: npt.NDArray[np.uint8], starts: I64) -> dict[str, I64]:
+def layout(a: npt.NDArray[np.uint8], starts: I64) -> dict[str, I64]:
     """Positions and lengths of the variable part of each record (may be garbage when the
-    record is damaged; `_structure_ok` decides)."""
+    record is damaged; `structure_ok` decides)."""
     n = len(a)
     sys_flag = _read_be(a, starts + SYS_FLAG_AT, 4)
     store_ts_at = starts + BORN_HOST_AT + _host_bytes(sys_flag, BORNHOST_V6_FLAG)
@@ -293,14 +297,14 @@ def _layout(a: npt.NDArray[np.uint8], starts: I64) -> dict[str, I64]:
     }
 
 
-def _structure_ok(a: npt.NDArray[np.uint8], starts: I64, sizes: I64, is_blank: Mask) -> Mask:
+def structure_ok(a: npt.NDArray[np.uint8], starts: I64, sizes: I64, is_blank: Mask) -> Mask:
     """CommitLog.calMsgLength over the decoded lengths == totalSize (blanks pass)."""
     ok = is_blank.copy()
     msg = np.flatnonzero(~is_blank)
     if not len(msg):
         return ok
     s, z = starts[msg], sizes[msg]
-    f = _layout(a, s)
+    f = layout(a, s)
     expected = (f["props_at"] - s) + np.maximum(f["props_len"], 0)
     ok[msg] = (
         (f["body_len"] >= 0)
@@ -340,47 +344,46 @@ def _classify_gap(
     ]  # fmt: skip
 
 
-def _columns(
+def columns_at(
     a: npt.NDArray[np.uint8],
     buf: bytes | bytearray | memoryview | mmap.mmap,
     starts: I64,
     sizes: I64,
     base: int,
+    crc32: Crc32 = zlib.crc32,
 ) -> RecordColumns:
-    f = _layout(a, starts)
+    """The columns of whole, sound message records at `starts` (positions in `buf`).
+
+    `crc32`: zlib's or any function with its signature and values (the audit passes
+    ISA-L's). Both CRCs come out of one loop of C calls per record.
+    """
+    f = layout(a, starts)
     view = memoryview(buf)
-    crc32 = zlib.crc32
     body_at, body_len = f["body_at"], f["body_len"]
-    body_crc = np.fromiter(
-        (crc32(view[b : b + m]) for b, m in zip(body_at.tolist(), body_len.tolist(), strict=True)),
-        dtype=np.int64,
-        count=len(starts),
-    )
-    # Over every byte of the record without reading the body twice: the header, then the
-    # topic and properties, chained onto the body's CRC.
-    body_end = body_at + body_len
-    record_crc = np.fromiter(
-        (
-            crc32(view[e : s + m], crc32(view[s:b], c))
-            for s, m, b, e, c in zip(
-                starts.tolist(), sizes.tolist(), body_at.tolist(), body_end.tolist(),
-                body_crc.tolist(), strict=True,
-            )
-        ),
-        dtype=np.int64,
-        count=len(starts),
-    )  # fmt: skip
+    body_crcs: list[int] = []
+    record_crcs: list[int] = []
+    add_body, add_record = body_crcs.append, record_crcs.append
+    for s, z, b, m in zip(
+        starts.tolist(), sizes.tolist(), body_at.tolist(), body_len.tolist(), strict=True
+    ):
+        c = crc32(view[b : b + m], 0)
+        add_body(c)
+        # Over every byte of the record without reading the body twice: the header,
+        # then the topic and properties, chained onto the body's CRC.
+        add_record(crc32(view[b + m : s + z], crc32(view[s:b], c)))
+    body_crc = np.array(body_crcs, dtype=np.int64)
+    record_crc = np.array(record_crcs, dtype=np.int64)
     stored_crc = _read_be(a, starts + BODY_CRC_AT, 4)
     crc_ok = (body_crc & 0x7FFFFFFF) == stored_crc
     sys_flag = f["sys_flag"]
-    for k in np.flatnonzero(sys_flag & COMPRESSED_FLAG):
+    for k in np.flatnonzero(sys_flag & COMPRESSED_FLAG).tolist():
         # The client compressed the body (RocketMQ compressMsgBodyOverHowmuch): the CRC a
         # producer knows is of the body it sent. Rare, so one record at a time.
         try:
-            body = zlib.decompress(view[int(body_at[k]) : int(body_at[k] + body_len[k])])
+            body = zlib.decompress(view[body_at[k] : body_at[k] + body_len[k]])
         except zlib.error:
             continue  # stays the stored body's CRC; the stored CRC check still applies
-        body_crc[k] = crc32(body)
+        body_crc[k] = crc32(body, 0)
     return RecordColumns(
         physical_offset=starts + base,
         size=sizes,
