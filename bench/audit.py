@@ -7,6 +7,8 @@ Usage: python bench/audit.py [--quick] [--dir DIR] [--gib G] [--repeat N] [--[no
 Writes one replica of 1 KiB messages, each with its own KEYS property, in 64 MiB
 segments (≥ 1 GiB for the full run, 128 MiB with --quick). Then, in this order:
 
+- ceiling: every segment read from the page cache into one buffer, and ISA-L's CRC32
+  over every byte (the decoder's one per-byte pass), one core each;
 - python: `message_scan.scan_records` (CRC checked) over every segment, then for every
   record the reference decoder `decode_record` (topic, queue, offsets, keys, store
   timestamp), the body CRC and the record CRC: every column the Spark source yields,
@@ -131,6 +133,30 @@ def decoder_scan(root: Path, split_bytes: int) -> tuple[int, int]:
     return rows, checksum
 
 
+def read_ceiling(root: Path) -> tuple[int, int]:
+    """(bytes, checksum): every segment read into one reused buffer (the files were just
+    written, so from the page cache): what one core gets from the files at best."""
+    buf = bytearray(8 << 20)
+    view = memoryview(buf)
+    total = checksum = 0
+    for seg in _segments(root):
+        with open(seg, "rb", buffering=0) as f:
+            while n := f.readinto(buf):
+                total += n
+                checksum ^= view[n - 1]
+    return total, checksum
+
+
+def crc_ceiling(root: Path) -> int:
+    """The CRC32 of every byte (the decoder's one unavoidable per-byte pass), one core."""
+    from brokergroup_audit.fastscan import crc32
+
+    c = 0
+    for seg in _segments(root):
+        c = crc32(seg.read_bytes(), c)
+    return c
+
+
 def tree_cpu_seconds() -> float:
     """CPU seconds (user + system, reaped children included) of this process and every
     live descendant: the driver JVM, Spark's Python daemons and workers."""
@@ -210,6 +236,7 @@ def spark_runs(
                 repeat, lambda: run_audit(spark, str(root), split_bytes=split_bytes)
             )
             out["audit_findings"] = result.summary["findingCounts"]
+            out["audit_stages"] = result.summary["stageSeconds"]
             out["audit_records"] = result.summary["replicas"][0]["records"]
         return out
     finally:
@@ -240,6 +267,9 @@ def main() -> None:
     try:
         size = write_store(root, total)
         assert sum(p.stat().st_size for p in _segments(root)) == size
+        (read_bytes, _), read_s, _ = best_of(repeat, lambda: read_ceiling(root))
+        assert read_bytes == size, (read_bytes, size)
+        _, crc_s, _ = best_of(repeat, lambda: crc_ceiling(root))
         (py_records, py_bytes, _), py_s, py_cpu = best_of(repeat, lambda: python_scan(root))
         assert py_bytes == size, (py_bytes, size)
         (dec_rows, _), dec_s, dec_cpu = best_of(repeat, lambda: decoder_scan(root, split))
@@ -262,6 +292,10 @@ def main() -> None:
         "split_bytes": split,
         "partitions": -(-size // split),
         "repeat": repeat,
+        "ceiling": {
+            "mb_per_s_page_cache_read": rate(read_s),
+            "mb_per_s_crc32": rate(crc_s),
+        },
         "mb_per_s_python": rate(py_s),
         "mb_per_s_decoder": rate(dec_s),
         "mb_per_s_local1": rate(one["scan_s"]),
@@ -279,6 +313,10 @@ def main() -> None:
             "local2": rate(two["scan_cpu_s"]),
             "audit_local1": rate(one.get("audit_cpu_s")),
             "audit_local2": rate(two.get("audit_cpu_s")),
+        },
+        "audit_stage_seconds": {
+            "local1": one.get("audit_stages"),
+            "local2": two.get("audit_stages"),
         },
         "audit_findings": {k: v for k, v in one.get("audit_findings", {}).items() if v},
         "seconds": {

@@ -100,6 +100,30 @@ def acknowledged(lines: Sequence[dict[str, Any]], groups: Sequence[str]) -> list
     return out
 
 
+class Stages:
+    """Wall seconds per stage of an audit (in the summary, so a slow stage is named)."""
+
+    def __init__(self, progress: Progress) -> None:
+        self._progress = progress
+        self._seconds: dict[str, float] = {}
+        self._current: tuple[str, float] | None = None
+
+    def start(self, name: str, text: str | None = None) -> None:
+        self._stop()
+        self._progress(text or name)
+        self._current = (name, time.monotonic())
+
+    def _stop(self) -> None:
+        if self._current is not None:
+            name, began = self._current
+            self._seconds[name] = round(time.monotonic() - began, 3)
+            self._current = None
+
+    def finish(self) -> dict[str, float]:
+        self._stop()
+        return dict(self._seconds)
+
+
 @dataclass
 class AuditResult:
     summary: dict[str, Any]
@@ -123,6 +147,7 @@ def run_audit(
     if not replicas:
         raise ValueError(f"no replica store (a directory with commitlog/) under {store_root}")
     progress(f"found {len(replicas)} replicas in {len({r.group for r in replicas})} groups")
+    stages = Stages(progress)
     df = (
         spark.read.format("commitlog")
         .option("splitBytes", str(split_bytes))
@@ -133,7 +158,7 @@ def run_audit(
 
     # Per replica and epoch: first/last offset, records, bytes (one aggregation; the
     # per-replica totals and where its valid records end are sums over its epochs).
-    progress("scanning commit logs")
+    stages.start("scan", "scanning commit logs")
     ok = df.filter(F.col("problem").isNull() | (F.col("problem") == "BAD_CRC"))
     epoch_ranges = [
         {
@@ -170,6 +195,7 @@ def run_audit(
     confirm = {(r.group, r.broker_id): r.confirm_offset for r in replicas}
 
     # Damaged regions and records.
+    stages.start("damage", "damaged records")
     for row in df.filter(F.col("problem").isNotNull()).collect():
         c = confirm.get((row["group"], row["brokerId"]))
         committed = c is None or row["physicalOffset"] < c
@@ -186,7 +212,7 @@ def run_audit(
         )  # fmt: skip
 
     # Committed-prefix divergence: every replica must hold the same bytes at each offset.
-    progress("comparing replicas")
+    stages.start("divergence", "comparing replicas")
     prefix_rows = []
     for g, fs in facts.items():
         if len(fs) > 1:
@@ -230,7 +256,7 @@ def run_audit(
         [(g, r.broker_id) for g, r in refs.items()], "group STRING, brokerId INT"
     )
     ref_rows = df.join(F.broadcast(ref_df), ["group", "brokerId"])
-    progress("duplicates")
+    stages.start("duplicates")
     # Count first (a plain hash aggregation), list offsets only for the duplicated keys:
     # collecting every record's offset into lists costs far more than counting.
     live = ref_rows.filter(F.col("problem").isNull())
@@ -252,6 +278,7 @@ def run_audit(
             Finding(FindingKind.DUPLICATE, row["group"], refs[row["group"]].broker_id, row["at"][0],
                     f"topic {row['topic']} key {row['keys']} stored {row['n']} times at {list(row['at'])}")
         )  # fmt: skip
+    stages.start("queue offsets", "duplicate queue offsets")
     by_slot = ["group", "topic", "queueId", "queueOffset"]
     dup_slots = live.groupBy(*by_slot).agg(F.count("*").alias("n")).filter(F.col("n") > 1)
     qdups = (
@@ -270,7 +297,7 @@ def run_audit(
     # Acknowledged but missing.
     acked = list(acks)
     if acked:
-        progress(f"matching {len(acked)} acknowledgements")
+        stages.start("acknowledgements", f"matching {len(acked)} acknowledgements")
         ack_df = spark.createDataFrame(
             acked,
             "ackLine INT, group STRING, topic STRING, queueId INT, queueOffset BIGINT, "
@@ -317,7 +344,7 @@ def run_audit(
             )  # fmt: skip
 
     # Epoch lineage, failovers, unavailability.
-    progress("epochs and failovers")
+    stages.start("failovers", "epochs and failovers")
     all_failovers: list[checks.Failover] = []
     windows = checks.unavailability_windows(events)
     for g, fs in sorted(facts.items()):
@@ -365,6 +392,7 @@ def run_audit(
         "unavailability": windows,
         "logBytes": sum(s.length for r in replicas for s in r.segments),
         "elapsedS": round(time.monotonic() - began, 3),
+        "stageSeconds": stages.finish(),
     }
     return AuditResult(summary, findings, all_failovers, epoch_ranges, windows)
 
@@ -373,6 +401,7 @@ def comparable_summary(summary: dict[str, Any]) -> dict[str, Any]:
     """The summary without what legitimately differs between runs (time, paths)."""
     out = dict(summary)
     out.pop("elapsedS", None)
+    out.pop("stageSeconds", None)
     out.pop("storeRoot", None)
     out["replicas"] = [{k: v for k, v in r.items() if k != "path"} for r in summary["replicas"]]
     return out
