@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import SparkSession
+from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
 from brokergroup_audit import checks
@@ -44,6 +44,10 @@ def spark_session(master: str = "local[*]", app_name: str = "brokergroup-audit")
         .appName(app_name)
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "8")
+        # The audit caches its scan once (about 110 bytes per record uncompressed, 60
+        # compressed); compressing took a third of the audit's time on one core and
+        # the checks read every cached column anyway (docs/audit.md "Throughput").
+        .config("spark.sql.inMemoryColumnarStorage.compressed", "false")
         .config("spark.driver.host", os.environ["SPARK_LOCAL_IP"])
         .config("spark.executorEnv.PYSPARK_PYTHON", os.environ["PYSPARK_PYTHON"])
         .getOrCreate()
@@ -100,6 +104,17 @@ def acknowledged(lines: Sequence[dict[str, Any]], groups: Sequence[str]) -> list
     return out
 
 
+#: The source's columns the checks read.
+CHECKED_COLUMNS = (
+    "group", "brokerId", "physicalOffset", "size", "bodyCRC", "topic", "queueId",
+    "queueOffset", "keys", "epoch", "recordCrc", "problem", "detail",
+)  # fmt: skip
+#: A message stored twice (a producer's retry): same topic, key and body.
+DUPLICATE_KEY = ["group", "topic", "keys", "bodyCRC"]
+#: One queue slot: two records on it break every consumer's offsets.
+QUEUE_SLOT = ["group", "topic", "queueId", "queueOffset"]
+
+
 class Stages:
     """Wall seconds per stage of an audit (in the summary, so a slow stage is named)."""
 
@@ -148,10 +163,18 @@ def run_audit(
         raise ValueError(f"no replica store (a directory with commitlog/) under {store_root}")
     progress(f"found {len(replicas)} replicas in {len({r.group for r in replicas})} groups")
     stages = Stages(progress)
+    # Cached once, without the columns no check reads (storeTimestamp), and with the
+    # 64-bit hashes the duplicate checks count by (a long per record is cheaper to
+    # cache, read and shuffle than the strings it stands for).
     df = (
         spark.read.format("commitlog")
         .option("splitBytes", str(split_bytes))
         .load(store_root)
+        .select(
+            *CHECKED_COLUMNS,
+            F.when(F.col("keys").isNotNull(), F.xxhash64(*DUPLICATE_KEY)).alias("keyHash"),
+            F.xxhash64(*QUEUE_SLOT).alias("slotHash"),
+        )
         .cache()
     )
     findings: list[Finding] = []
@@ -257,37 +280,16 @@ def run_audit(
     )
     ref_rows = df.join(F.broadcast(ref_df), ["group", "brokerId"])
     stages.start("duplicates")
-    # Count first (a plain hash aggregation), list offsets only for the duplicated keys:
-    # collecting every record's offset into lists costs far more than counting.
     live = ref_rows.filter(F.col("problem").isNull())
-    by_key = ["group", "topic", "keys", "bodyCRC"]
-    dup_keys = (
-        live.filter(F.col("keys").isNotNull())
-        .groupBy(*by_key)
-        .agg(F.count("*").alias("n"))
-        .filter(F.col("n") > 1)
-    )
-    dups = (
-        live.join(dup_keys, by_key)
-        .groupBy(*by_key, "n")
-        .agg(F.sort_array(F.collect_list("physicalOffset")).alias("at"))
-        .orderBy("group", "topic", "keys")
-    )
-    for row in dups.collect():
+    dups = repeated(live.filter(F.col("keys").isNotNull()), DUPLICATE_KEY, F.col("keyHash"))
+    for row in dups:
         findings.append(
             Finding(FindingKind.DUPLICATE, row["group"], refs[row["group"]].broker_id, row["at"][0],
                     f"topic {row['topic']} key {row['keys']} stored {row['n']} times at {list(row['at'])}")
         )  # fmt: skip
     stages.start("queue offsets", "duplicate queue offsets")
-    by_slot = ["group", "topic", "queueId", "queueOffset"]
-    dup_slots = live.groupBy(*by_slot).agg(F.count("*").alias("n")).filter(F.col("n") > 1)
-    qdups = (
-        live.join(dup_slots, by_slot)
-        .groupBy(*by_slot, "n")
-        .agg(F.sort_array(F.collect_list("physicalOffset")).alias("at"))
-        .orderBy("group", "topic", "queueId", "queueOffset")
-    )
-    for row in qdups.collect():
+    qdups = repeated(live, QUEUE_SLOT, F.col("slotHash"))
+    for row in qdups:
         findings.append(
             Finding(FindingKind.DUPLICATE_QUEUE_OFFSET, row["group"], refs[row["group"]].broker_id,
                     row["at"][0], f"{row['topic']}/{row['queueId']} queue offset {row['queueOffset']} "
@@ -395,6 +397,35 @@ def run_audit(
         "stageSeconds": stages.finish(),
     }
     return AuditResult(summary, findings, all_failovers, epoch_ranges, windows)
+
+
+def repeated(rows: DataFrame, key: list[str], key_hash: Column) -> list[Row]:
+    """The keys held by more than one of `rows`, in key order: `key` columns, n, at
+    (sorted physical offsets).
+
+    Counted by `key_hash` (a 64-bit hash of `key`) first: one long per record goes
+    through the shuffle instead of its strings, and what comes back is the few
+    repeated hashes (usually none: then that is all). Only their records are grouped
+    by the key itself, so a hash collision costs a candidate, never a finding.
+    """
+    hashed = rows.withColumn("_keyHash", key_hash)
+    repeats = [
+        r[0] for r in hashed.groupBy("_keyHash").count().filter(F.col("count") > 1).collect()
+    ]
+    if not repeats:
+        return []
+    candidates = rows.sparkSession.createDataFrame([(h,) for h in repeats], "_keyHash BIGINT")
+    return (
+        hashed.join(F.broadcast(candidates), "_keyHash", "left_semi")
+        .groupBy(*key)
+        .agg(
+            F.count("*").alias("n"),
+            F.sort_array(F.collect_list("physicalOffset")).alias("at"),
+        )
+        .filter(F.col("n") > 1)
+        .orderBy(*key)
+        .collect()
+    )
 
 
 def comparable_summary(summary: dict[str, Any]) -> dict[str, Any]:
