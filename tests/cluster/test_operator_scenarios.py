@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes import watch
 from kubernetes.client.exceptions import ApiException
 
 from tests.cluster.operator_env import (
@@ -394,44 +395,63 @@ def test_rolling_update_order_with_writes_flowing(env: OperatorEnv, tmp_path: Pa
 
 
 class RollObserver(threading.Thread):
-    """Watches pods every 0.1 s and writes down, in order, each broker whose pod
-    was deleted ("restart ID") and each change of the labelled master ("master ID")."""
+    """Watches the group's pods and writes down, in the API server's order, each
+    broker whose pod was deleted ("restart ID") and each change of the labelled
+    master ("master ID"). A watch, not polling: the operator moves the label and
+    deletes the old master's pod milliseconds apart, and one poll seeing both could
+    not tell which came first."""
 
     def __init__(self, env: OperatorEnv, name: str) -> None:
         super().__init__(daemon=True)
         self.env, self.name = env, name
         self._done = threading.Event()
         self._log: list[str] = []
+        self._restarted: set[str] = set()  # uids already written down
+        self._last: dict[str, tuple[str, str | None]] = {}  # pod name → (uid, broker-id)
+        self._master: str | None = None
 
     def run(self) -> None:
-        restarted: set[str] = set()  # uids already written down
-        last: dict[str, tuple[str, str | None]] = {}  # pod name → (uid, broker-id)
-        master: str | None = None
+        selector = f"app.kubernetes.io/name=brokergroup,brokergroup.io/group={self.name}"
+        listed = self.env.core.list_namespaced_pod(self.env.namespace, label_selector=selector)
+        for pod in listed.items:
+            self._see(pod, deleted=False)
+        version = listed.metadata.resource_version
         while not self._done.is_set():
-            for pod in self.env.pods(self.name):
-                labels = pod.metadata.labels or {}
-                uid, bid = pod.metadata.uid, labels.get("brokergroup.io/broker-id")
-                before = last.get(pod.metadata.name)
-                if before is not None and before[0] != uid and before[0] not in restarted:
-                    # Deleted and replaced between two looks.
-                    restarted.add(before[0])
-                    self._log.append(f"restart {before[1]}")
-                if pod.metadata.deletion_timestamp is not None and uid not in restarted:
-                    restarted.add(uid)
-                    self._log.append(f"restart {bid or (before or ('', None))[1]}")
-                elif (
-                    labels.get("brokergroup.io/role") == "master"
-                    and pod.metadata.deletion_timestamp is None
-                ):
-                    if master is not None and bid != master:
-                        self._log.append(f"master {bid}")
-                    master = bid
-                if bid is not None or before is None or before[0] != uid:
-                    last[pod.metadata.name] = (
-                        uid,
-                        bid or (before[1] if before and before[0] == uid else None),
-                    )
-            time.sleep(0.1)
+            try:
+                for event in watch.Watch().stream(
+                    self.env.core.list_namespaced_pod, self.env.namespace,
+                    label_selector=selector, resource_version=version, timeout_seconds=1,
+                ):  # fmt: skip
+                    version = event["object"].metadata.resource_version
+                    self._see(event["object"], deleted=event["type"] == "DELETED")
+                    if self._done.is_set():
+                        break
+            except ApiException as exc:
+                if exc.status != 410:
+                    raise
+                self._log.append("watch expired")  # a gap: the transcript says so
+
+    def _see(self, pod: Any, *, deleted: bool) -> None:
+        labels = pod.metadata.labels or {}
+        uid, bid = pod.metadata.uid, labels.get("brokergroup.io/broker-id")
+        before = self._last.get(pod.metadata.name)
+        if before is not None and before[0] != uid and before[0] not in self._restarted:
+            self._restarted.add(before[0])  # replaced without a deletion seen
+            self._log.append(f"restart {before[1]}")
+        if (deleted or pod.metadata.deletion_timestamp is not None) and uid not in self._restarted:
+            self._restarted.add(uid)
+            self._log.append(f"restart {bid or (before or ('', None))[1]}")
+        elif labels.get("brokergroup.io/role") == "master" and not (
+            deleted or pod.metadata.deletion_timestamp is not None
+        ):
+            if self._master is not None and bid != self._master:
+                self._log.append(f"master {bid}")
+            self._master = bid
+        if bid is not None or before is None or before[0] != uid:
+            self._last[pod.metadata.name] = (
+                uid,
+                bid or (before[1] if before and before[0] == uid else None),
+            )
 
     def stop(self) -> None:
         self._done.set()

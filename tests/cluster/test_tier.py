@@ -23,7 +23,7 @@ from tests.cluster.conftest import K8sCluster
 pytestmark = pytest.mark.cluster
 
 SCRIPT = (
-    'echo "$POD_NAME $POD_IP" >> "$DATA_DIR/incarnations"; '
+    'echo "$POD_NAME $POD_IP" >> "$DATA_DIR/incarnations"; env > "$DATA_DIR/env"; '
     'exec python3 -m http.server --bind "$POD_IP" 8080 --directory "$DATA_DIR"'
 )
 
@@ -111,8 +111,10 @@ def _get(url: str) -> str:
 
 
 def test_statefulset_pods_volumes_new_ip_on_recreate_and_crash_restart(
-    k8s_cluster: K8sCluster, namespace: str
+    k8s_cluster: K8sCluster, namespace: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # Exported where the tests run: no real pod would see it.
+    monkeypatch.setenv("BROKERGROUP_TIER_HOST_ONLY", "1")
     api = k8s_cluster.api()
     core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
     core.create_namespaced_service(
@@ -131,6 +133,15 @@ def test_statefulset_pods_volumes_new_ip_on_recreate_and_crash_restart(
         assert _get(f"http://{pod.status.pod_ip}:8080/incarnations") == (
             f"{pod.metadata.name} {pod.status.pod_ip}\n"
         )
+    env = dict(
+        line.split("=", 1) for line in _get(f"http://{ips[0]}:8080/env").splitlines() if "=" in line
+    )
+    pod_vars = {"DATA_DIR", "POD_IP", "POD_NAME", "KUBERNETES_SERVICE_HOST",
+                "KUBERNETES_SERVICE_PORT", "KUBERNETES_SERVICE_PORT_HTTPS", "KUBERNETES_PORT"}  # fmt: skip
+    image_vars = {"PATH", "HOME", "LANG", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE"}
+    shell_vars = {"PWD", "SHLVL", "OLDPWD", "_"}
+    assert pod_vars | image_vars <= set(env) <= pod_vars | image_vars | shell_vars, sorted(env)
+    assert env["POD_IP"] == ips[0] and env["KUBERNETES_SERVICE_PORT"] == "443"
     claims = core.list_namespaced_persistent_volume_claim(namespace).items
     assert sorted(c.metadata.name for c in claims) == ["data-web-0", "data-web-1", "data-web-2"]
     assert all(c.status.phase == "Bound" for c in claims)

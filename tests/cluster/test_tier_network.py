@@ -134,6 +134,15 @@ def test_pod_dns_cluster_ips_and_in_cluster_auth(k8s_cluster: K8sCluster, namesp
     # EndpointSlices follow readiness a moment later; the client starts once DNS has both.
     both = sorted(ip.values())
     _wait("both pods in DNS", lambda: _cluster_dns(f"web.{namespace}.svc.cluster.local") == both)
+
+    # The ClusterIP Service has EndpointSlices of its own, which may lag the headless one's.
+    def via_cluster_ip() -> set[str]:
+        try:
+            return {_hostname_at(f"http://{cluster_ip}/") for _ in range(20)}
+        except OSError:  # not proxied yet
+            return set()
+
+    _wait("the ClusterIP to reach both pods", lambda: via_cluster_ip() == set(ip))
     names = [
         "web-0.web",
         "web-1.web",

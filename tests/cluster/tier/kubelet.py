@@ -80,6 +80,24 @@ log = logging.getLogger("process-kubelet")
 
 PROVISIONER = "brokergroup.io/process-kubelet"
 STORAGE_CLASS = "standard"
+#: The directories an image's PATH holds besides its own (Debian's default).
+_SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def image_env(home: Path) -> dict[str, str]:
+    """A container's environment before the pod's own variables: what the broker
+    image's ENV sets (its venv first on PATH, unbuffered Python) and a HOME. Nothing
+    of the test process's environment: a variable exported where the tests run (a
+    KUBECONFIG, say) would reach no real pod, so it must not reach these."""
+    return {
+        "PATH": f"{VENV_BIN}:{_SYSTEM_PATH}",
+        "HOME": str(home),
+        "LANG": "C.UTF-8",
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+
+
 _VAR = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 #: Mounts the container must see at their real path (fixed paths in client libraries).
 _BIND_PREFIXES = ("/var/run/secrets/", "/run/secrets/")
@@ -576,15 +594,12 @@ class ProcessKubelet:
         if "/" not in argv[0]:
             argv[0] = str(VENV_BIN / argv[0]) if (VENV_BIN / argv[0]).exists() else argv[0]
         cwd = host_path(spec.working_dir) if spec.working_dir else str(run.directory)
+        # $(VAR) above sees only the pod's own variables, as in Kubernetes.
+        env = {**image_env(run.directory), **env}
         return _Container(spec.name, spec, argv, env, cwd, binds)
 
     def _start(self, run: _Pod, c: _Container) -> None:
-        env = {
-            **os.environ,
-            "PATH": f"{VENV_BIN}:{os.environ.get('PATH', '')}",
-            "PYTHONUNBUFFERED": "1",
-            **c.env,
-        }
+        env = c.env
         with open(run.directory / f"{c.name}.log", "ab") as log_file:
             log_file.write(f"--- start #{c.restarts + 1} at {_now()} on {run.ip}\n".encode())
             log_file.flush()
@@ -858,7 +873,7 @@ def _run_probe(probe: Any, ip: str, c: _Container, exec_argv: Any) -> bool:
         if probe._exec is not None:
             done = subprocess.run(
                 exec_argv(list(probe._exec.command)), timeout=timeout, capture_output=True,
-                env={**os.environ, **c.env, "PATH": f"{VENV_BIN}:{os.environ.get('PATH', '')}"},
+                env=c.env,
             )  # fmt: skip
             return done.returncode == 0
     except (OSError, urllib.error.URLError, subprocess.TimeoutExpired, ValueError):
