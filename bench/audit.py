@@ -2,7 +2,7 @@
 Spark source with local[1] and local[2], against a single-process pure-Python scan doing
 the same decoding work, measured in the same run.
 
-Usage: python bench/audit.py [--quick] [--dir DIR] [--gib G] [--repeat N] [--[no-]audit]
+Usage: python bench/audit.py [--quick] [--dir DIR] [--gib G] [--repeat N] [--[no-]audit] [--acks]
 
 Writes one replica of 1 KiB messages, each with its own KEYS property, in 64 MiB
 segments (≥ 1 GiB for the full run, 128 MiB with --quick). Then, in this order:
@@ -22,7 +22,8 @@ segments (≥ 1 GiB for the full run, 128 MiB with --quick). Then, in this order
   query reading every column of every row (count, sums, maxima, string lengths: nothing
   is pruned): the scan stage, planning and the Python workers' Arrow transfer included;
 - audit_local1 / audit_local2 (full run, or --audit): `job.run_audit` on the same store
-  in the same session: the scan plus every check (one replica: no divergence join).
+  in the same session: the scan plus every check (one replica: no divergence join;
+  with --acks, an acknowledgement of every record to match).
 
 Each timing is the best of --repeat runs (default 1 with --quick, 3 otherwise: the
 machine is shared; for Spark, --repeat alternating sessions). MB are 10^6 bytes of commit log. Cores are given, not assumed:
@@ -231,8 +232,32 @@ def best_session(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def every_record_acknowledged(root: Path, split_bytes: int) -> list[dict[str, Any]]:
+    """An acknowledgement for every record of the store, as `job.acknowledged` returns them."""
+    from brokergroup_audit.source import DEFAULT_MAX_RECORD_BYTES, read_slice, slices
+    from brokergroup_audit.stores import find_replicas
+
+    columns = ["topic", "queueId", "queueOffset", "physicalOffset", "keys", "bodyCRC"]
+    out: list[dict[str, Any]] = []
+    for part in slices(find_replicas(str(root)), split_bytes, DEFAULT_MAX_RECORD_BYTES):
+        for r in read_slice(part).select(columns).to_pylist():
+            out.append(
+                {"ackLine": len(out) + 1, "group": "bench", "topic": r["topic"],
+                 "queueId": r["queueId"], "queueOffset": r["queueOffset"],
+                 "physicalOffset": r["physicalOffset"], "key": r["keys"],
+                 "bodyCrc": r["bodyCRC"], "ackTimeMs": 1, "masterEpoch": None}
+            )  # fmt: skip
+    return out
+
+
 def spark_runs(
-    root: Path, master: str, cpus: set[int], split_bytes: int, repeat: int, audit: bool
+    root: Path,
+    master: str,
+    cpus: set[int],
+    split_bytes: int,
+    repeat: int,
+    audit: bool,
+    acks: list[dict[str, Any]],
 ) -> dict[str, Any]:
     """Scan (and audit) seconds with one session of `master` (start-up not counted)."""
     from pyspark.sql import functions as F
@@ -269,7 +294,7 @@ def spark_runs(
         out["rows"], out["scan_s"], out["scan_cpu_s"] = best_of(repeat, scan)
         if audit:
             result, out["audit_s"], out["audit_cpu_s"] = best_of(
-                repeat, lambda: run_audit(spark, str(root), split_bytes=split_bytes)
+                repeat, lambda: run_audit(spark, str(root), acks=acks, split_bytes=split_bytes)
             )
             out["audit_findings"] = result.summary["findingCounts"]
             out["audit_stages"] = result.summary["stageSeconds"]
@@ -292,6 +317,11 @@ def main() -> None:
         action=argparse.BooleanOptionalAction,
         default=None,
         help="time run_audit too (default: on for the full run, off with --quick)",
+    )
+    parser.add_argument(
+        "--acks",
+        action="store_true",
+        help="the audits also match an acknowledgement for every record",
     )
     args = parser.parse_args()
     total = (128 << 20) if args.quick else int(args.gib * (1 << 30))
@@ -317,11 +347,12 @@ def main() -> None:
         # The driver JVM outlives a session and its JIT keeps compiling, so a later
         # session runs faster code (measured: up to 25%). One unmeasured session warms
         # it, then local[1] and local[2] sessions alternate and each keeps its best.
-        spark_runs(root, "local[2]", two_cores, split, 1, audit)
+        acks = every_record_acknowledged(root, split) if args.acks else []
+        spark_runs(root, "local[2]", two_cores, split, 1, audit, acks)
         runs: dict[str, list[dict[str, Any]]] = {"local[1]": [], "local[2]": []}
         for _ in range(repeat):
-            runs["local[1]"].append(spark_runs(root, "local[1]", one_core, split, 1, audit))
-            runs["local[2]"].append(spark_runs(root, "local[2]", two_cores, split, 1, audit))
+            for master, cores in (("local[1]", one_core), ("local[2]", two_cores)):
+                runs[master].append(spark_runs(root, master, cores, split, 1, audit, acks))
         one, two = best_session(runs["local[1]"]), best_session(runs["local[2]"])
         assert one["rows"] == two["rows"] == dec_rows == py_records, (one, two, dec_rows)
         if audit:
@@ -338,6 +369,7 @@ def main() -> None:
         "bytes": size,
         "records": py_records,
         "quick": args.quick,
+        "acks": len(acks),
         "split_bytes": split,
         "partitions": -(-size // split),
         "repeat": repeat,

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
@@ -109,6 +110,21 @@ CHECKED_COLUMNS = (
     "group", "brokerId", "physicalOffset", "size", "bodyCRC", "topic", "queueId",
     "queueOffset", "keys", "epoch", "recordCrc", "problem", "detail",
 )  # fmt: skip
+#: The acknowledgements `acknowledged` returns, as Spark reads them.
+ACK_SCHEMA = pa.schema(
+    [
+        ("ackLine", pa.int32()),
+        ("group", pa.string()),
+        ("topic", pa.string()),
+        ("queueId", pa.int32()),
+        ("queueOffset", pa.int64()),
+        ("physicalOffset", pa.int64()),
+        ("key", pa.string()),
+        ("bodyCrc", pa.int64()),
+        ("ackTimeMs", pa.int64()),
+        ("masterEpoch", pa.int32()),
+    ]
+)
 #: A message stored twice (a producer's retry): same topic, key and body.
 DUPLICATE_KEY = ["group", "topic", "keys", "bodyCRC"]
 #: One queue slot: two records on it break every consumer's offsets.
@@ -300,11 +316,8 @@ def run_audit(
     acked = list(acks)
     if acked:
         stages.start("acknowledgements", f"matching {len(acked)} acknowledgements")
-        ack_df = spark.createDataFrame(
-            acked,
-            "ackLine INT, group STRING, topic STRING, queueId INT, queueOffset BIGINT, "
-            "physicalOffset BIGINT, key STRING, bodyCrc BIGINT, ackTimeMs BIGINT, masterEpoch INT",
-        )
+        # Through Arrow: a million acknowledgements as Python rows took 10 s, 2 s this way.
+        ack_df = spark.createDataFrame(pa.Table.from_pylist(acked, schema=ACK_SCHEMA))
         stored = ref_rows.filter(F.col("problem").isNull()).select(
             "group", "physicalOffset",
             F.col("topic").alias("sTopic"), F.col("queueId").alias("sQueueId"),
@@ -439,7 +452,6 @@ def comparable_summary(summary: dict[str, Any]) -> dict[str, Any]:
 
 
 def write_outputs(result: AuditResult, out_dir: Path) -> None:
-    import pyarrow as pa
     import pyarrow.parquet as pq
 
     from brokergroup_audit.report import write_report
