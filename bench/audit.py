@@ -26,9 +26,9 @@ segments (≥ 1 GiB for the full run, 128 MiB with --quick). Then, in this order
   with --acks, an acknowledgement of every record to match).
 
 Each timing is the best of --repeat runs (default 1 with --quick, 3 otherwise: the
-machine is shared; for Spark, --repeat alternating sessions). MB are 10^6 bytes of commit log. Cores are given, not assumed:
-every thread of the benchmark and its descendants (driver JVM, Python daemons and
-workers) is pinned to one core for the ceilings, python, decoder and local[1], and to
+machine is shared; for Spark, --repeat alternating sessions). MB are 10^6 bytes of
+commit log. Cores are given, not assumed: every thread of the benchmark and its
+descendants (driver JVM, Python daemons and workers) is pinned to one core for the ceilings, python, decoder and local[1], and to
 two for local[2] (sched_setaffinity). Unpinned, local[1]'s Python worker and its JVM
 task thread overlap on two cores, and "per core" would be up to 1.4 cores.
 `mb_per_cpu_s` divides by the CPU seconds the whole process tree used in the same run.
@@ -255,11 +255,11 @@ def spark_runs(
     master: str,
     cpus: set[int],
     split_bytes: int,
-    repeat: int,
     audit: bool,
     acks: list[dict[str, Any]],
 ) -> dict[str, Any]:
-    """Scan (and audit) seconds with one session of `master` (start-up not counted)."""
+    """Scan (and audit) seconds of one session of `master` (start-up not counted); the
+    caller alternates sessions and keeps each master's best (`best_session`)."""
     from pyspark.sql import functions as F
 
     from brokergroup_audit.job import run_audit, spark_session
@@ -291,10 +291,10 @@ def spark_runs(
         shutil.rmtree(warm)
         pin_tree(cpus)  # the Python daemon and workers the warm-up started
         out: dict[str, Any] = {}
-        out["rows"], out["scan_s"], out["scan_cpu_s"] = best_of(repeat, scan)
+        out["rows"], out["scan_s"], out["scan_cpu_s"] = best_of(1, scan)
         if audit:
             result, out["audit_s"], out["audit_cpu_s"] = best_of(
-                repeat, lambda: run_audit(spark, str(root), acks=acks, split_bytes=split_bytes)
+                1, lambda: run_audit(spark, str(root), acks=acks, split_bytes=split_bytes)
             )
             out["audit_findings"] = result.summary["findingCounts"]
             out["audit_stages"] = result.summary["stageSeconds"]
@@ -348,11 +348,11 @@ def main() -> None:
         # session runs faster code (measured: up to 25%). One unmeasured session warms
         # it, then local[1] and local[2] sessions alternate and each keeps its best.
         acks = every_record_acknowledged(root, split) if args.acks else []
-        spark_runs(root, "local[2]", two_cores, split, 1, audit, acks)
+        spark_runs(root, "local[2]", two_cores, split, audit, acks)
         runs: dict[str, list[dict[str, Any]]] = {"local[1]": [], "local[2]": []}
         for _ in range(repeat):
             for master, cores in (("local[1]", one_core), ("local[2]", two_cores)):
-                runs[master].append(spark_runs(root, master, cores, split, 1, audit, acks))
+                runs[master].append(spark_runs(root, master, cores, split, audit, acks))
         one, two = best_session(runs["local[1]"]), best_session(runs["local[2]"])
         assert one["rows"] == two["rows"] == dec_rows == py_records, (one, two, dec_rows)
         if audit:
