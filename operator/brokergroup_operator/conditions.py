@@ -7,7 +7,9 @@ condition's status changes, so it tells when the group last became (un)available
 - Available: a live master exists and its pod is ready and labelled master
   (the client Service has an endpoint that accepts writes).
 - Progressing: pods are being created, rolled or scaled, or a switchover is
-  under way.
+  under way; the message carries the planner's reason when a step waits
+  (e.g. a scale-down waiting for the staying replicas to hold
+  minInSyncReplicas in-sync members).
 - Degraded: no live master, a pod not ready, or the SyncStateSet smaller than
   minInSyncReplicas (writes are refused) or smaller than the replicas.
 """
@@ -53,7 +55,8 @@ def evaluate(facts: GroupFacts) -> dict[str, tuple[str, str, str]]:
     else:
         available = _cond(True, "MasterReady", "a ready master serves the client Service")
     if facts.pods != facts.replicas:
-        progressing = _cond(True, "Scaling", f"{facts.pods} of {facts.replicas} pod(s) exist")
+        why = f": {facts.plan_reason}" if facts.plan_reason else ""
+        progressing = _cond(True, "Scaling", f"{facts.pods} of {facts.replicas} pod(s) exist{why}")
     elif facts.outdated_pods:
         reason = facts.plan_reason or "rolling"
         progressing = _cond(

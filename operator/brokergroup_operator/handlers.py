@@ -26,6 +26,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any
 
 import kopf
@@ -49,10 +50,13 @@ from brokergroup_operator.model import (
 from brokergroup_operator.planner import (
     CleanBrokerIds,
     RestartPod,
+    RollStep,
+    ScaleStep,
     ScaleTo,
     Switchover,
     Wait,
     check_switchover,
+    confirm_step,
     plan_roll,
     plan_scale,
 )
@@ -200,19 +204,33 @@ async def _reconcile(
     wanted = annotations.get(SWITCHOVER_ANNOTATION)
     if wanted is not None and view is not None:
         acted = await user_switchover(rt, ctx, controller, view, str(wanted), post)
-    if sts and view is not None and not acted:
-        step = plan_scale(
+    known = known_broker_ids(previous)
+
+    def scale_plan(v: GroupView) -> ScaleStep:
+        return plan_scale(
             pods,
-            view,
+            v,
             desired_replicas=ctx.replicas,
             current_replicas=current_replicas,
-            known_broker_ids=known_broker_ids(previous),
+            known_broker_ids=known,
+            min_in_sync_replicas=ctx.min_in_sync_replicas,
         )
+
+    if sts and view is not None and not acted:
+        step = scale_plan(view)
+        if isinstance(step, ScaleTo) and step.replicas < current_replicas:
+            refusal = await _confirm(controller, ctx, view, step, scale_plan)
+            if refusal is not None:
+                post("Normal", "StepSkipped", f"scale-down step skipped: {refusal}")
+                plan_reason = refusal
+                acted = True
+                step = Wait(refusal)
         if isinstance(step, ScaleTo):
             sts_replicas = step.replicas
             post("Normal", "Scaling", f"{step.reason}: {current_replicas} → {step.replicas}")
         elif isinstance(step, Switchover):
-            acted = await switchover(rt, ctx, controller, step, post, cause="scale-down")
+            await switchover(rt, ctx, controller, step, post, cause="scale-down")
+            acted = True
         elif isinstance(step, CleanBrokerIds):
             try:
                 removed = await controller.clean_broker_data(
@@ -235,23 +253,35 @@ async def _reconcile(
         and update_revision
         and sts_replicas == current_replicas
     ):
-        roll = plan_roll(
-            pods,
-            view,
-            replicas=current_replicas,
-            update_revision=update_revision,
-            min_in_sync_replicas=ctx.min_in_sync_replicas,
-            paused=bool((ctx.spec.get("rollout") or {}).get("paused", False)),
-        )
+
+        def roll_plan(v: GroupView) -> RollStep:
+            return plan_roll(
+                pods,
+                v,
+                replicas=current_replicas,
+                update_revision=update_revision,
+                min_in_sync_replicas=ctx.min_in_sync_replicas,
+                paused=bool((ctx.spec.get("rollout") or {}).get("paused", False)),
+                known_broker_ids=known,
+            )
+
+        roll = roll_plan(view)
         if isinstance(roll, RestartPod):
             pod = next(p for p in pods if p.name == roll.pod)
-            post(
-                "Normal",
-                "RollingUpdate",
-                f"restarting {roll.pod} (broker {roll.broker_id}): {roll.reason}",
-            )
-            await rt.kube.delete_pod(ctx.namespace, pod.name, pod.uid)
-            metrics.POD_RESTARTS.inc()
+            refusal = await _confirm(controller, ctx, view, roll, roll_plan)
+            if refusal is not None:
+                what = f"restart of {roll.pod} (broker {roll.broker_id})"
+                post("Normal", "StepSkipped", f"{what} skipped: {refusal}")
+                plan_reason = refusal
+                mem.wake.set()  # plan again at once from the fresh facts
+            else:
+                post(
+                    "Normal",
+                    "RollingUpdate",
+                    f"restarting {roll.pod} (broker {roll.broker_id}): {roll.reason}",
+                )
+                await rt.kube.delete_pod(ctx.namespace, pod.name, pod.uid)
+                metrics.POD_RESTARTS.inc()
         elif isinstance(roll, Switchover):
             post(
                 "Normal",
@@ -260,6 +290,7 @@ async def _reconcile(
                 f"before restarting it",
             )
             await switchover(rt, ctx, controller, roll, post, cause="rolling-update")
+            acted = True
         elif isinstance(roll, Wait):
             plan_reason = roll.reason
 
@@ -311,6 +342,29 @@ def _status_changed(previous: Mapping[str, Any], status: Mapping[str, Any]) -> b
     return any(previous.get(k) != v for k, v in status.items())
 
 
+async def _confirm(
+    controller: ControllerClient,
+    ctx: GroupContext,
+    planned: GroupView,
+    step: RestartPod | ScaleTo,
+    replan: Callable[[GroupView], object],
+) -> str | None:
+    """Re-read the controller just before a disruptive step (KafkaRoller's
+    re-check): why not to take it, or None."""
+    try:
+        fresh = await read_view(controller, ctx)
+    except (ControllerUnavailable, ControllerError) as exc:
+        log.warning("re-read before a step of %s/%s failed: %s", ctx.namespace, ctx.name, exc)
+        fresh = None
+    return confirm_step(planned, fresh, step, None if fresh is None else replan(fresh))
+
+
+class SwitchoverOutcome(StrEnum):
+    ELECTED = "elected"
+    REFUSED = "refused by the controller"
+    UNKNOWN = "outcome unknown"
+
+
 async def switchover(
     rt: Runtime,
     ctx: GroupContext,
@@ -319,14 +373,27 @@ async def switchover(
     post: PostEvent,
     *,
     cause: str,
-) -> bool:
+) -> SwitchoverOutcome:
+    """One admin ElectMaster. Whatever it answers, the pass takes no other
+    disruptive step after it: a refusal is re-planned from fresh facts, and an
+    election that got no answer may still be committed (the next pass reads
+    the controller before doing anything else)."""
     try:
         info = await controller.elect_master(
             ctx.namespace, ctx.name, designated_broker_id=step.to_broker_id
         )
-    except (ControllerError, ControllerUnavailable) as exc:
+    except ControllerUnavailable as exc:
+        post(
+            "Warning",
+            "SwitchoverOutcomeUnknown",
+            f"{step.from_broker_id} → {step.to_broker_id}: no answer ({exc}); "
+            "the next pass reads the controller before any other step",
+        )
+        rt.memory((ctx.namespace, ctx.name)).wake.set()
+        return SwitchoverOutcome.UNKNOWN
+    except ControllerError as exc:
         post("Warning", "SwitchoverFailed", f"{step.from_broker_id} → {step.to_broker_id}: {exc}")
-        return False
+        return SwitchoverOutcome.REFUSED
     metrics.SWITCHOVERS.labels(cause).inc()
     post(
         "Normal",
@@ -335,7 +402,7 @@ async def switchover(
         f"at epoch {info.master_epoch}",
     )
     rt.memory((ctx.namespace, ctx.name)).wake.set()
-    return True
+    return SwitchoverOutcome.ELECTED
 
 
 async def user_switchover(
@@ -346,7 +413,8 @@ async def user_switchover(
     wanted: str,
     post: PostEvent,
 ) -> bool:
-    """`brokergroup kube switchover` sets the annotation; this honours it once."""
+    """`brokergroup kube switchover` sets the annotation; this honours it once.
+    True when an ElectMaster was sent (the pass's one disruptive step)."""
     done: bool = False
     if not wanted.isdigit():
         post(
@@ -359,7 +427,8 @@ async def user_switchover(
             post("Warning", "SwitchoverRefused", refusal)
         elif view.master_broker_id is not None:
             step = Switchover(view.master_broker_id, target, "requested by the user")
-            done = await switchover(rt, ctx, controller, step, post, cause="user")
+            await switchover(rt, ctx, controller, step, post, cause="user")
+            done = True
         else:
             post("Warning", "SwitchoverRefused", "no master to switch over from")
     await rt.kube.patch_group_annotations(ctx.namespace, ctx.name, {SWITCHOVER_ANNOTATION: None})

@@ -204,7 +204,10 @@ def stateful_set(ctx: GroupContext, replicas: int) -> dict[str, Any]:
     spec = ctx.spec
     template = spec.get("template") or {}
     storage = spec.get("storage") or {}
-    retention = "Delete" if storage.get("deleteClaim", True) else "Retain"
+    # A removed replica's volume may hold the only other copy of what it
+    # acknowledged: kept on scale-down unless the spec opts in (issue 17 item 1).
+    when_deleted = "Delete" if storage.get("deleteClaim", True) else "Retain"
+    when_scaled = "Delete" if storage.get("deleteClaimOnScaleDown", False) else "Retain"
     config_hash = hashlib.sha256(
         json.dumps(broker_config(ctx), sort_keys=True).encode()
     ).hexdigest()[:16]
@@ -290,8 +293,8 @@ def stateful_set(ctx: GroupContext, replicas: int) -> dict[str, Any]:
             "podManagementPolicy": "Parallel",
             "updateStrategy": {"type": "OnDelete"},
             "persistentVolumeClaimRetentionPolicy": {
-                "whenDeleted": retention,
-                "whenScaled": retention,
+                "whenDeleted": when_deleted,
+                "whenScaled": when_scaled,
             },
             "selector": {"matchLabels": group_labels(ctx.name)},
             "template": {

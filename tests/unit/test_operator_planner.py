@@ -20,6 +20,8 @@ from hypothesis import strategies as st
 from brokergroup_operator.labels import broker_ids_by_pod
 from brokergroup_operator.model import CLIENT_PORT, BrokerRow, GroupView, PodFacts
 from brokergroup_operator.planner import (
+    STUCK_POD,
+    STUCK_SINGLE_REPLICA,
     CleanBrokerIds,
     Done,
     RestartPod,
@@ -27,6 +29,7 @@ from brokergroup_operator.planner import (
     Switchover,
     Wait,
     check_switchover,
+    confirm_step,
     plan_roll,
     plan_scale,
     would_drop_below_min,
@@ -44,10 +47,15 @@ def test_roll_step_is_always_safe(world: tuple, min_in_sync: int) -> None:
     )
     ids = broker_ids_by_pod(pods, view)
     if isinstance(step, RestartPod):
-        assert all(p.ready and not p.deleting for p in pods)
+        assert not any(p.deleting for p in pods)
         pod = next(p for p in pods if p.name == step.pod)
         assert pod.revision == OLD
-        if replicas > 1:
+        if not pod.ready:  # a stuck pod: never one the controller counts in the set
+            assert step.reason in (STUCK_POD, STUCK_SINGLE_REPLICA)
+            if replicas > 1:
+                assert ids.get(pod.name) not in view.sync_state_set
+        elif replicas > 1:
+            assert all(p.ready for p in pods)
             assert ids.get(pod.name) != view.live_master
             assert not would_drop_below_min(view.sync_state_set, ids[pod.name], min_in_sync)
     elif isinstance(step, Switchover):
@@ -162,26 +170,182 @@ def test_paused_roll_waits() -> None:
     assert step == RestartPod("bg-0", 1, "single replica: no switchover target")
 
 
-@settings(max_examples=300)
-@given(healthy_groups(min_pods=2, max_pods=5), st.integers(1, 5), st.integers(1, 5))
-def test_scale_never_drops_the_master_pod(group: tuple, desired: int, current: int) -> None:
-    pods, view = group
+@settings(max_examples=400)
+@given(worlds(min_pods=2, max_pods=5), st.integers(1, 5), st.integers(1, 5), st.integers(1, 3))
+def test_scale_never_drops_the_master_pod(
+    world: tuple, desired: int, current: int, min_in_sync: int
+) -> None:
+    """Over any world (dead masters, unready and deleting pods, stale rows): a
+    scale-down step never removes the pod of the master the controller records,
+    alive or not, and switches over only from a live master to a staying,
+    in-sync, live slave."""
+    pods, view = world
     pods = pods[:current] if current <= len(pods) else pods
     current = len(pods)
     step = plan_scale(
-        pods, view, desired_replicas=desired, current_replicas=current, known_broker_ids={}
+        pods,
+        view,
+        desired_replicas=desired,
+        current_replicas=current,
+        known_broker_ids={},
+        min_in_sync_replicas=min_in_sync,
     )
     ids = broker_ids_by_pod(pods, view)
-    master_pod = next((p for p in pods if ids.get(p.name) == view.live_master), None)
-    if isinstance(step, ScaleTo) and step.replicas < current and master_pod is not None:
-        assert master_pod.ordinal < step.replicas
+    master_pods = [p for p in pods if ids.get(p.name) == view.master_broker_id]
+    if isinstance(step, ScaleTo) and step.replicas < current:
+        assert view.master_broker_id is not None and view.live_master is not None
+        assert [p.ordinal for p in master_pods if p.ordinal >= step.replicas] == []
     if isinstance(step, Switchover):
-        assert master_pod is not None and master_pod.ordinal >= desired
+        assert step.from_broker_id == view.live_master
+        assert [p.ordinal for p in master_pods if p.ordinal >= desired] != []
         target_pod = next(p for p in pods if ids.get(p.name) == step.to_broker_id)
         assert target_pod.ordinal < desired
         assert check_switchover(view, step.to_broker_id) is None
     if desired > current:
         assert step == ScaleTo(desired, "scale up")
+
+
+@settings(max_examples=400)
+@given(worlds(min_pods=2, max_pods=6), st.integers(1, 5), st.integers(1, 3))
+def test_scale_down_step_keeps_min_in_sync_on_staying_replicas(
+    world: tuple, desired: int, min_in_sync: int
+) -> None:
+    """Issue 17 item 1: no scale-down step leaves fewer than minInSyncReplicas
+    live in-sync members on the replicas that stay, and it removes one ordinal."""
+    pods, view = world
+    current = len(pods)
+    step = plan_scale(
+        pods,
+        view,
+        desired_replicas=desired,
+        current_replicas=current,
+        known_broker_ids={},
+        min_in_sync_replicas=min_in_sync,
+    )
+    if isinstance(step, ScaleTo) and step.replicas < current:
+        assert step.replicas == current - 1
+        ids = broker_ids_by_pod(pods, view)
+        held = {
+            ids[p.name]
+            for p in pods
+            if p.ordinal < step.replicas
+            and p.ready
+            and not p.deleting
+            and p.name in ids
+            and ids[p.name] in view.sync_state_set
+            and any(r.broker_id == ids[p.name] and r.alive for r in view.brokers)
+        }
+        assert len(held) >= min_in_sync, (sorted(held), sorted(view.sync_state_set))
+
+
+def _simulate_scale_down(
+    pods: list[PodFacts], view: GroupView, desired: int, min_in_sync: int, catch_up: list[int]
+) -> list[str]:
+    """Drive scale-down to the end. A Wait lets one staying broker from `catch_up`
+    join the SyncStateSet (the master re-adds a slave that caught up); a
+    ScaleTo removes the top pod and its broker leaves the set; a switchover is
+    the controller's ElectMaster (the new master's set is itself, then the
+    others rejoin as they catch up)."""
+    transcript: list[str] = []
+    current = len(pods)
+    pending = list(catch_up)
+    for _ in range(200):
+        step = plan_scale(
+            pods,
+            view,
+            desired_replicas=desired,
+            current_replicas=current,
+            known_broker_ids={},
+            min_in_sync_replicas=min_in_sync,
+        )
+        if isinstance(step, ScaleTo):
+            assert step.replicas == current - 1
+            removed = pods[-1]
+            bid = broker_ids_by_pod(pods, view)[removed.name]
+            staying = {broker_ids_by_pod(pods, view)[p.name] for p in pods[:-1]}
+            assert len(view.sync_state_set & staying) >= min_in_sync
+            pods = pods[:-1]
+            current -= 1
+            view = replace(view, sync_state_set=view.sync_state_set - {bid})
+            transcript.append(f"remove {removed.name}")
+        elif isinstance(step, Switchover):
+            view = replace(
+                view,
+                master_broker_id=step.to_broker_id,
+                master_epoch=view.master_epoch + 1,
+                sync_state_set=frozenset({step.to_broker_id}),
+            )
+            transcript.append(f"switchover {step.from_broker_id}->{step.to_broker_id}")
+            pending = [
+                b for b in sorted(r.broker_id for r in view.brokers) if b != step.to_broker_id
+            ]
+        elif isinstance(step, Wait):
+            staying_ids = {broker_ids_by_pod(pods, view)[p.name] for p in pods}
+            joinable = [b for b in pending if b in staying_ids and b not in view.sync_state_set]
+            if not joinable:
+                raise AssertionError(f"scale-down stuck: {step.reason} after {transcript}")
+            view = replace(view, sync_state_set=view.sync_state_set | {joinable[0]})
+            pending.remove(joinable[0])
+            transcript.append(f"join {joinable[0]}")
+        else:
+            assert isinstance(step, Done)
+            return transcript
+    raise AssertionError(f"scale-down did not finish: {transcript}")
+
+
+@settings(max_examples=200)
+@given(healthy_groups(min_pods=2, max_pods=6), st.data())
+def test_simulated_scale_down_finishes_one_ordinal_at_a_time(
+    group: tuple, data: st.DataObject
+) -> None:
+    pods, view = group
+    desired = data.draw(st.integers(1, len(pods) - 1))
+    min_in_sync = data.draw(st.integers(1, desired))
+    catch_up = data.draw(st.permutations(sorted(r.broker_id for r in view.brokers)))
+    transcript = _simulate_scale_down(pods, view, desired, min_in_sync, list(catch_up))
+    removals = [t for t in transcript if t.startswith("remove")]
+    assert removals == [f"remove bg-{i}" for i in range(len(pods) - 1, desired - 1, -1)]
+
+
+def test_scale_down_waits_for_the_staying_replicas_to_hold_min_in_sync() -> None:
+    """Issue 17 item 1's fault: 3 → 2 while the only in-sync slave is on the top
+    ordinal. Today's planner answered ScaleTo(2) at once."""
+    rows = tuple(BrokerRow(i + 1, f"10.0.0.{i}:{CLIENT_PORT}", True, 10) for i in range(3))
+    pods = [PodFacts(f"bg-{i}", i, f"u{i}", f"10.0.0.{i}", True) for i in range(3)]
+    view = GroupView(1, True, None, 1, frozenset({1, 3}), 1, rows)
+    step = plan_scale(
+        pods,
+        view,
+        desired_replicas=2,
+        current_replicas=3,
+        known_broker_ids={},
+        min_in_sync_replicas=2,
+    )
+    assert step == Wait(
+        "scale down waits to remove pod ordinal 2 (broker 3): the staying replicas hold "
+        "[1] of the SyncStateSet [1, 3], fewer than minInSyncReplicas 2"
+    )
+    view = replace(view, sync_state_set=frozenset({1, 2, 3}))
+    step = plan_scale(
+        pods,
+        view,
+        desired_replicas=2,
+        current_replicas=3,
+        known_broker_ids={},
+        min_in_sync_replicas=2,
+    )
+    assert step == ScaleTo(2, "scale down: removing pod ordinal 2 (broker 3)")
+
+
+def test_scale_down_waits_while_the_removed_pod_is_still_going() -> None:
+    rows = tuple(BrokerRow(i + 1, f"10.0.0.{i}:{CLIENT_PORT}", True, 10) for i in range(5))
+    pods = [PodFacts(f"bg-{i}", i, f"u{i}", f"10.0.0.{i}", True) for i in range(5)]
+    view = GroupView(1, True, None, 1, frozenset({1, 2, 3, 4, 5}), 1, rows)
+    step = plan_scale(pods, view, desired_replicas=3, current_replicas=5, known_broker_ids={})
+    assert step == ScaleTo(4, "scale down: removing pod ordinal 4 (broker 5)")
+    going = [*pods[:4], replace(pods[4], deleting=True)]
+    step = plan_scale(going, view, desired_replicas=3, current_replicas=4, known_broker_ids={})
+    assert step == Wait("pod(s) ['bg-4'] removed by the previous scale-down step are still going")
 
 
 def test_scale_down_story_switchover_then_scale_then_clean() -> None:
@@ -193,7 +357,11 @@ def test_scale_down_story_switchover_then_scale_then_clean() -> None:
     assert step == Switchover(5, 1, "scale down: the master's pod is removed")
     view = replace(view, master_broker_id=1, sync_state_set=frozenset({1, 2}))
     step = plan_scale(pods, view, desired_replicas=3, current_replicas=5, known_broker_ids=known)
-    assert step == ScaleTo(3, "scale down")
+    assert step == ScaleTo(4, "scale down: removing pod ordinal 4 (broker 5)")
+    step = plan_scale(
+        pods[:4], view, desired_replicas=3, current_replicas=4, known_broker_ids=known
+    )
+    assert step == ScaleTo(3, "scale down: removing pod ordinal 3 (broker 4)")
     # Pods bg-3/bg-4 are gone but their brokers still look alive: no clean yet.
     step = plan_scale(
         pods[:3], view, desired_replicas=3, current_replicas=3, known_broker_ids=known
@@ -230,4 +398,72 @@ def test_check_switchover_reasons() -> None:
     view = replace(view, brokers=(*rows[:2], BrokerRow(3, "c:1", True)))
     assert check_switchover(view, 3) == (
         "broker 3 is not in the SyncStateSet [1, 2]: it may miss acknowledged messages"
+    )
+
+
+def _stuck_group(sss: frozenset[int]) -> tuple[list[PodFacts], GroupView]:
+    """Issue 22 item 3: bg-2 was rolled onto a bad template (revision OLD now that
+    the spec is reverted to NEW) and never became ready."""
+    rows = tuple(BrokerRow(i + 1, f"10.0.0.{i}:{CLIENT_PORT}", i < 2, 10) for i in range(3))
+    pods = [
+        PodFacts("bg-0", 0, "u0", "10.0.0.0", True, revision=NEW),
+        PodFacts("bg-1", 1, "u1", "10.0.0.1", True, revision=NEW),
+        PodFacts("bg-2", 2, "u2", None, False, revision=OLD),
+    ]
+    return pods, GroupView(1, True, None, 1, sss, 1, rows)
+
+
+def test_stuck_pod_on_an_outdated_revision_is_restarted() -> None:
+    pods, view = _stuck_group(frozenset({1, 2}))
+    step = plan_roll(
+        pods,
+        view,
+        replicas=3,
+        update_revision=NEW,
+        min_in_sync_replicas=2,
+        known_broker_ids={"bg-2": 3},
+    )
+    assert step == RestartPod("bg-2", 3, STUCK_POD)
+
+
+def test_stuck_pod_still_in_the_sync_state_set_waits() -> None:
+    pods, view = _stuck_group(frozenset({1, 2, 3}))
+    step = plan_roll(
+        pods,
+        view,
+        replicas=3,
+        update_revision=NEW,
+        min_in_sync_replicas=2,
+        known_broker_ids={"bg-2": 3},
+    )
+    assert step == Wait(
+        "pod bg-2 is not ready on an outdated revision, but broker 3 is still in the "
+        "SyncStateSet [1, 2, 3]: waiting for the controller to drop it before restarting the pod"
+    )
+
+
+def test_stuck_pod_on_the_current_revision_waits_for_the_user() -> None:
+    """A pod stuck on the current (bad) template is the spec's fault: only a new
+    spec (then it is outdated) gets it restarted."""
+    pods, view = _stuck_group(frozenset({1, 2}))
+    pods = [pods[0], replace(pods[1], revision=OLD), replace(pods[2], revision=NEW)]
+    step = plan_roll(pods, view, replicas=3, update_revision=NEW, min_in_sync_replicas=2)
+    assert step == Wait("pod bg-2 is not ready")
+
+
+def test_confirm_step_needs_an_unchanged_master_epoch_and_plan() -> None:
+    rows = tuple(BrokerRow(i + 1, f"10.0.0.{i}:{CLIENT_PORT}", True) for i in range(3))
+    planned = GroupView(1, True, None, 4, frozenset({1, 2, 3}), 7, rows)
+    step = RestartPod("bg-2", 3, "outdated slave")
+    assert confirm_step(planned, replace(planned, sync_state_set_epoch=8), step, step) is None
+    assert confirm_step(planned, None, step, step) == (
+        "the controller could not be re-read before the step"
+    )
+    moved = replace(planned, master_broker_id=3, master_epoch=5)
+    assert confirm_step(planned, moved, step, step) == (
+        "masterEpoch moved from 4 to 5 since the step was planned"
+    )
+    later = Wait("broker 3 (bg-2) is not back in the SyncStateSet yet")
+    assert confirm_step(planned, planned, step, later) == (
+        f"the controller's view changed since planning: the next step is now {later}"
     )

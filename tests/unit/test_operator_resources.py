@@ -207,3 +207,23 @@ def test_validate_repeats_the_cel_rules(spec: dict, message: str) -> None:
     with pytest.raises(SpecError) as exc:
         _ctx(**spec).validate()
     assert str(exc.value) == message
+
+
+@pytest.mark.parametrize(
+    ("storage", "policy"),
+    [
+        ({"size": "1Gi"}, {"whenDeleted": "Delete", "whenScaled": "Retain"}),
+        ({"size": "1Gi", "deleteClaim": False}, {"whenDeleted": "Retain", "whenScaled": "Retain"}),
+        (
+            {"size": "1Gi", "deleteClaimOnScaleDown": True},
+            {"whenDeleted": "Delete", "whenScaled": "Delete"},
+        ),
+    ],
+)
+def test_volumes_of_removed_replicas_are_kept_unless_asked(
+    storage: dict[str, object], policy: dict[str, str]
+) -> None:
+    """Issue 17 item 1: a removed replica's PVC may hold the only other copy of
+    acknowledged writes; scale-down keeps it unless deleteClaimOnScaleDown."""
+    sts = owned_objects(_ctx(storage=storage), 3)[-1]
+    assert sts["spec"]["persistentVolumeClaimRetentionPolicy"] == policy
