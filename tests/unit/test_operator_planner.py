@@ -37,6 +37,19 @@ from brokergroup_operator.planner import (
 from tests.unit.operator_worlds import NEW, OLD, healthy_groups, with_revision, worlds
 
 
+def _scale(
+    pods: list[PodFacts], view: GroupView, desired: int, current: int, min_in_sync: int
+) -> object:
+    return plan_scale(
+        pods,
+        view,
+        desired_replicas=desired,
+        current_replicas=current,
+        known_broker_ids={},
+        min_in_sync_replicas=min_in_sync,
+    )
+
+
 @settings(max_examples=400)
 @given(worlds(), st.integers(1, 4))
 def test_roll_step_is_always_safe(world: tuple, min_in_sync: int) -> None:
@@ -68,6 +81,16 @@ def test_roll_step_is_always_safe(world: tuple, min_in_sync: int) -> None:
         assert all(p.revision == NEW for p in pods)
 
 
+def _elected(view: GroupView, broker_id: int) -> GroupView:
+    """The controller's ElectMaster: a new epoch whose SyncStateSet is the new master."""
+    return replace(
+        view,
+        master_broker_id=broker_id,
+        master_epoch=view.master_epoch + 1,
+        sync_state_set=frozenset({broker_id}),
+    )
+
+
 def _simulate_roll(pods: list[PodFacts], view: GroupView, min_in_sync: int) -> list[str]:
     """Drive the planner to the end; return the transcript of actions."""
     transcript: list[str] = []
@@ -90,12 +113,7 @@ def _simulate_roll(pods: list[PodFacts], view: GroupView, min_in_sync: int) -> l
             rejoin.append(bid)
             transcript.append(f"restart {bid}" + (" (master)" if bid == view.live_master else ""))
         elif isinstance(step, Switchover):
-            view = replace(
-                view,
-                master_broker_id=step.to_broker_id,
-                master_epoch=view.master_epoch + 1,
-                sync_state_set=frozenset({step.to_broker_id}),
-            )
+            view = _elected(view, step.to_broker_id)
             rejoin.extend(sorted({r.broker_id for r in view.brokers} - {step.to_broker_id}))
             transcript.append(f"switchover {step.from_broker_id}->{step.to_broker_id}")
         else:
@@ -182,14 +200,7 @@ def test_scale_never_drops_the_master_pod(
     pods, view = world
     pods = pods[:current] if current <= len(pods) else pods
     current = len(pods)
-    step = plan_scale(
-        pods,
-        view,
-        desired_replicas=desired,
-        current_replicas=current,
-        known_broker_ids={},
-        min_in_sync_replicas=min_in_sync,
-    )
+    step = _scale(pods, view, desired, current, min_in_sync)
     ids = broker_ids_by_pod(pods, view)
     master_pods = [p for p in pods if ids.get(p.name) == view.master_broker_id]
     if isinstance(step, ScaleTo) and step.replicas < current:
@@ -214,14 +225,7 @@ def test_scale_down_step_keeps_min_in_sync_on_staying_replicas(
     live in-sync members on the replicas that stay, and it removes one ordinal."""
     pods, view = world
     current = len(pods)
-    step = plan_scale(
-        pods,
-        view,
-        desired_replicas=desired,
-        current_replicas=current,
-        known_broker_ids={},
-        min_in_sync_replicas=min_in_sync,
-    )
+    step = _scale(pods, view, desired, current, min_in_sync)
     if isinstance(step, ScaleTo) and step.replicas < current:
         assert step.replicas == current - 1
         ids = broker_ids_by_pod(pods, view)
@@ -250,14 +254,7 @@ def _simulate_scale_down(
     current = len(pods)
     pending = list(catch_up)
     for _ in range(200):
-        step = plan_scale(
-            pods,
-            view,
-            desired_replicas=desired,
-            current_replicas=current,
-            known_broker_ids={},
-            min_in_sync_replicas=min_in_sync,
-        )
+        step = _scale(pods, view, desired, current, min_in_sync)
         if isinstance(step, ScaleTo):
             assert step.replicas == current - 1
             removed = pods[-1]
@@ -269,12 +266,7 @@ def _simulate_scale_down(
             view = replace(view, sync_state_set=view.sync_state_set - {bid})
             transcript.append(f"remove {removed.name}")
         elif isinstance(step, Switchover):
-            view = replace(
-                view,
-                master_broker_id=step.to_broker_id,
-                master_epoch=view.master_epoch + 1,
-                sync_state_set=frozenset({step.to_broker_id}),
-            )
+            view = _elected(view, step.to_broker_id)
             transcript.append(f"switchover {step.from_broker_id}->{step.to_broker_id}")
             pending = [
                 b for b in sorted(r.broker_id for r in view.brokers) if b != step.to_broker_id
@@ -313,27 +305,13 @@ def test_scale_down_waits_for_the_staying_replicas_to_hold_min_in_sync() -> None
     rows = tuple(BrokerRow(i + 1, f"10.0.0.{i}:{CLIENT_PORT}", True, 10) for i in range(3))
     pods = [PodFacts(f"bg-{i}", i, f"u{i}", f"10.0.0.{i}", True) for i in range(3)]
     view = GroupView(1, True, None, 1, frozenset({1, 3}), 1, rows)
-    step = plan_scale(
-        pods,
-        view,
-        desired_replicas=2,
-        current_replicas=3,
-        known_broker_ids={},
-        min_in_sync_replicas=2,
-    )
+    step = _scale(pods, view, 2, 3, 2)
     assert step == Wait(
         "scale down waits to remove pod ordinal 2 (broker 3): the staying replicas hold "
         "[1] of the SyncStateSet [1, 3], fewer than minInSyncReplicas 2"
     )
     view = replace(view, sync_state_set=frozenset({1, 2, 3}))
-    step = plan_scale(
-        pods,
-        view,
-        desired_replicas=2,
-        current_replicas=3,
-        known_broker_ids={},
-        min_in_sync_replicas=2,
-    )
+    step = _scale(pods, view, 2, 3, 2)
     assert step == ScaleTo(2, "scale down: removing pod ordinal 2 (broker 3)")
 
 
@@ -413,9 +391,8 @@ def _stuck_group(sss: frozenset[int]) -> tuple[list[PodFacts], GroupView]:
     return pods, GroupView(1, True, None, 1, sss, 1, rows)
 
 
-def test_stuck_pod_on_an_outdated_revision_is_restarted() -> None:
-    pods, view = _stuck_group(frozenset({1, 2}))
-    step = plan_roll(
+def _plan_stuck(pods: list[PodFacts], view: GroupView) -> object:
+    return plan_roll(
         pods,
         view,
         replicas=3,
@@ -423,19 +400,17 @@ def test_stuck_pod_on_an_outdated_revision_is_restarted() -> None:
         min_in_sync_replicas=2,
         known_broker_ids={"bg-2": 3},
     )
+
+
+def test_stuck_pod_on_an_outdated_revision_is_restarted() -> None:
+    pods, view = _stuck_group(frozenset({1, 2}))
+    step = _plan_stuck(pods, view)
     assert step == RestartPod("bg-2", 3, STUCK_POD)
 
 
 def test_stuck_pod_still_in_the_sync_state_set_waits() -> None:
     pods, view = _stuck_group(frozenset({1, 2, 3}))
-    step = plan_roll(
-        pods,
-        view,
-        replicas=3,
-        update_revision=NEW,
-        min_in_sync_replicas=2,
-        known_broker_ids={"bg-2": 3},
-    )
+    step = _plan_stuck(pods, view)
     assert step == Wait(
         "pod bg-2 is not ready on an outdated revision, but broker 3 is still in the "
         "SyncStateSet [1, 2, 3]: waiting for the controller to drop it before restarting the pod"
