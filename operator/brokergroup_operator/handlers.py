@@ -7,6 +7,11 @@ switchover, a scale step, or a rolling-update step); re-apply owned objects
 when the spec changed; write status and Events. The pass is idempotent, so a
 kopf retry or a second operator replica taking over does no harm.
 
+A switchover, whatever its answer, is the pass's disruptive step (one that
+got no answer may still be committed). A pod deletion or a StatefulSet
+shrink is taken only after re-reading the controller: masterEpoch unchanged
+and the same plan from the fresh view (planner.confirm_step).
+
 Who runs a pass:
 - a daemon per BrokerGroup, woken by the controller's watch (long-poll on
   the epochs), by pod events of the group, by spec changes, and at least
@@ -222,8 +227,8 @@ async def _reconcile(
             refusal = await _confirm(controller, ctx, view, step, scale_plan)
             if refusal is not None:
                 post("Normal", "StepSkipped", f"scale-down step skipped: {refusal}")
-                plan_reason = refusal
                 acted = True
+                mem.wake.set()  # plan again at once from the fresh facts
                 step = Wait(refusal)
         if isinstance(step, ScaleTo):
             sts_replicas = step.replicas
