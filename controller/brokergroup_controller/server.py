@@ -341,7 +341,7 @@ class ControllerService(Endpoints):
             return {
                 key: WatchedSet(bs.master_broker_id, frozenset(bs.brokers))
                 for key, bs in state.broker_sets.items()
-                if bs.master_broker_id is not None or bs.master_epoch > 0
+                if bs.master_broker_id is not None or bs.has_had_master
             }
 
         due = self.liveness.tick(now, self.node.read(watched))

@@ -8,7 +8,11 @@
 - an AlterSyncStateSet carrying any stale epoch or a wrong master is
   rejected and changes nothing;
 - ApplyBrokerId is a compare-and-set: two registerCodes racing for one id,
-  exactly one wins when the id was free, none when it was already held.
+  exactly one wins when the id was free, none when it was already held;
+- a broker set that has had no master since it was created (or re-created
+  after a whole-set CleanBrokerData) elects its first master as soon as a
+  live registered broker asks, above every epoch the name used before
+  (issue 22: a re-created group never got a master).
 """
 
 from __future__ import annotations
@@ -80,12 +84,18 @@ class Checker:
         self.pending: list[ElectMaster] = []
         self.high_water: dict[BrokerSetKey, tuple[int, int]] = {}
         self.master_of_epoch: dict[tuple[BrokerSetKey, int], int | None] = {}
+        # The model of "has had a master since (re-)creation", kept apart from the state's.
+        self.had_master: set[BrokerSetKey] = set()
 
     def apply(self, event: Event) -> ErrorCode:
         before = copy.deepcopy(self.state.to_dict())
         result = self.state.apply(event)
         if not result.ok:
             assert self.state.to_dict() == before, f"rejected {event} changed state"
+        if event.key not in self.state.broker_sets:
+            self.had_master.discard(event.key)
+        elif result.ok and isinstance(event, ElectMaster) and event.new_master_broker_id:
+            self.had_master.add(event.key)
         self.check()
         return result.code
 
@@ -163,7 +173,7 @@ class Checker:
         assert decision.message
         if decision.event is not None:
             new_master = decision.event.new_master_broker_id
-            if new_master is not None and broker_set.master_epoch > 0 and not unclean:
+            if new_master is not None and broker_set.key in self.had_master and not unclean:
                 assert new_master in broker_set.sync_state_set
             self.pending.append(decision.event)
 
@@ -196,3 +206,31 @@ def test_apply_broker_id_is_a_compare_and_set(
     second = state.apply(ApplyBrokerId(C, "a", contested_id, "racer-2", "h:2")).ok
     assert not (first and second)
     assert (first or second) == free
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(op, max_size=60), st.booleans())
+def test_a_set_without_a_master_yet_elects_its_first_when_a_broker_asks(
+    operations: list[tuple[Any, ...]], deliver_stale: bool
+) -> None:
+    checker = Checker()
+    for operation in operations:
+        checker.step(operation)
+    if deliver_stale:  # decisions taken before a clean must not spoil the successor
+        while checker.pending:
+            checker.apply(checker.pending.pop())
+    for name in NAMES:
+        broker_set = checker.state.snapshot(C, name)
+        if broker_set is None or broker_set.key in checker.had_master:
+            continue
+        floor = checker.high_water.get(broker_set.key, (0, 0))
+        requester = max(broker_set.brokers)
+        request = ElectionRequest(ElectionTrigger.BROKER, requester_broker_id=requester)
+        decision = decide_election(broker_set, {requester: ReplicaHeartbeat(requester)}, request)
+        assert decision.event is not None, decision.message
+        assert checker.apply(decision.event) is ErrorCode.SUCCESS
+        after = checker.state.get(C, name)
+        assert after is not None
+        assert after.master_broker_id == requester
+        assert after.master_epoch > floor[0]
+        assert after.sync_state_set == {requester}
