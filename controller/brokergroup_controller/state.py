@@ -117,6 +117,13 @@ class BrokerSet:
 # ---------------------------------------------------------------- events
 
 
+def request_key_of(
+    event_type: str, cluster_name: str, broker_name: str, request_id: str
+) -> RequestKey | None:
+    """Where the first answer to `request_id` is remembered; None without an id."""
+    return (event_type, cluster_name, broker_name, request_id) if request_id else None
+
+
 @dataclass(frozen=True)
 class Event:
     """Base of committed events; `TYPE` names the event in the Raft log."""
@@ -133,9 +140,7 @@ class Event:
 
     @property
     def request_key(self) -> RequestKey | None:
-        if not self.request_id:
-            return None
-        return (self.TYPE, self.cluster_name, self.broker_name, self.request_id)
+        return request_key_of(self.TYPE, self.cluster_name, self.broker_name, self.request_id)
 
     def to_dict(self) -> dict[str, Any]:
         body: dict[str, Any] = {"type": self.TYPE}
