@@ -12,12 +12,16 @@
 - a broker set that has had no master since it was created (or re-created
   after a whole-set CleanBrokerData) elects its first master as soon as a
   live registered broker asks, above every epoch the name used before
-  (issue 22: a re-created group never got a master).
+  (issue 22: a re-created group never got a master);
+- a request id answers once: repeating any earlier event (same id) returns
+  its first answer and changes nothing; the broker sets always equal those
+  of a reference state that applies each request once, without ids.
 """
 
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from typing import Any
 
 from hypothesis import given, settings
@@ -78,6 +82,13 @@ op = st.one_of(
 )
 
 
+def broker_sets_of(state: ControllerState) -> dict[str, Any]:
+    """The dump without the table of recent request ids."""
+    dump = copy.deepcopy(state.to_dict())
+    del dump["recentRequests"]
+    return dump
+
+
 class Checker:
     def __init__(self) -> None:
         self.state = ControllerState()
@@ -88,10 +99,10 @@ class Checker:
         self.had_master: set[BrokerSetKey] = set()
 
     def apply(self, event: Event) -> ErrorCode:
-        before = copy.deepcopy(self.state.to_dict())
+        before = broker_sets_of(self.state)
         result = self.state.apply(event)
-        if not result.ok:
-            assert self.state.to_dict() == before, f"rejected {event} changed state"
+        if not result.ok:  # (its answer is remembered under its request id, if any)
+            assert broker_sets_of(self.state) == before, f"rejected {event} changed state"
         if event.key not in self.state.broker_sets:
             self.had_master.discard(event.key)
         elif result.ok and isinstance(event, ElectMaster) and event.new_master_broker_id:
@@ -234,3 +245,47 @@ def test_a_set_without_a_master_yet_elects_its_first_when_a_broker_asks(
         assert after.master_broker_id == requester
         assert after.master_epoch > floor[0]
         assert after.sync_state_set == {requester}
+
+
+class DedupChecker(Checker):
+    """Every event gets a request id; a reference state applies each first
+    occurrence without one. A repeat must return the first answer and leave
+    the broker sets exactly as the reference has them (issue 17 item 2)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reference = ControllerState()
+        self.sent: list[tuple[Event, ErrorCode]] = []
+
+    def apply(self, event: Event) -> ErrorCode:
+        event = replace(event, request_id=f"r{len(self.sent)}")
+        code = super().apply(event)
+        assert self.reference.apply(replace(event, request_id="")).code is code
+        self.sent.append((event, code))
+        self.compare()
+        return code
+
+    def repeat(self, index: int) -> None:
+        if not self.sent:
+            return
+        event, code = self.sent[index % len(self.sent)]
+        before = copy.deepcopy(self.state.to_dict())
+        assert self.state.apply(event).code is code
+        assert self.state.to_dict() == before, f"the repeat of {event} changed state"
+
+    def compare(self) -> None:
+        assert broker_sets_of(self.state) == broker_sets_of(self.reference)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(op, st.tuples(st.just("repeat"), st.integers(0, 60))), max_size=60))
+def test_a_repeated_request_id_gets_its_first_answer_and_changes_nothing(
+    operations: list[tuple[Any, ...]],
+) -> None:
+    checker = DedupChecker()
+    for operation in operations:
+        if operation[0] == "repeat":
+            checker.repeat(operation[1])
+        else:
+            checker.step(operation)
+    checker.compare()
