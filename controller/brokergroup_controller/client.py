@@ -4,25 +4,35 @@ Brokers and the operator use it. Any node answers (followers forward), but
 the client remembers the leader each answer names (`X-Brokergroup-Leader`)
 and goes there first to save a hop.
 
+Request ids (docs/controller.md "Request ids"): every mutating call carries
+a fresh `requestId`, the same across all its attempts. The controller
+remembers the first answer to each id in its replicated state, so a retry
+of a request that committed while its answer was lost (an attempt timed
+out, the leader changed) gets that first answer — a committed
+AlterSyncStateSet or ElectMaster is never turned into
+FENCED_SYNC_STATE_SET_EPOCH or MASTER_STILL_EXIST by its own retry.
+
 Failure handling, by what the caller does next:
 - `errors.ControllerError(code, message, **details)`: the controller
-  answered and refused (4xx/409) or could not commit in time
-  (COMMIT_TIMEOUT: the outcome is unknown, read the state before retrying).
-  Never retried here, so a request is not applied twice behind your back.
-- `ControllerUnavailable`: no node gave an answer within `request_timeout_s`
-  (connection errors, timeouts, 503 NOT_LEADER during an election are
-  retried across the addresses with a short backoff until then).
+  answered and refused (4xx/409). Never retried here.
+- `ControllerUnavailable`: no node gave an answer within `request_timeout_s`.
+  Until then connection errors, attempt timeouts, 503 NOT_LEADER during an
+  election and 503 COMMIT_TIMEOUT are retried across the addresses with a
+  short backoff — for reads, for the idempotent liveness reports
+  (heartbeat, inactive) and for requests carrying a requestId. A POST with
+  none that may have reached a node is not re-sent: its outcome is unknown.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import Iterable, Sequence
 from types import TracebackType
 from typing import Any
 
-from aiohttp import ClientError, ClientSession, ClientTimeout, TCPConnector
+from aiohttp import ClientConnectorError, ClientError, ClientSession, ClientTimeout, TCPConnector
 
 from brokergroup_controller import api
 from brokergroup_controller.errors import ControllerError, ErrorCode
@@ -117,8 +127,12 @@ class ControllerClient:
         body: dict[str, Any] | None = None,
         extra_timeout_s: float = 0.0,
         only: str | None = None,
+        idempotent: bool = False,
     ) -> dict[str, Any]:
         session = self._get_session()
+        # Re-sending is safe for reads, idempotent reports, and ids the controller
+        # answers once; any other POST is sent again only if it never left.
+        retry_safe = method == "GET" or idempotent or (body is not None and "requestId" in body)
         headers = {}
         if self._token is not None and method == "POST":
             headers["Authorization"] = f"Bearer {self._token}"
@@ -156,6 +170,12 @@ class ControllerClient:
                     attempts.append(f"{address}: {type(exc).__name__} {exc}".strip())
                     if self._leader == address:
                         self._leader = None
+                    if not retry_safe and not isinstance(exc, ClientConnectorError):
+                        raise ControllerUnavailable(
+                            f"{method} {path} got no answer and carries no requestId: "
+                            "its outcome is unknown, read the state before sending it again",
+                            attempts,
+                        ) from exc
                     continue
                 if not isinstance(payload, dict):
                     attempts.append(f"{address}: HTTP {status} without a JSON body")
@@ -165,7 +185,10 @@ class ControllerClient:
                 if status == 200:
                     return payload
                 code = _code(payload.get("code"))
-                if status == 503 and code is ErrorCode.NOT_LEADER:
+                if status == 503 and code is ErrorCode.COMMIT_TIMEOUT and retry_safe:
+                    attempts.append(f"{address}: COMMIT_TIMEOUT")
+                    continue  # the same id again: its first answer, or a first commit
+                if status == 503 and code is ErrorCode.NOT_LEADER and retry_safe:
                     hinted = payload.get("leader")
                     attempts.append(f"{address}: NOT_LEADER (leader {hinted})")
                     self._leader = _normalize(hinted) if isinstance(hinted, str) else None
@@ -208,6 +231,7 @@ class ControllerClient:
                 "brokerId": broker_id,
                 "registerCode": register_code,
                 "address": address,
+                "requestId": new_request_id(),
             },
         )
         return int(body["brokerId"])
@@ -218,14 +242,21 @@ class ControllerClient:
         body = await self._request(
             "POST",
             "/v1/brokers/register",
-            body={**_key(cluster_name, broker_name), "brokerId": broker_id, "address": address},
+            body={
+                **_key(cluster_name, broker_name),
+                "brokerId": broker_id,
+                "address": address,
+                "requestId": new_request_id(),
+            },
         )
         return api.ReplicaInfo.from_json(body)
 
     # -------------------------------------------------------------- liveness
 
     async def heartbeat(self, hb: api.BrokerHeartbeat) -> api.ReplicaInfo:
-        body = await self._request("POST", "/v1/brokers/heartbeat", body=hb.to_json())
+        body = await self._request(
+            "POST", "/v1/brokers/heartbeat", body=hb.to_json(), idempotent=True
+        )
         return api.ReplicaInfo.from_json(body)
 
     async def report_inactive(
@@ -249,6 +280,7 @@ class ControllerClient:
                 "reason": reason,
                 "processGone": process_gone,
             },
+            idempotent=True,
         )
         return api.ReplicaInfo.from_json(body)
 
@@ -272,6 +304,7 @@ class ControllerClient:
                 "masterEpoch": master_epoch,
                 "syncStateSet": sorted(set(sync_state_set)),
                 "syncStateSetEpoch": sync_state_set_epoch,
+                "requestId": new_request_id(),
             },
         )
         return frozenset(int(x) for x in body["syncStateSet"]), int(body["syncStateSetEpoch"])
@@ -284,7 +317,7 @@ class ControllerClient:
         requester_broker_id: int | None = None,
         designated_broker_id: int | None = None,
     ) -> api.ReplicaInfo:
-        payload: dict[str, Any] = _key(cluster_name, broker_name)
+        payload: dict[str, Any] = {**_key(cluster_name, broker_name), "requestId": new_request_id()}
         if requester_broker_id is not None:
             payload["brokerId"] = requester_broker_id
         if designated_broker_id is not None:
@@ -302,7 +335,11 @@ class ControllerClient:
         broker_ids: Iterable[int] | None = None,
         force: bool = False,
     ) -> list[int]:
-        payload: dict[str, Any] = {**_key(cluster_name, broker_name), "force": force}
+        payload: dict[str, Any] = {
+            **_key(cluster_name, broker_name),
+            "force": force,
+            "requestId": new_request_id(),
+        }
         if broker_ids is not None:
             payload["brokerIds"] = sorted(set(broker_ids))
         body = await self._request("POST", "/v1/brokers/clean", body=payload)
@@ -345,6 +382,11 @@ class ControllerClient:
     async def raft_status(self, address: str | None = None) -> dict[str, Any]:
         """`GET /v1/raft` of one node (`address`), or of whichever node answers."""
         return await self._request("GET", "/v1/raft", only=address)
+
+
+def new_request_id() -> str:
+    """A mutating request's id, kept across its retries (unique per request)."""
+    return uuid.uuid4().hex
 
 
 def _key(cluster_name: str, broker_name: str) -> dict[str, Any]:

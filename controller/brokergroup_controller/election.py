@@ -12,8 +12,10 @@ Rules:
   that restarted before the controller noticed must open a new masterEpoch at
   its current log end (DESIGN.md §3.2), since it may have lost an unflushed
   tail its slaves still hold under the old epoch.
-- First election of a set (masterEpoch 0, no master): the designated broker
-  or else the requester wins; there is no SyncStateSet yet.
+- First election of a set (it has never had a master: a new set at
+  masterEpoch 0, or one re-created after a whole-set CleanBrokerData, which
+  starts at its predecessor's epoch floor): the designated broker or else the
+  requester wins; there is no SyncStateSet yet.
 - Otherwise candidates = SyncStateSet ∩ alive, or every alive registered
   replica with `enable_elect_unclean_master`; the old master is never a
   candidate (it is dead, or being replaced on purpose).
@@ -133,7 +135,7 @@ def decide_election(
             f"masterEpoch {broker_set.master_epoch}",
         )
 
-    if broker_set.master_epoch == 0 and old_master is None:
+    if not broker_set.has_had_master and old_master is None:
         winner = designated if designated is not None else request.requester_broker_id
         if winner is None:
             return ElectionDecision(

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -22,7 +23,9 @@ from brokergroup_controller.state import (
     BrokerSet,
     CleanBrokerData,
     ControllerState,
+    ElectMaster,
     RegisterBroker,
+    request_key_of,
 )
 
 if TYPE_CHECKING:
@@ -41,11 +44,15 @@ class Endpoints:
     async def apply_broker_id(
         self: ControllerService, request: web.Request, b: dict[str, Any]
     ) -> dict[str, Any]:
-        details = await self._propose(
-            ApplyBrokerId(
-                b["clusterName"], b["brokerName"], b["brokerId"], b["registerCode"], b["address"]
-            )
+        event = ApplyBrokerId(
+            b["clusterName"],
+            b["brokerName"],
+            b["brokerId"],
+            b["registerCode"],
+            b["address"],
+            request_id=b["requestId"],
         )
+        details = await self._once(event.request_key, lambda: self._propose(event))
         return {"brokerId": details["brokerId"], "nextBrokerId": details["nextBrokerId"]}
 
     async def register_broker(
@@ -57,10 +64,15 @@ class Endpoints:
             b["brokerId"],
             b["address"],
         )
-        broker_set = self._require_registered(cluster, name, broker_id)
-        if broker_set.brokers[broker_id].address != address:
-            # Only an address change is worth a Raft commit (persistent-broker-id seed §5.1).
-            await self._propose(RegisterBroker(cluster, name, broker_id, address))
+        event = RegisterBroker(cluster, name, broker_id, address, request_id=b["requestId"])
+
+        async def register() -> dict[str, Any]:
+            broker_set = self._require_registered(cluster, name, broker_id)
+            if broker_set.brokers[broker_id].address == address:
+                return {}  # only an address change is worth a commit (persistent-broker-id §5.1)
+            return await self._propose(event)
+
+        await self._once(event.request_key, register)
         self.liveness.touch((cluster, name, broker_id), address, self.clock_ms())
         return self._info_body(cluster, name)
 
@@ -111,7 +123,16 @@ class Endpoints:
             master_epoch=b["masterEpoch"],
             sync_state_set=frozenset(b["syncStateSet"]),
             sync_state_set_epoch=b["syncStateSetEpoch"],
+            request_id=b["requestId"],
         )
+        details = await self._once(event.request_key, lambda: self._alter(event))
+        return {
+            "syncStateSet": details["syncStateSet"],
+            "syncStateSetEpoch": details["syncStateSetEpoch"],
+        }
+
+    async def _alter(self: ControllerService, event: AlterSyncStateSet) -> dict[str, Any]:
+        cluster, name = event.key
         broker_set = self._require_set(cluster, name)
         # Deterministic rules first (same verdict apply would give), then liveness.
         dry = ControllerState()
@@ -131,15 +152,19 @@ class Endpoints:
                 f"SyncStateSet members {dead} of {name} are not alive in the controller's view; "
                 "shrink them out instead",
             )
-        details = await self._propose(event)
-        return {
-            "syncStateSet": details["syncStateSet"],
-            "syncStateSetEpoch": details["syncStateSetEpoch"],
-        }
+        return await self._propose(event)
 
     async def elect_master(
         self: ControllerService, request: web.Request, b: dict[str, Any]
     ) -> dict[str, Any]:
+        cluster, name = b["clusterName"], b["brokerName"]
+        await self._once(
+            request_key_of(ElectMaster.TYPE, cluster, name, b["requestId"]),
+            lambda: self._requested_election(b),
+        )
+        return self._info_body(cluster, name)
+
+    async def _requested_election(self: ControllerService, b: dict[str, Any]) -> dict[str, Any]:
         cluster, name = b["clusterName"], b["brokerName"]
         trigger: ElectionTrigger = b["trigger"]
         requester: int | None = b["brokerId"]
@@ -154,12 +179,14 @@ class Endpoints:
             designated_broker_id=b["designatedBrokerId"],
             enable_elect_unclean_master=self.config.enable_elect_unclean_master,
         )
-        await self._elect(broker_set, request_)
-        return self._info_body(cluster, name)
+        return await self._elect(broker_set, request_, b["requestId"])
 
     async def _elect(
-        self: ControllerService, broker_set: BrokerSet, request: ElectionRequest
-    ) -> None:
+        self: ControllerService,
+        broker_set: BrokerSet,
+        request: ElectionRequest,
+        request_id: str = "",
+    ) -> dict[str, Any]:
         now = self.clock_ms()
         alive = self.liveness.alive_replicas(broker_set.key, broker_set.brokers, now)
         unheard = self.liveness.unheard(broker_set.key, broker_set.brokers, now)
@@ -171,7 +198,7 @@ class Endpoints:
                 details["replicaInfo"] = self.replica_info(broker_set).to_json()
             raise _reject(decision.code, decision.message, **details)
         try:
-            await self._propose(decision.event)
+            details = await self._propose(replace(decision.event, request_id=request_id))
         except _Reply as reply:
             self.metrics.elections.labels(request.trigger.value, reply.body["code"]).inc()
             raise
@@ -192,10 +219,17 @@ class Endpoints:
                     "acknowledgements until then",
                     old, *broker_set.key, wait, after.master_broker_id,
                 )  # fmt: skip
+        return details
 
     async def clean_broker_data(
         self: ControllerService, request: web.Request, b: dict[str, Any]
     ) -> dict[str, Any]:
+        cluster, name = b["clusterName"], b["brokerName"]
+        request_key = request_key_of(CleanBrokerData.TYPE, cluster, name, b["requestId"])
+        details = await self._once(request_key, lambda: self._clean(b))
+        return {"removed": details["removed"]}
+
+    async def _clean(self: ControllerService, b: dict[str, Any]) -> dict[str, Any]:
         cluster, name = b["clusterName"], b["brokerName"]
         broker_set = self._require_set(cluster, name)
         ids = set(broker_set.brokers) if b["brokerIds"] is None else set(b["brokerIds"])
@@ -207,10 +241,12 @@ class Endpoints:
                 f"brokers {alive} of {name} are still alive; stop them first or pass force",
             )
         event_ids = None if b["brokerIds"] is None else frozenset(ids)
-        details = await self._propose(CleanBrokerData(cluster, name, broker_ids=event_ids))
+        details = await self._propose(
+            CleanBrokerData(cluster, name, broker_ids=event_ids, request_id=b["requestId"])
+        )
         for broker_id in details["removed"]:
             self.liveness.forget((cluster, name, broker_id))
-        return {"removed": details["removed"]}
+        return details
 
     async def get_replica_info(
         self: ControllerService, request: web.Request, q: dict[str, Any]

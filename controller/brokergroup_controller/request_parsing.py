@@ -78,6 +78,28 @@ def _int_list(data: Mapping[str, Any], name: str, *, required: bool) -> list[int
     return list(value)
 
 
+#: Longest accepted requestId: a UUID is 32-36 characters; the bound keeps the
+#: replicated table of recent ids (state.RECENT_REQUESTS_BOUND) small.
+MAX_REQUEST_ID_CHARS = 64
+
+
+def _request_id(data: Mapping[str, Any]) -> str:
+    """The client's id of a mutating request ("" when absent: not deduplicated)."""
+    value = data.get("requestId")
+    if value is None:
+        return ""
+    if (
+        not isinstance(value, str)
+        or not 0 < len(value) <= MAX_REQUEST_ID_CHARS
+        or not value.isascii()
+        or not value.isprintable()
+    ):
+        raise BadRequest(
+            f"field 'requestId' must be 1-{MAX_REQUEST_ID_CHARS} printable ASCII characters"
+        )
+    return value
+
+
 def _broker_set_key(data: Mapping[str, Any]) -> tuple[str, str]:
     return _str(data, "clusterName"), _str(data, "brokerName")
 
@@ -97,6 +119,7 @@ def parse_apply(b: Mapping[str, Any]) -> dict[str, Any]:
         "brokerId": int_field(b, "brokerId"),
         "registerCode": _str(b, "registerCode"),
         "address": _str(b, "address"),
+        "requestId": _request_id(b),
     }
 
 
@@ -105,6 +128,7 @@ def parse_register(b: Mapping[str, Any]) -> dict[str, Any]:
         **query_key(b),
         "brokerId": int_field(b, "brokerId", minimum=1),
         "address": _str(b, "address"),
+        "requestId": _request_id(b),
     }
 
 
@@ -148,6 +172,7 @@ def parse_alter(b: Mapping[str, Any]) -> dict[str, Any]:
         "masterEpoch": int_field(b, "masterEpoch"),
         "syncStateSet": members,
         "syncStateSetEpoch": int_field(b, "syncStateSetEpoch"),
+        "requestId": _request_id(b),
     }
 
 
@@ -169,6 +194,7 @@ def parse_elect(b: Mapping[str, Any]) -> dict[str, Any]:
         "brokerId": requester,
         "designatedBrokerId": designated,
         "trigger": trigger,
+        "requestId": _request_id(b),
     }
 
 
@@ -177,6 +203,7 @@ def parse_clean(b: Mapping[str, Any]) -> dict[str, Any]:
         **query_key(b),
         "brokerIds": _int_list(b, "brokerIds", required=False),
         "force": _opt_bool(b, "force", False),
+        "requestId": _request_id(b),
     }
 
 

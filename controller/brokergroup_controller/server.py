@@ -59,9 +59,11 @@ from brokergroup_controller.request_parsing import (
     int_field,
 )
 from brokergroup_controller.state import (
+    ApplyResult,
     BrokerSet,
     ControllerState,
     Event,
+    RequestKey,
 )
 
 log = logging.getLogger(__name__)
@@ -308,9 +310,37 @@ class ControllerService(Endpoints):
             result = await self.node.propose(event, self.config.commit_timeout_ms / 1000)
         except ControllerError as exc:
             raise _reject(exc.code, exc.message, leader=self.leader_api()) from exc
-        if not result.ok:
-            raise _reject(result.code, result.message, **result.details)
-        return result.details
+        return _details_or_reject(result)
+
+    async def _once(
+        self,
+        request_key: RequestKey | None,
+        decide_and_propose: Callable[[], Awaitable[dict[str, Any]]],
+    ) -> dict[str, Any]:
+        """Run a mutating request unless its id was answered already (then that
+        answer). A refusal is checked against the table once more: a twin of
+        this request may have committed between the first look and the decision."""
+        first = self._first_answer(request_key)
+        if first is not None:
+            return first
+        try:
+            return await decide_and_propose()
+        except _Reply:
+            first = self._first_answer(request_key)
+            if first is None:
+                raise
+            return first
+
+    def _first_answer(self, request_key: RequestKey | None) -> dict[str, Any] | None:
+        """A retried request id's first answer (its details, or its refusal raised);
+        None for a request not answered yet. Checked before anything is decided:
+        the retry of a committed AlterSyncStateSet would be FENCED_SYNC_STATE_SET_EPOCH
+        and that of a committed election MASTER_STILL_EXIST. A retry that arrives
+        while its first attempt is still in flight is caught when it applies."""
+        if request_key is None:
+            return None
+        result = self.node.read(lambda s: s.answer_of(request_key))
+        return None if result is None else _details_or_reject(result)
 
     # -- endpoints (leader side; input already validated)
 
@@ -341,7 +371,7 @@ class ControllerService(Endpoints):
             return {
                 key: WatchedSet(bs.master_broker_id, frozenset(bs.brokers))
                 for key, bs in state.broker_sets.items()
-                if bs.master_broker_id is not None or bs.master_epoch > 0
+                if bs.master_broker_id is not None or bs.has_had_master
             }
 
         due = self.liveness.tick(now, self.node.read(watched))
@@ -382,6 +412,12 @@ class ControllerService(Endpoints):
     def kick_liveness(self) -> None:
         if self._tick_now is not None:
             self._tick_now.set()
+
+
+def _details_or_reject(result: ApplyResult) -> dict[str, Any]:
+    if not result.ok:
+        raise _reject(result.code, result.message, **result.details)
+    return result.details
 
 
 # ---------------------------------------------------------------- endpoint table

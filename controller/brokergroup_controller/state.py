@@ -14,7 +14,15 @@ Invariants (asserted by tests/unit/test_controller_properties.py):
   across CleanBrokerData of a whole set (its epochs are kept as a floor).
 - At most one master per (broker set, masterEpoch): every change of master
   bumps masterEpoch.
-- A rejected event leaves the state unchanged.
+- A rejected event leaves the broker sets unchanged.
+- A request id answers once: an event carrying the `request_id` of one of
+  the last RECENT_REQUESTS_BOUND answered events (same type and broker set)
+  changes nothing and gets that first answer again. A client retries a
+  request whose answer it lost (a timeout, a leader change) with the same
+  id, so a committed AlterSyncStateSet or ElectMaster is never turned into
+  FENCED_SYNC_STATE_SET_EPOCH or MASTER_STILL_EXIST by its own retry. The
+  table is part of the replicated state (and of the dump), so it answers
+  the same on every replica, after a leader change and after a restart.
 
 No I/O, no clocks, no randomness here.
 """
@@ -22,12 +30,22 @@ No I/O, no clocks, no randomness here.
 from __future__ import annotations
 
 import copy
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from brokergroup_controller.errors import ErrorCode
 
 BrokerSetKey = tuple[str, str]  # (clusterName, brokerName)
+RequestKey = tuple[str, str, str, str]  # (event type, clusterName, brokerName, requestId)
+
+#: Answered request ids remembered, all broker sets together, oldest forgotten
+#: first. A fixed number (not a setting): every replica must forget the same
+#: ids at the same entry. A retry is recognised while fewer than this many
+#: id-carrying events committed since its first attempt (at 100 events/s,
+#: ten seconds; a client retries within its request timeout, seconds). The
+#: table costs about 200 bytes of dump per entry.
+RECENT_REQUESTS_BOUND = 1024
 
 
 @dataclass
@@ -46,6 +64,10 @@ class BrokerSet:
     master_epoch: int = 0
     sync_state_set: set[int] = field(default_factory=set)
     sync_state_set_epoch: int = 0
+    # False until the first master of this incarnation: a set re-created after a
+    # whole-set clean starts at its predecessor's epoch floor, not at masterEpoch 0,
+    # yet must still elect its first master like a new set (issue 22).
+    has_had_master: bool = False
 
     @property
     def key(self) -> BrokerSetKey:
@@ -64,6 +86,7 @@ class BrokerSet:
             "masterEpoch": self.master_epoch,
             "syncStateSet": sorted(self.sync_state_set),
             "syncStateSetEpoch": self.sync_state_set_epoch,
+            "hasHadMaster": self.has_had_master,
         }
 
     @classmethod
@@ -80,10 +103,25 @@ class BrokerSet:
             master_epoch=int(data["masterEpoch"]),
             sync_state_set={int(x) for x in data["syncStateSet"]},
             sync_state_set_epoch=int(data["syncStateSetEpoch"]),
+            # Dumps from before the field: the old rule (a set past masterEpoch 0
+            # has had a master), so an old state behaves exactly as it did.
+            has_had_master=bool(
+                data.get(
+                    "hasHadMaster",
+                    data["masterBrokerId"] is not None or int(data["masterEpoch"]) > 0,
+                )
+            ),
         )
 
 
 # ---------------------------------------------------------------- events
+
+
+def request_key_of(
+    event_type: str, cluster_name: str, broker_name: str, request_id: str
+) -> RequestKey | None:
+    """Where the first answer to `request_id` is remembered; None without an id."""
+    return (event_type, cluster_name, broker_name, request_id) if request_id else None
 
 
 @dataclass(frozen=True)
@@ -93,14 +131,22 @@ class Event:
     TYPE: ClassVar[str] = ""
     cluster_name: str
     broker_name: str
+    # The client's id of the request this event answers ("" : none, never deduplicated).
+    request_id: str = field(default="", kw_only=True)
 
     @property
     def key(self) -> BrokerSetKey:
         return (self.cluster_name, self.broker_name)
 
+    @property
+    def request_key(self) -> RequestKey | None:
+        return request_key_of(self.TYPE, self.cluster_name, self.broker_name, self.request_id)
+
     def to_dict(self) -> dict[str, Any]:
         body: dict[str, Any] = {"type": self.TYPE}
         for name, value in self.__dict__.items():
+            if name == "request_id" and not value:
+                continue  # entries without an id keep the format they always had
             body[name] = sorted(value) if isinstance(value, frozenset) else value
         return body
 
@@ -182,6 +228,13 @@ class ApplyResult:
     def ok(self) -> bool:
         return self.code is ErrorCode.SUCCESS
 
+    def to_dict(self) -> dict[str, Any]:
+        return {"code": self.code.value, "message": self.message, "details": self.details}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ApplyResult:
+        return cls(ErrorCode(data["code"]), str(data["message"]), dict(data["details"]))
+
 
 def _ok(message: str = "", **details: Any) -> ApplyResult:
     return ApplyResult(ErrorCode.SUCCESS, message, details)
@@ -201,6 +254,10 @@ class ControllerState:
         self.broker_sets: dict[BrokerSetKey, BrokerSet] = {}
         # Epoch floors of wiped broker sets, so a re-created set never reuses an epoch.
         self.retired_epochs: dict[BrokerSetKey, tuple[int, int]] = {}
+        # The first answer to each recent request id, oldest first (RECENT_REQUESTS_BOUND).
+        # Global rather than per broker set: it outlives a set's whole-set clean,
+        # whose retry must still get "removed", not BROKER_SET_NOT_FOUND.
+        self.recent_requests: OrderedDict[RequestKey, ApplyResult] = OrderedDict()
 
     # -- reads
 
@@ -216,9 +273,26 @@ class ControllerState:
         broker_set = self.get(cluster_name, broker_name)
         return None if broker_set is None else copy.deepcopy(broker_set)
 
+    def answer_of(self, request_key: RequestKey) -> ApplyResult | None:
+        """The first answer to a request id still remembered, else None."""
+        return self.recent_requests.get(request_key)
+
     # -- the transition function
 
     def apply(self, event: Event) -> ApplyResult:
+        request_key = event.request_key
+        if request_key is not None:
+            answered = self.recent_requests.get(request_key)
+            if answered is not None:
+                return answered  # a retry: the first answer, nothing applied again
+        result = self._apply_rules(event)
+        if request_key is not None:
+            self.recent_requests[request_key] = result
+            while len(self.recent_requests) > RECENT_REQUESTS_BOUND:
+                self.recent_requests.popitem(last=False)
+        return result
+
+    def _apply_rules(self, event: Event) -> ApplyResult:
         if isinstance(event, ApplyBrokerId):
             return self._apply_broker_id(event)
         if isinstance(event, RegisterBroker):
@@ -345,6 +419,7 @@ class ControllerState:
         broker_set.master_broker_id = new_master
         broker_set.master_epoch += 1
         if new_master is not None:
+            broker_set.has_had_master = True
             broker_set.sync_state_set = {new_master}
             broker_set.sync_state_set_epoch += 1
         return _ok(
@@ -391,6 +466,10 @@ class ControllerState:
                 {"clusterName": c, "brokerName": b, "masterEpoch": m, "syncStateSetEpoch": s}
                 for (c, b), (m, s) in sorted(self.retired_epochs.items())
             ],
+            "recentRequests": [
+                {"type": t, "clusterName": c, "brokerName": b, "requestId": r, **result.to_dict()}
+                for (t, c, b, r), result in self.recent_requests.items()
+            ],
         }
 
     @classmethod
@@ -404,4 +483,7 @@ class ControllerState:
                 int(raw["masterEpoch"]),
                 int(raw["syncStateSetEpoch"]),
             )
+        for raw in data.get("recentRequests", []):  # absent from dumps before request ids
+            key = (raw["type"], raw["clusterName"], raw["brokerName"], raw["requestId"])
+            state.recent_requests[key] = ApplyResult.from_dict(raw)
         return state

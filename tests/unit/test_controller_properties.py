@@ -8,12 +8,20 @@
 - an AlterSyncStateSet carrying any stale epoch or a wrong master is
   rejected and changes nothing;
 - ApplyBrokerId is a compare-and-set: two registerCodes racing for one id,
-  exactly one wins when the id was free, none when it was already held.
+  exactly one wins when the id was free, none when it was already held;
+- a broker set that has had no master since it was created (or re-created
+  after a whole-set CleanBrokerData) elects its first master as soon as a
+  live registered broker asks, above every epoch the name used before
+  (issue 22: a re-created group never got a master);
+- a request id answers once: repeating any earlier event (same id) returns
+  its first answer and changes nothing; the broker sets always equal those
+  of a reference state that applies each request once, without ids.
 """
 
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from typing import Any
 
 from hypothesis import given, settings
@@ -74,18 +82,31 @@ op = st.one_of(
 )
 
 
+def broker_sets_of(state: ControllerState) -> dict[str, Any]:
+    """The dump without the table of recent request ids."""
+    dump = copy.deepcopy(state.to_dict())
+    del dump["recentRequests"]
+    return dump
+
+
 class Checker:
     def __init__(self) -> None:
         self.state = ControllerState()
         self.pending: list[ElectMaster] = []
         self.high_water: dict[BrokerSetKey, tuple[int, int]] = {}
         self.master_of_epoch: dict[tuple[BrokerSetKey, int], int | None] = {}
+        # The model of "has had a master since (re-)creation", kept apart from the state's.
+        self.had_master: set[BrokerSetKey] = set()
 
     def apply(self, event: Event) -> ErrorCode:
-        before = copy.deepcopy(self.state.to_dict())
+        before = broker_sets_of(self.state)
         result = self.state.apply(event)
-        if not result.ok:
-            assert self.state.to_dict() == before, f"rejected {event} changed state"
+        if not result.ok:  # (its answer is remembered under its request id, if any)
+            assert broker_sets_of(self.state) == before, f"rejected {event} changed state"
+        if event.key not in self.state.broker_sets:
+            self.had_master.discard(event.key)
+        elif result.ok and isinstance(event, ElectMaster) and event.new_master_broker_id:
+            self.had_master.add(event.key)
         self.check()
         return result.code
 
@@ -163,7 +184,7 @@ class Checker:
         assert decision.message
         if decision.event is not None:
             new_master = decision.event.new_master_broker_id
-            if new_master is not None and broker_set.master_epoch > 0 and not unclean:
+            if new_master is not None and broker_set.key in self.had_master and not unclean:
                 assert new_master in broker_set.sync_state_set
             self.pending.append(decision.event)
 
@@ -196,3 +217,75 @@ def test_apply_broker_id_is_a_compare_and_set(
     second = state.apply(ApplyBrokerId(C, "a", contested_id, "racer-2", "h:2")).ok
     assert not (first and second)
     assert (first or second) == free
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(op, max_size=60), st.booleans())
+def test_a_set_without_a_master_yet_elects_its_first_when_a_broker_asks(
+    operations: list[tuple[Any, ...]], deliver_stale: bool
+) -> None:
+    checker = Checker()
+    for operation in operations:
+        checker.step(operation)
+    if deliver_stale:  # decisions taken before a clean must not spoil the successor
+        while checker.pending:
+            checker.apply(checker.pending.pop())
+    for name in NAMES:
+        broker_set = checker.state.snapshot(C, name)
+        if broker_set is None or broker_set.key in checker.had_master:
+            continue
+        floor = checker.high_water.get(broker_set.key, (0, 0))
+        requester = max(broker_set.brokers)
+        request = ElectionRequest(ElectionTrigger.BROKER, requester_broker_id=requester)
+        decision = decide_election(broker_set, {requester: ReplicaHeartbeat(requester)}, request)
+        assert decision.event is not None, decision.message
+        assert checker.apply(decision.event) is ErrorCode.SUCCESS
+        after = checker.state.get(C, name)
+        assert after is not None
+        assert after.master_broker_id == requester
+        assert after.master_epoch > floor[0]
+        assert after.sync_state_set == {requester}
+
+
+class DedupChecker(Checker):
+    """Every event gets a request id; a reference state applies each first
+    occurrence without one. A repeat must return the first answer and leave
+    the broker sets exactly as the reference has them (issue 17 item 2)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reference = ControllerState()
+        self.sent: list[tuple[Event, ErrorCode]] = []
+
+    def apply(self, event: Event) -> ErrorCode:
+        event = replace(event, request_id=f"r{len(self.sent)}")
+        code = super().apply(event)
+        assert self.reference.apply(replace(event, request_id="")).code is code
+        self.sent.append((event, code))
+        self.compare()
+        return code
+
+    def repeat(self, index: int) -> None:
+        if not self.sent:
+            return
+        event, code = self.sent[index % len(self.sent)]
+        before = copy.deepcopy(self.state.to_dict())
+        assert self.state.apply(event).code is code
+        assert self.state.to_dict() == before, f"the repeat of {event} changed state"
+
+    def compare(self) -> None:
+        assert broker_sets_of(self.state) == broker_sets_of(self.reference)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(op, st.tuples(st.just("repeat"), st.integers(0, 60))), max_size=60))
+def test_a_repeated_request_id_gets_its_first_answer_and_changes_nothing(
+    operations: list[tuple[Any, ...]],
+) -> None:
+    checker = DedupChecker()
+    for operation in operations:
+        if operation[0] == "repeat":
+            checker.repeat(operation[1])
+        else:
+            checker.step(operation)
+    checker.compare()

@@ -5,6 +5,8 @@ state unchanged (STYLE.md §2)."""
 from __future__ import annotations
 
 import copy
+import json
+from dataclasses import replace
 
 import pytest
 
@@ -16,6 +18,7 @@ from brokergroup_controller.election import (
 )
 from brokergroup_controller.errors import ErrorCode
 from brokergroup_controller.state import (
+    RECENT_REQUESTS_BOUND,
     AlterSyncStateSet,
     ApplyBrokerId,
     CleanBrokerData,
@@ -385,6 +388,48 @@ def test_clean_whole_set_keeps_epochs_as_a_floor() -> None:
     assert broker_set is not None
     assert broker_set.master_epoch == 3  # above anything the wiped set used
     assert broker_set.sync_state_set_epoch == 4
+    # The re-created set elects its first master like a new one, above the floor.
+    assert elect(state, {1: hb(1)}, trigger=ElectionTrigger.BROKER, requester_broker_id=1) is (
+        ErrorCode.SUCCESS
+    )
+    broker_set = state.get(C, B)
+    assert broker_set is not None
+    assert (broker_set.master_broker_id, broker_set.master_epoch) == (1, 4)
+    assert (broker_set.sync_state_set, broker_set.sync_state_set_epoch) == ({1}, 5)
+
+
+def test_recreated_set_elects_its_first_master() -> None:
+    """Issue 22: create, clean the whole set (the operator's finalizer), re-create, elect."""
+    state = group_with_master()
+    assert state.apply(CleanBrokerData(C, B, None)).ok
+    for broker_id in (1, 2, 3):
+        assert apply_id(state, broker_id, f"new-{broker_id}") is ErrorCode.SUCCESS
+    alive = {2: hb(2, epoch=0), 3: hb(3, epoch=0)}
+    assert elect(state, alive, trigger=ElectionTrigger.CONTROLLER) is (
+        ErrorCode.MASTER_NOT_AVAILABLE  # nobody asked yet: as for a new set
+    )
+    assert elect(state, alive, trigger=ElectionTrigger.BROKER, requester_broker_id=2) is (
+        ErrorCode.SUCCESS
+    )
+    broker_set = state.get(C, B)
+    assert broker_set is not None
+    assert (broker_set.master_broker_id, broker_set.master_epoch) == (2, 4)
+    # Once it has had a master, the re-created set follows the SyncStateSet rules.
+    assert elect(state, alive, trigger=ElectionTrigger.BROKER, requester_broker_id=3) is (
+        ErrorCode.MASTER_STILL_EXIST
+    )
+
+
+def test_partial_clean_is_not_a_first_election() -> None:
+    """Cleaning the master alone keeps the SyncStateSet rules: the survivors are
+    not new, and an out-of-sync one must not win as a "first" master."""
+    state = group_with_master()
+    assert state.apply(AlterSyncStateSet(C, B, 1, 1, frozenset({1}), 2)).ok
+    assert state.apply(CleanBrokerData(C, B, frozenset({1}))).ok
+    alive = {2: hb(2), 3: hb(3)}
+    assert elect(state, alive, trigger=ElectionTrigger.BROKER, requester_broker_id=2) is (
+        ErrorCode.MASTER_NOT_AVAILABLE
+    )
 
 
 # -- persistence
@@ -406,6 +451,25 @@ def test_state_and_events_round_trip_through_dicts() -> None:
     ]
     for event in events:
         assert event_from_dict(event.to_dict()) == event
+
+
+def test_has_had_master_survives_a_dump_and_old_dumps_keep_the_old_rule() -> None:
+    state = group_with_master()
+    assert state.apply(CleanBrokerData(C, B, None)).ok
+    assert apply_id(state, 1) is ErrorCode.SUCCESS  # re-created at epoch floor 3, no master yet
+    dump = state.to_dict()
+    assert dump["brokerSets"][0]["hasHadMaster"] is False
+    loaded = ControllerState.from_dict(dump)
+    assert elect(loaded, {1: hb(1)}, trigger=ElectionTrigger.BROKER, requester_broker_id=1) is (
+        ErrorCode.SUCCESS
+    )
+    # A dump written before the field existed: a set past masterEpoch 0 had a master.
+    for raw, had in (({"masterBrokerId": None, "masterEpoch": 0}, False),
+                     ({"masterBrokerId": None, "masterEpoch": 3}, True),
+                     ({"masterBrokerId": 1, "masterEpoch": 1}, True)):  # fmt: skip
+        old = {k: v for k, v in dump["brokerSets"][0].items() if k != "hasHadMaster"}
+        broker_set = ControllerState.from_dict({"brokerSets": [{**old, **raw}]}).get(C, B)
+        assert broker_set is not None and broker_set.has_had_master is had
 
 
 @pytest.mark.parametrize(
@@ -437,3 +501,91 @@ def test_a_replica_only_graced_by_a_new_leader_is_never_elected() -> None:
         broker_set, {1: ReplicaHeartbeat(1), 3: hb(3)}, controller, frozenset({1})
     )
     assert graced_master.code is ErrorCode.MASTER_STILL_EXIST
+
+
+# -- request ids (issue 17 item 2): a retry gets the first answer
+
+
+def test_a_repeated_alter_gets_the_first_answer_and_changes_nothing() -> None:
+    state = group_with_master()
+    alter = AlterSyncStateSet(C, B, 1, 1, frozenset({1, 2}), 2, request_id="r-1")
+    first = state.apply(alter)
+    assert first.ok and first.details["syncStateSetEpoch"] == 3
+    before = copy.deepcopy(state.to_dict())
+    again = state.apply(alter)  # without the id this is FENCED_SYNC_STATE_SET_EPOCH
+    assert again == first
+    assert state.to_dict() == before
+    stale = AlterSyncStateSet(C, B, 1, 1, frozenset({1, 2}), 2)
+    assert_rejected_unchanged(state, stale, ErrorCode.FENCED_SYNC_STATE_SET_EPOCH)
+
+
+def test_a_repeated_switchover_gets_the_first_answer() -> None:
+    state = group_with_master()
+    snapshot = state.snapshot(C, B)
+    assert snapshot is not None
+    request = ElectionRequest(ElectionTrigger.ADMIN, designated_broker_id=2)
+    decision = decide_election(snapshot, {1: hb(1), 2: hb(2)}, request)
+    assert decision.event is not None
+    first = state.apply(replace(decision.event, request_id="switch-1"))
+    assert first.ok and first.details["masterBrokerId"] == 2
+    before = copy.deepcopy(state.to_dict())
+    # The retry is decided again on the state the first commit left (or on the
+    # old snapshot, if it raced the first commit): either way the first answer.
+    after = state.snapshot(C, B)
+    assert after is not None
+    redo = decide_election(after, {1: hb(1), 2: hb(2)}, request)
+    assert redo.code is ErrorCode.MASTER_STILL_EXIST  # why the state must answer first
+    assert state.answer_of(("ElectMaster", C, B, "switch-1")) == first
+    assert state.apply(replace(decision.event, request_id="switch-1")) == first
+    assert state.to_dict() == before
+
+
+def test_a_repeated_whole_set_clean_and_a_repeated_refusal_get_the_first_answer() -> None:
+    state = group_with_master()
+    clean = CleanBrokerData(C, B, None, request_id="wipe")
+    first = state.apply(clean)
+    assert first.ok and first.details["removed"] == [1, 2, 3]
+    assert state.apply(clean) == first  # not BROKER_SET_NOT_FOUND
+    refused = ApplyBrokerId(C, B, 2, "rc", "a:1", request_id="too-early")
+    assert state.apply(refused).code is ErrorCode.BROKER_ID_INVALID
+    assert apply_id(state, 1) is ErrorCode.SUCCESS
+    assert state.apply(refused).code is ErrorCode.BROKER_ID_INVALID  # id 2 is free now
+    assert apply_id(state, 2) is ErrorCode.SUCCESS
+
+
+def test_request_ids_are_scoped_by_event_type_and_broker_set() -> None:
+    state = group_with_master()
+    assert state.apply(ApplyBrokerId(C, "other", 1, "rc", "o:1", request_id="same")).ok
+    register = RegisterBroker(C, B, 1, "moved:1", request_id="same")
+    assert state.apply(register).ok
+    broker_set = state.get(C, B)
+    assert broker_set is not None and broker_set.brokers[1].address == "moved:1"
+
+
+def test_recent_request_ids_are_bounded_oldest_forgotten_first() -> None:
+    state = ControllerState()
+    assert apply_id(state, 1) is ErrorCode.SUCCESS
+    for i in range(RECENT_REQUESTS_BOUND + 2):
+        assert state.apply(RegisterBroker(C, B, 1, f"h:{i}", request_id=f"id-{i}")).ok
+    remembered = [key[3] for key in state.recent_requests]
+    assert remembered == [f"id-{i}" for i in range(2, RECENT_REQUESTS_BOUND + 2)]
+    # A forgotten id is a new request again (here harmless: the address moves back).
+    assert state.apply(RegisterBroker(C, B, 1, "h:0", request_id="id-0")).ok
+    assert [key[3] for key in state.recent_requests][-1] == "id-0"
+    assert len(state.recent_requests) == RECENT_REQUESTS_BOUND
+
+
+def test_request_ids_survive_a_dump_and_old_dumps_have_none() -> None:
+    state = group_with_master()
+    alter = AlterSyncStateSet(C, B, 1, 1, frozenset({1, 2}), 2, request_id="r-1")
+    first = state.apply(alter)
+    refused = state.apply(ApplyBrokerId(C, B, 7, "rc", "a:7", request_id="r-2"))
+    dump = state.to_dict()
+    loaded = ControllerState.from_dict(json.loads(json.dumps(dump)))
+    assert loaded.to_dict() == dump
+    assert loaded.apply(alter) == first
+    assert loaded.apply(ApplyBrokerId(C, B, 7, "rc", "a:7", request_id="r-2")) == refused
+    old = {k: v for k, v in dump.items() if k != "recentRequests"}
+    assert not ControllerState.from_dict(old).recent_requests
+    assert event_from_dict(alter.to_dict()) == alter
+    assert "request_id" not in AlterSyncStateSet(C, B, 1, 1, frozenset({1}), 2).to_dict()

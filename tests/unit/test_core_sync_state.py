@@ -11,9 +11,13 @@ of the controller's actual SyncStateSet (issue 7 item 4).
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from brokergroup_broker.core.controller_link import ControllerRefused
+from brokergroup_broker.core.replication_wiring import ReplicationWiring
 from brokergroup_broker.core.sync_state import (
     ReplicaProgress,
     ShrinkReason,
@@ -171,7 +175,9 @@ class _Simulation:
     """A master, three slaves and a controller that holds the real SyncStateSet.
 
     Requests and answers travel through a network that delays, drops and
-    duplicates them at random (seeded); the master times requests out, and
+    duplicates them at random (seeded; a duplicated request is a client's
+    retry, which this controller does not recognise: the worst case of an
+    id already forgotten); the master times requests out, and
     heartbeat views of the controller arrive late and out of order. The
     controller applies an AlterSyncStateSet only on a matching epoch (the CAS
     of DESIGN.md §2.2). After every step: every member of the controller's
@@ -213,6 +219,8 @@ class _Simulation:
         proposal = self.m.decide(self.now, self.master_max, self.progress())
         if proposal is not None:
             self.requests.append((self.now + rng.randint(0, 3000), proposal))
+            if rng.random() < 0.2:  # re-sent after a lost answer
+                self.requests.append((self.now + rng.randint(0, 3000), proposal))
             self.outstanding[id(proposal)] = (proposal, self.now + 1000)
         for due, p in [r for r in self.requests if r[0] <= self.now]:
             self.requests.remove((due, p))
@@ -223,7 +231,7 @@ class _Simulation:
             if answer[0] == "accepted":
                 self.m.on_alter_accepted(p, answer[1], answer[2])  # type: ignore[arg-type]
             else:
-                self.m.on_alter_refused(p)  # type: ignore[arg-type]
+                self.m.on_alter_rejected(p, answer[1])  # type: ignore[arg-type]
         for key, (p, deadline) in list(self.outstanding.items()):
             if deadline <= self.now:  # the master's request timeout
                 del self.outstanding[key]
@@ -251,7 +259,7 @@ class _Simulation:
             self.ctrl_epoch += 1
             answer: tuple[object, ...] = ("accepted", self.ctrl_set, self.ctrl_epoch)
         else:
-            answer = ("refused",)
+            answer = ("refused", "FENCED_SYNC_STATE_SET_EPOCH")
         roll = rng.random()
         if roll < 0.3:
             return  # the answer is lost: the master's timeout decides
@@ -268,3 +276,51 @@ def test_simulation_no_acknowledged_offset_is_missing_from_a_possible_next_maste
     sim = _Simulation(seed)
     for _ in range(150):
         sim.step()
+
+
+# -- FENCED_SYNC_STATE_SET_EPOCH on a proposal: outcome unknown (issue 17 item 2)
+
+
+class _FencedController:
+    """The controller's answer to a proposal whose base epoch has moved on."""
+
+    async def alter_sync_state_set(self, *args: object) -> tuple[frozenset[int], int]:
+        raise ControllerRefused(
+            "FENCED_SYNC_STATE_SET_EPOCH", "syncStateSetEpoch 7 is stale: controller has 8"
+        )
+
+
+async def test_fenced_answer_to_a_proposal_keeps_the_union() -> None:
+    """The retry of an applied AlterSyncStateSet hears FENCED (from a controller
+    without request ids, or after its id was forgotten): it may have been
+    applied, so its members keep counting until a view settles the epoch."""
+    m = manager(frozenset({1, 2}))
+    expand = m.decide(1, 10, {2: up(10, 1), 3: up(10)})
+    assert expand is not None and expand.new_set == {1, 2, 3}
+    broker = SimpleNamespace(
+        controller=_FencedController(),
+        config=SimpleNamespace(controller_request_timeout_ms=1000),
+    )
+    await ReplicationWiring._alter(broker, m, expand)  # type: ignore[arg-type]
+    assert m.pending is None and m.effective_set() == {1, 2, 3}
+    assert m.confirm_offset(50, {2: up(50, 2), 3: up(10)}) == 10  # 3 still counts
+    m.on_controller_view(frozenset({1, 2, 3}), 8)  # the read-back settles it
+    assert m.effective_set() == {1, 2, 3} and m.in_doubt == ()
+
+
+def test_which_refusals_leave_an_alter_in_doubt() -> None:
+    for code, kept in (
+        ("FENCED_SYNC_STATE_SET_EPOCH", True),
+        ("COMMIT_TIMEOUT", True),
+        ("NOT_LEADER", True),
+        ("INVALID_SYNC_STATE_SET", False),
+        ("BROKER_NOT_ALIVE", False),
+        ("FENCED_MASTER_EPOCH", False),
+    ):
+        m = manager(frozenset({1, 2}))
+        shrink = m.decide(MAX_NOT_CATCH_UP + 1, 10, {2: up(10, 0)})
+        assert shrink is not None and shrink.new_set == {1}
+        m.on_alter_rejected(shrink, code)
+        assert m.pending is None
+        assert (m.in_doubt == (shrink,)) is kept, code
+        assert m.effective_set() == {1, 2}

@@ -32,6 +32,7 @@ from brokergroup_broker.core.controller_link import (
     ControllerUnavailable,
 )
 from brokergroup_broker.core.sync_state import (
+    ALTER_OUTCOME_UNKNOWN_CODES,
     AlterProposal,
     ReplicaProgress,
     SyncStateSetManager,
@@ -48,10 +49,6 @@ if TYPE_CHECKING:
     from brokergroup_broker.core.broker import Broker
 
 log = logging.getLogger(__name__)
-
-
-#: Controller answers after which an AlterSyncStateSet may still have been applied.
-_OUTCOME_UNKNOWN_CODES = frozenset({"COMMIT_TIMEOUT", "NOT_LEADER", "UNAVAILABLE"})
 
 
 class ReplicationWiring(BrokerState):
@@ -164,16 +161,15 @@ class ReplicationWiring(BrokerState):
                 self.config.controller_request_timeout_ms / 1000,
             )
         except ControllerRefused as exc:
-            if exc.code in _OUTCOME_UNKNOWN_CODES:
+            if exc.code in ALTER_OUTCOME_UNKNOWN_CODES:
                 log.warning(
                     "AlterSyncStateSet %s: outcome unknown (%s); counting its members until "
                     "the controller's syncStateSetEpoch moves",
                     sorted(proposal.new_set), exc,
                 )  # fmt: skip
-                sync.on_alter_unknown(proposal)
             else:
                 log.info("AlterSyncStateSet %s refused: %s", sorted(proposal.new_set), exc)
-                sync.on_alter_refused(proposal)
+            sync.on_alter_rejected(proposal, exc.code)
             return
         except (ControllerUnavailable, TimeoutError) as exc:
             log.warning(

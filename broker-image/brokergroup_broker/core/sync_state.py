@@ -35,7 +35,12 @@ Rules:
   which (if any) proposal based on that epoch was applied: the epoch CAS lets
   at most one win. A new proposal may be made meanwhile (again based on the
   same epoch, so again at most one of them can apply); it joins the union.
-  Only a definite refusal by the controller's rules drops a proposal.
+  FENCED_SYNC_STATE_SET_EPOCH is no definite refusal: it is what the retry
+  of an applied proposal hears (from a controller that does not deduplicate
+  request ids, or once the id is forgotten), so it too means "maybe
+  committed" until the read-back. Only a definite refusal by the
+  controller's rules (an invalid or dead member, a fenced masterEpoch)
+  drops a proposal.
 - confirmOffset never decreases within one master term (the floor starts
   at the persisted confirm offset, capped at the log end): consumers may
   already have read up to it.
@@ -55,6 +60,16 @@ class ReplicaProgress:
     ack_offset: int
     last_caught_up_ms: int
     connected: bool
+
+
+#: Answers to an AlterSyncStateSet after which it may still have been applied
+#: (`SyncStateSetManager.on_alter_rejected`): nobody decided (COMMIT_TIMEOUT,
+#: NOT_LEADER, UNAVAILABLE), or the controller's syncStateSetEpoch is no longer
+#: the proposal's base (FENCED_SYNC_STATE_SET_EPOCH) — maybe because this very
+#: proposal moved it and the answer saying so was lost.
+ALTER_OUTCOME_UNKNOWN_CODES = frozenset(
+    {"COMMIT_TIMEOUT", "NOT_LEADER", "UNAVAILABLE", "FENCED_SYNC_STATE_SET_EPOCH"}
+)
 
 
 class ShrinkReason(StrEnum):
@@ -204,6 +219,13 @@ class SyncStateSetManager:
         if self.pending is proposal:
             self.pending = None
         self._adopt(new_set, new_set_epoch)
+
+    def on_alter_rejected(self, proposal: AlterProposal, code: str) -> None:
+        """The controller answered `code` (an ErrorCode name) instead of SUCCESS."""
+        if code in ALTER_OUTCOME_UNKNOWN_CODES:
+            self.on_alter_unknown(proposal)
+        else:
+            self.on_alter_refused(proposal)
 
     def on_alter_refused(self, proposal: AlterProposal) -> None:
         """The controller's rules refused it (fenced epoch, invalid member…): it was
