@@ -21,10 +21,10 @@ from brokergroup_cli.kubectl_plugin.names import API_GROUP, KIND, PLURAL, VERSIO
 
 
 class KubeError(RuntimeError):
-    """An API call failed; `status` is the HTTP status (0: no answer)."""
+    """An API call failed; `status` is the HTTP status (0: no answer, not shown)."""
 
     def __init__(self, what: str, status: int, reason: str) -> None:
-        super().__init__(f"{what}: {status} {reason}".strip())
+        super().__init__(f"{what}: {f'{status} ' if status else ''}{reason}".strip())
         self.status = status
 
 
@@ -45,10 +45,13 @@ def load_api_client(kubeconfig: str | None, context: str | None) -> client.ApiCl
         config.load_kube_config(
             config_file=path, context=context, client_configuration=configuration
         )
-    except (config.ConfigException, OSError):
+    except (config.ConfigException, OSError) as exc:
         if path or context:
-            raise
-        config.load_incluster_config(client_configuration=configuration)
+            raise KubeError(f"kubeconfig {path or '~/.kube/config'}", 0, str(exc)) from exc
+        try:
+            config.load_incluster_config(client_configuration=configuration)
+        except config.ConfigException as inner:
+            raise KubeError("no cluster", 0, f"{exc}; not in a pod either ({inner})") from inner
     return client.ApiClient(configuration)
 
 
