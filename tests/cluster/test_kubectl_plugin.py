@@ -24,14 +24,12 @@ import json
 import os
 import subprocess
 import tarfile
-import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.cluster import test_operator_scenarios as scenarios
-from tests.cluster.operator_env import BIN, OperatorEnv, acked_keys
+from tests.cluster.operator_env import BIN, OperatorEnv, Writer, acked_keys
 from tests.cluster.tier.paths import k8s_bin_dir
 
 pytestmark = pytest.mark.cluster
@@ -108,28 +106,14 @@ def test_kubectl_brokergroup(env: OperatorEnv, tmp_path: Path) -> None:
     env.wait_available("orders", 3)
     old_master = master_of(env)[1]
     ids = tuple(sorted(b for _, b, _ in env.labelled("orders").values() if b))
-    stop = threading.Event()
     ack_log = tmp_path / "acks.jsonl"
-
-    def writer() -> None:
-        n = 0
-        while not stop.is_set():
-            address = env.service_address("orders")
-            if address:
-                env.produce(address, "R", 50, f"restart{n}-", ack_log, timeout_s=30)
-                n += 1
-            time.sleep(0.05)
-
-    thread = threading.Thread(target=writer, daemon=True)
-    thread.start()
     observer = scenarios.RollObserver(env, "orders")
     observer.start()
     try:
-        out = ok(kubectl_brokergroup(env, "restart", "orders", "--wait", "240", timeout_s=300))
-        env.wait_available("orders", 3, 60)
+        with Writer(env, "orders", "R", "restart", ack_log):
+            out = ok(kubectl_brokergroup(env, "restart", "orders", "--wait", "240", timeout_s=300))
+            env.wait_available("orders", 3, 60)
     finally:
-        stop.set()
-        thread.join(60)
         observer.stop()
     assert "bg/orders restarted: 3/3 pods ready on revision" in out, out
     observer.assert_slaves_first(old_master, ids)
