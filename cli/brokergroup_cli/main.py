@@ -17,6 +17,7 @@ def build_parser() -> argparse.ArgumentParser:
     from brokergroup_broker import cli as broker_cli
     from brokergroup_cli import local_cli
     from brokergroup_cli.chaos import cli as chaos_cli
+    from brokergroup_cli.kubectl_plugin import cli as kubectl_cli
     from brokergroup_controller import cli as controller_cli
     from brokergroup_operator import cli as operator_cli
 
@@ -30,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     local_cli.register(subparsers)
     chaos_cli.register(subparsers)
     operator_cli.register(subparsers)
+    kubectl_cli.register(subparsers)
     audit_cli.register(subparsers)
     return parser
 

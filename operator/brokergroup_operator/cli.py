@@ -1,4 +1,5 @@
-"""`brokergroup operator …` and `brokergroup kube …` (docs/kubernetes.md).
+"""`brokergroup operator …` (docs/kubernetes.md); `brokergroup kube …` is the
+kubectl plugin's (brokergroup_cli.kubectl_plugin).
 
 `register` only declares arguments; kopf and the kubernetes client are
 imported inside the commands so `brokergroup --help` stays fast.
@@ -43,24 +44,6 @@ def register(subparsers: Any) -> None:
     p.add_argument("--kubeconfig", default=None)
     p.add_argument("--log-level", default="INFO")
     p.set_defaults(func=run_operator_command)
-
-    k = subparsers.add_parser("kube", help="BrokerGroup actions on a Kubernetes cluster")
-    actions = k.add_subparsers(dest="kube_command", required=True, metavar="ACTION")
-    s = actions.add_parser(
-        "switchover",
-        help="move the master role to an in-sync slave (like `kubectl cnpg promote`)",
-        description="Ask the operator to switch the group's master over to BrokerId --to. "
-        "The operator checks the target is alive and in the SyncStateSet and asks the "
-        "controller (admin ElectMaster); the result is an Event on the BrokerGroup.",
-    )
-    s.add_argument("group", help="bg/NAME or NAME")
-    s.add_argument("--to", type=int, required=True, dest="to_broker_id", help="BrokerId")
-    s.add_argument("-n", "--namespace", default=None)
-    s.add_argument("--kubeconfig", default=None)
-    s.add_argument(
-        "--wait", type=float, default=30.0, help="seconds to wait for the new master (0: don't)"
-    )
-    s.set_defaults(func=run_switchover_command)
 
 
 def run_operator_command(args: argparse.Namespace) -> int:
@@ -118,77 +101,4 @@ def run_operator_command(args: argparse.Namespace) -> int:
         priority=priority,
         liveness_endpoint=args.liveness,
     )
-    return 0
-
-
-def parse_group(ref: str) -> str:
-    for prefix in ("bg/", "brokergroup/", "brokergroups/", "brokergroup.brokergroup.io/"):
-        if ref.startswith(prefix):
-            return ref[len(prefix) :]
-    if "/" in ref:
-        raise ValueError(f"expected bg/NAME, got {ref!r}")
-    return ref
-
-
-def run_switchover_command(args: argparse.Namespace) -> int:
-    import asyncio
-
-    from kubernetes.client.exceptions import ApiException
-
-    from brokergroup_operator.kube import Kube, default_namespace, load_kube_config
-
-    try:
-        name = parse_group(args.group)
-    except ValueError as exc:
-        print(f"brokergroup kube switchover: {exc}", file=sys.stderr)
-        return 2
-    namespace = args.namespace or default_namespace(args.kubeconfig)
-    kube = Kube(load_kube_config(args.kubeconfig))
-    try:
-        return asyncio.run(request_switchover(kube, namespace, name, args.to_broker_id, args.wait))
-    except ApiException as exc:
-        print(f"brokergroup kube switchover: {exc.status} {exc.reason}", file=sys.stderr)
-        return 1
-
-
-async def request_switchover(
-    kube: Any, namespace: str, name: str, to_broker_id: int, wait_s: float
-) -> int:
-    """Set the annotation the operator acts on, then follow status until it is done."""
-    import asyncio
-    import time
-
-    from brokergroup_operator.model import SWITCHOVER_ANNOTATION
-
-    before = await kube.read_group(namespace, name)
-    epoch = int((before.get("status") or {}).get("masterEpoch") or 0)
-    await kube.patch_group_annotations(namespace, name, {SWITCHOVER_ANNOTATION: str(to_broker_id)})
-    print(f"asked the operator to switch bg/{name} over to broker {to_broker_id}")
-    deadline = time.monotonic() + max(0.0, wait_s)
-    while time.monotonic() < deadline:
-        await asyncio.sleep(0.5)
-        body = await kube.read_group(namespace, name)
-        status = body.get("status") or {}
-        master = status.get("master") or {}
-        annotations = (body.get("metadata") or {}).get("annotations") or {}
-        if int(status.get("masterEpoch") or 0) > epoch and master.get("brokerId") == to_broker_id:
-            print(
-                f"broker {to_broker_id} ({master.get('pod')}) is master at epoch {status['masterEpoch']}"
-            )
-            return 0
-        if SWITCHOVER_ANNOTATION not in annotations and master.get("brokerId") != to_broker_id:
-            # The operator consumed the request but refused or failed it: its Event says why.
-            await asyncio.sleep(2.0)
-            body = await kube.read_group(namespace, name)
-            if ((body.get("status") or {}).get("master") or {}).get("brokerId") == to_broker_id:
-                continue
-            print(
-                f"the operator did not switch over; see `kubectl describe bg/{name}` "
-                "(SwitchoverRefused / SwitchoverFailed events)",
-                file=sys.stderr,
-            )
-            return 1
-    if wait_s > 0:
-        print("timed out waiting for the new master", file=sys.stderr)
-        return 1
     return 0

@@ -65,7 +65,13 @@ from brokergroup_operator.planner import (
     plan_roll,
     plan_scale,
 )
-from brokergroup_operator.resources import API_GROUP, GroupContext, SpecError, owned_objects
+from brokergroup_operator.resources import (
+    API_GROUP,
+    RESTARTED_AT_ANNOTATION,
+    GroupContext,
+    SpecError,
+    owned_objects,
+)
 from brokergroup_operator.settings import OperatorSettings
 from brokergroup_operator.status import StatusInput, build_status, known_broker_ids
 
@@ -88,7 +94,7 @@ class GroupMemory:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     view: GroupView | None = None
     master_lost_at_ms: int | None = None
-    applied: tuple[int, int] | None = None
+    applied: tuple[int, int, str] | None = None
     addresses: tuple[str, ...] = ()
     applied_at: float = 0.0
 
@@ -141,6 +147,7 @@ def context_of(body: Mapping[str, Any], settings: OperatorSettings) -> GroupCont
         default_image=settings.image,
         controller_addresses=settings.controller_addresses,
         secret_name=settings.secret_name,
+        restarted_at=str((meta.get("annotations") or {}).get(RESTARTED_AT_ANNOTATION) or ""),
     )
 
 
@@ -299,8 +306,10 @@ async def _reconcile(
         elif isinstance(roll, Wait):
             plan_reason = roll.reason
 
-    # 3. Owned objects: on a spec change, a scale step, or every apply_interval_s.
-    applied_key = (int((body.get("metadata") or {}).get("generation") or 0), sts_replicas)
+    # 3. Owned objects: on a spec change, a scale step, a restart request (an annotation:
+    # the generation stays), or every apply_interval_s.
+    generation = int((body.get("metadata") or {}).get("generation") or 0)
+    applied_key = (generation, sts_replicas, ctx.restarted_at)
     if (
         sts is None
         or mem.applied != applied_key
@@ -315,7 +324,7 @@ async def _reconcile(
     status, events = build_status(
         StatusInput(
             group=ctx.name,
-            generation=applied_key[0],
+            generation=generation,
             replicas=ctx.replicas,
             min_in_sync_replicas=ctx.min_in_sync_replicas,
             update_revision=update_revision,

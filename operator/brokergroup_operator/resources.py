@@ -34,6 +34,9 @@ SECRETS_DIR = "/etc/brokergroup/secrets"
 CONFIG_DIR = "/etc/brokergroup/config"
 DATA_DIR = "/data"
 CONFIG_HASH_ANNOTATION = "brokergroup.io/config-hash"
+#: `kubectl brokergroup restart` writes it on the BrokerGroup (the key `kubectl rollout
+#: restart` uses); copied into the pod template, it makes a new revision: a safe roll.
+RESTARTED_AT_ANNOTATION = "kubectl.kubernetes.io/restartedAt"
 
 # spec.ha field → broker config name (the same camelCase names).
 HA_FIELDS = (
@@ -83,6 +86,8 @@ class GroupContext:
     default_image: str
     controller_addresses: tuple[str, ...]
     secret_name: str
+    restarted_at: str = ""
+    """The BrokerGroup's RESTARTED_AT_ANNOTATION ("" if none)."""
 
     @property
     def image(self) -> str:
@@ -213,6 +218,8 @@ def stateful_set(ctx: GroupContext, replicas: int) -> dict[str, Any]:
     ).hexdigest()[:16]
     pod_labels = {**(template.get("labels") or {}), **group_labels(ctx.name)}
     pod_annotations = {**(template.get("annotations") or {}), CONFIG_HASH_ANNOTATION: config_hash}
+    if ctx.restarted_at:
+        pod_annotations[RESTARTED_AT_ANNOTATION] = ctx.restarted_at
     container: dict[str, Any] = {
         "name": BROKER_CONTAINER,
         "image": ctx.image,

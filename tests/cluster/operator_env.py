@@ -497,3 +497,39 @@ def iter_controller_blocks() -> Iterator[tuple[str, ...]]:
         base = 10 + 4 * (n % 60)
         yield tuple(f"127.0.5.{base + i}" for i in range(3))
         n += 1
+
+
+class Writer:
+    """Keeps producing batches of 50 through the client Service's endpoint (wherever the
+    master label is) until stopped; every acknowledgement goes to `ack_log`. For checking
+    that a roll or a restart keeps the group writable and loses nothing."""
+
+    def __init__(
+        self, env: OperatorEnv, group: str, topic: str, prefix: str, ack_log: Path
+    ) -> None:
+        import threading
+
+        self.env, self.group, self.topic, self.prefix, self.ack_log = (
+            env, group, topic, prefix, ack_log,
+        )  # fmt: skip
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        n = 0
+        while not self._stop.is_set():
+            address = self.env.service_address(self.group)
+            if address:
+                self.env.produce(
+                    address, self.topic, 50, f"{self.prefix}{n}-", self.ack_log, timeout_s=30
+                )
+                n += 1
+            time.sleep(0.05)
+
+    def __enter__(self) -> Writer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(60)

@@ -27,7 +27,6 @@ from __future__ import annotations
 import json
 import signal
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -39,6 +38,7 @@ from kubernetes.client.exceptions import ApiException
 
 from tests.cluster.operator_env import (
     OperatorEnv,
+    Writer,
     acked_keys,
     apply_crds,
     external_kubeconfig,
@@ -354,24 +354,10 @@ def test_rolling_update_order_with_writes_flowing(env: OperatorEnv, tmp_path: Pa
     env.create_group("orders", 3, ha={"minInSyncReplicas": 2})
     env.wait_available("orders", 3)
     old_master = env.master_pod("orders").metadata.labels["brokergroup.io/broker-id"]
-    stop = threading.Event()
     ack_log = tmp_path / "acks.jsonl"
-
-    def writer() -> None:
-        n = 0
-        while not stop.is_set():
-            address = env.service_address("orders")
-            if address:
-                env.produce(address, "R", 50, f"roll{n}-", ack_log, timeout_s=30)
-                n += 1
-            time.sleep(0.05)
-
-    thread = threading.Thread(target=writer, daemon=True)
-    thread.start()
     observer = RollObserver(env, "orders")
     observer.start()
     old_revision = env.group("orders")["status"]["updateRevision"]
-    env.patch_group("orders", {"spec": {"config": {"maxPullMessages": "128"}}})
 
     def rolled() -> bool:
         g = env.group("orders")
@@ -381,10 +367,10 @@ def test_rolling_update_order_with_writes_flowing(env: OperatorEnv, tmp_path: Pa
             for p in env.pods("orders")
         )
 
-    wait_for("every pod on the new template", lambda: rolled() or None, 180, 0.5)
-    env.wait_available("orders", 3, 60)
-    stop.set()
-    thread.join(60)
+    with Writer(env, "orders", "R", "roll", ack_log):
+        env.patch_group("orders", {"spec": {"config": {"maxPullMessages": "128"}}})
+        wait_for("every pod on the new template", lambda: rolled() or None, 180, 0.5)
+        env.wait_available("orders", 3, 60)
     observer.stop()
     observer.assert_slaves_first(old_master, ("1", "2", "3"))
     reasons = [m for r, m in env.group_events("orders") if r == "RollingUpdate"]

@@ -280,37 +280,3 @@ async def test_delete_waits_for_pods_then_cleans_ids() -> None:
     kube.pods.clear()
     await handlers.group_deleted(body=kopf.Body(group()), name="bg", namespace="ns", memo=memo)
     assert ctl.calls == [("clean", None, True)]
-
-
-class SwitchoverKube:
-    """The BrokerGroup as `brokergroup kube switchover` sees it; the operator's
-    side is played by `on_annotate` (honour or refuse)."""
-
-    def __init__(self, honour: bool) -> None:
-        self.body: dict[str, Any] = {
-            "metadata": {"annotations": {}},
-            "status": {"masterEpoch": 3, "master": {"brokerId": 1}},
-        }
-        self.honour = honour
-
-    async def read_group(self, ns: str, name: str) -> dict[str, Any]:
-        return copy.deepcopy(self.body)
-
-    async def patch_group_annotations(
-        self, ns: str, name: str, annotations: dict[str, Any]
-    ) -> None:
-        # The operator acts at once: consumes the annotation, maybe moves the master.
-        if self.honour:
-            self.body["status"] = {"masterEpoch": 4, "master": {"brokerId": 2, "pod": "bg-1"}}
-
-
-async def test_switchover_command_follows_status(capsys: pytest.CaptureFixture[str]) -> None:
-    from brokergroup_operator.cli import parse_group, request_switchover
-
-    assert parse_group("bg/orders") == "orders" and parse_group("orders") == "orders"
-    with pytest.raises(ValueError, match="expected bg/NAME"):
-        parse_group("pod/orders-0")
-    assert await request_switchover(SwitchoverKube(True), "ns", "bg", 2, 5.0) == 0
-    assert "broker 2 (bg-1) is master at epoch 4" in capsys.readouterr().out
-    assert await request_switchover(SwitchoverKube(False), "ns", "bg", 2, 5.0) == 1
-    assert "SwitchoverRefused" in capsys.readouterr().err

@@ -244,11 +244,8 @@ def build_snapshot(
     brokers: list[BrokerRow] = []
     for row in partial:
         record = row["record"]
-        lag: int | None = None
-        if row["broker_id"] is not None and row["broker_id"] == master_id:
-            lag = 0
-        elif master_max is not None and row["max_offset"] is not None:
-            lag = max(0, master_max - row["max_offset"])
+        is_master = row["broker_id"] is not None and row["broker_id"] == master_id
+        lag = lag_bytes(master_max, row["max_offset"], is_master)
         brokers.append(
             BrokerRow(
                 slot=record.index,
@@ -326,7 +323,8 @@ def build_snapshot(
     )
 
 
-def _cell(value: object) -> str:
+def cell(value: object) -> str:
+    """One table cell: `-` for unknown, yes/no for booleans."""
     if value is None:
         return "-"
     if isinstance(value, bool):
@@ -334,7 +332,8 @@ def _cell(value: object) -> str:
     return str(value)
 
 
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+def table(header: list[str], rows: list[list[str]]) -> list[str]:
+    """Left-aligned columns as wide as their widest cell."""
     widths = [
         max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)
     ]
@@ -342,6 +341,41 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     for row in rows:
         lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
     return lines
+
+
+def lag_bytes(master_max_offset: int | None, max_offset: int | None, is_master: bool) -> int | None:
+    """Bytes a replica is behind its master (0 for the master itself, None if unknown)."""
+    if is_master:
+        return 0
+    if master_max_offset is None or max_offset is None:
+        return None
+    return max(0, master_max_offset - max_offset)
+
+
+def group_lines(
+    *,
+    master_broker_id: int | None,
+    master_where: str | None,
+    dead_master_broker_id: int | None,
+    master_epoch: int | None,
+    sync_state_set: tuple[int, ...],
+    sync_state_set_epoch: int | None,
+) -> list[str]:
+    """The master and SyncStateSet lines (also `kubectl brokergroup status`'s)."""
+    if master_broker_id is None and dead_master_broker_id is not None:
+        master = (
+            f"master: broker {dead_master_broker_id} is not alive (awaiting election)   "
+            f"masterEpoch {cell(master_epoch)}"
+        )
+    elif master_broker_id is None:
+        master = f"master: none          masterEpoch {cell(master_epoch)}"
+    else:
+        master = (
+            f"master: broker {master_broker_id} at {master_where}   "
+            f"masterEpoch {cell(master_epoch)}"
+        )
+    sss = "{" + ", ".join(str(i) for i in sync_state_set) + "}"
+    return [master, f"SyncStateSet: {sss}   syncStateSetEpoch {cell(sync_state_set_epoch)}"]
 
 
 def render_text(snapshot: StatusSnapshot, clock: str = "") -> str:
@@ -355,30 +389,24 @@ def render_text(snapshot: StatusSnapshot, clock: str = "") -> str:
         lines.append("supervisor: not running")
     elif not s.supervisor_alive:
         lines.append(f"supervisor: pid {s.supervisor_pid} is gone (run `local down` to clean up)")
-    if s.master_broker_id is None and s.dead_master_broker_id is not None:
-        lines.append(
-            f"master: broker {s.dead_master_broker_id} is not alive (awaiting election)   "
-            f"masterEpoch {_cell(s.master_epoch)}"
-        )
-    elif s.master_broker_id is None:
-        lines.append(f"master: none          masterEpoch {_cell(s.master_epoch)}")
-    else:
-        lines.append(
-            f"master: broker {s.master_broker_id} at {s.master_address}   "
-            f"masterEpoch {_cell(s.master_epoch)}"
-        )
-    sss = "{" + ", ".join(str(i) for i in s.sync_state_set) + "}"
-    lines.append(f"SyncStateSet: {sss}   syncStateSetEpoch {_cell(s.sync_state_set_epoch)}")
+    lines += group_lines(
+        master_broker_id=s.master_broker_id,
+        master_where=s.master_address,
+        dead_master_broker_id=s.dead_master_broker_id,
+        master_epoch=s.master_epoch,
+        sync_state_set=s.sync_state_set,
+        sync_state_set_epoch=s.sync_state_set_epoch,
+    )
     if s.leader_node_id is None:
         lines.append("controller leader: none")
     else:
         leader = next((c for c in s.controllers if c.node_id == s.leader_node_id), None)
         where = f" ({leader.address})" if leader else ""
         lines.append(
-            f"controller leader: controller-{s.leader_node_id}{where}   term {_cell(s.leader_term)}"
+            f"controller leader: controller-{s.leader_node_id}{where}   term {cell(s.leader_term)}"
         )
     lines.append("")
-    lines += _table(
+    lines += table(
         [
             "SLOT",
             "ID",
@@ -396,34 +424,34 @@ def render_text(snapshot: StatusSnapshot, clock: str = "") -> str:
         [
             [
                 str(b.slot),
-                _cell(b.broker_id),
+                cell(b.broker_id),
                 b.address,
                 b.role,
-                _cell(b.alive),
-                _cell(b.in_sync_state_set),
-                _cell(b.max_offset),
-                _cell(b.confirm_offset),
-                _cell(b.lag),
+                cell(b.alive),
+                cell(b.in_sync_state_set),
+                cell(b.max_offset),
+                cell(b.confirm_offset),
+                cell(b.lag),
                 str(b.restarts),
                 b.process,
-                _cell(b.pid),
+                cell(b.pid),
             ]
             for b in s.brokers
         ],
     )
     lines.append("")
-    lines += _table(
+    lines += table(
         ["CONTROLLER", "ADDRESS", "RAFT", "TERM", "COMMIT", "RESTARTS", "PROCESS", "PID"],
         [
             [
                 f"controller-{c.node_id}",
                 c.address,
                 "leader" if c.is_leader else ("follower" if c.reachable else "unreachable"),
-                _cell(c.term),
-                _cell(c.commit_index),
+                cell(c.term),
+                cell(c.commit_index),
                 str(c.restarts),
                 c.process,
-                _cell(c.pid),
+                cell(c.pid),
             ]
             for c in s.controllers
         ],

@@ -232,6 +232,8 @@ current-context: {name}
                 "--service-cluster-ip-range", SERVICE_CIDR,
                 "--endpoint-reconciler-type", "none",
                 "--allow-privileged=true", "--profiling=false",
+                # The process kubelet serves logs at its InternalIP (node-1 has no DNS name).
+                "--kubelet-preferred-address-types", "InternalIP",
             ],
         )  # fmt: skip
         self._wait_http("kube-apiserver", f"{self.server}/readyz", 60, tokens["admin"])

@@ -65,6 +65,7 @@ from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
 from tests.cluster.tier.controlplane import NODE_NAME
+from tests.cluster.tier.logserver import LogServer
 from tests.cluster.tier.paths import VENV_BIN
 from tests.cluster.tier.podnet import (
     CLUSTER_DOMAIN,
@@ -172,6 +173,8 @@ class ProcessKubelet:
         self._threads: list[threading.Thread] = []
         self.network = PodNetwork()
         self.services: ClusterServices | None = None
+        #: `kubectl logs` through the API server (logserver.py).
+        self.logs = LogServer(GATEWAY, state, lambda ns, name: self._find(ns, name).directory)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -185,6 +188,7 @@ class ProcessKubelet:
             admin, DNS_SERVICE_IP, (KUBERNETES_SERVICE_IP, 443), (host, int(port or 443))
         )
         self.services.start()
+        self.logs.start()
         self._register_node()
         self._ensure_storage_class()
         for target in (self._lease_loop, self._provisioner_loop, self._watch_loop):
@@ -206,6 +210,7 @@ class ProcessKubelet:
                     c.process.wait()
         if self.services is not None:
             self.services.stop()
+        self.logs.stop()
         self.network.teardown()
 
     # ------------------------------------------------------------------ node
@@ -244,6 +249,7 @@ class ProcessKubelet:
                         {"type": "InternalIP", "address": GATEWAY},
                         {"type": "Hostname", "address": NODE_NAME},
                     ],
+                    "daemonEndpoints": {"kubeletEndpoint": {"Port": self.logs.port}},
                     "nodeInfo": {
                         "kubeletVersion": "v1.33.13",
                         "kubeProxyVersion": "v1.33.13",
