@@ -42,7 +42,7 @@ from brokergroup_controller.server import ControllerConfig
 
 
 def merge(results: list[Findings]) -> Findings:
-    out = Findings(operations=0, acknowledged=0, failed=0, unknown=0)
+    out = Findings(operations=0, acknowledged=0, failed=0, indeterminate=0)
     for f in results:
         accumulate(out, f)
     return out
