@@ -4,12 +4,18 @@
     .venv/bin/python bench/chaos.py --quick        # 1 seed × 10 windows, ~1.5 min
     .venv/bin/python bench/chaos.py                # 3 seeds × 34 windows (102), ~15 min
     .venv/bin/python bench/chaos.py --seeds 5 --windows 40 --out /tmp/chaos
+    .venv/bin/python bench/chaos.py --lock /tmp/brokergroup-net.lock   # one seed per hold
 
 Each seed runs on fresh local runtimes: the defaults (allAckInSyncStateSet
 true, SYNC_FLUSH) for every fault but the power-loss one, whose share of
 the windows runs on a second runtime with ASYNC_FLUSH; every
 fault type in a shuffled order, normal and fault windows alternating (2 s /
-3 s), then a drain and the checker (brokergroup_cli/chaos/checker.py).
+3 s), then a drain of every replica and the checker
+(brokergroup_cli/chaos/checker.py: the final master's log against the
+history, bodies by CRC, each slave's log against the master's; sends retried
+up to 3 attempts, settled as failed only if every attempt failed). After
+each seed the seeds so far are merged into OUT/merged-so-far.json, so a run
+cut short still leaves its numbers.
 Writes bench/results/chaos.json (keys `windows`, `seeds`, `lost`,
 `duplicated`, `order_violations`, per fault type `p50_s`/`p99_s`) and
 bench/results/chaos.png (the first seed's latency over time, fault windows
@@ -20,11 +26,15 @@ heartbeat timeout, lease, Raft timeouts and the loopback round trip.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
+import json
 import random
 import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +71,21 @@ def ceiling() -> dict[str, Any]:
     }
 
 
+@contextlib.contextmanager
+def holding(lock: Path | None) -> Iterator[None]:
+    """An exclusive flock on `lock` (if given) for one seed's run: a machine shared with
+    other test runs gets its turns between seeds instead of waiting out the whole run."""
+    if lock is None:
+        yield
+        return
+    with open(lock, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def log(line: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {line}", flush=True)
 
@@ -73,6 +98,7 @@ def main() -> int:
     parser.add_argument("--first-seed", type=int, default=None)
     parser.add_argument("--out", type=Path, default=None, help="per-seed reports")
     parser.add_argument("--no-write", action="store_true")
+    parser.add_argument("--lock", type=Path, default=None, help="flock this file per seed")
     args = parser.parse_args()
     seeds_n = args.seeds or (1 if args.quick else 3)
     windows = args.windows or (10 if args.quick else 34)
@@ -90,32 +116,51 @@ def main() -> int:
     skipped: dict[str, str] = {}
     not_recovered: list[str] = []
     reads = 0
-    for seed in seeds:
+    seed_s: list[float] = []
+
+    def merged_summary(done: list[int]) -> dict[str, Any]:
+        merged = merge(findings)
+        summary = summarize(
+            merged,
+            seeds=done,
+            windows=len(merged.faults),
+            skipped=skipped,
+            not_recovered=not_recovered,
+            reads=reads,
+        )
+        summary["benchmark"] = "chaos"
+        summary["quick"] = args.quick
+        summary["wall_s"] = round(time.monotonic() - started, 1)
+        summary["seed_s"] = seed_s  # each seed's own run (wall_s also holds --lock waits)
+        summary["send_attempts"] = Schedule.send_attempts
+        summary["checker"] = (
+            "final read-back of every replica (key and body CRC, slaves against the final "
+            "master); a send settles as failed only if every attempt failed"
+        )
+        summary["ceiling"] = ceil
+        summary["settings"] = (
+            "defaults (allAckInSyncStateSet true, SYNC_FLUSH, no unclean election); the "
+            "power-loss fault's windows on a second runtime with flushDiskType=ASYNC_FLUSH"
+        )
+        return summary
+
+    for n, seed in enumerate(seeds):
         log(f"seed {seed}: {windows} windows of {', '.join(fault_kinds.ALL_FAULTS)}")
         schedule = Schedule(faults=fault_kinds.ALL_FAULTS, windows=windows, seed=seed)
-        result = run_chaos(schedule, out_root / f"seed-{seed}", progress=log)
+        with holding(args.lock):
+            began = time.monotonic()
+            result = run_chaos(schedule, out_root / f"seed-{seed}", progress=log)
+            seed_s.append(round(time.monotonic() - began, 1))
         log(table(result.summary))
         findings.append(result.findings)
         skipped |= result.run.skipped
         not_recovered += [f"seed {seed} {w}" for w in result.run.not_recovered]
         reads += result.run.reads
-    merged = merge(findings)
-    summary = summarize(
-        merged,
-        seeds=seeds,
-        windows=len(merged.faults),
-        skipped=skipped,
-        not_recovered=not_recovered,
-        reads=reads,
-    )
-    summary["benchmark"] = "chaos"
-    summary["quick"] = args.quick
-    summary["wall_s"] = round(time.monotonic() - started, 1)
-    summary["ceiling"] = ceil
-    summary["settings"] = (
-        "defaults (allAckInSyncStateSet true, SYNC_FLUSH, no unclean election); the power-loss "
-        "fault's windows on a second runtime with flushDiskType=ASYNC_FLUSH"
-    )
+        # The seeds so far, merged: what is left if a long run is cut short.
+        partial = out_root / "merged-so-far.json"
+        partial.write_text(json.dumps(merged_summary(seeds[: n + 1]), indent=2) + "\n")
+        log(f"seeds so far merged in {partial}")
+    summary = merged_summary(seeds)
     log(table(summary))
     if not args.no_write:
         png = out_root / f"seed-{seeds[0]}" / "latency.png"

@@ -67,6 +67,16 @@ def _segment_of(replica_dir: str, offset: int) -> tuple[Path, int]:
     return seg, offset - int(seg.name)
 
 
+def _flip_body_byte(replica_dir: str, offset: int) -> None:
+    """One bit of the body of the record at `offset`: a BAD_CRC record, same size."""
+    seg, pos = _segment_of(replica_dir, offset)
+    with open(seg, "r+b") as f:
+        f.seek(pos + 120)
+        byte = f.read(1)
+        f.seek(pos + 120)
+        f.write(bytes([byte[0] ^ 0x40]))
+
+
 def test_flipped_byte_and_truncated_range_are_reported_exactly(
     spark: SparkSession, chaos_store: ChaosStore, tmp_path: Path
 ) -> None:
@@ -89,12 +99,7 @@ def test_flipped_byte_and_truncated_range_are_reported_exactly(
     victim = acks[len(acks) // 3]
     # (Ties in epoch and length make the lowest brokerId the reference; flip the highest.)
     flipped = max(replicas, key=lambda r: r.broker_id)
-    seg, pos = _segment_of(flipped.path, victim["physicalOffset"])
-    with open(seg, "r+b") as f:
-        f.seek(pos + 120)
-        byte = f.read(1)
-        f.seek(pos + 120)
-        f.write(bytes([byte[0] ^ 0x40]))
+    _flip_body_byte(flipped.path, victim["physicalOffset"])
 
     result = run_audit(spark, str(root), acks=acks)
     divergences = [f for f in result.findings if f.kind is FindingKind.DIVERGENCE]
@@ -150,12 +155,7 @@ def test_a_short_replica_neither_hides_divergence_nor_its_own_loss(
                 with open(seg.path, "r+b") as f:
                     f.seek(cut - seg.start)
                     f.write(bytes(seg.start + seg.length - cut))
-    seg, pos = _segment_of(flipped.path, victim["physicalOffset"])
-    with open(seg, "r+b") as f:
-        f.seek(pos + 120)
-        byte = f.read(1)
-        f.seek(pos + 120)
-        f.write(bytes([byte[0] ^ 0x40]))
+    _flip_body_byte(flipped.path, victim["physicalOffset"])
 
     result = run_audit(spark, str(root))
     costly = sorted(
