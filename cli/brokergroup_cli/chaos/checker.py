@@ -34,7 +34,7 @@ to a few attempts with the same key and body):
   confirmOffset, so this must never happen). A consumed key never sent is
   unexpected too.
 - **unavailability** of a client: from the invoke of an operation that did
-  not succeed within `slow_s` (failed, unknown or slow) to the completion of
+  not succeed within `slow_s` (failed, indeterminate or slow) to the completion of
   the next operation that did; per fault window, the longest such stretch
   of any client that overlaps the window (or the `grace_s` after it) — a
   send in flight when the fault began starts its stretch a moment before

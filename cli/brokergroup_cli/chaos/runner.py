@@ -147,6 +147,11 @@ _SEND_ERRORS = (BrokerError, BrokerUnavailableError, NoMasterError, OSError)
 RETRY_PAUSE_S = 0.05
 
 
+def body_of(key: str) -> bytes:
+    """The body sent under `key` (its CRC is what the checker compares)."""
+    return f"{key}|{'x' * 64}".encode()
+
+
 async def _produce(
     name: str,
     topic: str,
@@ -161,7 +166,7 @@ async def _produce(
     seq = 0
     while not stop.is_set():
         key = f"{name}-{seq}"
-        body = f"{key}|{'x' * 64}".encode()
+        body = body_of(key)
         invoke = clock.now()
         outcomes: list[str] = []
         error: str | None = None
@@ -384,8 +389,8 @@ async def plant(
     rt: LocalRuntime, kinds: Sequence[str], topic: str, name: str, run: Run, clock: _Clock
 ) -> None:
     """Negative control: write defects the checker must report. `duplicate`: the
-    last acknowledged key of the first producer sent again, same body (a second
-    copy the history does not know of). `reorder`: a planted client's keys 0 and 1
+    last acknowledged key (after every fault) sent again, same body (a second copy
+    the history does not know of). `reorder`: a planted client's keys 0 and 1
     acknowledged in the opposite order of their seqs (what a broker that reordered
     a client's sends would leave)."""
     info = await asyncio.to_thread(rt.replica_info)
@@ -395,14 +400,14 @@ async def plant(
     try:
         if PLANT_DUPLICATE in kinds:
             victim = max((o for o in run.operations if o.outcome == OK), key=lambda o: o.complete_s)
-            body = f"{victim.key}|{'x' * 64}".encode()
+            body = body_of(victim.key)
             await conn.send(topic, [ProduceMessage(topic, body, key=victim.key)], victim.queue_id)
             run.planted[PLANT_DUPLICATE] = [victim.key]
         if PLANT_REORDER in kinds:
             keys = [f"{name}-0", f"{name}-1"]
             for seq in (1, 0):  # the later seq first
                 invoke = clock.now()
-                body = f"{keys[seq]}|{'x' * 64}".encode()
+                body = body_of(keys[seq])
                 result = await conn.send(topic, [ProduceMessage(topic, body, key=keys[seq])], 0)
                 sent = result.messages[0]
                 run.operations.append(
