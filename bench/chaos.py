@@ -44,10 +44,10 @@ from _common import RESULTS_DIR, loopback_tcp_ceiling, print_last_line, write_re
 
 from brokergroup_broker.core.config import BrokerConfig
 from brokergroup_cli.chaos import faults as fault_kinds
-from brokergroup_cli.chaos.checker import Findings, accumulate
+from brokergroup_cli.chaos.checker import Findings, accumulate, check
 from brokergroup_cli.chaos.cli import run_chaos
 from brokergroup_cli.chaos.report import summarize, table
-from brokergroup_cli.chaos.runner import Schedule
+from brokergroup_cli.chaos.runner import Schedule, read_history
 from brokergroup_controller.server import ControllerConfig
 
 
@@ -69,6 +69,35 @@ def ceiling() -> dict[str, Any]:
         "raftMaxTimeoutMs": controller.raft_max_timeout_ms,
         "loopback": loopback_tcp_ceiling().to_json(),
     }
+
+
+def recheck_unavailability(out_root: Path, result: Path) -> int:
+    """Unavailability from each seed's history.jsonl and faults.jsonl, judged by the
+    current checker, into `result` (data findings need the read-back, which is not
+    kept: they stay as the run judged them)."""
+    merged = Findings(operations=0, acknowledged=0, failed=0, indeterminate=0)
+    for seed_dir in sorted(out_root.glob("seed-*")):
+        operations, windows = read_history(seed_dir)
+        judged = check(operations, [], windows)
+        merged.faults += judged.faults
+        merged.unexpected_unavailability += judged.unexpected_unavailability
+    summary = json.loads(result.read_text())
+    again = summarize(merged, seeds=[], windows=0, skipped={}, not_recovered=[], reads=0)
+    if again["faults"].keys() != summary["faults"].keys():
+        raise SystemExit(f"{out_root} holds other faults than {result}")
+    summary["faults"] = again["faults"]
+    summary["unexpected_unavailability"] = again["unexpected_unavailability"]
+    summary["targets_met"] = summary["data_safe"] and all(
+        f["target_met"] is not False for f in again["faults"].values()
+    )
+    summary["unavailability_rechecked"] = (
+        "from each seed's history.jsonl and faults.jsonl by the checker at "
+        f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} (bench/chaos.py "
+        "--recheck-unavailability)"
+    )
+    result.write_text(json.dumps(summary, indent=2) + "\n")
+    log(table(summary))
+    return 0
 
 
 @contextlib.contextmanager
@@ -99,7 +128,14 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=None, help="per-seed reports")
     parser.add_argument("--no-write", action="store_true")
     parser.add_argument("--lock", type=Path, default=None, help="flock this file per seed")
+    parser.add_argument(
+        "--recheck-unavailability", type=Path, default=None, metavar="OUT",
+        help="judge the unavailability of a finished run's seeds (OUT/seed-*/) again with "
+        "the current checker and update bench/results/chaos.json; runs nothing",
+    )  # fmt: skip
     args = parser.parse_args()
+    if args.recheck_unavailability is not None:
+        return recheck_unavailability(args.recheck_unavailability, RESULTS_DIR / "chaos.json")
     seeds_n = args.seeds or (1 if args.quick else 3)
     windows = args.windows or (10 if args.quick else 34)
     first = args.first_seed if args.first_seed is not None else random.randrange(1 << 30)

@@ -303,3 +303,17 @@ def test_a_replica_that_differs_from_the_final_master_is_reported_per_position()
         ops, [*master, ReadRecord("k0", 0, 0, "u", 100, "m")], [], replica_reads=[*same, *other]
     )
     assert f.replica_mismatches == []
+
+
+def test_a_send_that_needed_a_retry_counts_as_unavailable_however_fast() -> None:
+    # Retries must not hide a failover: the first attempt of k1 failed (the master
+    # died), its retry landed 0.1 s later. The stretch runs from k1's invoke to the
+    # next send that succeeded at its first attempt, as it did before sends retried.
+    ops = [
+        _op(0, 0.0, 0.01),
+        Operation("c0", 1, "k1", 1.0, 1.1, OK, 0, 1, attempts=(INDETERMINATE, OK)),
+        Operation("c0", 2, "k2", 1.1, 1.12, OK, 0, 2, attempts=(OK,)),
+    ]
+    assert [(u.start_s, u.end_s) for u in unavailability(ops, 0.25)] == [(1.0, 1.12)]
+    f = check(ops, [], [FaultWindow("kill-master", 0.99, 2.0)], slow_s=0.25)
+    assert [round(r.unavailable_s, 3) for r in f.faults] == [0.12]

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
 
 from brokergroup_broker.protocol.client import BrokerConnectionError, NoMasterError
 from brokergroup_broker.protocol.messages import (
@@ -17,8 +19,15 @@ from brokergroup_broker.protocol.messages import (
     SentMessage,
 )
 from brokergroup_broker.store.message import body_crc
-from brokergroup_cli.chaos.checker import FAILED, INDETERMINATE, OK
-from brokergroup_cli.chaos.runner import Run, _Clock, _produce, replica_addresses
+from brokergroup_cli.chaos.checker import FAILED, INDETERMINATE, OK, FaultWindow
+from brokergroup_cli.chaos.runner import (
+    Run,
+    _Clock,
+    _produce,
+    read_history,
+    replica_addresses,
+    write_history,
+)
 
 
 class ScriptedProducer:
@@ -91,3 +100,15 @@ def test_the_drain_reads_every_live_replica_but_the_master() -> None:
         ],
     }
     assert replica_addresses(info) == ["127.0.1.111:10911", "127.0.1.112:10911"]
+
+
+def test_the_history_reads_back_as_the_operations_and_windows_written(tmp_path: Path) -> None:
+    run, _ = _run([TIMEOUT, NO_MASTER, NO_MASTER, None], attempts=3)
+    run.windows.append(FaultWindow("kill-master", 0.5, 3.5, "SIGKILL master"))
+    write_history(run, tmp_path)
+    operations, windows = read_history(tmp_path)
+    # Times are kept to the microsecond.
+    assert [replace(o, invoke_s=0.0, complete_s=0.0) for o in operations] == [
+        replace(o, invoke_s=0.0, complete_s=0.0) for o in run.operations
+    ]
+    assert windows == run.windows

@@ -34,8 +34,8 @@ to a few attempts with the same key and body):
   confirmOffset, so this must never happen). A consumed key never sent is
   unexpected too.
 - **unavailability** of a client: from the invoke of an operation that did
-  not succeed within `slow_s` (failed, indeterminate or slow) to the completion of
-  the next operation that did; per fault window, the longest such stretch
+  not succeed at its first attempt within `slow_s` (failed, indeterminate,
+  retried or slow) to the completion of the next operation that did; per fault window, the longest such stretch
   of any client that overlaps the window (or the `grace_s` after it) — a
   send in flight when the fault began starts its stretch a moment before
   the window does, and belongs to it. A stretch overlapping several windows
@@ -285,7 +285,11 @@ def _order_violations(
 
 
 def unavailability(operations: Iterable[Operation], slow_s: float) -> list[Unavailability]:
-    """Per client: invoke of the first op not fast-and-ok → completion of the next that is."""
+    """Per client: invoke of the first op not fast-and-ok → completion of the next that is.
+
+    An op is fast-and-ok only if its first attempt was acknowledged within `slow_s`:
+    a send that needed a retry met a fault however fast the retry was, and counting
+    it as available would let the client's retries hide a failover."""
     by_client: dict[str, list[Operation]] = defaultdict(list)
     for op in operations:
         by_client[op.client].append(op)
@@ -293,7 +297,7 @@ def unavailability(operations: Iterable[Operation], slow_s: float) -> list[Unava
     for client, ops in sorted(by_client.items()):
         start: float | None = None
         for op in sorted(ops, key=lambda o: o.seq):
-            good = op.outcome == OK and op.latency_s <= slow_s
+            good = op.outcome == OK and op.latency_s <= slow_s and len(op.attempts) <= 1
             if not good and start is None:
                 start = op.invoke_s
             if good and start is not None:

@@ -535,3 +535,23 @@ def write_history(run: Run, out_dir: Path) -> None:
         for w in run.windows:
             line = {"fault": w.fault, "start": round(w.start_s, 6), "end": round(w.end_s, 6)}
             f.write(json.dumps(line | {"note": w.note}) + "\n")
+
+
+def read_history(out_dir: Path) -> tuple[list[Operation], list[FaultWindow]]:
+    """The operations and fault windows `write_history` wrote (what the checker's
+    unavailability needs; the read-back is not kept)."""
+    operations = []
+    for line in (out_dir / "history.jsonl").read_text().splitlines():
+        op = json.loads(line)
+        operations.append(
+            Operation(
+                op["client"], op["seq"], op["key"], op["invokeTime"], op["completeTime"],
+                op["outcome"], op.get("queueId"), op.get("queueOffset"), op.get("error"),
+                op.get("bodyCrc"), tuple(op.get("attempts", ())),
+            )
+        )  # fmt: skip
+    windows = [
+        FaultWindow(w["fault"], w["start"], w["end"], w.get("note", ""))
+        for w in map(json.loads, (out_dir / "faults.jsonl").read_text().splitlines())
+    ]
+    return operations, windows
