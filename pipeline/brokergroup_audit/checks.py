@@ -20,6 +20,7 @@ class FindingKind(StrEnum):
     DIVERGENCE = "DIVERGENCE"
     EPOCH_CONFLICT = "EPOCH_CONFLICT"
     CORRUPT_RECORD = "CORRUPT_RECORD"
+    TORN_COMMITTED = "TORN_COMMITTED"
     TORN_TAIL = "TORN_TAIL"
     DUPLICATE = "DUPLICATE"
     DUPLICATE_QUEUE_OFFSET = "DUPLICATE_QUEUE_OFFSET"
@@ -37,6 +38,7 @@ _COSTS_DATA = frozenset(
         FindingKind.DIVERGENCE,
         FindingKind.EPOCH_CONFLICT,
         FindingKind.CORRUPT_RECORD,
+        FindingKind.TORN_COMMITTED,
         FindingKind.DUPLICATE_QUEUE_OFFSET,
     }
 )
@@ -107,14 +109,169 @@ def reference_replica(replicas: Sequence[ReplicaFacts]) -> ReplicaFacts:
     )
 
 
-def committed_prefix(replicas: Sequence[ReplicaFacts]) -> tuple[int, int]:
-    """[start, end) every replica of a group holds and has confirmed: where they must agree."""
-    start = max(r.min_offset for r in replicas)
-    end = min(
-        min(r.end_offset, r.confirm_offset if r.confirm_offset is not None else r.end_offset)
-        for r in replicas
+@dataclass(frozen=True)
+class AgreementSpan:
+    """[low, high) of one replica's log that it holds and has confirmed: where every
+    other replica that also confirmed an offset must hold the same record."""
+
+    group: str
+    broker_id: int
+    low: int
+    high: int
+
+    def covers(self, offset: int) -> bool:
+        return self.low <= offset < self.high
+
+
+def agreement_span(r: ReplicaFacts) -> AgreementSpan:
+    confirmed = r.end_offset if r.confirm_offset is None else r.confirm_offset
+    return AgreementSpan(
+        r.group, r.broker_id, r.min_offset, max(r.min_offset, min(r.end_offset, confirmed))
     )
-    return start, max(start, end)
+
+
+@dataclass(frozen=True)
+class Copy:
+    """One replica's record (or damaged region) starting at an offset."""
+
+    broker_id: int
+    record_crc: int
+    size: int
+    problem: str | None = None
+
+    def describe(self) -> str:
+        text = f"broker {self.broker_id}: {self.size} bytes crc {self.record_crc}"
+        return text + (f" ({self.problem})" if self.problem else "")
+
+
+def divergence(
+    group: str, offset: int, copies: Sequence[Copy], spans: Sequence[AgreementSpan]
+) -> Finding | None:
+    """Replicas that both confirmed `offset` must hold the same record there.
+
+    Judged per pair, each up to the smaller of the two confirmed ends (not up to the
+    shortest replica of the group: one short replica would hide divergence between
+    the others). Copies from replicas that have not confirmed `offset` are ignored.
+    """
+    expected = sorted(s.broker_id for s in spans if s.group == group and s.covers(offset))
+    held = sorted((c for c in copies if c.broker_id in expected), key=lambda c: c.broker_id)
+    if len(expected) < 2:
+        return None
+    missing = [b for b in expected if b not in {c.broker_id for c in held}]
+    if not missing and len({(c.record_crc, c.size) for c in held}) == 1:
+        return None
+    text = f"{len(held)} of {len(expected)} replicas that confirmed this offset hold a record here"
+    if missing:
+        text += f" (none on broker {', '.join(map(str, missing))})"
+    if held:
+        text += "; " + ", ".join(c.describe() for c in held)
+    return Finding(FindingKind.DIVERGENCE, group, None, offset, text)
+
+
+#: The source's `problem` for a record cut short (a crash mid-write).
+PARTIAL = "PARTIAL"
+
+
+def damage(
+    group: str, broker_id: int, offset: int, problem: str, detail: str, confirm_offset: int | None
+) -> Finding:
+    """A damaged record or region of one replica, judged by where it sits.
+
+    Below confirmOffset the replica confirmed those bytes, so a torn record there costs
+    data as much as a corrupt one; at or above it, a torn last record is what a crash
+    mid-append leaves (recovery cuts it) and other damage is truncated at the next
+    handshake. A store without a checkpoint confirmed everything it holds.
+    """
+    committed = confirm_offset is None or offset < confirm_offset
+    if problem == PARTIAL:
+        kind = FindingKind.TORN_COMMITTED if committed else FindingKind.TORN_TAIL
+    else:
+        kind = FindingKind.CORRUPT_RECORD if committed else FindingKind.UNCOMMITTED_TAIL
+    text = f"{problem}: {detail}"
+    if kind is FindingKind.TORN_COMMITTED:
+        text += f" (below confirmOffset {confirm_offset})"
+    return Finding(kind, group, broker_id, offset, text)
+
+
+def short_of_confirm(r: ReplicaFacts, damaged_at: Iterable[int] = ()) -> Finding | None:
+    """A replica whose valid records end before its confirmOffset: the bytes between
+    are zeroed or gone (a zero-filled tail reads as no records at all). Not reported
+    again when a damaged record is already reported where the valid records end."""
+    if r.confirm_offset is None or r.end_offset >= r.confirm_offset:
+        return None
+    if r.end_offset in set(damaged_at):
+        return None
+    return Finding(
+        FindingKind.TORN_COMMITTED, r.group, r.broker_id, r.end_offset,
+        f"valid records end at {r.end_offset} but broker {r.broker_id} confirmed up to "
+        f"{r.confirm_offset}: {r.confirm_offset - r.end_offset} confirmed bytes are zeroed or missing",
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class StoredRecord:
+    """What the reference log holds at an acknowledged physicalOffset."""
+
+    topic: str
+    queue_id: int
+    queue_offset: int
+    keys: str | None
+    body_crc: int
+
+
+#: `produce` logs the full CRC32, the chaos tool RocketMQ's 31-bit UtilAll.crc32:
+#: acknowledgements and records are compared on the 31 bits both carry.
+CRC_BITS = 0x7FFFFFFF
+
+
+def acked_missing(
+    group: str, broker_id: int, ack: Mapping[str, Any], stored: StoredRecord | None
+) -> Finding | None:
+    """An acknowledgement (`job.acknowledged` fields) against the reference log's record
+    at its physicalOffset: missing, or another record, is a lost acknowledged write."""
+    if stored is not None and (
+        stored.topic == ack["topic"]
+        and stored.queue_id == ack["queueId"]
+        and stored.queue_offset == ack["queueOffset"]
+        and stored.body_crc & CRC_BITS == ack["bodyCrc"] & CRC_BITS
+        and (ack["key"] is None or stored.keys == ack["key"])
+    ):
+        return None
+    what = (
+        "no record at that offset"
+        if stored is None
+        else f"a different record is there ({stored.topic}/{stored.queue_id} queue offset "
+        f"{stored.queue_offset}, key {stored.keys}, crc {stored.body_crc})"
+    )
+    return Finding(
+        FindingKind.ACKED_MISSING, group, broker_id, ack["physicalOffset"],
+        f"ack line {ack['ackLine']}: {ack['topic']}/{ack['queueId']} queue offset "
+        f"{ack['queueOffset']} key {ack['key']} acknowledged at {ack['ackTimeMs']}: {what}",
+    )  # fmt: skip
+
+
+def duplicate(
+    group: str, broker_id: int, topic: str, keys: str, at: Sequence[int]
+) -> Finding | None:
+    """One key and body stored more than once in the reference log (at-least-once)."""
+    if len(at) < 2:
+        return None
+    return Finding(
+        FindingKind.DUPLICATE, group, broker_id, min(at),
+        f"topic {topic} key {keys} stored {len(at)} times at {sorted(at)}",
+    )  # fmt: skip
+
+
+def duplicate_queue_offset(
+    group: str, broker_id: int, topic: str, queue_id: int, queue_offset: int, at: Sequence[int]
+) -> Finding | None:
+    """Two records on one queue slot: every consumer would skip one of them."""
+    if len(at) < 2:
+        return None
+    return Finding(
+        FindingKind.DUPLICATE_QUEUE_OFFSET, group, broker_id, min(at),
+        f"{topic}/{queue_id} queue offset {queue_offset} used by {len(at)} records at {sorted(at)}",
+    )  # fmt: skip
 
 
 def epoch_conflicts(replicas: Sequence[ReplicaFacts]) -> list[Finding]:

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
+
+#: The arguments that name files: resolved on the driver (see `absolute_paths`).
+PATH_ARGUMENTS = ("store_root", "acks", "events", "out")
 
 
 def register(subparsers: Any) -> None:
@@ -35,7 +39,20 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=_run)
 
 
+def absolute_paths(args: argparse.Namespace, cwd: Path) -> argparse.Namespace:
+    """The arguments with every path made absolute against `cwd`, the driver's working
+    directory. Spark executors open the segment files the driver lists, each in its
+    own working directory (a standalone worker's is work/app-…/N), so a relative
+    STORE_ROOT must not leave the driver as it was typed."""
+    out = argparse.Namespace(**vars(args))
+    for name in PATH_ARGUMENTS:
+        value = getattr(args, name, None)
+        if value:
+            setattr(out, name, str(cwd / value))
+    return out
+
+
 def _run(args: argparse.Namespace) -> int:
     from brokergroup_audit.job import run_cli
 
-    return run_cli(args)
+    return run_cli(absolute_paths(args, Path.cwd()))

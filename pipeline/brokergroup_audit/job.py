@@ -174,6 +174,9 @@ def run_audit(
     progress: Progress = lambda _: None,
 ) -> AuditResult:
     began = time.monotonic()
+    # Absolute before Spark sees it: executors would resolve a relative root (and so
+    # every segment path listed from it) in their own working directories.
+    store_root = os.path.abspath(store_root)
     replicas = find_replicas(store_root)
     if not replicas:
         raise ValueError(f"no replica store (a directory with commitlog/) under {store_root}")
@@ -233,61 +236,67 @@ def run_audit(
     refs = {g: checks.reference_replica(fs) for g, fs in facts.items()}
     confirm = {(r.group, r.broker_id): r.confirm_offset for r in replicas}
 
-    # Damaged regions and records.
+    # Damaged regions and records; a replica whose valid records end below its
+    # confirmOffset (a zeroed tail reads as no records at all).
     stages.start("damage", "damaged records")
-    for row in df.filter(F.col("problem").isNotNull()).collect():
-        c = confirm.get((row["group"], row["brokerId"]))
-        committed = c is None or row["physicalOffset"] < c
-        kind = (
-            FindingKind.TORN_TAIL
-            if row["problem"] == "PARTIAL"
-            else FindingKind.CORRUPT_RECORD
-            if committed
-            else FindingKind.UNCOMMITTED_TAIL
-        )
+    damaged_at: dict[tuple[str, int], list[int]] = {}
+    for row in (
+        df.filter(F.col("problem").isNotNull())
+        .orderBy("group", "brokerId", "physicalOffset")
+        .collect()
+    ):
+        key = (row["group"], row["brokerId"])
+        damaged_at.setdefault(key, []).append(row["physicalOffset"])
         findings.append(
-            Finding(kind, row["group"], row["brokerId"], row["physicalOffset"],
-                    f"{row['problem']}: {row['detail']}")
+            checks.damage(row["group"], row["brokerId"], row["physicalOffset"], row["problem"],
+                          row["detail"], confirm.get(key))
         )  # fmt: skip
+    for fs in facts.values():
+        for fact in fs:
+            short = checks.short_of_confirm(fact, damaged_at.get((fact.group, fact.broker_id), ()))
+            if short is not None:
+                findings.append(short)
 
-    # Committed-prefix divergence: every replica must hold the same bytes at each offset.
+    # Divergence: two replicas that both confirmed an offset must hold the same record
+    # there (each pair up to the smaller of their confirmed ends). Spark keeps the
+    # offsets where fewer copies than confirming replicas exist or copies differ;
+    # checks.divergence decides on each.
     stages.start("divergence", "comparing replicas")
-    prefix_rows = []
-    for g, fs in facts.items():
-        if len(fs) > 1:
-            start, end = checks.committed_prefix(fs)
-            prefix_rows.append((g, start, end, len(fs)))
-    if prefix_rows:
-        prefix = spark.createDataFrame(
-            prefix_rows, "group STRING, pStart BIGINT, pEnd BIGINT, n INT"
+    spans = [checks.agreement_span(r) for fs in facts.values() if len(fs) > 1 for r in fs]
+    if spans:
+        span_df = spark.createDataFrame(
+            [(s.group, s.broker_id, s.low, s.high) for s in spans],
+            "group STRING, brokerId INT, low BIGINT, high BIGINT",
         )
+        group_spans = span_df.groupBy("group").agg(
+            F.collect_list(F.struct("low", "high")).alias("spans")
+        )
+        at = F.col("physicalOffset")
         diverged = (
-            df.join(F.broadcast(prefix), "group")
-            .filter(
-                (F.col("physicalOffset") >= F.col("pStart"))
-                & (F.col("physicalOffset") + F.col("size") <= F.col("pEnd"))
-            )
-            .groupBy("group", "physicalOffset", "n")
+            df.join(F.broadcast(span_df), ["group", "brokerId"])
+            .filter((at >= F.col("low")) & (at < F.col("high")))
+            .groupBy("group", "physicalOffset")
             .agg(
                 F.count("*").alias("copies"),
-                F.countDistinct("recordCrc").alias("distinct"),
-                F.sort_array(
-                    F.collect_list(F.struct("brokerId", "recordCrc", "size", "problem"))
-                ).alias("replicas"),
+                F.countDistinct("recordCrc", "size").alias("distinct"),
+                F.collect_list(F.struct("brokerId", "recordCrc", "size", "problem")).alias("held"),
             )
-            .filter((F.col("copies") != F.col("n")) | (F.col("distinct") > 1))
+            .join(F.broadcast(group_spans), "group")
+            .withColumn(
+                "confirmed",
+                F.size(F.filter("spans", lambda s: (s["low"] <= at) & (at < s["high"]))),
+            )
+            .filter((F.col("copies") != F.col("confirmed")) | (F.col("distinct") > 1))
             .orderBy("group", "physicalOffset")
         )
         for row in diverged.collect():
-            held = ", ".join(
-                f"broker {x['brokerId']}: {x['size']} bytes crc {x['recordCrc']}"
-                + (f" ({x['problem']})" if x["problem"] else "")
-                for x in row["replicas"]
-            )
-            findings.append(
-                Finding(FindingKind.DIVERGENCE, row["group"], None, row["physicalOffset"],
-                        f"{row['copies']} of {row['n']} replicas hold a record here; {held}")
-            )  # fmt: skip
+            copies = [
+                checks.Copy(x["brokerId"], x["recordCrc"], x["size"], x["problem"])
+                for x in row["held"]
+            ]
+            found = checks.divergence(row["group"], row["physicalOffset"], copies, spans)
+            if found is not None:
+                findings.append(found)
 
     # Everything below reads the reference replica of each group (the lineage a
     # controller would elect).
@@ -299,18 +308,19 @@ def run_audit(
     live = ref_rows.filter(F.col("problem").isNull())
     dups = repeated(live.filter(F.col("keys").isNotNull()), DUPLICATE_KEY, F.col("keyHash"))
     for row in dups:
-        findings.append(
-            Finding(FindingKind.DUPLICATE, row["group"], refs[row["group"]].broker_id, row["at"][0],
-                    f"topic {row['topic']} key {row['keys']} stored {row['n']} times at {list(row['at'])}")
-        )  # fmt: skip
+        found = checks.duplicate(row["group"], refs[row["group"]].broker_id, row["topic"],
+                                 row["keys"], row["at"])  # fmt: skip
+        if found is not None:
+            findings.append(found)
     stages.start("queue offsets", "duplicate queue offsets")
     qdups = repeated(live, QUEUE_SLOT, F.col("slotHash"))
     for row in qdups:
-        findings.append(
-            Finding(FindingKind.DUPLICATE_QUEUE_OFFSET, row["group"], refs[row["group"]].broker_id,
-                    row["at"][0], f"{row['topic']}/{row['queueId']} queue offset {row['queueOffset']} "
-                    f"used by {row['n']} records at {list(row['at'])}")
+        found = checks.duplicate_queue_offset(
+            row["group"], refs[row["group"]].broker_id, row["topic"], row["queueId"],
+            row["queueOffset"], row["at"],
         )  # fmt: skip
+        if found is not None:
+            findings.append(found)
 
     # Acknowledged but missing.
     acked = list(acks)
@@ -331,11 +341,9 @@ def run_audit(
                 | (F.col("sTopic") != F.col("topic"))
                 | (F.col("sQueueId") != F.col("queueId"))
                 | (F.col("sQueueOffset") != F.col("queueOffset"))
-                # `produce` logs the full CRC32, the chaos tool RocketMQ's 31-bit
-                # UtilAll.crc32: compare the 31 bits both carry.
                 | (
-                    F.col("sBodyCrc").bitwiseAND(F.lit(0x7FFFFFFF))
-                    != F.col("bodyCrc").bitwiseAND(F.lit(0x7FFFFFFF))
+                    F.col("sBodyCrc").bitwiseAND(F.lit(checks.CRC_BITS))
+                    != F.col("bodyCrc").bitwiseAND(F.lit(checks.CRC_BITS))
                 )
                 | (
                     F.col("key").isNotNull()
@@ -345,18 +353,17 @@ def run_audit(
             .orderBy("group", "physicalOffset")
         )
         for row in missing.collect():
-            what = (
-                "no record at that offset"
+            held = (
+                None
                 if row["sTopic"] is None
-                else f"a different record is there ({row['sTopic']}/{row['sQueueId']} "
-                f"queue offset {row['sQueueOffset']}, key {row['sKeys']}, crc {row['sBodyCrc']})"
-            )
-            findings.append(
-                Finding(FindingKind.ACKED_MISSING, row["group"], refs[row["group"]].broker_id,
-                        row["physicalOffset"], f"ack line {row['ackLine']}: {row['topic']}/"
-                        f"{row['queueId']} queue offset {row['queueOffset']} key {row['key']} "
-                        f"acknowledged at {row['ackTimeMs']}: {what}")
+                else checks.StoredRecord(row["sTopic"], row["sQueueId"], row["sQueueOffset"],
+                                         row["sKeys"], row["sBodyCrc"])
             )  # fmt: skip
+            found = checks.acked_missing(
+                row["group"], refs[row["group"]].broker_id, row.asDict(), held
+            )
+            if found is not None:
+                findings.append(found)
 
     # Epoch lineage, failovers, unavailability.
     stages.start("failovers", "epochs and failovers")

@@ -278,6 +278,13 @@ class CommitLogDataSource(DataSource):
         path = self.options.get("path")
         if not path:
             raise ValueError('commitlog source: give the store root, load("/path/to/stores")')
+        if not os.path.isabs(path):
+            # The slices name segment files under it; executors open them in their own
+            # working directories, where a relative path means something else.
+            raise ValueError(
+                f"commitlog source: the store root must be absolute (executors resolve a "
+                f"relative one in their own working directory): {path!r}"
+            )
         return CommitLogReader(
             path,
             int(self.options.get("splitBytes", DEFAULT_SPLIT_BYTES)),

@@ -2,9 +2,10 @@
 chaos/; docs/reliability.md "Chaos"): with the default settings nothing
 acknowledged may be lost, reordered or misplaced, and nothing unsent read.
 
-How it could fail: the checker reads every queue back from the final
-master and compares with each acknowledged key's queue, offset and send
-order (tests/unit/test_chaos_checker.py shows it reports each planted
+How it could fail: the checker reads every queue back from every replica
+(bodies included), compares the final master's log with each acknowledged
+key's queue, offset, body and send order, and each slave's with the final
+master's (tests/unit/test_chaos_checker.py shows it reports each planted
 defect). Faults the machine cannot do (no root: partition, full disk) are
 skipped with their reason, which the summary lists.
 """
@@ -34,7 +35,11 @@ def test_every_fault_once_loses_and_reorders_nothing(tmp_path: Path) -> None:
         s["misplaced"],
         s["unexpected"],
         s["unstable_reads"],
-    ) == (0, 0, 0, 0, 0), s
+        s["corrupt"],
+        s["replica_mismatches"],
+    ) == (0, 0, 0, 0, 0, 0, 0), s
+    # Both slaves were read back, and hold what the master holds.
+    assert len({replica for replica, _ in result.run.replicas_read}) >= 2, result.run.replicas_read
     assert s["reads"] > 0, s  # the tailing consumer read during the faults
     ran = set(s["faults"])
     assert ran == set(chosen) - set(s["skipped"]), (ran, s["skipped"])

@@ -7,7 +7,11 @@ the local runtime, 3 brokers, two master kills while a producer wrote an ack log
 - the same store damaged on purpose: one flipped byte in a replica's committed
   region is exactly one divergence at that record's offset; cutting every replica's
   log at an acknowledged record makes exactly the acknowledgements from there on
-  lost (and `brokergroup audit` exits 1).
+  lost (and `brokergroup audit` exits 1);
+- one replica cut short below its confirmOffset (a torn last record, or a zeroed
+  tail): that is a data-costing TORN_COMMITTED finding, and it does not hide a
+  divergence between the two other replicas past its end (pairs are compared up to
+  the smaller of their own confirmed ends).
 """
 
 from __future__ import annotations
@@ -63,6 +67,16 @@ def _segment_of(replica_dir: str, offset: int) -> tuple[Path, int]:
     return seg, offset - int(seg.name)
 
 
+def _flip_body_byte(replica_dir: str, offset: int) -> None:
+    """One bit of the body of the record at `offset`: a BAD_CRC record, same size."""
+    seg, pos = _segment_of(replica_dir, offset)
+    with open(seg, "r+b") as f:
+        f.seek(pos + 120)
+        byte = f.read(1)
+        f.seek(pos + 120)
+        f.write(bytes([byte[0] ^ 0x40]))
+
+
 def test_flipped_byte_and_truncated_range_are_reported_exactly(
     spark: SparkSession, chaos_store: ChaosStore, tmp_path: Path
 ) -> None:
@@ -85,12 +99,7 @@ def test_flipped_byte_and_truncated_range_are_reported_exactly(
     victim = acks[len(acks) // 3]
     # (Ties in epoch and length make the lowest brokerId the reference; flip the highest.)
     flipped = max(replicas, key=lambda r: r.broker_id)
-    seg, pos = _segment_of(flipped.path, victim["physicalOffset"])
-    with open(seg, "r+b") as f:
-        f.seek(pos + 120)
-        byte = f.read(1)
-        f.seek(pos + 120)
-        f.write(bytes([byte[0] ^ 0x40]))
+    _flip_body_byte(flipped.path, victim["physicalOffset"])
 
     result = run_audit(spark, str(root), acks=acks)
     divergences = [f for f in result.findings if f.kind is FindingKind.DIVERGENCE]
@@ -117,3 +126,53 @@ def test_flipped_byte_and_truncated_range_are_reported_exactly(
     for name in ("findings.parquet", "failovers.parquet", "epochs.parquet", "report.html"):
         assert (out / name).stat().st_size > 0
     assert "data:image/png;base64," in (out / "report.html").read_text()
+
+
+@pytest.mark.parametrize("damage", ["torn", "zeroed"])
+def test_a_short_replica_neither_hides_divergence_nor_its_own_loss(
+    spark: SparkSession, chaos_store: ChaosStore, tmp_path: Path, damage: str
+) -> None:
+    root = tmp_path / "damaged"
+    shutil.copytree(chaos_store.brokers, root)
+    short, reference, flipped = find_replicas(root)  # by brokerId
+    acks = sorted(_acks(chaos_store), key=lambda a: a["physicalOffset"])
+    cut = acks[len(acks) // 3]["physicalOffset"]
+    both_confirmed = min(reference.confirm_offset or 0, flipped.confirm_offset or 0)
+    later = [
+        a for a in acks if cut < a["physicalOffset"] and a["physicalOffset"] + 400 < both_confirmed
+    ]
+    assert later, (cut, both_confirmed)
+    victim = later[len(later) // 2]
+    assert short.confirm_offset is not None and short.confirm_offset > victim["physicalOffset"]
+    # The short replica: its log ends at `cut` (plus 10 bytes of a torn record, or zeros).
+    for seg in short.segments:
+        if seg.start > cut:
+            os.unlink(seg.path)
+        elif seg.start + seg.length > cut:
+            if damage == "torn":
+                os.truncate(seg.path, cut - seg.start + 10)
+            else:
+                with open(seg.path, "r+b") as f:
+                    f.seek(cut - seg.start)
+                    f.write(bytes(seg.start + seg.length - cut))
+    _flip_body_byte(flipped.path, victim["physicalOffset"])
+
+    result = run_audit(spark, str(root))
+    costly = sorted(
+        (f.kind.value, f.broker_id or 0, f.physical_offset or 0)
+        for f in result.findings
+        if f.kind.costs_data
+    )
+    assert costly == sorted(
+        [
+            ("TORN_COMMITTED", short.broker_id, cut),
+            ("DIVERGENCE", 0, victim["physicalOffset"]),
+            # The flipped body byte is a BAD_CRC record on its own replica too.
+            ("CORRUPT_RECORD", flipped.broker_id, victim["physicalOffset"]),
+        ]
+    ), result.findings
+    divergence = next(f for f in result.findings if f.kind is FindingKind.DIVERGENCE)
+    assert divergence.detail.startswith(
+        "2 of 2 replicas that confirmed this offset hold a record here; "
+    )
+    assert f"broker {flipped.broker_id}: " in divergence.detail and "(BAD_CRC)" in divergence.detail

@@ -1,7 +1,11 @@
 """The audit unchanged on a real Spark cluster (issue 12 item 4): a standalone master
 and two workers started from the installed pyspark (`spark-class`) on loopback, then
 `brokergroup audit --master spark://…` on the chaos store; its summary must equal
-the one the local[*] session computes from the same inputs."""
+the one the local[*] session computes from the same inputs.
+
+The command gets every path relative to its working directory, as a user types it:
+executors run in their own working directories (work/app-…/N), so the driver must
+resolve the paths before they reach them (issue 17 item 7)."""
 
 from __future__ import annotations
 
@@ -125,11 +129,14 @@ def test_standalone_master_and_two_workers_give_the_local_summary(
     events = read_json_lines(str(chaos_store.events))
     local = run_audit(spark, str(chaos_store.brokers), acks=acks, events=events)
     out = tmp_path / "cluster-out"
+    here = chaos_store.brokers.parent  # acks.jsonl, events.jsonl and brokers/ side by side
     cli = subprocess.run(
-        [sys.executable, "-m", "brokergroup_cli.main", "audit", str(chaos_store.brokers),
-         "--acks", str(chaos_store.acks), "--events", str(chaos_store.events),
-         "--out", str(out), "--master", standalone_cluster, "--split-mib", "1"],
-        capture_output=True, text=True, timeout=900, check=False,
+        [sys.executable, "-m", "brokergroup_cli.main", "audit",
+         os.path.relpath(chaos_store.brokers, here),
+         "--acks", os.path.relpath(chaos_store.acks, here),
+         "--events", os.path.relpath(chaos_store.events, here),
+         "--out", os.path.relpath(out, here), "--master", standalone_cluster, "--split-mib", "1"],
+        capture_output=True, text=True, timeout=900, check=False, cwd=here,
     )  # fmt: skip
     assert cli.returncode == 0, cli.stdout + cli.stderr[-3000:]
     remote = json.loads((out / "summary.json").read_text())

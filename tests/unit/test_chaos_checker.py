@@ -3,22 +3,24 @@ hold exactly one known defect: hypothesis builds a valid history (clients
 sending keys in order to their own queues, outcomes ok / failed / unknown,
 read back in log order), then one defect is planted — a lost acknowledged
 key, a second copy, a read of a failed send, a key never sent, two keys of
-one client swapped, a consumer shown a record the final log does not hold —
+one client swapped, a consumer shown a record the final log does not hold, a
+body other than the one sent, a replica that differs from the final master —
 and the checker must report exactly that key, and
-nothing on the clean history. Unavailability is checked on hand-built timelines.
+nothing on the clean history. A retried send settles as failed only if every
+attempt failed. Unavailability is checked on hand-built timelines.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from brokergroup_cli.chaos.checker import (
     FAILED,
+    INDETERMINATE,
     OK,
-    UNKNOWN,
     FaultWindow,
     Findings,
     Operation,
@@ -26,6 +28,7 @@ from brokergroup_cli.chaos.checker import (
     accumulate,
     check,
     percentile,
+    settle,
     unavailability,
 )
 
@@ -47,9 +50,9 @@ def worlds(draw: st.DrawFn) -> World:
     for c in range(clients):
         offset = 0
         for seq in range(draw(st.integers(1, 12))):
-            outcome = draw(st.sampled_from([OK, OK, OK, FAILED, UNKNOWN]))
+            outcome = draw(st.sampled_from([OK, OK, OK, FAILED, INDETERMINATE]))
             key = f"c{c}-{seq}"
-            landed = outcome == OK or (outcome == UNKNOWN and draw(st.booleans()))
+            landed = outcome == OK or (outcome == INDETERMINATE and draw(st.booleans()))
             operations.append(
                 Operation(f"c{c}", seq, key, t, t + 0.001, outcome,
                           c if outcome == OK else None, offset if outcome == OK else None)
@@ -123,11 +126,11 @@ def test_unavailability_runs_from_the_first_bad_invoke_to_the_next_good_completi
     ops = [
         _op(0, 0.0, 0.01),
         _op(1, 1.0, 1.5),  # slow (> 0.25 s): the stretch starts at its invoke
-        _op(2, 1.5, 1.6, UNKNOWN),
+        _op(2, 1.5, 1.6, INDETERMINATE),
         _op(3, 1.7, 1.8, FAILED),
         _op(4, 1.9, 1.95),  # first good: ends the stretch at 1.95
         _op(5, 2.0, 2.01),
-        _op(6, 5.5, 6.0, UNKNOWN),  # outside any window (and its grace), never recovered
+        _op(6, 5.5, 6.0, INDETERMINATE),  # outside any window (and its grace), never recovered
     ]
     stretches = unavailability(ops, 0.25)
     assert [(u.start_s, u.end_s) for u in stretches] == [(1.0, 1.95), (5.5, 6.0)]
@@ -154,7 +157,7 @@ def test_a_send_in_flight_when_the_fault_began_charges_the_fault_not_the_quiet_t
     ops = [
         _op(0, 0.0, 0.01),
         _op(1, 9.997, 10.4),  # in flight at the fault (10.0): slow
-        _op(2, 10.4, 10.5, UNKNOWN),
+        _op(2, 10.4, 10.5, INDETERMINATE),
         _op(3, 11.6, 11.61),  # recovered
         _op(4, 30.0, 30.5),  # slow long after every window: unexpected
         _op(5, 30.5, 30.51),
@@ -169,7 +172,7 @@ def test_a_send_in_flight_when_the_fault_began_charges_the_fault_not_the_quiet_t
 
 
 def test_a_stretch_spanning_two_windows_belongs_to_the_first() -> None:
-    ops = [_op(0, 0.0, 0.01), _op(1, 1.0, 9.0, UNKNOWN), _op(2, 9.0, 9.01)]
+    ops = [_op(0, 0.0, 0.01), _op(1, 1.0, 9.0, INDETERMINATE), _op(2, 9.0, 9.01)]
     windows = [FaultWindow("pause-master", 1.0, 2.0), FaultWindow("kill-master", 5.0, 6.0)]
     f = check(ops, [ReadRecord(f"k{i}", 0, i) for i in (0, 2)], windows, slow_s=0.25)
     assert [round(r.unavailable_s, 3) for r in f.faults] == [8.01, 0.0]
@@ -208,7 +211,7 @@ def test_a_read_the_final_log_took_back_is_reported_exactly(
 def test_findings_of_several_runs_add_up() -> None:
     first = check([_op(0, 0.0, 0.01)], [], [FaultWindow("kill-master", 0.0, 1.0)])
     second = check([_op(0, 0.0, 0.01), _op(1, 1.0, 1.01)], [ReadRecord("x", 0, 0)], [])
-    total = Findings(operations=0, acknowledged=0, failed=0, unknown=0)
+    total = Findings(operations=0, acknowledged=0, failed=0, indeterminate=0)
     for f in (first, second):
         accumulate(total, f)
     assert (total.operations, total.acknowledged) == (3, 3)
@@ -222,3 +225,95 @@ def test_a_send_in_flight_when_the_fault_hit_belongs_to_the_fault() -> None:
     f = check(ops, [], [FaultWindow("fill-master-disk", 1.0, 3.0)], slow_s=0.25)
     assert [round(r.unavailable_s, 3) for r in f.faults] == [0.82]
     assert [(u.start_s, u.end_s) for u in f.unexpected_unavailability] == [(9.0, 9.5)]
+
+
+# -- Attempts: a retried send that failed last may still have been written ----------
+
+
+def test_an_operation_is_failed_only_if_every_attempt_failed() -> None:
+    assert settle([FAILED]) == FAILED
+    assert settle([FAILED, FAILED, FAILED]) == FAILED
+    assert settle([INDETERMINATE, FAILED]) == INDETERMINATE  # the first may be in the log
+    assert settle([FAILED, INDETERMINATE]) == INDETERMINATE
+    assert settle([INDETERMINATE, FAILED, OK]) == OK
+
+
+def test_a_retried_send_read_back_after_an_indeterminate_attempt_is_not_a_duplicate() -> None:
+    ops = [
+        Operation("c0", 0, "k0", 0.0, 0.01, OK, 0, 0),
+        Operation(
+            "c0",
+            1,
+            "k1",
+            0.1,
+            2.5,
+            settle([INDETERMINATE, FAILED]),
+            attempts=(INDETERMINATE, FAILED),
+        ),
+        Operation("c0", 2, "k2", 2.6, 2.61, OK, 0, 2),
+    ]
+    f = check(ops, [ReadRecord("k0", 0, 0), ReadRecord("k1", 0, 1), ReadRecord("k2", 0, 2)], [])
+    assert (f.failed, f.indeterminate) == (0, 1)
+    assert f.duplicated == [] and f.data_safe
+
+
+# -- Every replica, bodies included ------------------------------------------------
+
+
+def _sent(key: str, crc: int, offset: int) -> Operation:
+    return Operation(
+        "c0", offset, key, offset * 0.1, offset * 0.1 + 0.01, OK, 0, offset, body_crc=crc
+    )
+
+
+def test_a_body_read_back_other_than_the_one_sent_is_corrupt() -> None:
+    ops = [_sent("k0", 100, 0), _sent("k1", 101, 1)]
+    master = [ReadRecord("k0", 0, 0, "t", 100, "m"), ReadRecord("k1", 0, 1, "t", 101, "m")]
+    assert check(ops, master, []).data_safe
+    bad = [master[0], ReadRecord("k1", 0, 1, "t", 999, "m")]
+    f = check(ops, bad, [])
+    assert f.corrupt == [("m", "k1")] and not f.lost and not f.data_safe
+
+
+def test_a_replica_that_differs_from_the_final_master_is_reported_per_position() -> None:
+    ops = [_sent(f"k{i}", 100 + i, i) for i in range(4)]
+    master = [ReadRecord(f"k{i}", 0, i, "t", 100 + i, "m") for i in range(4)]
+    same = [replace(r, replica="s1") for r in master]
+    f = check(ops, master, [], replica_reads=same)
+    assert f.replica_mismatches == [] and f.data_safe
+    # s1 lost k3, holds another body for k1; s2 holds k2 where the master holds nothing.
+    s1 = [same[0], replace(same[1], body_crc=7), same[2]]
+    s2 = [replace(r, replica="s2") for r in master] + [ReadRecord("k2", 0, 4, "t", 102, "s2")]
+    f = check(ops, master, [], replica_reads=[*s1, *s2], replicas_read=[("s3", "t")])
+    assert f.replica_mismatches == [
+        ("s1", "t", 0, 1, "k1: body crc 7, the master's 101"),
+        ("s1", "t", 0, 3, "holds nothing; the master holds k3"),
+        ("s2", "t", 0, 4, "holds k2; the master holds nothing here"),
+        # s3 was read and served nothing: every position is missing there.
+        ("s3", "t", 0, 0, "holds nothing; the master holds k0"),
+        ("s3", "t", 0, 1, "holds nothing; the master holds k1"),
+        ("s3", "t", 0, 2, "holds nothing; the master holds k2"),
+        ("s3", "t", 0, 3, "holds nothing; the master holds k3"),
+    ]
+    assert f.corrupt == [("s1", "k1")]
+    assert f.lost == [] and not f.data_safe
+    # Another topic (a later phase's) is compared only with that topic's master log.
+    other = [ReadRecord("k0", 0, 0, "u", 100, "s1")]
+    f = check(
+        ops, [*master, ReadRecord("k0", 0, 0, "u", 100, "m")], [], replica_reads=[*same, *other]
+    )
+    assert f.replica_mismatches == []
+
+
+def test_a_send_that_needed_a_retry_counts_as_unavailable_however_fast() -> None:
+    # Retries must not hide a failover: the first attempt of k1 failed (the master
+    # died), its retry landed 0.1 s later. The stretch runs from k1's invoke to the
+    # next send that succeeded at its first attempt, as it did before sends retried.
+    ops = [
+        _op(0, 0.0, 0.01),
+        Operation("c0", 1, "k1", 1.0, 1.1, OK, 0, 1, attempts=(INDETERMINATE, OK)),
+        Operation("c0", 2, "k2", 1.1, 1.12, OK, 0, 2, attempts=(OK,)),
+    ]
+    assert [(u.start_s, u.end_s) for u in unavailability(ops, 0.25)] == [(1.0, 1.12)]
+    f = check(ops, [], [FaultWindow("kill-master", 0.99, 2.0)], slow_s=0.25)
+    assert [round(r.unavailable_s, 3) for r in f.faults] == [0.12]

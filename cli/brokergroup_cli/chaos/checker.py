@@ -2,13 +2,27 @@
 pure function from a history of operations, what was read back, and the
 fault windows, to findings. No I/O, no clocks: times are inputs.
 
-Definitions (one producer operation = one send of one new key, one attempt):
-- outcome `ok`: acknowledged; `failed`: certainly not written (the broker
-  refused it before appending, or it was never sent); `unknown`: anything
-  else (a timeout, a lost connection, an error that may follow an append).
-- **lost**: acknowledged, never read back.
+Definitions (one producer operation = one send of one new key, retried up
+to a few attempts with the same key and body):
+- attempt outcome `ok`: acknowledged; `failed`: certainly not written (the
+  broker refused it before appending, or it was never sent); `indeterminate`:
+  anything else (a timeout, a lost connection, an error that may follow an
+  append).
+- operation outcome (`settle`): `ok` if an attempt was acknowledged;
+  `failed` only if every attempt failed; else `indeterminate` — a last
+  attempt that failed says nothing about an earlier one that may have been
+  written.
+- The final read-back reads every replica: the final master's log is the
+  reference for the definitions below; each other replica must hold the same
+  records (key and body CRC) at the same (topic, queueId, queueOffset).
+- **lost**: acknowledged, never read back from the final master.
 - **duplicated**: read back more than once, or read back though its send
   `failed`.
+- **corrupt**: read back (from any replica) with a body whose CRC is not the
+  CRC of the body sent under that key.
+- **replica mismatch**: a replica that does not hold what the final master
+  holds at some position (missing, another key, another body), or holds a
+  record where the master holds none: the next failover would serve it.
 - **unexpected**: read back, never sent.
 - **order violation**: in one queue, two acknowledged keys of one client
   read back in the opposite order of their sends (a client sends one key at
@@ -20,8 +34,8 @@ Definitions (one producer operation = one send of one new key, one attempt):
   confirmOffset, so this must never happen). A consumed key never sent is
   unexpected too.
 - **unavailability** of a client: from the invoke of an operation that did
-  not succeed within `slow_s` (failed, unknown or slow) to the completion of
-  the next operation that did; per fault window, the longest such stretch
+  not succeed at its first attempt within `slow_s` (failed, indeterminate,
+  retried or slow) to the completion of the next operation that did; per fault window, the longest such stretch
   of any client that overlaps the window (or the `grace_s` after it) — a
   send in flight when the fault began starts its stretch a moment before
   the window does, and belongs to it. A stretch overlapping several windows
@@ -36,7 +50,18 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-OK, FAILED, UNKNOWN = "ok", "failed", "unknown"
+OK, FAILED, INDETERMINATE = "ok", "failed", "indeterminate"
+#: The earlier name of INDETERMINATE.
+UNKNOWN = INDETERMINATE
+
+
+def settle(attempts: Sequence[str]) -> str:
+    """One operation's outcome from its attempts' outcomes, oldest first."""
+    if not attempts:
+        raise ValueError("an operation has at least one attempt")
+    if OK in attempts:
+        return OK
+    return FAILED if all(a == FAILED for a in attempts) else INDETERMINATE
 
 
 @dataclass(frozen=True)
@@ -52,6 +77,10 @@ class Operation:
     queue_id: int | None = None
     queue_offset: int | None = None
     error: str | None = None
+    body_crc: int | None = None
+    """CRC of the body sent (None: not compared)."""
+    attempts: tuple[str, ...] = ()
+    """Each attempt's outcome, oldest first (empty: one attempt, `outcome`)."""
 
     @property
     def latency_s(self) -> float:
@@ -66,6 +95,10 @@ class ReadRecord:
     queue_id: int
     queue_offset: int
     topic: str = ""
+    body_crc: int | None = None
+    """CRC of the body as read (None: not compared)."""
+    replica: str = ""
+    """Which replica served it (a consumer's reads: the one it read from)."""
 
 
 @dataclass(frozen=True)
@@ -98,11 +131,15 @@ class Findings:
     operations: int
     acknowledged: int
     failed: int
-    unknown: int
+    indeterminate: int
     lost: list[str] = field(default_factory=list)
     duplicated: list[str] = field(default_factory=list)
     unexpected: list[str] = field(default_factory=list)
     misplaced: list[str] = field(default_factory=list)
+    corrupt: list[tuple[str, str]] = field(default_factory=list)
+    """(replica, key) read back with another body than the one sent."""
+    replica_mismatches: list[tuple[str, str, int, int, str]] = field(default_factory=list)
+    """(replica, topic, queueId, queueOffset, what differs from the final master)."""
     order_violations: list[tuple[int, str, str]] = field(default_factory=list)
     unstable_reads: list[tuple[int, int, str]] = field(default_factory=list)
     """(queueId, queueOffset, key consumed there) not in the final log at that place."""
@@ -118,6 +155,8 @@ class Findings:
             or self.unexpected
             or self.misplaced
             or self.unstable_reads
+            or self.corrupt
+            or self.replica_mismatches
         )
 
 
@@ -127,24 +166,40 @@ def check(
     windows: Sequence[FaultWindow],
     *,
     consumed: Sequence[ReadRecord] = (),
+    replica_reads: Sequence[ReadRecord] = (),
+    replicas_read: Sequence[tuple[str, str]] = (),
     slow_s: float = 0.25,
     grace_s: float = 1.0,
 ) -> Findings:
+    """`read_back`: the final master's log; `replica_reads`: every other replica's,
+    each record naming its replica (`ReadRecord.replica`); `replicas_read`: the
+    (replica, topic) pairs read, including any that returned nothing."""
     by_key = {op.key: op for op in operations}
     acked = {op.key: op for op in operations if op.outcome == OK}
     findings = Findings(
         operations=len(operations),
         acknowledged=len(acked),
         failed=sum(1 for op in operations if op.outcome == FAILED),
-        unknown=sum(1 for op in operations if op.outcome == UNKNOWN),
+        indeterminate=sum(1 for op in operations if op.outcome == INDETERMINATE),
     )
     copies: dict[str, list[ReadRecord]] = defaultdict(list)
     for record in read_back:
         copies[record.key].append(record)
     findings.lost = sorted(k for k in acked if k not in copies)
     findings.unexpected = sorted(
-        {k for k in copies if k not in by_key} | {r.key for r in consumed if r.key not in by_key}
+        {r.key for r in (*read_back, *replica_reads, *consumed) if r.key not in by_key}
     )
+    findings.corrupt = sorted(
+        {
+            (r.replica, r.key)
+            for r in (*read_back, *replica_reads)
+            if r.body_crc is not None
+            and r.key in by_key
+            and by_key[r.key].body_crc is not None
+            and by_key[r.key].body_crc != r.body_crc
+        }
+    )
+    findings.replica_mismatches = replica_mismatches(read_back, replica_reads, replicas_read)
     final = {(r.topic, r.queue_id, r.queue_offset): r.key for r in read_back}
     findings.unstable_reads = sorted(
         {
@@ -176,6 +231,39 @@ def check(
     return findings
 
 
+def replica_mismatches(
+    reference: Sequence[ReadRecord],
+    replica_reads: Sequence[ReadRecord],
+    replicas_read: Iterable[tuple[str, str]] = (),
+) -> list[tuple[str, str, int, int, str]]:
+    """Where a replica's log differs from the reference (the final master's):
+    (replica, topic, queueId, queueOffset, what). Compared per (replica, topic)
+    read: those in `replicas_read` (so a replica that returned nothing counts)
+    and those `replica_reads` name (each phase of a run has its own topic)."""
+    ref = {(r.topic, r.queue_id, r.queue_offset): r for r in reference}
+    held: dict[tuple[str, str], dict[tuple[str, int, int], ReadRecord]] = defaultdict(dict)
+    for pair in replicas_read:
+        held[pair] = {}
+    for r in replica_reads:
+        held[(r.replica, r.topic)][(r.topic, r.queue_id, r.queue_offset)] = r
+    out: list[tuple[str, str, int, int, str]] = []
+    for (replica, topic), records in sorted(held.items()):
+        for at in sorted({*records, *(k for k in ref if k[0] == topic)}):
+            mine, theirs = records.get(at), ref.get(at)
+            if theirs is None:
+                what = f"holds {mine.key if mine else '?'}; the master holds nothing here"
+            elif mine is None:
+                what = f"holds nothing; the master holds {theirs.key}"
+            elif mine.key != theirs.key:
+                what = f"holds {mine.key}; the master holds {theirs.key}"
+            elif mine.body_crc != theirs.body_crc:
+                what = f"{mine.key}: body crc {mine.body_crc}, the master's {theirs.body_crc}"
+            else:
+                continue
+            out.append((replica, *at, what))
+    return out
+
+
 def _order_violations(
     read_back: Sequence[ReadRecord], acked: dict[str, Operation]
 ) -> list[tuple[int, str, str]]:
@@ -197,7 +285,11 @@ def _order_violations(
 
 
 def unavailability(operations: Iterable[Operation], slow_s: float) -> list[Unavailability]:
-    """Per client: invoke of the first op not fast-and-ok → completion of the next that is."""
+    """Per client: invoke of the first op not fast-and-ok → completion of the next that is.
+
+    An op is fast-and-ok only if its first attempt was acknowledged within `slow_s`:
+    a send that needed a retry met a fault however fast the retry was, and counting
+    it as available would let the client's retries hide a failover."""
     by_client: dict[str, list[Operation]] = defaultdict(list)
     for op in operations:
         by_client[op.client].append(op)
@@ -205,7 +297,7 @@ def unavailability(operations: Iterable[Operation], slow_s: float) -> list[Unava
     for client, ops in sorted(by_client.items()):
         start: float | None = None
         for op in sorted(ops, key=lambda o: o.seq):
-            good = op.outcome == OK and op.latency_s <= slow_s
+            good = op.outcome == OK and op.latency_s <= slow_s and len(op.attempts) <= 1
             if not good and start is None:
                 start = op.invoke_s
             if good and start is not None:

@@ -7,7 +7,8 @@ address lane, --lane), runs the schedule, writes OUT/history.jsonl
 (the acknowledgement log), faults.jsonl, summary.json, latency.png and
 report.html, prints a per-fault table (with --json: the summary as the last
 stdout line), and exits 1 when anything acknowledged was lost, reordered or
-misplaced, or something never sent was read.
+misplaced, something never sent was read, a body read back (from any replica)
+is not the one sent, or a replica does not hold what the final master holds.
 """
 
 from __future__ import annotations
@@ -139,7 +140,10 @@ def run_chaos(
             runtime.down()
             if ok and not keep and runtime_dir is None:
                 shutil.rmtree(root, ignore_errors=True)
-    findings = check(run.operations, run.read_back, run.windows, consumed=run.consumed)
+    findings = check(
+        run.operations, run.read_back, run.windows, consumed=run.consumed,
+        replica_reads=run.replica_reads, replicas_read=run.replicas_read,
+    )  # fmt: skip
     summary = summarize(
         findings,
         seeds=[schedule.seed],

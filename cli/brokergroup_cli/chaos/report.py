@@ -11,7 +11,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from brokergroup_cli.chaos.checker import FAILED, OK, Findings, Operation, percentile
+from brokergroup_cli.chaos.checker import (
+    FAILED,
+    INDETERMINATE,
+    OK,
+    Findings,
+    Operation,
+    percentile,
+)
 
 #: Unavailability targets per fault type (issue "Chaos"; DESIGN.md §9).
 TARGETS_P99_S = {
@@ -62,7 +69,7 @@ def summarize(
         "operations": findings.operations,
         "acknowledged": findings.acknowledged,
         "failed": findings.failed,
-        "unknown": findings.unknown,
+        "indeterminate": findings.indeterminate,
         "reads": reads,
         "lost": len(findings.lost),
         "duplicated": len(findings.duplicated),
@@ -70,6 +77,8 @@ def summarize(
         "misplaced": len(findings.misplaced),
         "order_violations": len(findings.order_violations),
         "unstable_reads": len(findings.unstable_reads),
+        "corrupt": len(findings.corrupt),
+        "replica_mismatches": len(findings.replica_mismatches),
         "unexpected_unavailability": {
             "count": len(unexpected),
             "max_s": _r(max((u.duration_s for u in unexpected), default=0.0)),
@@ -86,6 +95,8 @@ def summarize(
             "unexpected": findings.unexpected[:20],
             "order_violations": [list(v) for v in findings.order_violations[:20]],
             "unstable_reads": [list(v) for v in findings.unstable_reads[:20]],
+            "corrupt": [list(v) for v in findings.corrupt[:20]],
+            "replica_mismatches": [list(v) for v in findings.replica_mismatches[:20]],
         },
     }
 
@@ -104,6 +115,7 @@ def table(summary: dict[str, Any]) -> str:
         f"acknowledged {summary['acknowledged']} · lost {summary['lost']} · duplicated "
         f"{summary['duplicated']} · unexpected {summary['unexpected']} · order violations "
         f"{summary['order_violations']} · unstable reads {summary['unstable_reads']} · "
+        f"corrupt {summary['corrupt']} · replica mismatches {summary['replica_mismatches']} · "
         f"unexpected unavailability "
         f"{summary['unexpected_unavailability']['count']}"
     )
@@ -127,7 +139,7 @@ def plot(operations: Sequence[Operation], findings: Findings, path: Path) -> Non
         ax.axvspan(0, 0, color=colour[kind], alpha=0.6, lw=0, label=kind)
     for outcome, color, label in ((OK, "tab:blue", "acknowledged"),
                                   (FAILED, "tab:red", "failed"),
-                                  ("unknown", "black", "unknown")):  # fmt: skip
+                                  (INDETERMINATE, "black", "indeterminate")):  # fmt: skip
         chosen = [o for o in operations if o.outcome == outcome]
         if chosen:
             ax.scatter([o.invoke_s for o in chosen], [max(o.latency_s, 1e-4) for o in chosen],
@@ -157,7 +169,7 @@ def write_html(summary: dict[str, Any], png: Path, path: Path) -> None:
         for fault, f in summary["faults"].items()
     )  # fmt: skip
     counts = ("acknowledged", "lost", "duplicated", "unexpected", "misplaced",
-              "order_violations", "unstable_reads")  # fmt: skip
+              "order_violations", "unstable_reads", "corrupt", "replica_mismatches")  # fmt: skip
     verdict = "no acknowledged message lost or reordered" if summary["data_safe"] else "DATA LOST"
     body = (
         "<!doctype html><meta charset=utf-8><title>brokergroup chaos run</title>"

@@ -2,13 +2,17 @@
 rate, alternating normal and fault windows, a recovery phase, a drain of
 every queue, then the checker (`checker.check`) and the reports.
 
-Producers send one new key per operation with one attempt (no client-side
-retry), so each operation has one outcome: `ok` (acknowledged), `failed`
-(certainly not written: refused before the append, or never sent) or
-`unknown`. Each producer writes to its own queue, so its acknowledged keys
-must be read back in send order. Consumers tail every queue meanwhile (their
-reads are recorded, not judged). The history (JSON lines) doubles as the
-acknowledgement log the audit reads (`brokergroup audit --acks`).
+Producers send one new key per operation, retried as a client would (up to
+`Schedule.send_attempts` attempts, same key and body); each attempt has an
+outcome — `ok` (acknowledged), `failed` (certainly not written: refused
+before the append, or never sent) or `indeterminate` — and the operation's
+is `checker.settle` of them: a last attempt that failed after an
+indeterminate one is indeterminate, never failed. Each producer writes to
+its own queue, so its acknowledged keys must be read back in send order.
+Consumers tail every queue meanwhile (their reads are recorded, not judged).
+The final drain reads every replica, bodies included. The history (JSON
+lines) doubles as the acknowledgement log the audit reads (`brokergroup
+audit --acks`).
 """
 
 from __future__ import annotations
@@ -36,12 +40,13 @@ from brokergroup_broker.store.message import body_crc
 from brokergroup_cli.chaos import faults as fault_kinds
 from brokergroup_cli.chaos.checker import (
     FAILED,
+    INDETERMINATE,
     OK,
-    UNKNOWN,
     FaultWindow,
     Operation,
     ReadRecord,
     accumulate,
+    settle,
 )
 from brokergroup_cli.chaos.runtime import BROKER_NAME, CLUSTER, LocalRuntime, LocalRuntimeError
 from brokergroup_cli.local.state import ChildKind
@@ -70,6 +75,21 @@ class Schedule:
     """Names this run's clients (and so its keys) apart from another phase's."""
     start_s: float = 0.0
     """The run's clock starts here (a later phase continues an earlier one's timeline)."""
+    send_attempts: int = 3
+    """Attempts per send (a client's retries: same key and body)."""
+    plants: tuple[str, ...] = ()
+    """Negative control only (PLANTS): defects written after the producers stop, which
+    the checker must then report."""
+    drain_settle_s: float = 10.0
+    """How long the drain waits for a replica to serve as far as the master does
+    (slaves serve up to confirmOffset, which follows the master's by a heartbeat)."""
+
+
+#: A second copy of an acknowledged key and body, sent to its queue again.
+PLANT_DUPLICATE = "duplicate"
+#: Two keys of one planted client written in the opposite order of their seqs.
+PLANT_REORDER = "reorder"
+PLANTS = (PLANT_DUPLICATE, PLANT_REORDER)
 
 
 @dataclass
@@ -83,6 +103,13 @@ class Run:
     reads: int = 0
     read_errors: int = 0
     read_back: list[ReadRecord] = field(default_factory=list)
+    """The final master's log."""
+    replica_reads: list[ReadRecord] = field(default_factory=list)
+    """Every other replica's log (`ReadRecord.replica` names it)."""
+    replicas_read: list[tuple[str, str]] = field(default_factory=list)
+    """(replica, topic) of every replica the drain read, empty ones included."""
+    planted: dict[str, list[str]] = field(default_factory=dict)
+    """Negative control: plant -> the keys it wrote."""
     consumed: list[ReadRecord] = field(default_factory=list)
     """What the tailing consumers read during the run, in read order."""
     read_lines: list[dict[str, Any]] = field(default_factory=list)
@@ -104,14 +131,25 @@ class _Clock:
 
 
 def _outcome(exc: BaseException) -> str:
+    """One attempt's outcome from its error."""
     cause = exc.__cause__ if isinstance(exc, BrokerUnavailableError) else exc
     if isinstance(cause, BrokerError):
-        return FAILED if cause.code in _NOT_WRITTEN else UNKNOWN
+        return FAILED if cause.code in _NOT_WRITTEN else INDETERMINATE
     if isinstance(cause, NoMasterError):
         return FAILED
     if isinstance(cause, BrokerConnectionError) and "connect " in str(cause):
         return FAILED  # the connection never opened: nothing was sent
-    return UNKNOWN
+    return INDETERMINATE
+
+
+_SEND_ERRORS = (BrokerError, BrokerUnavailableError, NoMasterError, OSError)
+#: Pause before a retry (the producer re-discovers the master on its next send).
+RETRY_PAUSE_S = 0.05
+
+
+def body_of(key: str) -> bytes:
+    """The body sent under `key` (its CRC is what the checker compares)."""
+    return f"{key}|{'x' * 64}".encode()
 
 
 async def _produce(
@@ -123,31 +161,46 @@ async def _produce(
     run: Run,
     stop: asyncio.Event,
     pause_s: float,
+    attempts: int = 1,
 ) -> None:
     seq = 0
     while not stop.is_set():
         key = f"{name}-{seq}"
-        body = f"{key}|{'x' * 64}".encode()
+        body = body_of(key)
         invoke = clock.now()
-        try:
-            result = await producer.send(ProduceMessage(topic, body, key=key), queue_id=queue_id)
-        except (BrokerError, BrokerUnavailableError, NoMasterError, OSError) as exc:
-            outcome = _outcome(exc)
-            error = f"{type(exc).__name__}: {exc}"[:200]
+        outcomes: list[str] = []
+        error: str | None = None
+        result = None
+        while result is None and len(outcomes) < attempts:
+            if outcomes:
+                await asyncio.sleep(RETRY_PAUSE_S)
+            try:
+                result = await producer.send(
+                    ProduceMessage(topic, body, key=key), queue_id=queue_id
+                )
+            except _SEND_ERRORS as exc:
+                outcomes.append(_outcome(exc))
+                error = f"{type(exc).__name__}: {exc}"[:200]
+        done = clock.now()
+        if result is None:
+            outcome = settle(outcomes)
             run.operations.append(
-                Operation(name, seq, key, invoke, clock.now(), outcome, error=error)
-            )
+                Operation(name, seq, key, invoke, done, outcome, error=error,
+                          body_crc=body_crc(body), attempts=tuple(outcomes))
+            )  # fmt: skip
             run.ack_lines.append(
-                _line(name, topic, seq, key, invoke, clock.now(), outcome, body, error)
+                _line(name, topic, seq, key, invoke, done, outcome, body, error)
+                | {"attempts": outcomes}
             )
             seq += 1
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(RETRY_PAUSE_S)
             continue
-        done = clock.now()
+        outcomes.append(OK)
         sent = result.messages[0]
         run.operations.append(
-            Operation(name, seq, key, invoke, done, OK, sent.queue_id, sent.queue_offset)
-        )
+            Operation(name, seq, key, invoke, done, OK, sent.queue_id, sent.queue_offset,
+                      body_crc=body_crc(body), attempts=tuple(outcomes))
+        )  # fmt: skip
         run.ack_lines.append(
             _line(name, topic, seq, key, invoke, done, OK, body, None)
             | {
@@ -156,6 +209,7 @@ async def _produce(
                 "physicalOffset": sent.physical_offset,
                 "masterEpoch": result.master_epoch,
                 "ackTimeMs": int(time.time() * 1000),
+                "attempts": outcomes,
             }
         )
         seq += 1
@@ -206,12 +260,15 @@ async def _consume(
                 run.read_errors += 1
                 run.read_lines.append(
                     line | {"invokeTime": round(invoke, 6), "completeTime": round(clock.now(), 6),
-                            "outcome": UNKNOWN, "error": f"{type(exc).__name__}: {exc}"[:200]}
+                            "outcome": INDETERMINATE,
+                            "error": f"{type(exc).__name__}: {exc}"[:200]}
                 )  # fmt: skip
                 await asyncio.sleep(0.1)
                 continue
+            replica = consumer.read_address or ""
             got = [
-                ReadRecord(m.key or "", queue_id, m.queue_offset, topic) for m in result.messages
+                ReadRecord(m.key or "", queue_id, m.queue_offset, topic, body_crc(m.body), replica)
+                for m in result.messages
             ]
             run.consumed.extend(got)
             run.reads += len(got)
@@ -219,7 +276,7 @@ async def _consume(
                 run.read_lines.append(
                     line | {"invokeTime": round(invoke, 6), "completeTime": round(clock.now(), 6),
                             "outcome": OK, "read": [[r.queue_offset, r.key] for r in got],
-                            "replica": consumer.read_address}
+                            "replica": replica}
                 )  # fmt: skip
             offsets[queue_id] = max(offsets[queue_id], result.next_queue_offset)
         await asyncio.sleep(0.05)
@@ -260,12 +317,9 @@ async def _wait_healthy(rt: LocalRuntime, brokers: int, timeout_s: float) -> boo
     return False
 
 
-async def drain(rt: LocalRuntime, topic: str, queues: Sequence[int]) -> list[ReadRecord]:
-    """Every message of every queue, in log order, from the live master."""
-    info = await asyncio.to_thread(rt.replica_info)
-    if info is None or not info.get("masterAddress"):
-        raise LocalRuntimeError("no master to drain from")
-    conn = await BrokerConnection.connect(str(info["masterAddress"]))
+async def read_log(address: str, topic: str, queues: Sequence[int]) -> list[ReadRecord]:
+    """Every message one replica serves of `queues`, in log order, bodies' CRCs included."""
+    conn = await BrokerConnection.connect(address)
     try:
         out: list[ReadRecord] = []
         for queue_id in queues:
@@ -275,11 +329,92 @@ async def drain(rt: LocalRuntime, topic: str, queues: Sequence[int]) -> list[Rea
                 if not result.messages:
                     break
                 out.extend(
-                    ReadRecord(m.key or "", queue_id, m.queue_offset, topic)
+                    ReadRecord(m.key or "", queue_id, m.queue_offset, topic, body_crc(m.body),
+                               address)
                     for m in result.messages
-                )
+                )  # fmt: skip
                 offset = result.next_queue_offset
         return out
+    finally:
+        await conn.close()
+
+
+def replica_addresses(info: dict[str, object]) -> list[str]:
+    """Every live replica's address but the master's, from replica-info."""
+    rows = info.get("brokers")
+    master = info.get("masterAddress")
+    found = {
+        str(b["address"])
+        for b in (rows if isinstance(rows, list) else [])
+        if isinstance(b, dict) and b.get("alive") and b.get("address")
+    }
+    return sorted(found - {master})
+
+
+async def drain(
+    rt: LocalRuntime, topic: str, queues: Sequence[int], run: Run, settle_s: float = 10.0
+) -> None:
+    """The final read-back: the live master's log into `run.read_back`, every other
+    replica's into `run.replica_reads`. A replica serves up to its confirmOffset,
+    which follows the master's by a heartbeat: one that serves less than the master
+    is read again for up to `settle_s` before what it holds is recorded."""
+    info = await asyncio.to_thread(rt.replica_info)
+    if info is None or not info.get("masterAddress"):
+        raise LocalRuntimeError("no master to drain from")
+    master = str(info["masterAddress"])
+    run.read_back = await read_log(master, topic, queues)
+    deadline = time.monotonic() + settle_s
+    slaves = replica_addresses(info)
+    if len(slaves) < rt.brokers - 1:
+        run.not_recovered.append(f"drain: {len(slaves)} live slaves, not {rt.brokers - 1}")
+    for address in slaves:
+        error: Exception | None = None
+        while True:
+            try:
+                held = await read_log(address, topic, queues)
+            except (OSError, BrokerError, BrokerConnectionError) as exc:
+                held, error = [], exc
+            else:
+                error = None
+            if len(held) >= len(run.read_back) or time.monotonic() >= deadline:
+                break
+            await asyncio.sleep(0.2)
+        if error is not None:
+            run.not_recovered.append(f"replica {address} not readable: {error}")
+        run.replica_reads.extend(held)
+        run.replicas_read.append((address, topic))
+
+
+async def plant(
+    rt: LocalRuntime, kinds: Sequence[str], topic: str, name: str, run: Run, clock: _Clock
+) -> None:
+    """Negative control: write defects the checker must report. `duplicate`: the
+    last acknowledged key (after every fault) sent again, same body (a second copy
+    the history does not know of). `reorder`: a planted client's keys 0 and 1
+    acknowledged in the opposite order of their seqs (what a broker that reordered
+    a client's sends would leave)."""
+    info = await asyncio.to_thread(rt.replica_info)
+    if info is None or not info.get("masterAddress"):
+        raise LocalRuntimeError("no master to plant on")
+    conn = await BrokerConnection.connect(str(info["masterAddress"]))
+    try:
+        if PLANT_DUPLICATE in kinds:
+            victim = max((o for o in run.operations if o.outcome == OK), key=lambda o: o.complete_s)
+            body = body_of(victim.key)
+            await conn.send(topic, [ProduceMessage(topic, body, key=victim.key)], victim.queue_id)
+            run.planted[PLANT_DUPLICATE] = [victim.key]
+        if PLANT_REORDER in kinds:
+            keys = [f"{name}-0", f"{name}-1"]
+            for seq in (1, 0):  # the later seq first
+                invoke = clock.now()
+                body = body_of(keys[seq])
+                result = await conn.send(topic, [ProduceMessage(topic, body, key=keys[seq])], 0)
+                sent = result.messages[0]
+                run.operations.append(
+                    Operation(name, seq, keys[seq], invoke, clock.now(), OK, sent.queue_id,
+                              sent.queue_offset, body_crc=body_crc(body), attempts=(OK,))
+                )  # fmt: skip
+            run.planted[PLANT_REORDER] = keys
     finally:
         await conn.close()
 
@@ -332,6 +467,7 @@ async def run_schedule(
                 run,
                 stop,
                 schedule.send_pause_s,
+                schedule.send_attempts,
             )
         )
         for i, p in enumerate(producers)
@@ -380,7 +516,9 @@ async def run_schedule(
         for consumer in consumers:
             await consumer.close()
     await _wait_healthy(rt, rt.brokers, schedule.healthy_timeout_s)
-    run.read_back = await drain(rt, topic, queues)
+    if schedule.plants:
+        await plant(rt, schedule.plants, topic, f"{schedule.client_prefix}planted", run, clock)
+    await drain(rt, topic, queues, run, schedule.drain_settle_s)
     run.ended_s = clock.now()
     return run
 
@@ -397,3 +535,23 @@ def write_history(run: Run, out_dir: Path) -> None:
         for w in run.windows:
             line = {"fault": w.fault, "start": round(w.start_s, 6), "end": round(w.end_s, 6)}
             f.write(json.dumps(line | {"note": w.note}) + "\n")
+
+
+def read_history(out_dir: Path) -> tuple[list[Operation], list[FaultWindow]]:
+    """The operations and fault windows `write_history` wrote (what the checker's
+    unavailability needs; the read-back is not kept)."""
+    operations = []
+    for line in (out_dir / "history.jsonl").read_text().splitlines():
+        op = json.loads(line)
+        operations.append(
+            Operation(
+                op["client"], op["seq"], op["key"], op["invokeTime"], op["completeTime"],
+                op["outcome"], op.get("queueId"), op.get("queueOffset"), op.get("error"),
+                op.get("bodyCrc"), tuple(op.get("attempts", ())),
+            )
+        )  # fmt: skip
+    windows = [
+        FaultWindow(w["fault"], w["start"], w["end"], w.get("note", ""))
+        for w in map(json.loads, (out_dir / "faults.jsonl").read_text().splitlines())
+    ]
+    return operations, windows
