@@ -142,6 +142,25 @@ class Kube:
             if exc.status != 404:
                 raise
 
+    async def secret_exists(self, namespace: str, name: str) -> bool | None:
+        """True/False, or None when this identity may not read it (then nobody knows)."""
+        try:
+            await asyncio.to_thread(self.core.read_namespaced_secret_with_http_info, name, namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            if exc.status == 403:
+                return None
+            raise
+        return True
+
+    async def delete_service(self, namespace: str, name: str) -> None:
+        try:
+            await asyncio.to_thread(self.core.delete_namespaced_service, name, namespace)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
     async def patch_group_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         await asyncio.to_thread(
             self.custom.patch_namespaced_custom_object_status,

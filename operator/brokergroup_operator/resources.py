@@ -46,26 +46,48 @@ HA_FIELDS = (
     "heartbeatIntervalMs",
     "heartbeatTimeoutMs",
 )
-# spec.config keys (everything else the broker's config knows).
-CONFIG_FIELDS = (
-    "flushDiskType",
-    "flushIntervalMs",
-    "mappedFileSizeCommitLog",
-    "diskFullRatio",
-    "electionPriority",
-    "defaultTopicQueueNums",
-    "maxTopics",
-    "maxOpenQueueFiles",
-    "maxPendingAcks",
-    "syncStateSetCheckIntervalMs",
-    "controllerRequestTimeoutMs",
-    "controllerRetryBackoffMs",
-    "controllerRetryBackoffMaxMs",
-    "watchTimeoutMs",
-    "enableSlaveActingMaster",
-    "maxPullMessages",
-    "maxSendBatchMessages",
-)
+# spec.config key → the type and lowest value the broker accepts (the CRD's
+# CEL rules say the same; tests/unit/test_operator_resources.py keeps them in step).
+CONFIG_TYPES: dict[str, tuple[type, float]] = {
+    "flushDiskType": (str, 0),
+    "flushIntervalMs": (int, 1),
+    "mappedFileSizeCommitLog": (int, 4096),
+    "diskFullRatio": (float, 0),
+    "electionPriority": (int, 0),
+    "defaultTopicQueueNums": (int, 1),
+    "maxTopics": (int, 1),
+    "maxOpenQueueFiles": (int, 1),
+    "maxPendingAcks": (int, 1),
+    "syncStateSetCheckIntervalMs": (int, 1),
+    "controllerRequestTimeoutMs": (int, 1),
+    "controllerRetryBackoffMs": (int, 1),
+    "controllerRetryBackoffMaxMs": (int, 0),
+    "watchTimeoutMs": (int, 1),
+    "enableSlaveActingMaster": (bool, 0),
+    "maxPullMessages": (int, 1),
+    "maxSendBatchMessages": (int, 1),
+}
+CONFIG_FIELDS = tuple(CONFIG_TYPES)
+FLUSH_DISK_TYPES = ("SYNC_FLUSH", "ASYNC_FLUSH")
+
+
+def config_value_error(key: str, value: Any) -> str | None:
+    """Why spec.config[key] = value cannot reach the broker, or None (pure)."""
+    kind, lowest = CONFIG_TYPES[key]
+    if kind is bool:
+        return None if isinstance(value, bool) else f"spec.config.{key} must be true or false"
+    if kind is str:
+        if value in FLUSH_DISK_TYPES:
+            return None
+        return f"spec.config.{key} must be one of {', '.join(FLUSH_DISK_TYPES)}, got {value!r}"
+    numeric = (int, float) if kind is float else (int,)
+    if isinstance(value, bool) or not isinstance(value, numeric):
+        return f"spec.config.{key} must be a number, got {value!r}"
+    if kind is float:
+        return None if 0 < value <= 1 else f"spec.config.{key} must be in (0, 1], got {value}"
+    if value < lowest:
+        return f"spec.config.{key} must be ≥ {int(lowest)}, got {value}"
+    return None
 
 
 class SpecError(ValueError):
@@ -118,9 +140,14 @@ class GroupContext:
                 f"spec.ha.minInSyncReplicas {self.min_in_sync_replicas} must be ≤ "
                 f"spec.replicas {self.replicas}"
             )
-        unknown = sorted(set(self.spec.get("config") or {}) - set(CONFIG_FIELDS))
+        config = self.spec.get("config") or {}
+        unknown = sorted(set(config) - set(CONFIG_FIELDS))
         if unknown:
             raise SpecError(f"spec.config has unknown key(s) {unknown}")
+        for key, value in config.items():
+            problem = config_value_error(key, value)
+            if problem is not None:
+                raise SpecError(problem)
         if not self.image:
             raise SpecError("no image: set spec.image or the operator's BROKERGROUP_IMAGE")
         if not self.addresses:
@@ -155,10 +182,10 @@ def _meta(ctx: GroupContext, name: str, extra: Mapping[str, str] | None = None) 
 
 
 def broker_config(ctx: GroupContext) -> dict[str, Any]:
-    """broker.json: spec.ha (typed) plus spec.config (strings the broker coerces)."""
+    """broker.json: spec.ha and spec.config, typed as the CRD admitted them."""
     ha = ctx.spec.get("ha") or {}
     config: dict[str, Any] = {k: ha[k] for k in HA_FIELDS if k in ha}
-    config.update({str(k): str(v) for k, v in (ctx.spec.get("config") or {}).items()})
+    config.update({str(k): v for k, v in (ctx.spec.get("config") or {}).items()})
     return config
 
 

@@ -496,6 +496,12 @@ CEL_CASES = [
         {"template": {"labels": {"brokergroup.io/role": "master"}}},
         "spec.template.labels must not set brokergroup.io/",
     ),
+    # Issue 22 item 5: typed spec.config (a string count used to crash-loop a pod).
+    ({"config": {"maxPullMessages": "lots"}}, "maxPullMessages and maxSendBatchMessages must be integers ≥ 1"),
+    ({"config": {"maxPullMessages": 0}}, "maxPullMessages and maxSendBatchMessages must be integers ≥ 1"),
+    ({"config": {"diskFullRatio": 2}}, "spec.config.diskFullRatio must be a number in (0, 1]"),
+    ({"config": {"enableSlaveActingMaster": "yes"}}, "spec.config.enableSlaveActingMaster must be true or false"),
+    ({"config": {"flushDiskType": 1}}, "spec.config.flushDiskType must be SYNC_FLUSH or ASYNC_FLUSH"),
 ]
 
 
@@ -519,6 +525,40 @@ def test_cel_rules_reject_with_their_message(
         )
     assert exc.value.status == 422
     assert message in json.loads(exc.value.body)["message"]
+
+
+NAME_CASES = [
+    ("a" * 53, "metadata.name must be at most 52 characters"),
+    ("orders.eu", "metadata.name must be a DNS-1035 label"),
+    ("9orders", "metadata.name must be a DNS-1035 label"),
+]
+
+
+@pytest.mark.parametrize(("name", "message"), NAME_CASES)
+def test_names_that_cannot_name_a_statefulset_are_refused(
+    crds_applied: str, name: str, message: str
+) -> None:
+    """Issue 22 item 5: such a group used to be accepted, and nothing happened."""
+    from kubernetes import client, config
+
+    custom = client.CustomObjectsApi(config.new_client_from_config(config_file=crds_applied))
+    body = {
+        "apiVersion": "brokergroup.io/v1alpha1",
+        "kind": "BrokerGroup",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {},
+    }
+    with pytest.raises(ApiException) as exc:
+        custom.create_namespaced_custom_object(
+            "brokergroup.io", "v1alpha1", "default", "brokergroups", body, dry_run="All"
+        )
+    assert exc.value.status == 422
+    assert message in json.loads(exc.value.body)["message"]
+    body["metadata"]["name"] = "a" * 52  # the longest name that fits is admitted
+    body["spec"] = {"config": {"maxPullMessages": 64, "diskFullRatio": 0.9}}
+    custom.create_namespaced_custom_object(
+        "brokergroup.io", "v1alpha1", "default", "brokergroups", body, dry_run="All"
+    )
 
 
 def test_storage_size_is_immutable(crds_applied: str) -> None:

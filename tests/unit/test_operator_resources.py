@@ -23,6 +23,7 @@ from brokergroup_broker.core.config import BrokerConfig, camel
 from brokergroup_operator.model import group_labels
 from brokergroup_operator.resources import (
     CONFIG_FIELDS,
+    CONFIG_TYPES,
     HA_FIELDS,
     GroupContext,
     SpecError,
@@ -187,7 +188,7 @@ def test_stateful_set_and_broker_command() -> None:
 
 def test_config_change_changes_the_pod_template() -> None:
     a = owned_objects(_ctx(), 3)[-1]["spec"]["template"]
-    b = owned_objects(_ctx(config={"maxPullMessages": "64"}), 3)[-1]["spec"]["template"]
+    b = owned_objects(_ctx(config={"maxPullMessages": 64}), 3)[-1]["spec"]["template"]
     assert a != b
     assert a == owned_objects(_ctx(), 5)[-1]["spec"]["template"]
 
@@ -201,9 +202,58 @@ def test_config_change_changes_the_pod_template() -> None:
         ),
         ({"config": {"bogus": "1"}}, "spec.config has unknown key(s) ['bogus']"),
         ({"replicas": 0}, "spec.replicas must be ≥ 1, got 0"),
+        ({"config": {"maxPullMessages": "lots"}}, "spec.config.maxPullMessages must be a number, got 'lots'"),
+        ({"config": {"maxPullMessages": "64"}}, "spec.config.maxPullMessages must be a number, got '64'"),
+        ({"config": {"maxPullMessages": 0}}, "spec.config.maxPullMessages must be ≥ 1, got 0"),
+        ({"config": {"mappedFileSizeCommitLog": 1024}}, "spec.config.mappedFileSizeCommitLog must be ≥ 4096, got 1024"),
+        ({"config": {"diskFullRatio": 1.5}}, "spec.config.diskFullRatio must be in (0, 1], got 1.5"),
+        ({"config": {"enableSlaveActingMaster": "yes"}}, "spec.config.enableSlaveActingMaster must be true or false"),
+        ({"config": {"flushDiskType": "SOMETIMES"}}, "spec.config.flushDiskType must be one of SYNC_FLUSH, ASYNC_FLUSH, got 'SOMETIMES'"),
     ],
 )
 def test_validate_repeats_the_cel_rules(spec: dict, message: str) -> None:
     with pytest.raises(SpecError) as exc:
         _ctx(**spec).validate()
     assert str(exc.value) == message
+
+
+def test_typed_config_reaches_broker_json_as_typed_values() -> None:
+    """Issue 22 item 5: numbers stay numbers on their way to the broker."""
+    config = {"maxPullMessages": 64, "diskFullRatio": 0.9, "enableSlaveActingMaster": False}
+    ctx = _ctx(config=config)
+    ctx.validate()
+    body = json.loads(owned_objects(ctx, 3)[0]["data"]["broker.json"])
+    assert body == {"minInSyncReplicas": 2, **config}
+    from brokergroup_broker.core.config import config_from_mapping
+
+    assert config_from_mapping(body).max_pull_messages == 64
+
+
+def test_crd_config_rules_match_the_operators_types() -> None:
+    """Each CEL type rule names exactly the keys the operator gives that type and
+    lower bound, and those types are the broker's own field types."""
+    rules = [r["rule"] for r in _spec_schema()["properties"]["config"]["x-kubernetes-validations"]]
+    by_rule = {
+        (int, 1): re.findall(r"'(\w+)'", rules[1]),
+        (int, 0): re.findall(r"'(\w+)'", rules[2]),
+    }
+    for bound, keys in by_rule.items():
+        assert keys == [k for k, kind in CONFIG_TYPES.items() if kind == bound], bound
+    assert "self.mappedFileSizeCommitLog >= 4096" in rules[3]
+    assert "self.diskFullRatio" in rules[4]
+    assert "self.enableSlaveActingMaster) == bool" in rules[5]
+    assert "['SYNC_FLUSH', 'ASYNC_FLUSH']" in rules[6]
+    defaults = BrokerConfig()
+    for key, (kind, _lowest) in CONFIG_TYPES.items():
+        field = re.sub(r"(?<!^)([A-Z])", r"_\1", key).lower()
+        assert type(getattr(defaults, field)) is kind, key
+
+
+def test_crd_name_rules_fit_every_derived_name() -> None:
+    """The 52-character limit: `<name>-<10-char revision hash>` is a label value (≤ 63)."""
+    rules = _crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["x-kubernetes-validations"]
+    assert rules[0]["rule"] == "self.metadata.name.size() <= 52"
+    longest = "a" * 52
+    objects = owned_objects(GroupContext(longest, "ns", "u", {}, "img", ("c:1",), "s"), 16)
+    names = [o["metadata"]["name"] for o in objects] + [f"{longest}-15", f"{longest}-1234567890"]
+    assert max(len(n) for n in names) == 63
