@@ -145,7 +145,9 @@ class Kube:
     async def secret_exists(self, namespace: str, name: str) -> bool | None:
         """True/False, or None when this identity may not read it (then nobody knows)."""
         try:
-            await asyncio.to_thread(self.core.read_namespaced_secret_with_http_info, name, namespace)
+            await asyncio.to_thread(
+                self.core.read_namespaced_secret_with_http_info, name, namespace
+            )
         except ApiException as exc:
             if exc.status == 404:
                 return False

@@ -1,9 +1,10 @@
 """The Kubernetes objects a BrokerGroup owns, built from its spec (pure).
 
 StatefulSet `<bg>` (Parallel pod management, OnDelete updates: the
-operator, not the StatefulSet controller, decides which pod restarts next),
-headless Service `<bg>-headless`, client Service `<bg>` (role=master), read
-Service `<bg>-read` (role=slave), ConfigMap `<bg>-config` (broker.json),
+operator, not the StatefulSet controller, decides which pod restarts next;
+preferred anti-affinity spreads the brokers over nodes unless the spec sets
+its own affinity), headless Service `<bg>-headless`, client Service `<bg>`
+(role=master), ConfigMap `<bg>-config` (broker.json),
 PodDisruptionBudget `<bg>` and NetworkPolicy `<bg>` (HA port only from the
 group's own pods). Every object carries the group's labels and an owner
 reference to the BrokerGroup, so deleting the group garbage-collects them.
@@ -88,6 +89,12 @@ def config_value_error(key: str, value: Any) -> str | None:
     if value < lowest:
         return f"spec.config.{key} must be ≥ {int(lowest)}, got {value}"
     return None
+
+
+# Services earlier versions created and this one deletes. `<bg>-read` selected
+# role=slave, but a slave answers NOT_MASTER to offset queries and consumer
+# offsets, so a consumer could not use it (docs/kubernetes.md "Reads").
+OBSOLETE_SERVICES = ("{group}-read",)
 
 
 class SpecError(ValueError):
@@ -295,6 +302,7 @@ def stateful_set(ctx: GroupContext, replicas: int) -> dict[str, Any]:
             },
         ],
     }
+    pod_spec["affinity"] = spread_over_nodes(ctx.name)
     for key in ("affinity", "tolerations", "nodeSelector", "priorityClassName"):
         if template.get(key):
             pod_spec[key] = template[key]
@@ -330,6 +338,25 @@ def stateful_set(ctx: GroupContext, replicas: int) -> dict[str, Any]:
     }
 
 
+def spread_over_nodes(group: str) -> dict[str, Any]:
+    """Preferred (not required) pod anti-affinity by node: one node's loss takes
+    one replica where there are enough nodes, and a single-node cluster still
+    schedules every pod. spec.template.affinity replaces it."""
+    return {
+        "podAntiAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 100,
+                    "podAffinityTerm": {
+                        "labelSelector": {"matchLabels": group_labels(group)},
+                        "topologyKey": "kubernetes.io/hostname",
+                    },
+                }
+            ]
+        }
+    }
+
+
 def _ports(names: Sequence[str]) -> list[dict[str, Any]]:
     numbers = {"client": CLIENT_PORT, "ha": HA_PORT, "http": HTTP_PORT}
     return [
@@ -357,15 +384,6 @@ def services(ctx: GroupContext) -> list[dict[str, Any]]:
             "metadata": _meta(ctx, ctx.name),
             "spec": {
                 "selector": {**selector, LABEL_ROLE: str(Role.MASTER)},
-                "ports": _ports(["client"]),
-            },
-        },
-        {
-            "apiVersion": "v1",
-            "kind": "Service",
-            "metadata": _meta(ctx, f"{ctx.name}-read"),
-            "spec": {
-                "selector": {**selector, LABEL_ROLE: str(Role.SLAVE)},
                 "ports": _ports(["client"]),
             },
         },

@@ -497,11 +497,23 @@ CEL_CASES = [
         "spec.template.labels must not set brokergroup.io/",
     ),
     # Issue 22 item 5: typed spec.config (a string count used to crash-loop a pod).
-    ({"config": {"maxPullMessages": "lots"}}, "maxPullMessages and maxSendBatchMessages must be integers ≥ 1"),
-    ({"config": {"maxPullMessages": 0}}, "maxPullMessages and maxSendBatchMessages must be integers ≥ 1"),
+    (
+        {"config": {"maxPullMessages": "lots"}},
+        "maxPullMessages and maxSendBatchMessages must be integers ≥ 1",
+    ),
+    (
+        {"config": {"maxPullMessages": 0}},
+        "maxPullMessages and maxSendBatchMessages must be integers ≥ 1",
+    ),
     ({"config": {"diskFullRatio": 2}}, "spec.config.diskFullRatio must be a number in (0, 1]"),
-    ({"config": {"enableSlaveActingMaster": "yes"}}, "spec.config.enableSlaveActingMaster must be true or false"),
-    ({"config": {"flushDiskType": 1}}, "spec.config.flushDiskType must be SYNC_FLUSH or ASYNC_FLUSH"),
+    (
+        {"config": {"enableSlaveActingMaster": "yes"}},
+        "spec.config.enableSlaveActingMaster must be true or false",
+    ),
+    (
+        {"config": {"flushDiskType": 1}},
+        "spec.config.flushDiskType must be SYNC_FLUSH or ASYNC_FLUSH",
+    ),
 ]
 
 

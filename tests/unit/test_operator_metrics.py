@@ -11,7 +11,7 @@ from brokergroup_operator import metrics
 
 
 def _groups_in_series() -> list[tuple[str, str, str]]:
-    names = {m._name for m in metrics.GROUP_SERIES}  # noqa: SLF001
+    names = {m._name for m in metrics.GROUP_SERIES}
     found = []
     for family in REGISTRY.collect():
         if family.name not in names:

@@ -116,7 +116,6 @@ def test_owned_objects_are_labelled_and_owned() -> None:
         ("ConfigMap", "orders-config"),
         ("Service", "orders-headless"),
         ("Service", "orders"),
-        ("Service", "orders-read"),
         ("PodDisruptionBudget", "orders"),
         ("NetworkPolicy", "orders"),
         ("StatefulSet", "orders"),
@@ -133,9 +132,8 @@ def test_owned_objects_are_labelled_and_owned() -> None:
         )
     services = {o["metadata"]["name"]: o["spec"] for o in objects if o["kind"] == "Service"}
     assert services["orders"]["selector"]["brokergroup.io/role"] == "master"
-    assert services["orders-read"]["selector"]["brokergroup.io/role"] == "slave"
     assert services["orders-headless"]["clusterIP"] == "None"
-    policy = objects[5]["spec"]["ingress"]
+    policy = objects[4]["spec"]["ingress"]
     assert policy[0] == {
         "from": [{"podSelector": {"matchLabels": group_labels("orders")}}],
         "ports": [{"port": 10912, "protocol": "TCP"}],
@@ -202,13 +200,31 @@ def test_config_change_changes_the_pod_template() -> None:
         ),
         ({"config": {"bogus": "1"}}, "spec.config has unknown key(s) ['bogus']"),
         ({"replicas": 0}, "spec.replicas must be ≥ 1, got 0"),
-        ({"config": {"maxPullMessages": "lots"}}, "spec.config.maxPullMessages must be a number, got 'lots'"),
-        ({"config": {"maxPullMessages": "64"}}, "spec.config.maxPullMessages must be a number, got '64'"),
+        (
+            {"config": {"maxPullMessages": "lots"}},
+            "spec.config.maxPullMessages must be a number, got 'lots'",
+        ),
+        (
+            {"config": {"maxPullMessages": "64"}},
+            "spec.config.maxPullMessages must be a number, got '64'",
+        ),
         ({"config": {"maxPullMessages": 0}}, "spec.config.maxPullMessages must be ≥ 1, got 0"),
-        ({"config": {"mappedFileSizeCommitLog": 1024}}, "spec.config.mappedFileSizeCommitLog must be ≥ 4096, got 1024"),
-        ({"config": {"diskFullRatio": 1.5}}, "spec.config.diskFullRatio must be in (0, 1], got 1.5"),
-        ({"config": {"enableSlaveActingMaster": "yes"}}, "spec.config.enableSlaveActingMaster must be true or false"),
-        ({"config": {"flushDiskType": "SOMETIMES"}}, "spec.config.flushDiskType must be one of SYNC_FLUSH, ASYNC_FLUSH, got 'SOMETIMES'"),
+        (
+            {"config": {"mappedFileSizeCommitLog": 1024}},
+            "spec.config.mappedFileSizeCommitLog must be ≥ 4096, got 1024",
+        ),
+        (
+            {"config": {"diskFullRatio": 1.5}},
+            "spec.config.diskFullRatio must be in (0, 1], got 1.5",
+        ),
+        (
+            {"config": {"enableSlaveActingMaster": "yes"}},
+            "spec.config.enableSlaveActingMaster must be true or false",
+        ),
+        (
+            {"config": {"flushDiskType": "SOMETIMES"}},
+            "spec.config.flushDiskType must be one of SYNC_FLUSH, ASYNC_FLUSH, got 'SOMETIMES'",
+        ),
     ],
 )
 def test_validate_repeats_the_cel_rules(spec: dict, message: str) -> None:
@@ -257,3 +273,19 @@ def test_crd_name_rules_fit_every_derived_name() -> None:
     objects = owned_objects(GroupContext(longest, "ns", "u", {}, "img", ("c:1",), "s"), 16)
     names = [o["metadata"]["name"] for o in objects] + [f"{longest}-15", f"{longest}-1234567890"]
     assert max(len(n) for n in names) == 63
+
+
+def test_brokers_spread_over_nodes_unless_the_spec_says_otherwise() -> None:
+    """Issue 22 item 6: preferred anti-affinity by default (a one-node cluster still
+    schedules every pod); spec.template.affinity replaces it."""
+    pod_spec = owned_objects(_ctx(), 3)[-1]["spec"]["template"]["spec"]
+    (term,) = pod_spec["affinity"]["podAntiAffinity"][
+        "preferredDuringSchedulingIgnoredDuringExecution"
+    ]
+    assert term["podAffinityTerm"] == {
+        "labelSelector": {"matchLabels": group_labels("orders")},
+        "topologyKey": "kubernetes.io/hostname",
+    }
+    own = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {}}}
+    pod_spec = owned_objects(_ctx(template={"affinity": own}), 3)[-1]["spec"]["template"]["spec"]
+    assert pod_spec["affinity"] == own
