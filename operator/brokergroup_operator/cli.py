@@ -106,7 +106,8 @@ def run_operator_command(args: argparse.Namespace) -> int:
 
         priority = random.SystemRandom().randint(1, 2**31 - 1)
     memo = kopf.Memo(
-        runtime=Runtime(settings=settings, kube=kube), peering_lifetime_s=args.peering_lifetime
+        runtime=Runtime(settings=settings, kube=kube, namespaces=tuple(namespaces)),
+        peering_lifetime_s=args.peering_lifetime,
     )
     kopf.run(
         registry=registry,

@@ -47,7 +47,7 @@ from brokergroup_operator.model import (
     PodFacts,
     selector_string,
 )
-from brokergroup_operator.ownership import Release, cleanup_step, owns
+from brokergroup_operator.ownership import Release, cleanup_step, groups_to_let_go, owns
 from brokergroup_operator.planner import (
     CleanBrokerIds,
     RestartPod,
@@ -101,6 +101,8 @@ class Runtime:
     )
     pods: dict[tuple[str, str], PodFacts] = field(default_factory=dict)
     groups: dict[GroupKey, GroupMemory] = field(default_factory=dict)
+    namespaces: tuple[str, ...] = ()
+    """The namespaces this operator watches (empty: every namespace)."""
 
     def controller(self, addresses: tuple[str, ...]) -> ControllerClient:
         token = self.settings.read_token()
@@ -494,7 +496,37 @@ async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> Non
 async def close(memo: Any, **_: Any) -> None:
     rt = getattr(memo, "runtime", None)
     if isinstance(rt, Runtime):
-        await rt.close()
+        try:
+            await let_go_if_uninstalled(rt)
+        finally:
+            await rt.close()
+
+
+async def let_go_if_uninstalled(rt: Runtime) -> list[str]:
+    """When this operator's Deployment is gone (`helm uninstall`), remove its
+    finalizer from its groups, with a Warning Event each. A restart or an
+    upgrade keeps the Deployment, so nothing happens then."""
+    namespace, _sep, name = rt.settings.deployment.partition("/")
+    if not name or await rt.kube.deployment_exists(namespace, name) is not False:
+        return []
+    released = []
+    for ns in rt.namespaces or (None,):
+        groups = await rt.kube.list_groups(ns)
+        for group in groups_to_let_go(groups, rt.settings.operator_id, FINALIZER):
+            if await rt.kube.remove_group_finalizer(group, FINALIZER):
+                meta = group.get("metadata") or {}
+                released.append(f"{meta.get('namespace')}/{meta.get('name')}")
+                await rt.kube.post_group_event(
+                    group,
+                    "Warning",
+                    "OperatorUninstalled",
+                    f"the operator {rt.settings.operator_id or rt.settings.deployment} was "
+                    "uninstalled: this group runs on unmanaged (no failover labels, no "
+                    "rolls); its finalizer is removed so deleting it does not wait for an "
+                    "operator. Its BrokerIds stay in the controller if that still runs.",
+                )
+    log.warning("operator uninstalled: let go of %s", released)
+    return released
 
 
 def group_is_mine(spec: kopf.Spec, memo: Any, **_: Any) -> bool:

@@ -14,6 +14,7 @@ import asyncio
 import os
 import threading
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client, config
@@ -155,6 +156,83 @@ class Kube:
                 return None
             raise
         return True
+
+    async def deployment_exists(self, namespace: str, name: str) -> bool | None:
+        """False when gone or being deleted; None when this identity may not look."""
+        try:
+            found = await asyncio.to_thread(self.apps.read_namespaced_deployment, name, namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            if exc.status == 403:
+                return None
+            raise
+        return found.metadata is not None and found.metadata.deletion_timestamp is None
+
+    async def list_groups(self, namespace: str | None) -> list[dict[str, Any]]:
+        def call() -> list[dict[str, Any]]:
+            found: Any
+            if namespace is None:
+                found = self.custom.list_cluster_custom_object(API_GROUP, VERSION, PLURAL)
+            else:
+                found = self.custom.list_namespaced_custom_object(
+                    API_GROUP, VERSION, namespace, PLURAL
+                )
+            return [dict(g) for g in found.get("items") or []]
+
+        return await asyncio.to_thread(call)
+
+    async def remove_group_finalizer(self, group: Mapping[str, Any], finalizer: str) -> bool:
+        """Remove one finalizer, only from the version read (JSON patch `test`)."""
+        meta = group.get("metadata") or {}
+        finalizers = list(meta.get("finalizers") or [])
+        if finalizer not in finalizers:
+            return False
+        i = finalizers.index(finalizer)
+        patch = [
+            {"op": "test", "path": f"/metadata/finalizers/{i}", "value": finalizer},
+            {"op": "remove", "path": f"/metadata/finalizers/{i}"},
+        ]
+        try:
+            await asyncio.to_thread(
+                self.custom.patch_namespaced_custom_object,
+                API_GROUP,
+                VERSION,
+                meta["namespace"],
+                PLURAL,
+                meta["name"],
+                patch,
+                _content_type="application/json-patch+json",
+            )
+        except ApiException as exc:
+            if exc.status in (404, 409, 422):
+                return False
+            raise
+        return True
+
+    async def post_group_event(
+        self, group: Mapping[str, Any], kind: str, reason: str, message: str
+    ) -> None:
+        meta = group.get("metadata") or {}
+        now = datetime.now(UTC)
+        event: Any = {
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            "involvedObject": {
+                "apiVersion": f"{API_GROUP}/{VERSION}",
+                "kind": "BrokerGroup",
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta.get("uid"),
+            },
+            "type": kind,
+            "reason": reason,
+            "message": message[:1024],
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+            "source": {"component": "brokergroup-operator"},
+        }
+        await asyncio.to_thread(self.core.create_namespaced_event, meta["namespace"], event)
 
     async def delete_service(self, namespace: str, name: str) -> None:
         try:

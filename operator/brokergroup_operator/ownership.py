@@ -13,12 +13,14 @@ The cleanup a deleted group's finalizer runs (delete the pods, clean the
 BrokerIds from the controller) is bounded (issue 22 item 4): after
 `cleanup_timeout_s` it gives up, releases the finalizer and says in a
 Warning Event what it left behind, so `kubectl delete bg` and namespace
-deletion always end, also when the controller is already gone.
+deletion always end, also when the controller is already gone. And when the
+operator itself is uninstalled, it lets go of its groups on the way out
+(`groups_to_let_go`): they run on unmanaged and can be deleted at once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +34,20 @@ def owns(operator_id: str, spec: Mapping[str, Any]) -> bool:
     """Whether the operator `operator_id` may act on a group with this spec."""
     wanted = release_of(spec)
     return not wanted or wanted == operator_id
+
+
+def groups_to_let_go(
+    groups: Sequence[Mapping[str, Any]], operator_id: str, finalizer: str
+) -> list[Mapping[str, Any]]:
+    """On `helm uninstall` (the operator's Deployment is gone): this operator's
+    groups that still carry its finalizer. Nobody would ever remove it, so
+    `kubectl delete bg` and namespace deletion would hang for good."""
+    return [
+        g
+        for g in groups
+        if owns(operator_id, g.get("spec") or {})
+        and finalizer in ((g.get("metadata") or {}).get("finalizers") or [])
+    ]
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,12 @@ class OperatorSettings:
     """BROKERGROUP_OPERATOR_ID: this operator's release, `<namespace>/<release>`
     (the chart sets it). A group whose spec.controller.release names another
     release is left alone (docs/kubernetes.md "Release scoping")."""
+    deployment: str = ""
+    """BROKERGROUP_OPERATOR_DEPLOYMENT: `<namespace>/<name>` of the Deployment
+    running this operator (the chart sets it). When the operator stops and
+    that Deployment is gone (`helm uninstall`), it lets go of its groups
+    (finalizers removed, a Warning Event each) so deleting them later does not
+    hang on an operator that no longer exists. Empty: never."""
     cleanup_timeout_s: float = 120.0
     """BROKERGROUP_CLEANUP_TIMEOUT_SECONDS: how long a deleted group's finalizer
     retries its cleanup before it releases the group with a Warning Event.
@@ -66,6 +72,7 @@ class OperatorSettings:
             resync_s=resync,
             operator_id=env.get("BROKERGROUP_OPERATOR_ID", ""),
             cleanup_timeout_s=cleanup,
+            deployment=env.get("BROKERGROUP_OPERATOR_DEPLOYMENT", ""),
         )
 
     def read_token(self) -> str | None:
