@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from tests.cluster.conftest import K8sCluster
 from tests.cluster.operator_env import OperatorEnv, OperatorProcess, apply_crds, wait_for
@@ -40,8 +41,14 @@ def _condition(group: dict[str, Any], kind: str) -> tuple[str, str] | None:
     return None
 
 
-def _broker_command(apps: Any, namespace: str, name: str) -> tuple[str, str]:
-    sts = apps.read_namespaced_stateful_set(name, namespace)
+def _broker_command(apps: Any, namespace: str, name: str) -> tuple[str, str] | None:
+    """(controller addresses, Secret) of the group's StatefulSet; None while it is missing."""
+    try:
+        sts = apps.read_namespaced_stateful_set(name, namespace)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
     pod = sts.spec.template.spec
     command = pod.containers[0].command
     addresses = command[command.index("--controller-addresses") + 1]
@@ -103,7 +110,9 @@ def test_two_releases_do_not_fight_and_uninstall_lets_go(
         lambda: _broker_command(apps, ns_a, "orders"),
         120,
     )
-    assert mine[0].startswith(f"a-brokergroup-controller-0.a-brokergroup-controller.{ns_a}.")
+    assert mine is not None and mine[0].startswith(
+        f"a-brokergroup-controller-0.a-brokergroup-controller.{ns_a}."
+    )
     assert mine[1] == "a-brokergroup-secrets"
 
     installed = _install(k8s_cluster, "b", ns_b)
