@@ -8,10 +8,12 @@ for ever."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from brokergroup_operator.ownership import Release, Retry, cleanup_step, owns
+from brokergroup_operator.ownership import Release, Retry, cleanup_step, groups_to_let_go, owns
+from brokergroup_operator.settings import OperatorSettings, SettingsError
 
 
 def test_owns_by_namespace_or_by_release() -> None:
@@ -59,3 +61,35 @@ def test_cleanup_ends_once_the_timeout_has_passed(
         assert (step.left_behind is None) == (pods == 0 and cleaned)
     else:
         assert isinstance(step, Retry)
+
+
+def test_uninstall_lets_go_of_this_operators_finalized_groups_only() -> None:
+    def group(name: str, release: str | None, finalizers: list[str]) -> dict:
+        spec = {"controller": {"release": release}} if release else {}
+        return {"metadata": {"name": name, "finalizers": finalizers}, "spec": spec}
+
+    groups = [
+        group("mine", None, ["brokergroup.io/cleanup"]),
+        group("named-mine", "mq/a", ["other/x", "brokergroup.io/cleanup"]),
+        group("theirs", "mq/b", ["brokergroup.io/cleanup"]),
+        group("released", None, []),
+    ]
+    chosen = groups_to_let_go(groups, "mq/a", "brokergroup.io/cleanup")
+    assert [g["metadata"]["name"] for g in chosen] == ["mine", "named-mine"]
+
+
+def test_settings_of_release_scoping_and_cleanup() -> None:
+    env = {
+        "BROKERGROUP_OPERATOR_ID": "mq/a-brokergroup",
+        "BROKERGROUP_OPERATOR_DEPLOYMENT": "mq/a-brokergroup-operator",
+        "BROKERGROUP_CLEANUP_TIMEOUT_SECONDS": "30",
+    }
+    s = OperatorSettings.from_env(env)
+    assert (s.operator_id, s.deployment, s.cleanup_timeout_s) == (
+        "mq/a-brokergroup",
+        "mq/a-brokergroup-operator",
+        30.0,
+    )
+    assert OperatorSettings.from_env({}).cleanup_timeout_s == 120.0
+    with pytest.raises(SettingsError, match="BROKERGROUP_CLEANUP_TIMEOUT_SECONDS must be a number"):
+        OperatorSettings.from_env({"BROKERGROUP_CLEANUP_TIMEOUT_SECONDS": "soon"})
