@@ -44,6 +44,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("--log-level", default="INFO")
     p.set_defaults(func=run_operator_command)
 
+    from brokergroup_operator import uninstall
+
+    uninstall.register(subparsers)
+
     k = subparsers.add_parser("kube", help="BrokerGroup actions on a Kubernetes cluster")
     actions = k.add_subparsers(dest="kube_command", required=True, metavar="ACTION")
     s = actions.add_parser(

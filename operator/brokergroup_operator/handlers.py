@@ -291,18 +291,13 @@ async def _reconcile(
 
     # 4. Status and Events.
     status, events = build_status(
-        StatusInput(
-            group=ctx.name,
-            generation=applied_key[0],
-            replicas=ctx.replicas,
-            min_in_sync_replicas=ctx.min_in_sync_replicas,
-            update_revision=update_revision,
-            current_revision=str(sts_status.get("currentRevision") or ""),
-            pods=pods,
+        _status_input(
+            ctx,
+            body,
+            sts,
+            pods,
+            previous,
             view=view,
-            previous=previous,
-            now_iso=now_iso(),
-            now_ms=now_ms(),
             master_lost_at_ms=mem.master_lost_at_ms,
             plan_reason=plan_reason,
         )
@@ -347,28 +342,38 @@ async def _report_blocked(
     blocked: tuple[str, str],
     post: PostEvent,
 ) -> None:
-    sts_status = (sts or {}).get("status") or {}
     status, _events = build_status(
-        StatusInput(
-            group=ctx.name,
-            generation=int((body.get("metadata") or {}).get("generation") or 0),
-            replicas=ctx.replicas,
-            min_in_sync_replicas=ctx.min_in_sync_replicas,
-            update_revision=str(sts_status.get("updateRevision") or ""),
-            current_revision=str(sts_status.get("currentRevision") or ""),
-            pods=pods,
-            view=None,
-            previous=previous,
-            now_iso=now_iso(),
-            now_ms=now_ms(),
-            blocked=blocked,
-        )
+        _status_input(ctx, body, sts, pods, previous, view=None, blocked=blocked)
     )
     before = {c.get("type"): c for c in previous.get("conditions") or []}.get(READY) or {}
     if (before.get("reason"), before.get("message")) != blocked:
         post("Warning", *blocked)
     if _status_changed(previous, status):
         await rt.kube.patch_group_status(ctx.namespace, ctx.name, status)
+
+
+def _status_input(
+    ctx: GroupContext,
+    body: Mapping[str, Any],
+    sts: Mapping[str, Any] | None,
+    pods: tuple[PodFacts, ...],
+    previous: dict[str, Any],
+    **facts: Any,
+) -> StatusInput:
+    sts_status = (sts or {}).get("status") or {}
+    return StatusInput(
+        group=ctx.name,
+        generation=int((body.get("metadata") or {}).get("generation") or 0),
+        replicas=ctx.replicas,
+        min_in_sync_replicas=ctx.min_in_sync_replicas,
+        update_revision=str(sts_status.get("updateRevision") or ""),
+        current_revision=str(sts_status.get("currentRevision") or ""),
+        pods=pods,
+        previous=previous,
+        now_iso=now_iso(),
+        now_ms=now_ms(),
+        **facts,
+    )
 
 
 def _status_changed(previous: Mapping[str, Any], status: Mapping[str, Any]) -> bool:

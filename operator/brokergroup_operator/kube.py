@@ -145,28 +145,14 @@ class Kube:
 
     async def secret_exists(self, namespace: str, name: str) -> bool | None:
         """True/False, or None when this identity may not read it (then nobody knows)."""
-        try:
-            await asyncio.to_thread(
-                self.core.read_namespaced_secret_with_http_info, name, namespace
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                return False
-            if exc.status == 403:
-                return None
-            raise
-        return True
+        found = await _presence(self.core.read_namespaced_secret, name, namespace)
+        return None if found is None else found is not False
 
     async def deployment_exists(self, namespace: str, name: str) -> bool | None:
         """False when gone or being deleted; None when this identity may not look."""
-        try:
-            found = await asyncio.to_thread(self.apps.read_namespaced_deployment, name, namespace)
-        except ApiException as exc:
-            if exc.status == 404:
-                return False
-            if exc.status == 403:
-                return None
-            raise
+        found = await _presence(self.apps.read_namespaced_deployment, name, namespace)
+        if found is None or found is False:
+            return found
         return found.metadata is not None and found.metadata.deletion_timestamp is None
 
     async def list_groups(self, namespace: str | None) -> list[dict[str, Any]]:
@@ -234,6 +220,18 @@ class Kube:
         }
         await asyncio.to_thread(self.core.create_namespaced_event, meta["namespace"], event)
 
+    async def delete_deployment(self, namespace: str, name: str) -> None:
+        try:
+            await asyncio.to_thread(
+                self.apps.delete_namespaced_deployment,
+                name,
+                namespace,
+                propagation_policy="Background",
+            )
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
     async def delete_service(self, namespace: str, name: str) -> None:
         try:
             await asyncio.to_thread(self.core.delete_namespaced_service, name, namespace)
@@ -300,3 +298,15 @@ class Kube:
         except ApiException as exc:
             if exc.status != 409:
                 raise
+
+
+async def _presence(read: Any, name: str, namespace: str) -> Any:
+    """The object, False when it does not exist, None when this identity may not read it."""
+    try:
+        return await asyncio.to_thread(read, name, namespace)
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        if exc.status == 403:
+            return None
+        raise

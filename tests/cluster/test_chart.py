@@ -48,7 +48,7 @@ EXPECTED_RULES = [
     {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["rel-brokergroup-secrets"],
      "verbs": ["get"]},
     {"apiGroups": ["apps"], "resources": ["deployments"],
-     "resourceNames": ["rel-brokergroup-operator"], "verbs": ["get"]},
+     "resourceNames": ["rel-brokergroup-operator"], "verbs": ["get", "delete"]},
     {"apiGroups": ["kopf.dev"], "resources": ["kopfpeerings", "clusterkopfpeerings"],
      "verbs": ["get", "list", "watch", "patch", "create"]},
     {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],

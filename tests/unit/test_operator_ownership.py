@@ -93,3 +93,30 @@ def test_settings_of_release_scoping_and_cleanup() -> None:
     assert OperatorSettings.from_env({}).cleanup_timeout_s == 120.0
     with pytest.raises(SettingsError, match="BROKERGROUP_CLEANUP_TIMEOUT_SECONDS must be a number"):
         OperatorSettings.from_env({"BROKERGROUP_CLEANUP_TIMEOUT_SECONDS": "soon"})
+
+
+async def test_operator_stop_deletes_the_deployment_and_waits_for_its_pods() -> None:
+    """The chart's pre-delete hook: the operator must exit while its ServiceAccount
+    still exists (helm uninstall deletes that too, and then every call is 401)."""
+    from brokergroup_operator.uninstall import stop
+
+    class Kube:
+        def __init__(self) -> None:
+            self.calls: list[tuple[str, ...]] = []
+            self.pods = [["op-1", "op-2"], ["op-2"], []]
+
+        async def delete_deployment(self, ns: str, name: str) -> None:
+            self.calls.append(("delete", ns, name))
+
+        async def list_pods(self, ns: str, selector: str) -> list[str]:
+            self.calls.append(("list", ns, selector))
+            return self.pods.pop(0)
+
+    kube = Kube()
+    assert await stop(kube, "mq", "a-brokergroup-operator", "sel", 30.0) == 0
+    assert kube.calls == [
+        ("delete", "mq", "a-brokergroup-operator"),
+        ("list", "mq", "sel"),
+        ("list", "mq", "sel"),
+        ("list", "mq", "sel"),
+    ]
