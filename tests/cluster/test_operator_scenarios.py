@@ -128,7 +128,12 @@ def test_group_comes_up_with_one_master(env: OperatorEnv) -> None:
     assert status["master"]["brokerId"] == int(master.metadata.labels["brokergroup.io/broker-id"])
     assert sorted(int(b) for _, b, _ in labels.values()) == [1, 2, 3]
     assert status["masterEpoch"] >= 1 and status["inSync"] == "3/3" and status["ready"] == "3/3"
-    assert [c["type"] for c in status["conditions"]] == ["Available", "Progressing", "Degraded"]
+    assert [c["type"] for c in status["conditions"]] == [
+        "Ready",
+        "Available",
+        "Progressing",
+        "Degraded",
+    ]
     owned = {
         (o.kind, o.name)
         for o in (
@@ -137,7 +142,7 @@ def test_group_comes_up_with_one_master(env: OperatorEnv) -> None:
         )
     }
     assert owned == {("BrokerGroup", "orders")}
-    for svc in ("orders", "orders-read", "orders-headless"):
+    for svc in ("orders", "orders-headless"):
         assert (
             env.core.read_namespaced_service(svc, env.namespace).metadata.owner_references[0].name
             == "orders"
