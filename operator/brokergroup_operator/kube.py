@@ -132,16 +132,12 @@ class Kube:
         return result
 
     async def delete_stateful_set(self, namespace: str, name: str) -> None:
-        try:
-            await asyncio.to_thread(
-                self.apps.delete_namespaced_stateful_set,
-                name,
-                namespace,
-                propagation_policy="Background",
-            )
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
+        await _delete(
+            self.apps.delete_namespaced_stateful_set,
+            name,
+            namespace,
+            propagation_policy="Background",
+        )
 
     async def secret_exists(self, namespace: str, name: str) -> bool | None:
         """True/False, or None when this identity may not read it (then nobody knows)."""
@@ -221,23 +217,12 @@ class Kube:
         await asyncio.to_thread(self.core.create_namespaced_event, meta["namespace"], event)
 
     async def delete_deployment(self, namespace: str, name: str) -> None:
-        try:
-            await asyncio.to_thread(
-                self.apps.delete_namespaced_deployment,
-                name,
-                namespace,
-                propagation_policy="Background",
-            )
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
+        await _delete(
+            self.apps.delete_namespaced_deployment, name, namespace, propagation_policy="Background"
+        )
 
     async def delete_service(self, namespace: str, name: str) -> None:
-        try:
-            await asyncio.to_thread(self.core.delete_namespaced_service, name, namespace)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
+        await _delete(self.core.delete_namespaced_service, name, namespace)
 
     async def patch_group_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         await asyncio.to_thread(
@@ -310,3 +295,12 @@ async def _presence(read: Any, name: str, namespace: str) -> Any:
         if exc.status == 403:
             return None
         raise
+
+
+async def _delete(call: Any, name: str, namespace: str, **options: Any) -> None:
+    """Delete; already gone is done."""
+    try:
+        await asyncio.to_thread(call, name, namespace, **options)
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
