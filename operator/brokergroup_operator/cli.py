@@ -45,6 +45,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("--log-level", default="INFO")
     p.set_defaults(func=run_operator_command)
 
+    from brokergroup_operator import uninstall
+
+    uninstall.register(subparsers)
+
 
 def run_operator_command(args: argparse.Namespace) -> int:
     import asyncio
@@ -89,7 +93,8 @@ def run_operator_command(args: argparse.Namespace) -> int:
 
         priority = random.SystemRandom().randint(1, 2**31 - 1)
     memo = kopf.Memo(
-        runtime=Runtime(settings=settings, kube=kube), peering_lifetime_s=args.peering_lifetime
+        runtime=Runtime(settings=settings, kube=kube, namespaces=tuple(namespaces)),
+        peering_lifetime_s=args.peering_lifetime,
     )
     kopf.run(
         registry=registry,

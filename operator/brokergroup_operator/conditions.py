@@ -1,4 +1,4 @@
-"""Which conditions hold (pure): Available, Progressing, Degraded.
+"""Which conditions hold (pure): Ready, Available, Progressing, Degraded.
 
 metav1.Condition fields: type, status, observedGeneration,
 lastTransitionTime, reason, message. lastTransitionTime changes only when a
@@ -12,6 +12,11 @@ condition's status changes, so it tells when the group last became (un)available
   minInSyncReplicas in-sync members).
 - Degraded: no live master, a pod not ready, or the SyncStateSet smaller than
   minInSyncReplicas (writes are refused) or smaller than the replicas.
+- Ready (what `kubectl wait --for=condition=Ready bg/x` waits on, as for a
+  CloudNativePG Cluster): the group is what its spec asks for: Available, every
+  replica exists, is ready, runs the current template and is in the
+  SyncStateSet. False with the first reason that holds, including a group that
+  cannot run at all (`blocked`, e.g. its Secret is missing).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from typing import Any
 AVAILABLE = "Available"
 PROGRESSING = "Progressing"
 DEGRADED = "Degraded"
+READY = "Ready"
 
 
 @dataclass(frozen=True)
@@ -38,6 +44,8 @@ class GroupFacts:
     min_in_sync_replicas: int
     outdated_pods: int
     plan_reason: str | None = None
+    blocked: tuple[str, str] | None = None
+    """(reason, message) when the group cannot run as specified at all."""
 
 
 def _cond(status: bool, reason: str, message: str) -> tuple[str, str, str]:
@@ -89,7 +97,19 @@ def evaluate(facts: GroupFacts) -> dict[str, tuple[str, str, str]]:
         )
     else:
         degraded = _cond(False, "AllInSync", "every replica is in the SyncStateSet")
-    return {AVAILABLE: available, PROGRESSING: progressing, DEGRADED: degraded}
+    if facts.blocked is not None:
+        ready = _cond(False, *facts.blocked)
+    elif available[0] != "True":
+        ready = _cond(False, available[1], available[2])
+    elif progressing[0] == "True":
+        ready = _cond(False, progressing[1], progressing[2])
+    elif degraded[0] == "True":
+        ready = _cond(False, degraded[1], degraded[2])
+    else:
+        ready = _cond(
+            True, "GroupReady", "every replica is ready, up to date and in the SyncStateSet"
+        )
+    return {READY: ready, AVAILABLE: available, PROGRESSING: progressing, DEGRADED: degraded}
 
 
 def conditions(

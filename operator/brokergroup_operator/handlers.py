@@ -39,6 +39,7 @@ import kopf
 from brokergroup_controller.client import ControllerClient, ControllerUnavailable
 from brokergroup_controller.errors import ControllerError, ErrorCode
 from brokergroup_operator import metrics
+from brokergroup_operator.conditions import READY
 from brokergroup_operator.kube import Kube, load_configuration
 from brokergroup_operator.labels import label_patches
 from brokergroup_operator.liveness import liveness_decision
@@ -52,6 +53,7 @@ from brokergroup_operator.model import (
     PodFacts,
     selector_string,
 )
+from brokergroup_operator.ownership import Release, cleanup_step, groups_to_let_go, owns
 from brokergroup_operator.planner import (
     CleanBrokerIds,
     RestartPod,
@@ -67,12 +69,13 @@ from brokergroup_operator.planner import (
 )
 from brokergroup_operator.resources import (
     API_GROUP,
+    OBSOLETE_SERVICES,
     RESTARTED_AT_ANNOTATION,
     GroupContext,
     SpecError,
     owned_objects,
 )
-from brokergroup_operator.settings import OperatorSettings
+from brokergroup_operator.settings import OperatorSettings, SettingsError
 from brokergroup_operator.status import StatusInput, build_status, known_broker_ids
 
 log = logging.getLogger("brokergroup_operator")
@@ -108,6 +111,8 @@ class Runtime:
     )
     pods: dict[tuple[str, str], PodFacts] = field(default_factory=dict)
     groups: dict[GroupKey, GroupMemory] = field(default_factory=dict)
+    namespaces: tuple[str, ...] = ()
+    """The namespaces this operator watches (empty: every namespace)."""
 
     def controller(self, addresses: tuple[str, ...]) -> ControllerClient:
         token = self.settings.read_token()
@@ -175,22 +180,24 @@ async def _reconcile(
     mem = rt.memory(key)
     mem.addresses = ctx.addresses
     metrics.RECONCILES.labels(*key).inc()
-    try:
-        ctx.validate()
-    except SpecError as exc:
-        post("Warning", "InvalidSpec", str(exc))
-        raise kopf.PermanentError(str(exc)) from exc
     started = time.monotonic()
-    controller = rt.controller(ctx.addresses)
+    previous: dict[str, Any] = dict(body.get("status") or {})
     sts = await rt.kube.read_stateful_set(ctx.namespace, ctx.name)
     raw_pods = await rt.kube.list_pods(ctx.namespace, selector_string(ctx.name))
     pods = tuple(PodFacts.from_pod(p) for p in raw_pods)
+    blocked = await why_blocked(rt, ctx)
+    if blocked is not None:
+        # Say so on the object (Ready=False with the reason, one Event per new
+        # reason) instead of leaving pods silently Pending; the next spec change
+        # or resync tries again.
+        await _report_blocked(rt, ctx, body, pods, sts, previous, blocked, post)
+        return
+    controller = rt.controller(ctx.addresses)
     try:
         view = await read_view(controller, ctx)
     except (ControllerUnavailable, ControllerError) as exc:
         log.warning("controller unreachable for %s/%s: %s", *key, exc)
         view = None
-    previous: dict[str, Any] = dict(body.get("status") or {})
 
     # 1. Labels first: the client Service follows the master as soon as possible.
     if view is not None:
@@ -317,23 +324,20 @@ async def _reconcile(
     ):
         for obj in owned_objects(ctx, sts_replicas):
             await rt.kube.apply(obj)
+        for obsolete in OBSOLETE_SERVICES:
+            await rt.kube.delete_service(ctx.namespace, obsolete.format(group=ctx.name))
         mem.applied = applied_key
         mem.applied_at = time.monotonic()
 
     # 4. Status and Events.
     status, events = build_status(
-        StatusInput(
-            group=ctx.name,
-            generation=generation,
-            replicas=ctx.replicas,
-            min_in_sync_replicas=ctx.min_in_sync_replicas,
-            update_revision=update_revision,
-            current_revision=str(sts_status.get("currentRevision") or ""),
-            pods=pods,
+        _status_input(
+            ctx,
+            body,
+            sts,
+            pods,
+            previous,
             view=view,
-            previous=previous,
-            now_iso=now_iso(),
-            now_ms=now_ms(),
             master_lost_at_ms=mem.master_lost_at_ms,
             plan_reason=plan_reason,
         )
@@ -350,6 +354,66 @@ async def _reconcile(
     if _status_changed(previous, status):
         await rt.kube.patch_group_status(ctx.namespace, ctx.name, status)
     metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)
+
+
+async def why_blocked(rt: Runtime, ctx: GroupContext) -> tuple[str, str] | None:
+    """(reason, message) when the group cannot run as specified, else None."""
+    try:
+        ctx.validate()
+    except SpecError as exc:
+        return ("InvalidSpec", str(exc))
+    if await rt.kube.secret_exists(ctx.namespace, ctx.secret) is False:
+        return (
+            "SecretMissing",
+            f"Secret {ctx.secret} (keys api-token, ha-secret) does not exist in namespace "
+            f"{ctx.namespace}: broker pods cannot start. Create it there, or set "
+            "spec.controller.secretName",
+        )
+    return None
+
+
+async def _report_blocked(
+    rt: Runtime,
+    ctx: GroupContext,
+    body: Mapping[str, Any],
+    pods: tuple[PodFacts, ...],
+    sts: Mapping[str, Any] | None,
+    previous: dict[str, Any],
+    blocked: tuple[str, str],
+    post: PostEvent,
+) -> None:
+    status, _events = build_status(
+        _status_input(ctx, body, sts, pods, previous, view=None, blocked=blocked)
+    )
+    before = {c.get("type"): c for c in previous.get("conditions") or []}.get(READY) or {}
+    if (before.get("reason"), before.get("message")) != blocked:
+        post("Warning", *blocked)
+    if _status_changed(previous, status):
+        await rt.kube.patch_group_status(ctx.namespace, ctx.name, status)
+
+
+def _status_input(
+    ctx: GroupContext,
+    body: Mapping[str, Any],
+    sts: Mapping[str, Any] | None,
+    pods: tuple[PodFacts, ...],
+    previous: dict[str, Any],
+    **facts: Any,
+) -> StatusInput:
+    sts_status = (sts or {}).get("status") or {}
+    return StatusInput(
+        group=ctx.name,
+        generation=int((body.get("metadata") or {}).get("generation") or 0),
+        replicas=ctx.replicas,
+        min_in_sync_replicas=ctx.min_in_sync_replicas,
+        update_revision=str(sts_status.get("updateRevision") or ""),
+        current_revision=str(sts_status.get("currentRevision") or ""),
+        pods=pods,
+        previous=previous,
+        now_iso=now_iso(),
+        now_ms=now_ms(),
+        **facts,
+    )
 
 
 def _status_changed(previous: Mapping[str, Any], status: Mapping[str, Any]) -> bool:
@@ -515,51 +579,102 @@ async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> Non
 async def close(memo: Any, **_: Any) -> None:
     rt = getattr(memo, "runtime", None)
     if isinstance(rt, Runtime):
-        await rt.close()
+        try:
+            await let_go_if_uninstalled(rt)
+        finally:
+            await rt.close()
 
 
-@kopf.on.create(*GROUP_RESOURCE, registry=registry)
-@kopf.on.update(*GROUP_RESOURCE, registry=registry)
-@kopf.on.resume(*GROUP_RESOURCE, registry=registry)
-async def group_changed(
-    body: kopf.Body, name: str, namespace: str | None, memo: Any, **_: Any
-) -> None:
-    """Validate at once (a bad spec is reported on the object); the daemon does the rest."""
-    ns = str(namespace)
-    rt = runtime_of(memo)
-    try:
-        context_of(body, rt.settings).validate()
-    except SpecError as exc:
-        kopf.warn(body, reason="InvalidSpec", message=str(exc))
-        raise kopf.PermanentError(str(exc)) from exc
-    rt.memory((ns, name)).wake.set()
+async def let_go_if_uninstalled(rt: Runtime) -> list[str]:
+    """When this operator's Deployment is gone (`helm uninstall`), remove its
+    finalizer from its groups, with a Warning Event each. A restart or an
+    upgrade keeps the Deployment, so nothing happens then."""
+    namespace, _sep, name = rt.settings.deployment.partition("/")
+    if not name or await rt.kube.deployment_exists(namespace, name) is not False:
+        return []
+    released = []
+    for ns in rt.namespaces or (None,):
+        groups = await rt.kube.list_groups(ns)
+        for group in groups_to_let_go(groups, rt.settings.operator_id, FINALIZER):
+            if await rt.kube.remove_group_finalizer(group, FINALIZER):
+                meta = group.get("metadata") or {}
+                released.append(f"{meta.get('namespace')}/{meta.get('name')}")
+                await rt.kube.post_group_event(
+                    group,
+                    "Warning",
+                    "OperatorUninstalled",
+                    f"the operator {rt.settings.operator_id or rt.settings.deployment} was "
+                    "uninstalled: this group runs on unmanaged (no failover labels, no "
+                    "rolls); its finalizer is removed so deleting it does not wait for an "
+                    "operator. Its BrokerIds stay in the controller if that still runs.",
+                )
+    log.warning("operator uninstalled: let go of %s", released)
+    return released
 
 
-@kopf.on.delete(*GROUP_RESOURCE, registry=registry)
+def group_is_mine(spec: kopf.Spec, memo: Any, **_: Any) -> bool:
+    """kopf filter: handlers, daemon and finalizer only for this operator's groups,
+    so a group of another release is never touched (not even its finalizer)."""
+    return owns(runtime_of(memo).settings.operator_id, spec)
+
+
+@kopf.on.create(*GROUP_RESOURCE, registry=registry, when=group_is_mine)
+@kopf.on.update(*GROUP_RESOURCE, registry=registry, when=group_is_mine)
+@kopf.on.resume(*GROUP_RESOURCE, registry=registry, when=group_is_mine)
+async def group_changed(name: str, namespace: str | None, memo: Any, **_: Any) -> None:
+    """Wake the group's pass (it validates and reports a bad spec on the object)."""
+    runtime_of(memo).memory((str(namespace), name)).wake.set()
+
+
+@kopf.on.delete(*GROUP_RESOURCE, registry=registry, when=group_is_mine)
 async def group_deleted(
-    body: kopf.Body, name: str, namespace: str | None, memo: Any, **_: Any
+    body: kopf.Body,
+    name: str,
+    namespace: str | None,
+    memo: Any,
+    runtime: Any,
+    **_: Any,
 ) -> None:
-    """Pods first, then the group's ids in the controller: no orphans either side."""
+    """Pods first, then the group's ids in the controller: no orphans either side,
+    for at most cleanup_timeout_s (ownership.cleanup_step); then release anyway."""
     ns = str(namespace)
     rt = runtime_of(memo)
     ctx = context_of(body, rt.settings)
-    await rt.kube.delete_stateful_set(ns, name)
-    pods = await rt.kube.list_pods(ns, selector_string(name))
-    if pods:
-        raise kopf.TemporaryError(f"waiting for {len(pods)} broker pod(s) to go", delay=2)
+    pods_left, ids_cleaned, problem = 0, False, None
     try:
-        removed = await rt.controller(ctx.addresses).clean_broker_data(ns, name, None, force=True)
-    except ControllerError as exc:
-        if exc.code is not ErrorCode.BROKER_SET_NOT_FOUND:
-            raise kopf.TemporaryError(f"cleaning broker ids: {exc}", delay=5) from exc
-        removed = []
-    except ControllerUnavailable as exc:
-        raise kopf.TemporaryError(f"controller unavailable: {exc}", delay=5) from exc
-    log.info("BrokerGroup %s/%s deleted; controller ids %s cleaned", ns, name, removed)
+        await rt.kube.delete_stateful_set(ns, name)
+        pods_left = len(await rt.kube.list_pods(ns, selector_string(name)))
+    except Exception as exc:  # e.g. a name no label selector can hold
+        problem = f"deleting the pods: {exc}"
+    if not problem and not pods_left:
+        try:
+            removed = await rt.controller(ctx.addresses).clean_broker_data(
+                ns, name, None, force=True
+            )
+            log.info("BrokerGroup %s/%s deleted; controller ids %s cleaned", ns, name, removed)
+            ids_cleaned = True
+        except ControllerError as exc:
+            ids_cleaned = exc.code is ErrorCode.BROKER_SET_NOT_FOUND
+            problem = str(exc)
+        except (ControllerUnavailable, SettingsError) as exc:
+            problem = f"controller unavailable: {exc}"
+    step = cleanup_step(
+        pods_left=pods_left,
+        ids_cleaned=ids_cleaned,
+        problem=problem,
+        elapsed_s=runtime.total_seconds(),
+        timeout_s=rt.settings.cleanup_timeout_s,
+    )
+    if not isinstance(step, Release):
+        raise kopf.TemporaryError(step.reason, delay=step.delay_s)
+    if step.left_behind:
+        kopf.warn(body, reason="CleanupIncomplete", message=step.left_behind)
+        log.warning("BrokerGroup %s/%s: %s", ns, name, step.left_behind)
     rt.groups.pop((ns, name), None)
+    metrics.forget_group(ns, name)
 
 
-@kopf.daemon(*GROUP_RESOURCE, registry=registry, cancellation_timeout=5.0)
+@kopf.daemon(*GROUP_RESOURCE, registry=registry, cancellation_timeout=5.0, when=group_is_mine)
 async def follow_controller(
     stopped: kopf.DaemonStopped,
     body: kopf.Body,
@@ -573,16 +688,21 @@ async def follow_controller(
     rt = runtime_of(memo)
     mem = rt.memory((ns, name))
     post = kopf_poster(body)
-    while not stopped:
-        mem.wake.clear()
-        try:
-            await reconcile_group(rt, body, post)
-        except kopf.PermanentError:
-            raise
-        except Exception as exc:  # a pass failing must not end the daemon
-            metrics.RECONCILE_ERRORS.labels(ns, name).inc()
-            log.warning("reconcile of %s/%s failed: %s", ns, name, exc)
-        await wait_for_change(rt, body, mem, stopped)
+    metrics.GROUPS_FOLLOWED.inc()
+    try:
+        while not stopped:
+            mem.wake.clear()
+            try:
+                await reconcile_group(rt, body, post)
+            except Exception as exc:  # a pass failing must not end the daemon
+                metrics.RECONCILE_ERRORS.labels(ns, name).inc()
+                log.warning("reconcile of %s/%s failed: %s", ns, name, exc)
+            await wait_for_change(rt, body, mem, stopped)
+    finally:
+        # Stopped: deleted, no longer this operator's, or this replica stepped
+        # down. Its gauges would otherwise stay at their last values for ever.
+        metrics.GROUPS_FOLLOWED.dec()
+        metrics.forget_group(ns, name)
 
 
 async def wait_for_change(
@@ -637,7 +757,9 @@ async def pod_event(
         addresses = mem.addresses
         if not addresses:  # no pass of this group yet (operator just started)
             try:
-                addresses = context_of(await rt.kube.read_group(ns, group), rt.settings).addresses
+                owner = await rt.kube.read_group(ns, group)
+                if owns(rt.settings.operator_id, owner.get("spec") or {}):
+                    addresses = context_of(owner, rt.settings).addresses
             except Exception as exc:
                 log.warning("cannot read BrokerGroup %s/%s: %s", ns, group, exc)
         if addresses:

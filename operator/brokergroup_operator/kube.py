@@ -14,6 +14,7 @@ import asyncio
 import os
 import threading
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes import client, config
@@ -131,16 +132,97 @@ class Kube:
         return result
 
     async def delete_stateful_set(self, namespace: str, name: str) -> None:
+        await _delete(
+            self.apps.delete_namespaced_stateful_set,
+            name,
+            namespace,
+            propagation_policy="Background",
+        )
+
+    async def secret_exists(self, namespace: str, name: str) -> bool | None:
+        """True/False, or None when this identity may not read it (then nobody knows)."""
+        found = await _presence(self.core.read_namespaced_secret, name, namespace)
+        return None if found is None else found is not False
+
+    async def deployment_exists(self, namespace: str, name: str) -> bool | None:
+        """False when gone or being deleted; None when this identity may not look."""
+        found = await _presence(self.apps.read_namespaced_deployment, name, namespace)
+        if found is None or found is False:
+            return found
+        return found.metadata is not None and found.metadata.deletion_timestamp is None
+
+    async def list_groups(self, namespace: str | None) -> list[dict[str, Any]]:
+        def call() -> list[dict[str, Any]]:
+            found: Any
+            if namespace is None:
+                found = self.custom.list_cluster_custom_object(API_GROUP, VERSION, PLURAL)
+            else:
+                found = self.custom.list_namespaced_custom_object(
+                    API_GROUP, VERSION, namespace, PLURAL
+                )
+            return [dict(g) for g in found.get("items") or []]
+
+        return await asyncio.to_thread(call)
+
+    async def remove_group_finalizer(self, group: Mapping[str, Any], finalizer: str) -> bool:
+        """Remove one finalizer, only from the version read (JSON patch `test`)."""
+        meta = group.get("metadata") or {}
+        finalizers = list(meta.get("finalizers") or [])
+        if finalizer not in finalizers:
+            return False
+        i = finalizers.index(finalizer)
+        patch = [
+            {"op": "test", "path": f"/metadata/finalizers/{i}", "value": finalizer},
+            {"op": "remove", "path": f"/metadata/finalizers/{i}"},
+        ]
         try:
             await asyncio.to_thread(
-                self.apps.delete_namespaced_stateful_set,
-                name,
-                namespace,
-                propagation_policy="Background",
+                self.custom.patch_namespaced_custom_object,
+                API_GROUP,
+                VERSION,
+                meta["namespace"],
+                PLURAL,
+                meta["name"],
+                patch,
+                _content_type="application/json-patch+json",
             )
         except ApiException as exc:
-            if exc.status != 404:
-                raise
+            if exc.status in (404, 409, 422):
+                return False
+            raise
+        return True
+
+    async def post_group_event(
+        self, group: Mapping[str, Any], kind: str, reason: str, message: str
+    ) -> None:
+        meta = group.get("metadata") or {}
+        now = datetime.now(UTC)
+        event: Any = {
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            "involvedObject": {
+                "apiVersion": f"{API_GROUP}/{VERSION}",
+                "kind": "BrokerGroup",
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "uid": meta.get("uid"),
+            },
+            "type": kind,
+            "reason": reason,
+            "message": message[:1024],
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+            "source": {"component": "brokergroup-operator"},
+        }
+        await asyncio.to_thread(self.core.create_namespaced_event, meta["namespace"], event)
+
+    async def delete_deployment(self, namespace: str, name: str) -> None:
+        await _delete(
+            self.apps.delete_namespaced_deployment, name, namespace, propagation_policy="Background"
+        )
+
+    async def delete_service(self, namespace: str, name: str) -> None:
+        await _delete(self.core.delete_namespaced_service, name, namespace)
 
     async def patch_group_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         await asyncio.to_thread(
@@ -201,3 +283,24 @@ class Kube:
         except ApiException as exc:
             if exc.status != 409:
                 raise
+
+
+async def _presence(read: Any, name: str, namespace: str) -> Any:
+    """The object, False when it does not exist, None when this identity may not read it."""
+    try:
+        return await asyncio.to_thread(read, name, namespace)
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        if exc.status == 403:
+            return None
+        raise
+
+
+async def _delete(call: Any, name: str, namespace: str, **options: Any) -> None:
+    """Delete; already gone is done."""
+    try:
+        await asyncio.to_thread(call, name, namespace, **options)
+    except ApiException as exc:
+        if exc.status != 404:
+            raise

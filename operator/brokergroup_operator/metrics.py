@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 from prometheus_client import Counter, Gauge, Histogram
 
 RECONCILES = Counter(
@@ -38,3 +40,17 @@ LAST_FAILOVER_MS = Gauge(
     "From the master's loss (as the operator saw it) to the new master's label",
     ["namespace", "group"],
 )
+GROUPS_FOLLOWED = Gauge(
+    "brokergroup_operator_groups_followed",
+    "BrokerGroups this replica runs passes for: the active replica's count; 0 on a standby",
+)
+
+# The series labelled by one group: forgotten when the group is deleted or stops
+# being this operator's, so no gauge of a gone group stays at its last value.
+GROUP_SERIES = (RECONCILES, RECONCILE_ERRORS, MASTER_EPOCH, SYNC_STATE_SET_SIZE, LAST_FAILOVER_MS)
+
+
+def forget_group(namespace: str, group: str) -> None:
+    for metric in GROUP_SERIES:
+        with contextlib.suppress(KeyError):
+            metric.remove(namespace, group)

@@ -1,9 +1,10 @@
 """The Kubernetes objects a BrokerGroup owns, built from its spec (pure).
 
 StatefulSet `<bg>` (Parallel pod management, OnDelete updates: the
-operator, not the StatefulSet controller, decides which pod restarts next),
-headless Service `<bg>-headless`, client Service `<bg>` (role=master), read
-Service `<bg>-read` (role=slave), ConfigMap `<bg>-config` (broker.json),
+operator, not the StatefulSet controller, decides which pod restarts next;
+preferred anti-affinity spreads the brokers over nodes unless the spec sets
+its own affinity), headless Service `<bg>-headless`, client Service `<bg>`
+(role=master), ConfigMap `<bg>-config` (broker.json),
 PodDisruptionBudget `<bg>` and NetworkPolicy `<bg>` (HA port only from the
 group's own pods). Every object carries the group's labels and an owner
 reference to the BrokerGroup, so deleting the group garbage-collects them.
@@ -49,26 +50,54 @@ HA_FIELDS = (
     "heartbeatIntervalMs",
     "heartbeatTimeoutMs",
 )
-# spec.config keys (everything else the broker's config knows).
-CONFIG_FIELDS = (
-    "flushDiskType",
-    "flushIntervalMs",
-    "mappedFileSizeCommitLog",
-    "diskFullRatio",
-    "electionPriority",
-    "defaultTopicQueueNums",
-    "maxTopics",
-    "maxOpenQueueFiles",
-    "maxPendingAcks",
-    "syncStateSetCheckIntervalMs",
-    "controllerRequestTimeoutMs",
-    "controllerRetryBackoffMs",
-    "controllerRetryBackoffMaxMs",
-    "watchTimeoutMs",
-    "enableSlaveActingMaster",
-    "maxPullMessages",
-    "maxSendBatchMessages",
-)
+# spec.config key → the type and lowest value the broker accepts (the CRD's
+# CEL rules say the same; tests/unit/test_operator_resources.py keeps them in step).
+CONFIG_TYPES: dict[str, tuple[type, float]] = {
+    "flushDiskType": (str, 0),
+    "flushIntervalMs": (int, 1),
+    "mappedFileSizeCommitLog": (int, 4096),
+    "diskFullRatio": (float, 0),
+    "electionPriority": (int, 0),
+    "defaultTopicQueueNums": (int, 1),
+    "maxTopics": (int, 1),
+    "maxOpenQueueFiles": (int, 1),
+    "maxPendingAcks": (int, 1),
+    "syncStateSetCheckIntervalMs": (int, 1),
+    "controllerRequestTimeoutMs": (int, 1),
+    "controllerRetryBackoffMs": (int, 1),
+    "controllerRetryBackoffMaxMs": (int, 0),
+    "watchTimeoutMs": (int, 1),
+    "enableSlaveActingMaster": (bool, 0),
+    "maxPullMessages": (int, 1),
+    "maxSendBatchMessages": (int, 1),
+}
+CONFIG_FIELDS = tuple(CONFIG_TYPES)
+FLUSH_DISK_TYPES = ("SYNC_FLUSH", "ASYNC_FLUSH")
+
+
+def config_value_error(key: str, value: Any) -> str | None:
+    """Why spec.config[key] = value cannot reach the broker, or None (pure)."""
+    kind, lowest = CONFIG_TYPES[key]
+    if kind is bool:
+        return None if isinstance(value, bool) else f"spec.config.{key} must be true or false"
+    if kind is str:
+        if value in FLUSH_DISK_TYPES:
+            return None
+        return f"spec.config.{key} must be one of {', '.join(FLUSH_DISK_TYPES)}, got {value!r}"
+    numeric = (int, float) if kind is float else (int,)
+    if isinstance(value, bool) or not isinstance(value, numeric):
+        return f"spec.config.{key} must be a number, got {value!r}"
+    if kind is float:
+        return None if 0 < value <= 1 else f"spec.config.{key} must be in (0, 1], got {value}"
+    if value < lowest:
+        return f"spec.config.{key} must be ≥ {int(lowest)}, got {value}"
+    return None
+
+
+# Services earlier versions created and this one deletes. `<bg>-read` selected
+# role=slave, but a slave answers NOT_MASTER to offset queries and consumer
+# offsets, so a consumer could not use it (docs/kubernetes.md "Reads").
+OBSOLETE_SERVICES = ("{group}-read",)
 
 
 class SpecError(ValueError):
@@ -123,9 +152,14 @@ class GroupContext:
                 f"spec.ha.minInSyncReplicas {self.min_in_sync_replicas} must be ≤ "
                 f"spec.replicas {self.replicas}"
             )
-        unknown = sorted(set(self.spec.get("config") or {}) - set(CONFIG_FIELDS))
+        config = self.spec.get("config") or {}
+        unknown = sorted(set(config) - set(CONFIG_FIELDS))
         if unknown:
             raise SpecError(f"spec.config has unknown key(s) {unknown}")
+        for key, value in config.items():
+            problem = config_value_error(key, value)
+            if problem is not None:
+                raise SpecError(problem)
         if not self.image:
             raise SpecError("no image: set spec.image or the operator's BROKERGROUP_IMAGE")
         if not self.addresses:
@@ -160,10 +194,10 @@ def _meta(ctx: GroupContext, name: str, extra: Mapping[str, str] | None = None) 
 
 
 def broker_config(ctx: GroupContext) -> dict[str, Any]:
-    """broker.json: spec.ha (typed) plus spec.config (strings the broker coerces)."""
+    """broker.json: spec.ha and spec.config, typed as the CRD admitted them."""
     ha = ctx.spec.get("ha") or {}
     config: dict[str, Any] = {k: ha[k] for k in HA_FIELDS if k in ha}
-    config.update({str(k): str(v) for k, v in (ctx.spec.get("config") or {}).items()})
+    config.update({str(k): v for k, v in (ctx.spec.get("config") or {}).items()})
     return config
 
 
@@ -278,6 +312,7 @@ def stateful_set(ctx: GroupContext, replicas: int) -> dict[str, Any]:
             },
         ],
     }
+    pod_spec["affinity"] = spread_over_nodes(ctx.name)
     for key in ("affinity", "tolerations", "nodeSelector", "priorityClassName"):
         if template.get(key):
             pod_spec[key] = template[key]
@@ -313,6 +348,25 @@ def stateful_set(ctx: GroupContext, replicas: int) -> dict[str, Any]:
     }
 
 
+def spread_over_nodes(group: str) -> dict[str, Any]:
+    """Preferred (not required) pod anti-affinity by node: one node's loss takes
+    one replica where there are enough nodes, and a single-node cluster still
+    schedules every pod. spec.template.affinity replaces it."""
+    return {
+        "podAntiAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 100,
+                    "podAffinityTerm": {
+                        "labelSelector": {"matchLabels": group_labels(group)},
+                        "topologyKey": "kubernetes.io/hostname",
+                    },
+                }
+            ]
+        }
+    }
+
+
 def _ports(names: Sequence[str]) -> list[dict[str, Any]]:
     numbers = {"client": CLIENT_PORT, "ha": HA_PORT, "http": HTTP_PORT}
     return [
@@ -340,15 +394,6 @@ def services(ctx: GroupContext) -> list[dict[str, Any]]:
             "metadata": _meta(ctx, ctx.name),
             "spec": {
                 "selector": {**selector, LABEL_ROLE: str(Role.MASTER)},
-                "ports": _ports(["client"]),
-            },
-        },
-        {
-            "apiVersion": "v1",
-            "kind": "Service",
-            "metadata": _meta(ctx, f"{ctx.name}-read"),
-            "spec": {
-                "selector": {**selector, LABEL_ROLE: str(Role.SLAVE)},
                 "ports": _ports(["client"]),
             },
         },

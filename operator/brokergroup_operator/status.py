@@ -39,6 +39,7 @@ class StatusInput:
     now_ms: int
     master_lost_at_ms: int | None = None
     plan_reason: str | None = None
+    blocked: tuple[str, str] | None = None
 
 
 def build_status(inp: StatusInput) -> tuple[dict[str, Any], list[Event]]:
@@ -52,7 +53,7 @@ def build_status(inp: StatusInput) -> tuple[dict[str, Any], list[Event]]:
         "readyReplicas": ready,
         "selector": selector_string(inp.group),
         "ready": f"{ready}/{inp.replicas}",
-        "currentRevision": inp.current_revision,
+        "currentRevision": current_revision(inp, pods),
         "updateRevision": inp.update_revision,
     }
     events: list[Event] = []
@@ -69,6 +70,7 @@ def build_status(inp: StatusInput) -> tuple[dict[str, Any], list[Event]]:
             min_in_sync_replicas=inp.min_in_sync_replicas,
             outdated_pods=sum(1 for p in pods if p.revision != inp.update_revision),
             plan_reason=inp.plan_reason,
+            blocked=inp.blocked,
         )
         status["conditions"] = cond.conditions(facts, prev.get("conditions") or [], inp.now_iso)
         status["inSync"] = "?"
@@ -174,9 +176,28 @@ def build_status(inp: StatusInput) -> tuple[dict[str, Any], list[Event]]:
         min_in_sync_replicas=inp.min_in_sync_replicas,
         outdated_pods=sum(1 for p in pods if p.revision != inp.update_revision),
         plan_reason=inp.plan_reason,
+        blocked=inp.blocked,
     )
     status["conditions"] = cond.conditions(facts, prev.get("conditions") or [], inp.now_iso)
     return status, events
+
+
+def current_revision(inp: StatusInput, pods: list[PodFacts]) -> str:
+    """The revision every pod runs once a roll is done.
+
+    With OnDelete updates the StatefulSet controller never moves its own
+    status.currentRevision (it does so only for RollingUpdate), so it would
+    name the first template for ever. The operator's roll is what completes
+    an update: when every replica's pod runs updateRevision, that is the
+    current one; until then the previous status' value holds."""
+    live = [p for p in pods if not p.deleting]
+    if (
+        inp.update_revision
+        and len(live) == inp.replicas
+        and all(p.revision == inp.update_revision for p in live)
+    ):
+        return inp.update_revision
+    return str((inp.previous or {}).get("currentRevision") or "") or inp.current_revision
 
 
 def known_broker_ids(previous: dict[str, Any]) -> dict[str, int]:

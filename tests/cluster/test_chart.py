@@ -45,6 +45,10 @@ EXPECTED_RULES = [
     {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"],
      "verbs": ["get", "list", "watch", "create", "patch", "delete"]},
     {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create"]},
+    {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["rel-brokergroup-secrets"],
+     "verbs": ["get"]},
+    {"apiGroups": ["apps"], "resources": ["deployments"],
+     "resourceNames": ["rel-brokergroup-operator"], "verbs": ["get", "delete"]},
     {"apiGroups": ["kopf.dev"], "resources": ["kopfpeerings", "clusterkopfpeerings"],
      "verbs": ["get", "list", "watch", "patch", "create"]},
     {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
@@ -121,6 +125,50 @@ def test_default_render() -> None:
         {"podSelector": {"matchLabels": {"app.kubernetes.io/instance": "rel",
                                          "app.kubernetes.io/component": "controller"}}}
     ]  # fmt: skip
+
+
+def test_default_render_scopes_spreads_and_exposes_the_operator() -> None:
+    """Issue 22 items 2 and 6: the operator watches its release namespace only,
+    knows its release (BROKERGROUP_OPERATOR_ID), spreads like the controllers,
+    keeps one replica through drains, and has a metrics Service; the
+    Prometheus Operator objects only when asked."""
+    objs = _render()
+    operator = objs[("Deployment", "rel-brokergroup-operator")]
+    pod = operator["spec"]["template"]["spec"]
+    command = pod["containers"][0]["command"]
+    assert command[2:4] == ["--namespace", "mq"] and "--all-namespaces" not in command
+    assert operator["metadata"]["annotations"]["brokergroup.io/watch-namespaces"] == "mq"
+    env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    assert (env["BROKERGROUP_OPERATOR_ID"], env["BROKERGROUP_OPERATOR_DEPLOYMENT"]) == (
+        "mq/rel-brokergroup",
+        "mq/rel-brokergroup-operator",
+    )
+    sts = objs[("StatefulSet", "rel-brokergroup-controller")]["spec"]["template"]["spec"]
+    for spec, component in ((pod, "operator"), (sts, "controller")):
+        (term,) = spec["affinity"]["podAntiAffinity"][
+            "preferredDuringSchedulingIgnoredDuringExecution"
+        ]
+        assert term["podAffinityTerm"] == {
+            "topologyKey": "kubernetes.io/hostname",
+            "labelSelector": {"matchLabels": {"app.kubernetes.io/instance": "rel",
+                                              "app.kubernetes.io/component": component}},
+        }  # fmt: skip
+    pdb = objs[("PodDisruptionBudget", "rel-brokergroup-operator")]["spec"]
+    assert pdb == {"minAvailable": 1, "selector": {"matchLabels": {
+        "app.kubernetes.io/instance": "rel", "app.kubernetes.io/component": "operator"}}}  # fmt: skip
+    service = objs[("Service", "rel-brokergroup-operator-metrics")]["spec"]
+    assert service["ports"] == [{"name": "metrics", "port": 9090, "targetPort": "metrics"}]
+    assert not {k for k, _ in objs} & {"ServiceMonitor", "PodMonitor"}
+    monitors = _render("metrics.serviceMonitor.enabled=true", "metrics.podMonitor.enabled=true")
+    assert monitors[("ServiceMonitor", "rel-brokergroup-operator")]["spec"]["endpoints"] == [
+        {"port": "metrics", "interval": "30s"}
+    ]
+    assert monitors[("PodMonitor", "rel-brokergroup-operator")]["spec"]["podMetricsEndpoints"] == [
+        {"port": "metrics", "interval": "30s"}
+    ]
+    wide = _render("operator.clusterWide=true")[("Deployment", "rel-brokergroup-operator")]
+    assert "--all-namespaces" in wide["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert wide["metadata"]["annotations"]["brokergroup.io/watch-namespaces"] == "*"
 
 
 def test_value_sets() -> None:

@@ -128,7 +128,12 @@ def test_group_comes_up_with_one_master(env: OperatorEnv) -> None:
     assert status["master"]["brokerId"] == int(master.metadata.labels["brokergroup.io/broker-id"])
     assert sorted(int(b) for _, b, _ in labels.values()) == [1, 2, 3]
     assert status["masterEpoch"] >= 1 and status["inSync"] == "3/3" and status["ready"] == "3/3"
-    assert [c["type"] for c in status["conditions"]] == ["Available", "Progressing", "Degraded"]
+    assert [c["type"] for c in status["conditions"]] == [
+        "Ready",
+        "Available",
+        "Progressing",
+        "Degraded",
+    ]
     owned = {
         (o.kind, o.name)
         for o in (
@@ -137,7 +142,7 @@ def test_group_comes_up_with_one_master(env: OperatorEnv) -> None:
         )
     }
     assert owned == {("BrokerGroup", "orders")}
-    for svc in ("orders", "orders-read", "orders-headless"):
+    for svc in ("orders", "orders-headless"):
         assert (
             env.core.read_namespaced_service(svc, env.namespace).metadata.owner_references[0].name
             == "orders"
@@ -473,15 +478,30 @@ CEL_CASES = [
     ({"ha": {"masterLeaseMs": 2500}}, "spec.ha.masterLeaseMs must be < spec.ha.heartbeatTimeoutMs"),
     ({"replicas": 0}, "spec.replicas in body should be greater than or equal to 1"),
     ({"image": ""}, "spec.image must not be empty"),
-    ({"config": {"bogus": "1"}}, "spec.config has an unknown key"),
-    (
-        {"config": {"flushDiskType": "SOMETIMES"}},
-        "spec.config.flushDiskType must be SYNC_FLUSH or ASYNC_FLUSH",
-    ),
+    ({"config": {"bogus": 1}}, 'unknown field "spec.config.bogus"'),
+    ({"config": {"flushDiskType": "SOMETIMES"}}, 'supported values: "SYNC_FLUSH", "ASYNC_FLUSH"'),
     (
         {"template": {"labels": {"brokergroup.io/role": "master"}}},
         "spec.template.labels must not set brokergroup.io/",
     ),
+    # Issue 22 item 5: typed spec.config (a string count used to crash-loop a pod).
+    (
+        {"config": {"maxPullMessages": "lots"}},
+        "spec.config.maxPullMessages in body must be of type integer",
+    ),
+    (
+        {"config": {"maxPullMessages": 0}},
+        "spec.config.maxPullMessages in body should be greater than or equal to 1",
+    ),
+    (
+        {"config": {"diskFullRatio": 2}},
+        "spec.config.diskFullRatio in body should be less than or equal to 1",
+    ),
+    (
+        {"config": {"enableSlaveActingMaster": "yes"}},
+        "spec.config.enableSlaveActingMaster in body must be of type boolean",
+    ),
+    ({"config": {"flushDiskType": 1}}, "spec.config.flushDiskType in body must be of type string"),
 ]
 
 
@@ -500,11 +520,47 @@ def test_cel_rules_reject_with_their_message(
         "spec": spec,
     }
     with pytest.raises(ApiException) as exc:
+        # Strict: what kubectl asks for by default (an unknown field is an error).
+        custom.create_namespaced_custom_object(
+            "brokergroup.io", "v1alpha1", "default", "brokergroups", body,
+            dry_run="All", field_validation="Strict",
+        )  # fmt: skip
+    assert exc.value.status in (400, 422)
+    assert message in json.loads(exc.value.body)["message"]
+
+
+NAME_CASES = [
+    ("a" * 53, "metadata.name must be at most 52 characters"),
+    ("orders.eu", "metadata.name must be a DNS-1035 label"),
+    ("9orders", "metadata.name must be a DNS-1035 label"),
+]
+
+
+@pytest.mark.parametrize(("name", "message"), NAME_CASES)
+def test_names_that_cannot_name_a_statefulset_are_refused(
+    crds_applied: str, name: str, message: str
+) -> None:
+    """Issue 22 item 5: such a group used to be accepted, and nothing happened."""
+    from kubernetes import client, config
+
+    custom = client.CustomObjectsApi(config.new_client_from_config(config_file=crds_applied))
+    body = {
+        "apiVersion": "brokergroup.io/v1alpha1",
+        "kind": "BrokerGroup",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {},
+    }
+    with pytest.raises(ApiException) as exc:
         custom.create_namespaced_custom_object(
             "brokergroup.io", "v1alpha1", "default", "brokergroups", body, dry_run="All"
         )
     assert exc.value.status == 422
     assert message in json.loads(exc.value.body)["message"]
+    body["metadata"]["name"] = "a" * 52  # the longest name that fits is admitted
+    body["spec"] = {"config": {"maxPullMessages": 64, "diskFullRatio": 0.9}}
+    custom.create_namespaced_custom_object(
+        "brokergroup.io", "v1alpha1", "default", "brokergroups", body, dry_run="All"
+    )
 
 
 def test_storage_size_is_immutable(crds_applied: str) -> None:

@@ -215,7 +215,7 @@ def test_rolling_update_order_with_writes_flowing(release: Release, tmp_path: Pa
     observer = RollObserver(release, name)
     observer.start()
     old_revision = release.group(name)["status"]["updateRevision"]
-    release.patch_group(name, {"spec": {"config": {"maxPullMessages": "128"}}})
+    release.patch_group(name, {"spec": {"config": {"maxPullMessages": 128}}})
 
     def rolled() -> bool:
         s = release.group(name).get("status") or {}

@@ -12,12 +12,14 @@ only after its pods are gone."""
 from __future__ import annotations
 
 import copy
+from datetime import timedelta
 from typing import Any
 
 import kopf
 import pytest
 
 from brokergroup_controller.api import BrokerLiveness, ReplicaInfo
+from brokergroup_controller.client import ControllerUnavailable
 from brokergroup_operator import handlers
 from brokergroup_operator.handlers import Runtime, reconcile_group
 from brokergroup_operator.model import SWITCHOVER_ANNOTATION
@@ -31,6 +33,13 @@ class FakeKube:
         self.calls: list[tuple[Any, ...]] = []
         self.status: dict[str, Any] | None = None
         self.group: dict[str, Any] = {}
+        self.secret: bool | None = True
+
+    async def secret_exists(self, ns: str, name: str) -> bool | None:
+        return self.secret
+
+    async def delete_service(self, ns: str, name: str) -> None:
+        self.calls.append(("delete-service", name))
 
     async def read_stateful_set(self, ns: str, name: str) -> dict[str, Any] | None:
         return copy.deepcopy(self.sts)
@@ -169,11 +178,12 @@ async def test_new_group_applies_everything_and_writes_status() -> None:
         ("apply", "ConfigMap", "bg-config"),
         ("apply", "Service", "bg-headless"),
         ("apply", "Service", "bg"),
-        ("apply", "Service", "bg-read"),
         ("apply", "PodDisruptionBudget", "bg"),
         ("apply", "NetworkPolicy", "bg"),
         ("apply", "StatefulSet", "bg"),
     ]
+    # The read Service of earlier versions answered NOT_MASTER: it goes away.
+    assert ("delete-service", "bg-read") in kube.calls
     assert kube.sts == {"spec": {"replicas": 3}, "status": {}}
     assert kube.status is not None and kube.status["replicas"] == 0
 
@@ -275,8 +285,122 @@ async def test_delete_waits_for_pods_then_cleans_ids() -> None:
     ctl = FakeController(info(1))
     memo = kopf.Memo(runtime=runtime(kube, ctl))
     with pytest.raises(kopf.TemporaryError):
-        await handlers.group_deleted(body=kopf.Body(group()), name="bg", namespace="ns", memo=memo)
+        await handlers.group_deleted(
+            body=kopf.Body(group()), name="bg", namespace="ns", memo=memo, runtime=timedelta(0)
+        )
     assert ctl.calls == []
     kube.pods.clear()
-    await handlers.group_deleted(body=kopf.Body(group()), name="bg", namespace="ns", memo=memo)
+    await handlers.group_deleted(
+        body=kopf.Body(group()), name="bg", namespace="ns", memo=memo, runtime=timedelta(0)
+    )
     assert ctl.calls == [("clean", None, True)]
+
+
+class GoneController(FakeController):
+    async def clean_broker_data(
+        self, cluster: str, broker: str, ids: Any, force: bool = False
+    ) -> list[int]:
+        self.calls.append(("clean", ids, force))
+        raise ControllerUnavailable("no controller answered (c:9878: connection refused)")
+
+
+async def test_delete_gives_up_after_the_cleanup_timeout_and_says_what_is_left(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 22 item 4: with the controller gone (uninstalled first) the finalizer
+    used to retry for ever; now it retries for cleanup_timeout_s, then releases."""
+    warnings: list[tuple[str, str]] = []
+    monkeypatch.setattr(
+        kopf, "warn", lambda body, *, reason, message: warnings.append((reason, message))
+    )
+    kube = FakeKube([], None)
+    ctl = GoneController(info(1))
+    memo = kopf.Memo(runtime=runtime(kube, ctl))
+    with pytest.raises(kopf.TemporaryError) as retry:
+        await handlers.group_deleted(
+            body=kopf.Body(group()), name="bg", namespace="ns", memo=memo, runtime=timedelta(0)
+        )
+    assert str(retry.value).startswith("cleaning the BrokerIds from the controller")
+    await handlers.group_deleted(
+        body=kopf.Body(group()), name="bg", namespace="ns", memo=memo, runtime=timedelta(hours=1)
+    )
+    assert warnings == [
+        (
+            "CleanupIncomplete",
+            "gave up cleaning after 120s and released the finalizer; left behind: the group's "
+            "BrokerIds in the controller (clean them with `brokergroup admin clean-broker-data` "
+            "once it is reachable); last error: controller unavailable: no controller answered "
+            "(c:9878: connection refused)",
+        )
+    ]
+
+
+async def test_a_group_that_cannot_run_says_why_on_the_object() -> None:
+    """Issue 22 item 2: a missing Secret (or a bad spec) used to mean pods silently
+    Pending (or a daemon that stopped); now Ready=False with the reason, one Event."""
+    kube = FakeKube([], None)
+    kube.secret = False
+    events = Events()
+    rt = runtime(kube, FakeController(info(1)))
+    await reconcile_group(rt, group(), events)
+    message = (
+        "Secret s (keys api-token, ha-secret) does not exist in namespace ns: broker pods "
+        "cannot start. Create it there, or set spec.controller.secretName"
+    )
+    assert events == [("Warning", "SecretMissing", message)]
+    assert [c for c in kube.calls if c[0] == "apply"] == []
+    assert kube.status is not None
+    ready = kube.status["conditions"][0]
+    assert (ready["type"], ready["status"], ready["reason"], ready["message"]) == (
+        "Ready",
+        "False",
+        "SecretMissing",
+        message,
+    )
+    await reconcile_group(rt, group(status=kube.status), events)  # no second Event
+    assert len(events) == 1
+    bad = group()
+    bad["spec"]["config"] = {"maxPullMessages": "lots"}
+    await reconcile_group(rt, bad, events)
+    assert events[1] == (
+        "Warning",
+        "InvalidSpec",
+        "spec.config.maxPullMessages must be a number, got 'lots'",
+    )
+
+
+def test_a_group_of_another_release_is_not_this_operators() -> None:
+    """Issue 22 item 2: kopf's filter (handlers, daemon and finalizer)."""
+    settings = OperatorSettings(operator_id="mq/rel-brokergroup")
+    memo = kopf.Memo(runtime=Runtime(settings=settings, kube=FakeKube([], None)))  # type: ignore[arg-type]
+    mine = [
+        handlers.group_is_mine(spec=spec, memo=memo)
+        for spec in (
+            {},
+            {"controller": {"release": "mq/rel-brokergroup"}},
+            {"controller": {"release": "other/rel2-brokergroup"}},
+        )
+    ]
+    assert mine == [True, True, False]
+
+
+class SwitchoverKube:
+    """The BrokerGroup as `brokergroup kube switchover` sees it; the operator's
+    side is played by `on_annotate` (honour or refuse)."""
+
+    def __init__(self, honour: bool) -> None:
+        self.body: dict[str, Any] = {
+            "metadata": {"annotations": {}},
+            "status": {"masterEpoch": 3, "master": {"brokerId": 1}},
+        }
+        self.honour = honour
+
+    async def read_group(self, ns: str, name: str) -> dict[str, Any]:
+        return copy.deepcopy(self.body)
+
+    async def patch_group_annotations(
+        self, ns: str, name: str, annotations: dict[str, Any]
+    ) -> None:
+        # The operator acts at once: consumes the annotation, maybe moves the master.
+        if self.honour:
+            self.body["status"] = {"masterEpoch": 4, "master": {"brokerId": 2, "pod": "bg-1"}}

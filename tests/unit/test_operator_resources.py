@@ -23,6 +23,7 @@ from brokergroup_broker.core.config import BrokerConfig, camel
 from brokergroup_operator.model import group_labels
 from brokergroup_operator.resources import (
     CONFIG_FIELDS,
+    CONFIG_TYPES,
     HA_FIELDS,
     GroupContext,
     SpecError,
@@ -45,8 +46,7 @@ def test_crd_config_names_match_the_broker() -> None:
     broker = {camel(f.name) for f in dataclasses.fields(BrokerConfig)}
     assert set(HA_FIELDS) | set(CONFIG_FIELDS) == broker
     assert not set(HA_FIELDS) & set(CONFIG_FIELDS)
-    rule = _spec_schema()["properties"]["config"]["x-kubernetes-validations"][0]["rule"]
-    assert re.findall(r"'(\w+)'", rule) == list(CONFIG_FIELDS)
+    assert list(_spec_schema()["properties"]["config"]["properties"]) == list(CONFIG_FIELDS)
 
 
 def test_crd_ha_defaults_are_the_broker_defaults() -> None:
@@ -115,7 +115,6 @@ def test_owned_objects_are_labelled_and_owned() -> None:
         ("ConfigMap", "orders-config"),
         ("Service", "orders-headless"),
         ("Service", "orders"),
-        ("Service", "orders-read"),
         ("PodDisruptionBudget", "orders"),
         ("NetworkPolicy", "orders"),
         ("StatefulSet", "orders"),
@@ -132,9 +131,8 @@ def test_owned_objects_are_labelled_and_owned() -> None:
         )
     services = {o["metadata"]["name"]: o["spec"] for o in objects if o["kind"] == "Service"}
     assert services["orders"]["selector"]["brokergroup.io/role"] == "master"
-    assert services["orders-read"]["selector"]["brokergroup.io/role"] == "slave"
     assert services["orders-headless"]["clusterIP"] == "None"
-    policy = objects[5]["spec"]["ingress"]
+    policy = objects[4]["spec"]["ingress"]
     assert policy[0] == {
         "from": [{"podSelector": {"matchLabels": group_labels("orders")}}],
         "ports": [{"port": 10912, "protocol": "TCP"}],
@@ -187,7 +185,7 @@ def test_stateful_set_and_broker_command() -> None:
 
 def test_config_change_changes_the_pod_template() -> None:
     a = owned_objects(_ctx(), 3)[-1]["spec"]["template"]
-    b = owned_objects(_ctx(config={"maxPullMessages": "64"}), 3)[-1]["spec"]["template"]
+    b = owned_objects(_ctx(config={"maxPullMessages": 64}), 3)[-1]["spec"]["template"]
     assert a != b
     assert a == owned_objects(_ctx(), 5)[-1]["spec"]["template"]
 
@@ -201,6 +199,31 @@ def test_config_change_changes_the_pod_template() -> None:
         ),
         ({"config": {"bogus": "1"}}, "spec.config has unknown key(s) ['bogus']"),
         ({"replicas": 0}, "spec.replicas must be ≥ 1, got 0"),
+        (
+            {"config": {"maxPullMessages": "lots"}},
+            "spec.config.maxPullMessages must be a number, got 'lots'",
+        ),
+        (
+            {"config": {"maxPullMessages": "64"}},
+            "spec.config.maxPullMessages must be a number, got '64'",
+        ),
+        ({"config": {"maxPullMessages": 0}}, "spec.config.maxPullMessages must be ≥ 1, got 0"),
+        (
+            {"config": {"mappedFileSizeCommitLog": 1024}},
+            "spec.config.mappedFileSizeCommitLog must be ≥ 4096, got 1024",
+        ),
+        (
+            {"config": {"diskFullRatio": 1.5}},
+            "spec.config.diskFullRatio must be in (0, 1], got 1.5",
+        ),
+        (
+            {"config": {"enableSlaveActingMaster": "yes"}},
+            "spec.config.enableSlaveActingMaster must be true or false",
+        ),
+        (
+            {"config": {"flushDiskType": "SOMETIMES"}},
+            "spec.config.flushDiskType must be one of SYNC_FLUSH, ASYNC_FLUSH, got 'SOMETIMES'",
+        ),
     ],
 )
 def test_validate_repeats_the_cel_rules(spec: dict, message: str) -> None:
@@ -227,3 +250,57 @@ def test_volumes_of_removed_replicas_are_kept_unless_asked(
     acknowledged writes; scale-down keeps it unless deleteClaimOnScaleDown."""
     sts = owned_objects(_ctx(storage=storage), 3)[-1]
     assert sts["spec"]["persistentVolumeClaimRetentionPolicy"] == policy
+
+
+def test_typed_config_reaches_broker_json_as_typed_values() -> None:
+    """Issue 22 item 5: numbers stay numbers on their way to the broker."""
+    config = {"maxPullMessages": 64, "diskFullRatio": 0.9, "enableSlaveActingMaster": False}
+    ctx = _ctx(config=config)
+    ctx.validate()
+    body = json.loads(owned_objects(ctx, 3)[0]["data"]["broker.json"])
+    assert body == {"minInSyncReplicas": 2, **config}
+    from brokergroup_broker.core.config import config_from_mapping
+
+    assert config_from_mapping(body).max_pull_messages == 64
+
+
+def test_crd_config_types_match_the_operators_and_the_brokers() -> None:
+    """Each spec.config property has the type and lower bound the operator checks,
+    and that type is the broker's own field type."""
+    schema = _spec_schema()["properties"]["config"]["properties"]
+    openapi = {int: "integer", float: "number", bool: "boolean", str: "string"}
+    defaults = BrokerConfig()
+    for key, (kind, lowest) in CONFIG_TYPES.items():
+        assert schema[key]["type"] == openapi[kind], key
+        if kind is int:
+            assert schema[key]["minimum"] == lowest, key
+        field = re.sub(r"(?<!^)([A-Z])", r"_\1", key).lower()
+        assert type(getattr(defaults, field)) is kind, key
+    assert schema["flushDiskType"]["enum"] == ["SYNC_FLUSH", "ASYNC_FLUSH"]
+    assert (schema["diskFullRatio"]["minimum"], schema["diskFullRatio"]["maximum"]) == (0, 1)
+
+
+def test_crd_name_rules_fit_every_derived_name() -> None:
+    """The 52-character limit: `<name>-<10-char revision hash>` is a label value (≤ 63)."""
+    rules = _crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["x-kubernetes-validations"]
+    assert rules[0]["rule"] == "self.metadata.name.size() <= 52"
+    longest = "a" * 52
+    objects = owned_objects(GroupContext(longest, "ns", "u", {}, "img", ("c:1",), "s"), 16)
+    names = [o["metadata"]["name"] for o in objects] + [f"{longest}-15", f"{longest}-1234567890"]
+    assert max(len(n) for n in names) == 63
+
+
+def test_brokers_spread_over_nodes_unless_the_spec_says_otherwise() -> None:
+    """Issue 22 item 6: preferred anti-affinity by default (a one-node cluster still
+    schedules every pod); spec.template.affinity replaces it."""
+    pod_spec = owned_objects(_ctx(), 3)[-1]["spec"]["template"]["spec"]
+    (term,) = pod_spec["affinity"]["podAntiAffinity"][
+        "preferredDuringSchedulingIgnoredDuringExecution"
+    ]
+    assert term["podAffinityTerm"] == {
+        "labelSelector": {"matchLabels": group_labels("orders")},
+        "topologyKey": "kubernetes.io/hostname",
+    }
+    own = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {}}}
+    pod_spec = owned_objects(_ctx(template={"affinity": own}), 3)[-1]["spec"]["template"]["spec"]
+    assert pod_spec["affinity"] == own

@@ -9,9 +9,18 @@ is ready and labelled."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from hypothesis import given, settings
 
-from brokergroup_operator.conditions import AVAILABLE, DEGRADED, PROGRESSING, GroupFacts, conditions
+from brokergroup_operator.conditions import (
+    AVAILABLE,
+    DEGRADED,
+    PROGRESSING,
+    READY,
+    GroupFacts,
+    conditions,
+)
 from brokergroup_operator.labels import broker_ids_by_pod
 from brokergroup_operator.model import CLIENT_PORT, LABEL_ROLE, BrokerRow, GroupView, PodFacts
 from brokergroup_operator.status import Event, StatusInput, build_status
@@ -73,6 +82,7 @@ def test_healthy_then_failover() -> None:
         == "app.kubernetes.io/name=brokergroup,app.kubernetes.io/instance=bg,brokergroup.io/group=bg"
     )
     assert [(c["type"], c["status"], c["reason"]) for c in status["conditions"]] == [
+        (READY, "True", "GroupReady"),
         (AVAILABLE, "True", "MasterReady"),
         (PROGRESSING, "False", "UpToDate"),
         (DEGRADED, "False", "AllInSync"),
@@ -130,7 +140,10 @@ def test_available_iff_live_master_pod_ready_and_labelled(world: tuple) -> None:
     )
     available = next(c for c in status["conditions"] if c["type"] == AVAILABLE)
     assert (available["status"] == "True") == expected
-    assert [c["type"] for c in status["conditions"]] == [AVAILABLE, PROGRESSING, DEGRADED]
+    assert [c["type"] for c in status["conditions"]] == [READY, AVAILABLE, PROGRESSING, DEGRADED]
+    ready = next(c for c in status["conditions"] if c["type"] == READY)
+    others = [c["status"] for c in status["conditions"] if c["type"] != READY]
+    assert (ready["status"] == "True") == (others == ["True", "False", "False"])
     assert all(
         set(c)
         == {"type", "status", "observedGeneration", "lastTransitionTime", "reason", "message"}
@@ -142,11 +155,53 @@ def test_transition_time_kept_while_status_holds() -> None:
     facts = GroupFacts(1, 3, 3, 3, True, True, True, 3, 1, 0)
     first = conditions(facts, [], "T1")
     second = conditions(facts, first, "T2")
-    assert [c["lastTransitionTime"] for c in second] == ["T1", "T1", "T1"]
+    assert [c["lastTransitionTime"] for c in second] == ["T1", "T1", "T1", "T1"]
     worse = GroupFacts(2, 3, 3, 2, True, True, True, 3, 1, 0)
     third = conditions(worse, second, "T3")
     assert [(c["type"], c["lastTransitionTime"]) for c in third] == [
+        (READY, "T3"),
         (AVAILABLE, "T1"),
         (PROGRESSING, "T3"),
         (DEGRADED, "T3"),
     ]
+
+
+def test_ready_says_why_not() -> None:
+    """Issue 22 item 6: `kubectl wait --for=condition=Ready` needs a Ready condition;
+    item 2: a group that cannot run says so there."""
+    healthy = GroupFacts(1, 3, 3, 3, True, True, True, 3, 1, 0)
+    cases = [
+        (healthy, ("True", "GroupReady")),
+        (GroupFacts(1, 3, 3, 3, False, False, False, 0, 1, 0), ("False", "NoMaster")),
+        (GroupFacts(1, 3, 3, 3, True, True, True, 3, 1, 1), ("False", "RollingUpdate")),
+        (GroupFacts(1, 3, 3, 3, True, True, True, 2, 1, 0), ("False", "SlavesOutOfSync")),
+        (
+            GroupFacts(1, 3, 0, 0, False, False, False, 0, 1, 0, blocked=("SecretMissing", "x")),
+            ("False", "SecretMissing"),
+        ),
+    ]
+    for facts, expected in cases:
+        ready = conditions(facts, [], "T")[0]
+        assert (ready["type"], ready["status"], ready["reason"]) == (READY, *expected)
+
+
+def test_current_revision_follows_the_operators_roll() -> None:
+    """Issue 22 item 6: with OnDelete the StatefulSet's currentRevision never moves;
+    status.currentRevision is the update revision once every pod runs it."""
+    view = GroupView(1, True, ROWS[0].address, 1, frozenset({1, 2, 3}), 1, ROWS)
+    pods = _pods(0)
+
+    def rolled(n: int) -> tuple[PodFacts, ...]:
+        return tuple(
+            PodFacts(p.name, p.ordinal, p.uid, p.ip, True, revision="r2" if i < n else "r1",
+                     labels=p.labels)
+            for i, p in enumerate(pods)
+        )  # fmt: skip
+
+    def current(n: int, previous: dict) -> str:
+        inp = _input(view, rolled(n), previous, 1000)
+        inp = dataclasses.replace(inp, update_revision="r2", current_revision="r1")
+        return str(build_status(inp)[0]["currentRevision"])
+
+    assert [current(n, {"currentRevision": "r1"}) for n in range(4)] == ["r1", "r1", "r1", "r2"]
+    assert current(0, {}) == "r1"

@@ -52,3 +52,27 @@ readOnlyRootFilesystem: true
 capabilities:
   drop: ["ALL"]
 {{- end -}}
+
+{{/* The namespaces the operator watches: "*" for every one, else a comma list
+(the release namespace when none are given). */}}
+{{- define "brokergroup.watchNamespaces" -}}
+{{- if .Values.operator.clusterWide -}}*
+{{- else if .Values.operator.watchNamespaces -}}{{ join "," .Values.operator.watchNamespaces }}
+{{- else -}}{{ .Release.Namespace }}
+{{- end -}}
+{{- end -}}
+
+{{/* Preferred (never required) anti-affinity by node for one component: a
+one-node cluster still schedules every replica. */}}
+{{- define "brokergroup.spreadOverNodes" -}}
+{{- $root := index . 0 -}}{{- $component := index . 1 -}}
+podAntiAffinity:
+  preferredDuringSchedulingIgnoredDuringExecution:
+    - weight: 100
+      podAffinityTerm:
+        topologyKey: kubernetes.io/hostname
+        labelSelector:
+          matchLabels:
+            app.kubernetes.io/instance: {{ $root.Release.Name }}
+            app.kubernetes.io/component: {{ $component }}
+{{- end -}}
