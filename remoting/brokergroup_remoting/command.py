@@ -29,7 +29,7 @@ class RemotingLimits:
 
     RocketMQ bounds only the frame (NettyDecoder: `com.rocketmq.remoting.frameMaxLength`,
     16 MiB, the 4-byte length field included); the finer bounds here are well above what a
-    stock client sends (a SEND_MESSAGE_V2 header is ~1 KiB with 15 fields) and well below
+    stock client sends (a SEND_MESSAGE_V2 header is ~0.5 KiB with 13 fields) and well below
     what would let one connection hold much memory.
     """
 
