@@ -32,9 +32,12 @@ PREFIX_BYTES = _PREFIX.size
 
 def encode_header(cmd: RemotingCommand) -> bytes:
     """The serialized header alone, in the command's serialize type."""
-    if cmd.serialize_type is SerializeType.ROCKETMQ:
-        return encode_binary_header(cmd)
-    return encode_json_header(cmd)
+    try:
+        if cmd.serialize_type is SerializeType.ROCKETMQ:
+            return encode_binary_header(cmd)
+        return encode_json_header(cmd)
+    except UnicodeEncodeError as exc:  # a lone surrogate: no UTF-8 spelling
+        raise LocalProtocolError(f"header text is not UTF-8 encodable: {exc.reason}") from exc
 
 
 def encode(cmd: RemotingCommand) -> bytes:

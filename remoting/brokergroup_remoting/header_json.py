@@ -69,6 +69,14 @@ def encode_json_header(cmd: RemotingCommand) -> bytes:
     return ("{" + ",".join(parts) + "}").encode("utf-8")
 
 
+def _utf8_length(text: str, what: str) -> int:
+    # A JSON escape can spell a lone surrogate (a Java string may hold one); UTF-8 cannot.
+    try:
+        return len(text.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise RemoteProtocolError(FrameFault.BAD_UTF8, f"{what}: {exc.reason}") from exc
+
+
 def _bad(detail: str) -> RemoteProtocolError:
     return RemoteProtocolError(FrameFault.BAD_FIELD, detail)
 
@@ -110,7 +118,7 @@ def decode_json_header(header: bytes, body: bytes, limits: RemotingLimits) -> Re
     if remark is not None and not isinstance(remark, str):
         raise _bad(f"remark is {type(remark).__name__}, not a string")
     if remark is not None:
-        check_remark(len(remark.encode("utf-8")), limits)
+        check_remark(_utf8_length(remark, "remark"), limits)
     ext = members.get("extFields")
     pairs: tuple[tuple[str, str], ...] | None = None
     if ext is not None:
@@ -120,7 +128,9 @@ def decode_json_header(header: bytes, body: bytes, limits: RemotingLimits) -> Re
         for key, value in ext.pairs:
             if not isinstance(value, str):
                 raise _bad(f"extFields[{key!r}] is {type(value).__name__}, not a string")
-            check_ext_pair(len(key.encode("utf-8")), len(value.encode("utf-8")), limits)
+            check_ext_pair(
+                _utf8_length(key, "extFields key"), _utf8_length(value, "extFields value"), limits
+            )
         pairs = tuple(ext.pairs)
     return RemotingCommand(
         code=_int_member(members, "code", None),

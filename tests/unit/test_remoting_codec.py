@@ -147,6 +147,10 @@ def test_framing_refusals() -> None:
         (b'{"code":1,"remark":5}', FrameFault.BAD_FIELD),
         (b'{"code":1,"language":"COBOL"}', FrameFault.UNKNOWN_LANGUAGE),
         (b'{"code":1,"remark":"\xff"}', FrameFault.BAD_UTF8),
+        # JSON escapes can spell a lone UTF-16 surrogate, which no UTF-8 text can carry.
+        (b'{"code":1,"remark":"\\ud800"}', FrameFault.BAD_UTF8),
+        (b'{"code":1,"extFields":{"\\udfff":"v"}}', FrameFault.BAD_UTF8),
+        (b'{"code":1,"extFields":{"k":"a\\ud83d"}}', FrameFault.BAD_UTF8),
     ],
 )
 def test_json_header_refusals(header: bytes, fault: FrameFault) -> None:
@@ -243,6 +247,12 @@ def test_encode_refuses_what_the_wire_cannot_carry() -> None:
         encode(request(10, 2**31))
     with pytest.raises(LocalProtocolError, match="key of 32768 bytes"):
         encode(request(10, 1, {"k" * 32768: "v"}, serialize_type=SerializeType.ROCKETMQ))
+
+
+@pytest.mark.parametrize("serialize_type", BOTH)
+def test_encode_refuses_text_utf8_cannot_carry(serialize_type: SerializeType) -> None:
+    with pytest.raises(LocalProtocolError, match="not UTF-8 encodable"):
+        encode(request(10, 1, {"k": "\ud800"}, serialize_type=serialize_type))
 
 
 def test_limits_validate_themselves() -> None:

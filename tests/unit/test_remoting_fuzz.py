@@ -7,6 +7,8 @@ extFields of any text including duplicate keys, any body), then:
   fed in random chunks; with small limits a valid frame decodes iff every measured length
   (frame, header, body, pair count, key, value, remark) is within its limit, else the error
   names that limit's fault;
+- JSON headers with members of any JSON type and text with any code point (lone
+  surrogates too) decode or raise RemoteProtocolError;
 - mutated frames (a length field found by walking the layout set to an edge or any value,
   a random byte flipped, the frame cut short or given trailing bytes) yield commands within
   the limits, a wait for more bytes, or RemoteProtocolError — never another exception.
@@ -15,6 +17,7 @@ extFields of any text including duplicate keys, any body), then:
 from __future__ import annotations
 
 import contextlib
+import json
 import struct
 
 from hypothesis import given, settings
@@ -196,3 +199,33 @@ def test_mutated_frames_decode_or_raise_only_the_codec_error(
     with contextlib.suppress(RemoteProtocolError):
         for cmd in _chunked(frame, cuts, limits):
             _within(cmd, limits)
+
+
+# Any code point, lone surrogates (rare in st.characters) given a fair share.
+ANY_CHAR = st.characters(exclude_categories=[]) | st.sampled_from(
+    ["\ud800", "\udbff", "\udc00", "\udfff"]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.dictionaries(
+        st.sampled_from(
+            ["code", "opaque", "flag", "version", "language", "remark", "extFields", "x"]
+        ),
+        st.recursive(
+            st.none() | st.booleans() | st.integers() | st.floats() | st.text(ANY_CHAR),
+            lambda inner: (
+                st.lists(inner, max_size=3)
+                | st.dictionaries(st.text(ANY_CHAR, max_size=5), inner, max_size=3)
+            ),
+            max_leaves=8,
+        ),
+    )
+)
+def test_any_json_header_decodes_or_raises_only_the_codec_error(members: dict[str, object]) -> None:
+    # ensure_ascii spells every non-ASCII character, lone surrogates included, as \\uXXXX.
+    header = json.dumps(members, ensure_ascii=True).encode()
+    frame = struct.pack(">ii", 4 + len(header), len(header)) + header
+    with contextlib.suppress(RemoteProtocolError):
+        _within(decode(frame, SMALL), SMALL)
