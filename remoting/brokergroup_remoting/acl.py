@@ -11,12 +11,15 @@ extFields it decoded, leaving out ``_UNIQUE_KEY_QUERY`` from requests of version
 
 `verify` works from the header's extFields and the raw body only, so a server refuses an
 unsigned or wrongly signed request before it decodes the body or looks up anything the
-request names. The comparison is constant-time.
+request names. The comparison is constant-time. The signature covers `cmd.fields()` (one
+value per key, the last written, as Java's HashMap keeps): a server must read the request
+through that same view, or a repeated key could carry an unsigned value.
 """
 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import hmac
 from collections.abc import Callable, Mapping
@@ -70,17 +73,7 @@ def sign(
         fields[SECURITY_TOKEN] = security_token
     fields.pop(SIGNATURE, None)
     fields[SIGNATURE] = signature(signed_content(fields, cmd.body), secret_key)
-    return RemotingCommand(
-        code=cmd.code,
-        opaque=cmd.opaque,
-        flag=cmd.flag,
-        language=cmd.language,
-        version=cmd.version,
-        remark=cmd.remark,
-        ext_fields=tuple(fields.items()),
-        body=cmd.body,
-        serialize_type=cmd.serialize_type,
-    )
+    return dataclasses.replace(cmd, ext_fields=tuple(fields.items()))
 
 
 class SignatureFault(Enum):

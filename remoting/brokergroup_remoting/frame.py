@@ -24,6 +24,7 @@ from brokergroup_remoting.command import DEFAULT_LIMITS, RemotingCommand, Remoti
 from brokergroup_remoting.errors import FrameFault, LocalProtocolError, RemoteProtocolError
 from brokergroup_remoting.header_binary import decode_binary_header, encode_binary_header
 from brokergroup_remoting.header_json import decode_json_header, encode_json_header
+from brokergroup_remoting.header_limits import check_limit
 
 _PREFIX = struct.Struct(">ii")
 #: Bytes before the header: total length and serialize type + header length.
@@ -62,13 +63,12 @@ class _Shape:
         length, mark = _PREFIX.unpack_from(prefix, offset)
         if length < 4:
             raise RemoteProtocolError(FrameFault.FRAME_TOO_SHORT, "frame length", value=length)
-        if length + 4 > limits.max_frame_bytes:
-            raise RemoteProtocolError(
-                FrameFault.FRAME_TOO_LONG,
-                "frame bytes incl. length field",
-                value=length + 4,
-                limit=limits.max_frame_bytes,
-            )
+        check_limit(
+            FrameFault.FRAME_TOO_LONG,
+            "frame bytes incl. length field",
+            length + 4,
+            limits.max_frame_bytes,
+        )
         type_byte = (mark >> 24) & 0xFF
         try:
             self.serialize_type = SerializeType(type_byte)
@@ -77,13 +77,9 @@ class _Shape:
                 FrameFault.UNKNOWN_SERIALIZE_TYPE, "serialize type", value=type_byte
             ) from None
         self.header_length = mark & 0xFFFFFF
-        if self.header_length > limits.max_header_bytes:
-            raise RemoteProtocolError(
-                FrameFault.HEADER_TOO_LONG,
-                "header bytes",
-                value=self.header_length,
-                limit=limits.max_header_bytes,
-            )
+        check_limit(
+            FrameFault.HEADER_TOO_LONG, "header bytes", self.header_length, limits.max_header_bytes
+        )
         if self.header_length > length - 4:
             raise RemoteProtocolError(
                 FrameFault.HEADER_BEYOND_FRAME,
@@ -92,13 +88,7 @@ class _Shape:
                 limit=length - 4,
             )
         self.body_length = length - 4 - self.header_length
-        if self.body_length > limits.max_body_bytes:
-            raise RemoteProtocolError(
-                FrameFault.BODY_TOO_LONG,
-                "body bytes",
-                value=self.body_length,
-                limit=limits.max_body_bytes,
-            )
+        check_limit(FrameFault.BODY_TOO_LONG, "body bytes", self.body_length, limits.max_body_bytes)
         self.total_bytes = 4 + length
 
 

@@ -16,7 +16,12 @@ import struct
 from brokergroup_remoting.codes import LanguageCode, SerializeType
 from brokergroup_remoting.command import RemotingCommand, RemotingLimits
 from brokergroup_remoting.errors import FrameFault, LocalProtocolError, RemoteProtocolError
-from brokergroup_remoting.header_limits import check_ext_count, check_ext_pair, check_remark
+from brokergroup_remoting.header_limits import (
+    check_ext_count,
+    check_ext_pair,
+    check_not_negative,
+    check_remark,
+)
 
 _FIXED = struct.Struct(">hbhii")  # code, language, version, opaque, flag
 _INT = struct.Struct(">i")
@@ -78,10 +83,7 @@ def decode_binary_header(header: bytes, body: bytes, limits: RemotingLimits) -> 
     at = _FIXED.size
     (remark_length,) = _INT.unpack_from(header, at)
     at += 4
-    if remark_length < 0:
-        raise RemoteProtocolError(
-            FrameFault.BAD_FIELD, "negative remark length", value=remark_length
-        )
+    check_not_negative("remark length", remark_length)
     check_remark(remark_length, limits)
     if at + remark_length + 4 > end:
         raise _truncated("remark", at, remark_length + 4, end)
@@ -89,10 +91,7 @@ def decode_binary_header(header: bytes, body: bytes, limits: RemotingLimits) -> 
     at += remark_length
     (ext_length,) = _INT.unpack_from(header, at)
     at += 4
-    if ext_length < 0:
-        raise RemoteProtocolError(
-            FrameFault.BAD_FIELD, "negative extFields length", value=ext_length
-        )
+    check_not_negative("extFields length", ext_length)
     ext_end = at + ext_length
     if ext_end > end:
         raise _truncated("extFields", at, ext_length, end)
@@ -109,20 +108,14 @@ def decode_binary_header(header: bytes, body: bytes, limits: RemotingLimits) -> 
             raise _truncated("extFields key length", at, 2, ext_end)
         (key_length,) = _SHORT.unpack_from(header, at)
         at += 2
-        if key_length < 0:
-            raise RemoteProtocolError(
-                FrameFault.BAD_FIELD, "negative extFields key length", value=key_length
-            )
+        check_not_negative("extFields key length", key_length)
         if at + key_length + 4 > ext_end:
             raise _truncated("extFields key", at, key_length + 4, ext_end)
         key_at = at
         at += key_length
         (value_length,) = _INT.unpack_from(header, at)
         at += 4
-        if value_length < 0:
-            raise RemoteProtocolError(
-                FrameFault.BAD_FIELD, "negative extFields value length", value=value_length
-            )
+        check_not_negative("extFields value length", value_length)
         check_ext_pair(key_length, value_length, limits)
         if at + value_length > ext_end:
             raise _truncated("extFields value", at, value_length, ext_end)
