@@ -275,3 +275,13 @@ def test_response_to_keeps_opaque_and_serialization(serialize_type: SerializeTyp
         None,
     )
     assert decode(encode(answer)) == answer
+
+
+def test_json_escapes_match_fastjson() -> None:
+    # Expected text printed by fastjson 1.2.83 (the jar tools/rocketmq/fetch.sh caches) for
+    # JSON.toJSONString of {"k": "\u001b\u007f\u2028\u2029/\u0000\u00a0<>&'"}: upper-case hex,
+    # DEL and the two line separators escaped, "/" and other non-ASCII written as they are.
+    header = encode(request(1, 0, {"k": "\u001b\u007f\u2028\u2029/\u0000\u00a0<>&'"}))[8:]
+    assert header.startswith(
+        b'{"code":1,"extFields":{"k":"\\u001B\\u007F\\u2028\\u2029/\\u0000\xc2\xa0<>&\'"},'
+    )
