@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: up test lint unit integration cluster-tests k8s-tools cluster cluster-down bench-quick image image-smoke e2e e2e-down clean
+.PHONY: up test lint unit integration cluster-tests k8s-tools rocketmq-client cluster cluster-down bench-quick image image-smoke e2e e2e-down clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,12 @@ k8s-tools:
 	@if command -v go >/dev/null 2>&1; then tools/k8s/build.sh; \
 	else echo "k8s-tools: Go is not installed; the cluster tier will skip"; fi
 
+# The stock RocketMQ 5.3.1 client (Maven Central, cached outside the repository by
+# tools/rocketmq/fetch.sh; warm: milliseconds) for the golden-frame re-recording test.
+# Without Java/Maven or a reachable Maven Central that test skips with the reason.
+rocketmq-client:
+	@tools/rocketmq/fetch.sh >/dev/null || echo "rocketmq-client: not fetched; tests needing the stock client will skip"
+
 cluster-tests: $(STAMP) k8s-tools
 	$(BIN)/pytest -q tests/cluster
 
@@ -49,7 +55,7 @@ cluster-down: $(STAMP)
 
 # The whole test suite: lint, types, layers, then every tier that can run here
 # (unit, integration, and the cluster tier on a real kube-apiserver).
-test: lint k8s-tools
+test: lint k8s-tools rocketmq-client
 	$(BIN)/pytest -q -p no:cacheprovider tests
 
 # The project image (broker-image/Dockerfile) where a container engine answers;

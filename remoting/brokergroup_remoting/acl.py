@@ -1,0 +1,115 @@
+"""RocketMQ's AccessKey/SecretKey request signature (AclClientRPCHook), pure.
+
+What a stock client does before sending a request (acl/common/AclClientRPCHook.java 5.3.1):
+add extFields ``AccessKey`` (and ``SecurityToken`` when it has one), put every extField into a
+TreeMap (sorted by key, Java String order = UTF-16 code units), concatenate the values of all
+keys but ``Signature`` into one string, append the body's bytes to its UTF-8 bytes
+(AclUtils.combineRequestContent), HMAC-SHA1 that with the SecretKey's UTF-8 bytes, Base64 it
+(AclSigner), and add it as extField ``Signature``. A 5.x broker recomputes the same over the
+extFields it decoded, leaving out ``_UNIQUE_KEY_QUERY`` from requests of version ≤ V4_9_3
+(DefaultAuthenticationContextBuilder).
+
+`verify` works from the header's extFields and the raw body only, so a server refuses an
+unsigned or wrongly signed request before it decodes the body or looks up anything the
+request names. The comparison is constant-time. The signature covers `cmd.fields()` (one
+value per key, the last written, as Java's HashMap keeps): a server must read the request
+through that same view, or a repeated key could carry an unsigned value.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import hashlib
+import hmac
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from enum import Enum
+
+from brokergroup_remoting.command import RemotingCommand
+
+ACCESS_KEY = "AccessKey"
+SIGNATURE = "Signature"
+SECURITY_TOKEN = "SecurityToken"
+#: MixAll.UNIQUE_MSG_QUERY_FLAG: unsigned by clients up to 4.9.3.
+UNIQUE_MSG_QUERY_FLAG = "_UNIQUE_KEY_QUERY"
+#: MQVersion.Version.V4_9_3.ordinal(): a header `version` at or below it is a ≤ 4.9.3 client.
+VERSION_V4_9_3 = 413
+
+
+def _java_order(key: str) -> bytes:
+    # Java's String.compareTo compares UTF-16 code units; big-endian UTF-16 bytes sort the same.
+    return key.encode("utf-16-be", "surrogatepass")
+
+
+def signed_content(fields: Mapping[str, str], body: bytes, *, version: int | None = None) -> bytes:
+    """The bytes the signature covers: sorted extField values (not Signature), then the body.
+
+    `version` is the request header's; when given and ≤ V4_9_3, `_UNIQUE_KEY_QUERY` is left
+    out as a RocketMQ 5 broker does. Leave it None to sign as the 5.x client does.
+    """
+    values = [
+        fields[key]
+        for key in sorted(fields, key=_java_order)
+        if key != SIGNATURE
+        and not (version is not None and version <= VERSION_V4_9_3 and key == UNIQUE_MSG_QUERY_FLAG)
+    ]
+    return "".join(values).encode("utf-8") + body
+
+
+def signature(content: bytes, secret_key: str) -> str:
+    """Base64(HMAC-SHA1(secret_key, content)), AclSigner.calSignature."""
+    mac = hmac.new(secret_key.encode("utf-8"), content, hashlib.sha1).digest()
+    return base64.b64encode(mac).decode("ascii")
+
+
+def sign(
+    cmd: RemotingCommand, access_key: str, secret_key: str, security_token: str | None = None
+) -> RemotingCommand:
+    """`cmd` with AccessKey (SecurityToken) and Signature added, as AclClientRPCHook does."""
+    fields = cmd.fields()
+    fields[ACCESS_KEY] = access_key
+    if security_token is not None:
+        fields[SECURITY_TOKEN] = security_token
+    fields.pop(SIGNATURE, None)
+    fields[SIGNATURE] = signature(signed_content(fields, cmd.body), secret_key)
+    return dataclasses.replace(cmd, ext_fields=tuple(fields.items()))
+
+
+class SignatureFault(Enum):
+    """Why a request's signature was refused."""
+
+    NO_ACCESS_KEY = "the request carries no AccessKey"
+    UNKNOWN_ACCESS_KEY = "the AccessKey is not known"
+    NO_SIGNATURE = "the request carries no Signature"
+    MISMATCH = "the Signature does not match the request"
+
+
+@dataclass(frozen=True)
+class SignatureCheck:
+    """The verdict: `fault` is None when the request is signed by `access_key`'s owner."""
+
+    access_key: str | None
+    fault: SignatureFault | None
+
+    @property
+    def ok(self) -> bool:
+        return self.fault is None
+
+
+def verify(cmd: RemotingCommand, secret_for: Callable[[str], str | None]) -> SignatureCheck:
+    """Check `cmd`'s signature; `secret_for(access_key)` gives the SecretKey or None."""
+    fields = cmd.fields()
+    access_key = fields.get(ACCESS_KEY)
+    if access_key is None:
+        return SignatureCheck(None, SignatureFault.NO_ACCESS_KEY)
+    secret = secret_for(access_key)
+    if secret is None:
+        return SignatureCheck(access_key, SignatureFault.UNKNOWN_ACCESS_KEY)
+    claimed = fields.get(SIGNATURE)
+    if claimed is None:
+        return SignatureCheck(access_key, SignatureFault.NO_SIGNATURE)
+    expected = signature(signed_content(fields, cmd.body, version=cmd.version), secret)
+    if not hmac.compare_digest(expected.encode("ascii"), claimed.encode("utf-8", "surrogatepass")):
+        return SignatureCheck(access_key, SignatureFault.MISMATCH)
+    return SignatureCheck(access_key, None)

@@ -1,0 +1,154 @@
+"""The JSON header serialization (SerializeType.JSON), as fastjson 1.2.83 writes it.
+
+RemotingSerializable.encode(RemotingCommand) is `JSON.toJSONString(cmd)`: fastjson writes a
+bean's properties sorted by name and leaves out null ones, so a Java header reads
+``{"code":…,"extFields":{…},"flag":…,"language":"JAVA","opaque":…,"remark":…,
+"serializeTypeCurrentRPC":"JSON","version":…}`` with no spaces. extFields is a HashMap: its
+members come in the JVM's hash order, which we cannot recompute, so a decoded command keeps
+them in wire order and writes them back in that order. Enums travel by name.
+
+Decoding is strict where Java's would fail later (a missing or non-integer code) and
+lenient where fastjson is (unknown members are ignored, `language` may be a name or its
+number, `serializeTypeCurrentRPC` is informational: the frame's type byte decides).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from brokergroup_remoting.codes import LanguageCode, SerializeType
+from brokergroup_remoting.command import RemotingCommand, RemotingLimits
+from brokergroup_remoting.errors import FrameFault, LocalProtocolError, RemoteProtocolError
+from brokergroup_remoting.header_limits import check_ext_count, check_ext_pair, check_remark
+
+_INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
+# fastjson writes these control characters with a short escape, the rest below 0x20 as \\u00XX.
+_SHORT_ESCAPES = {
+    '"': '\\"',
+    "\\": "\\\\",
+    "\b": "\\b",
+    "\f": "\\f",
+    "\n": "\\n",
+    "\r": "\\r",
+    "\t": "\\t",
+}
+
+
+def _quote(text: str) -> str:
+    out = ['"']
+    for ch in text:
+        escaped = _SHORT_ESCAPES.get(ch)
+        if escaped is not None:
+            out.append(escaped)
+        elif ch < " " or ch in "\u007f\u2028\u2029":
+            out.append(f"\\u{ord(ch):04X}")
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)
+
+
+def encode_json_header(cmd: RemotingCommand) -> bytes:
+    """The header bytes fastjson would write for `cmd` (members in name order)."""
+    parts = [f'"code":{cmd.code}']
+    if cmd.ext_fields is not None:
+        members = ",".join(f"{_quote(k)}:{_quote(v)}" for k, v in cmd.ext_fields)
+        parts.append(f'"extFields":{{{members}}}')
+    parts.append(f'"flag":{cmd.flag}')
+    parts.append(f'"language":"{cmd.language.name}"')
+    parts.append(f'"opaque":{cmd.opaque}')
+    if cmd.remark is not None:
+        parts.append(f'"remark":{_quote(cmd.remark)}')
+    parts.append(f'"serializeTypeCurrentRPC":"{SerializeType.JSON.name}"')
+    parts.append(f'"version":{cmd.version}')
+    for name in ("code", "flag", "opaque", "version"):
+        value = getattr(cmd, name)
+        if not _INT_MIN <= value <= _INT_MAX:
+            raise LocalProtocolError(f"{name} {value} does not fit a Java int")
+    return ("{" + ",".join(parts) + "}").encode("utf-8")
+
+
+def _utf8_length(text: str, what: str) -> int:
+    # A JSON escape can spell a lone surrogate (a Java string may hold one); UTF-8 cannot.
+    try:
+        return len(text.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise RemoteProtocolError(FrameFault.BAD_UTF8, f"{what}: {exc.reason}") from exc
+
+
+def _bad(detail: str) -> RemoteProtocolError:
+    return RemoteProtocolError(FrameFault.BAD_FIELD, detail)
+
+
+def _int_member(obj: dict[str, Any], name: str, default: int | None) -> int:
+    value = obj.get(name, default)
+    if value is None:
+        raise _bad(f"JSON header has no {name!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not _INT_MIN <= value <= _INT_MAX:
+        raise _bad(f"JSON header {name!r} is {value!r}, not a Java int")
+    return value
+
+
+def _language(value: object) -> LanguageCode:
+    try:
+        if isinstance(value, str):
+            return LanguageCode[value]
+        if isinstance(value, int) and not isinstance(value, bool):
+            return LanguageCode(value)
+    except (KeyError, ValueError):
+        pass
+    raise RemoteProtocolError(FrameFault.UNKNOWN_LANGUAGE, f"language {value!r}")
+
+
+def decode_json_header(header: bytes, body: bytes, limits: RemotingLimits) -> RemotingCommand:
+    """A command from a JSON header; every length checked against `limits`."""
+    try:
+        text = header.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise RemoteProtocolError(FrameFault.BAD_UTF8, f"JSON header: {exc.reason}") from exc
+    try:
+        obj = json.loads(text, object_pairs_hook=_Pairs)
+    except (ValueError, RecursionError) as exc:
+        raise RemoteProtocolError(FrameFault.BAD_JSON, f"{type(exc).__name__}: {exc}") from exc
+    if not isinstance(obj, _Pairs):
+        raise RemoteProtocolError(FrameFault.BAD_JSON, f"header is a JSON {type(obj).__name__}")
+    members = dict(obj.pairs)
+    remark = members.get("remark")
+    if remark is not None and not isinstance(remark, str):
+        raise _bad(f"remark is {type(remark).__name__}, not a string")
+    if remark is not None:
+        check_remark(_utf8_length(remark, "remark"), limits)
+    ext = members.get("extFields")
+    pairs: tuple[tuple[str, str], ...] | None = None
+    if ext is not None:
+        if not isinstance(ext, _Pairs):
+            raise _bad(f"extFields is {type(ext).__name__}, not an object")
+        check_ext_count(len(ext.pairs), limits)
+        for key, value in ext.pairs:
+            if not isinstance(value, str):
+                raise _bad(f"extFields[{key!r}] is {type(value).__name__}, not a string")
+            check_ext_pair(
+                _utf8_length(key, "extFields key"), _utf8_length(value, "extFields value"), limits
+            )
+        pairs = tuple(ext.pairs)
+    return RemotingCommand(
+        code=_int_member(members, "code", None),
+        opaque=_int_member(members, "opaque", 0),
+        flag=_int_member(members, "flag", 0),
+        language=_language(members.get("language", LanguageCode.JAVA.name)),
+        version=_int_member(members, "version", 0),
+        remark=remark,
+        ext_fields=pairs,
+        body=body,
+        serialize_type=SerializeType.JSON,
+    )
+
+
+class _Pairs:
+    """A JSON object as its members in order (keys may repeat)."""
+
+    __slots__ = ("pairs",)
+
+    def __init__(self, pairs: list[tuple[str, Any]]) -> None:
+        self.pairs = pairs

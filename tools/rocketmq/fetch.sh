@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Fetch a stock RocketMQ client (rocketmq-client, rocketmq-tools, rocketmq-acl and their
+# dependencies) from Maven Central with the machine's Maven, and compile the golden-frame
+# program (tools/rocketmq/GoldenClient.java) against it.
+#
+# Output: $BROKERGROUP_ROCKETMQ_HOME, default ${XDG_CACHE_HOME:-$HOME/.cache}/brokergroup/rocketmq/<version>,
+# with lib/ (the jars) and classes/ (the compiled program). Never inside the repository.
+# Idempotent: jars already there are kept, the program is recompiled only when its source
+# changed (a warm run takes seconds). Prints the directory on its last line.
+#
+# Version: 5.3.1 is the newest 5.3.x with all three jars on Maven Central (5.3.2 has no
+# rocketmq-tools jar; 5.3.3 folded rocketmq-acl into rocketmq-client); one version for all.
+set -euo pipefail
+VERSION=${ROCKETMQ_VERSION:-5.3.1}
+here=$(cd "$(dirname "$0")" && pwd)
+home=${BROKERGROUP_ROCKETMQ_HOME:-${XDG_CACHE_HOME:-$HOME/.cache}/brokergroup/rocketmq/$VERSION}
+for tool in mvn javac java; do
+  if ! command -v "$tool" >/dev/null 2>&1; then
+    echo "tools/rocketmq/fetch.sh: $tool is not installed; the RocketMQ client tier cannot run" >&2
+    exit 3
+  fi
+done
+mkdir -p "$home/lib" "$home/classes"
+if [ ! -f "$home/lib/.complete" ]; then
+  echo "fetching rocketmq-client/tools/acl $VERSION and dependencies into $home/lib" >&2
+  sed "s/@VERSION@/$VERSION/g" "$here/pom.xml.in" >"$home/pom.xml"
+  mvn -q -B -f "$home/pom.xml" dependency:copy-dependencies \
+    -DoutputDirectory="$home/lib" -DincludeScope=runtime >&2
+  touch "$home/lib/.complete"
+fi
+src="$here/GoldenClient.java"
+stamp="$home/classes/.source-$(sha256sum "$src" | cut -c1-16)"
+if [ ! -f "$stamp" ]; then
+  rm -f "$home/classes"/.source-* "$home/classes"/*.class
+  javac -nowarn -d "$home/classes" -cp "$home/lib/*" "$src" >&2
+  touch "$stamp"
+fi
+echo "$home"
