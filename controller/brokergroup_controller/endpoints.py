@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -22,8 +23,10 @@ from brokergroup_controller.state import (
     BrokerSet,
     CleanBrokerData,
     ControllerState,
+    ElectMaster,
     RegisterBroker,
 )
+from brokergroup_controller.takeover import combine_waits
 
 if TYPE_CHECKING:
     from brokergroup_controller.server import ControllerService
@@ -170,28 +173,50 @@ class Endpoints:
             if decision.code is ErrorCode.MASTER_STILL_EXIST:
                 details["replicaInfo"] = self.replica_info(broker_set).to_json()
             raise _reject(decision.code, decision.message, **details)
+        event = self._with_takeover(broker_set, decision.event, now)
         try:
-            await self._propose(decision.event)
+            await self._propose(event)
         except _Reply as reply:
             self.metrics.elections.labels(request.trigger.value, reply.body["code"]).inc()
             raise
         self.metrics.elections.labels(request.trigger.value, ErrorCode.SUCCESS.value).inc()
         log.info("%s (masterEpoch was %d)", decision.message, broker_set.master_epoch)
-        after = self._snapshot(*broker_set.key)
-        if after is not None and after.master_epoch > broker_set.master_epoch:
-            old = broker_set.master_broker_id
-            wait = self.liveness.record_takeover(
-                broker_set.key,
-                None if old == after.master_broker_id else old,
-                self.clock_ms(),
-                new_master_in_sync_state_set=after.master_broker_id in broker_set.sync_state_set,
+        if event.takeover_wait_ms and event.new_master_broker_id is not None:
+            log.info(
+                "master %s of %s/%s may hold its lease for %d ms more: broker %d holds its "
+                "acknowledgements until then",
+                event.takeover_old_master_broker_id, *broker_set.key, event.takeover_wait_ms,
+                event.new_master_broker_id,
+            )  # fmt: skip
+
+    def _with_takeover(
+        self: ControllerService, broker_set: BrokerSet, event: ElectMaster, now: int
+    ) -> ElectMaster:
+        """The leader's takeover decision, carried by the event so that `apply`
+        stores it even if this request gives up on the commit (takeover.py)."""
+        old = broker_set.master_broker_id
+        new = event.new_master_broker_id
+        replaced = None if old == new else old  # a restarted master renews its own epoch
+        old_wait = (
+            0
+            if replaced is None
+            else self.liveness.takeover_wait_ms(
+                (*broker_set.key, replaced),
+                now,
+                new_master_in_sync_state_set=new in broker_set.sync_state_set,
             )
-            if wait > 0 and after.master_broker_id is not None:
-                log.info(
-                    "master %s of %s/%s may hold its lease for %d ms more: broker %d holds its "
-                    "acknowledgements until then",
-                    old, *broker_set.key, wait, after.master_broker_id,
-                )  # fmt: skip
+        )
+        previous_old, previous_left = self.takeover_remaining(broker_set, now) or (None, 0)
+        whose, wait = combine_waits(previous_old, previous_left, replaced, old_wait)
+        decided_at = self.wall_clock_ms()
+        # This node saw the decision now: its answers count from here.
+        self._takeover_seen[broker_set.key] = ((broker_set.master_epoch + 1, decided_at), now)
+        return replace(
+            event,
+            takeover_old_master_broker_id=whose,
+            takeover_wait_ms=wait,
+            decided_at_ms=decided_at,
+        )
 
     async def clean_broker_data(
         self: ControllerService, request: web.Request, b: dict[str, Any]

@@ -139,8 +139,6 @@ class Liveness:
         self._replicas: dict[BrokerKey, _Replica] = {}
         self._pending: dict[BrokerSetKey, _PendingElection] = {}
         self._leader_since_ms: int | None = None
-        # Per set: the replaced master and until when it may still hold its lease.
-        self._old_lease_ends: dict[BrokerSetKey, tuple[int | None, int]] = {}
 
     # -------------------------------------------------------------- leadership
 
@@ -154,7 +152,6 @@ class Liveness:
         """
         self._replicas = {}
         self._pending = {}
-        self._old_lease_ends = {}
         self._leader_since_ms = now_ms
         self._last_tick_ms = None
 
@@ -162,7 +159,6 @@ class Liveness:
         """A follower keeps no liveness: the next leader starts from grace."""
         self._replicas = {}
         self._pending = {}
-        self._old_lease_ends = {}
         self._leader_since_ms = None
         self._last_tick_ms = None
 
@@ -241,9 +237,6 @@ class Liveness:
         replica.reported_at_ms = now_ms
         replica.reported_reason = reason or InactiveReason.REPORTED.value
         replica.process_gone = replica.process_gone or process_gone
-        old = self._old_lease_ends.get((key[0], key[1]))
-        if process_gone and old is not None and old[0] == key[2]:
-            self._old_lease_ends[(key[0], key[1])] = (key[2], min(old[1], now_ms))
 
     def connection_closed(self, key: BrokerKey, now_ms: int) -> None:
         replica = self._replicas.get(key)
@@ -313,42 +306,21 @@ class Liveness:
         margin = max(20, lease // 20)
         return max(0, replica.last_heartbeat_ms + lease + margin - now_ms)
 
-    def record_takeover(
-        self,
-        set_key: BrokerSetKey,
-        old_master: int | None,
-        now_ms: int,
-        *,
-        new_master_in_sync_state_set: bool,
-    ) -> int:
-        """An election replaced `old_master` (None: the set had none). Returns
-        how long the new master must hold acknowledgements; a later election
-        of the same set keeps waiting for any lease still running."""
-        previous, end = self._old_lease_ends.get(set_key, (None, now_ms))
-        if old_master is not None:
-            wait = self.takeover_wait_ms(
-                (*set_key, old_master),
-                now_ms,
-                new_master_in_sync_state_set=new_master_in_sync_state_set,
-            )
-            if now_ms + wait >= end:
-                previous, end = old_master, now_ms + wait
-        self._old_lease_ends[set_key] = (previous, end)
-        return max(0, end - now_ms)
+    def process_gone(self, key: BrokerKey) -> bool:
+        """A witness saw this replica's process end, and it has not spoken since."""
+        replica = self._replicas.get(key)
+        return replica is not None and replica.process_gone
 
-    def takeover_remaining_ms(self, set_key: BrokerSetKey, now_ms: int) -> int:
-        """What `masterTakeoverWaitMs` says now. Without a record (the election
-        was a previous leader's) the bound is this leader's grace: every lease
-        the previous leader renewed ends within one timeout of the takeover."""
-        record = self._old_lease_ends.get(set_key)
-        if record is None:
-            since = self._leader_since_ms
-            if since is None:
-                # Not the leader (a long-poll that outlived its leadership): it knows
-                # no lease, so it answers as a leader taking over now would.
-                return self.default_timeout_ms
-            return max(0, since + self.default_timeout_ms - now_ms)
-        return max(0, record[1] - now_ms)
+    def grace_remaining_ms(self, now_ms: int) -> int:
+        """The takeover bound without a replicated record (an election from a
+        log older than `takeover.Takeover`): every lease the previous leader
+        renewed ends within one timeout of this leader's takeover."""
+        since = self._leader_since_ms
+        if since is None:
+            # Not the leader (a long-poll that outlived its leadership): it knows
+            # no lease, so it answers as a leader taking over now would.
+            return self.default_timeout_ms
+        return max(0, since + self.default_timeout_ms - now_ms)
 
     def alive_replicas(
         self, set_key: BrokerSetKey, broker_ids: Iterable[int], now_ms: int

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from brokergroup_controller.errors import ErrorCode
+from brokergroup_controller.takeover import Takeover
 
 BrokerSetKey = tuple[str, str]  # (clusterName, brokerName)
 
@@ -46,6 +47,8 @@ class BrokerSet:
     master_epoch: int = 0
     sync_state_set: set[int] = field(default_factory=set)
     sync_state_set_epoch: int = 0
+    #: The latest election's hold on the new master (None: no election carried one).
+    takeover: Takeover | None = None
 
     @property
     def key(self) -> BrokerSetKey:
@@ -64,10 +67,12 @@ class BrokerSet:
             "masterEpoch": self.master_epoch,
             "syncStateSet": sorted(self.sync_state_set),
             "syncStateSetEpoch": self.sync_state_set_epoch,
+            "takeover": None if self.takeover is None else self.takeover.to_dict(),
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> BrokerSet:
+        takeover = data.get("takeover")
         return cls(
             cluster_name=data["clusterName"],
             broker_name=data["brokerName"],
@@ -80,6 +85,7 @@ class BrokerSet:
             master_epoch=int(data["masterEpoch"]),
             sync_state_set={int(x) for x in data["syncStateSet"]},
             sync_state_set_epoch=int(data["syncStateSetEpoch"]),
+            takeover=None if takeover is None else Takeover.from_dict(takeover),
         )
 
 
@@ -131,13 +137,21 @@ class AlterSyncStateSet(Event):
 
 @dataclass(frozen=True)
 class ElectMaster(Event):
-    """The leader's election decision and the epochs it was based on."""
+    """The leader's election decision and the epochs it was based on.
+
+    The takeover fields carry the leader's bound on the replaced master's
+    lease (`takeover.py`): `apply` stores them, so the hold survives a
+    commit that outlived its request. `takeover_wait_ms` None: an event from
+    a log written before the fields existed (nothing is stored)."""
 
     TYPE: ClassVar[str] = "ElectMaster"
     new_master_broker_id: int | None
     based_on_master_epoch: int
     based_on_sync_state_set_epoch: int
     reason: str = ""
+    takeover_old_master_broker_id: int | None = None
+    takeover_wait_ms: int | None = None
+    decided_at_ms: int = 0
 
 
 @dataclass(frozen=True)
@@ -347,6 +361,16 @@ class ControllerState:
         if new_master is not None:
             broker_set.sync_state_set = {new_master}
             broker_set.sync_state_set_epoch += 1
+        broker_set.takeover = (
+            None
+            if e.takeover_wait_ms is None
+            else Takeover(
+                master_epoch=broker_set.master_epoch,
+                old_master_broker_id=e.takeover_old_master_broker_id,
+                wait_ms=e.takeover_wait_ms,
+                decided_at_ms=e.decided_at_ms,
+            )
+        )
         return _ok(
             masterBrokerId=new_master,
             masterEpoch=broker_set.master_epoch,
