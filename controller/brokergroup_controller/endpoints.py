@@ -93,15 +93,27 @@ class Endpoints:
         cluster, name, broker_id = b["clusterName"], b["brokerName"], b["brokerId"]
         self._require_set(cluster, name)
         self._require_registered(cluster, name, broker_id)
-        self.liveness.report_inactive(
-            (cluster, name, broker_id), b["reason"], self.clock_ms(), process_gone=b["processGone"]
+        accepted = self.liveness.report_inactive(
+            (cluster, name, broker_id),
+            b["reason"],
+            self.clock_ms(),
+            process_gone=b["processGone"],
+            incarnation=b["incarnation"],
+            symptom_only=b["symptomOnly"],
         )
+        if not accepted:
+            log.info(
+                "ignored a stale report on broker %s/%s:%d (incarnation %s, not the one "
+                "heartbeating): %s", cluster, name, broker_id, b["incarnation"], b["reason"],
+            )  # fmt: skip
+            return {**self._info_body(cluster, name), "reportIgnored": True}
         log.info(
-            "broker %s/%s:%d reported inactive%s: %s",
-            cluster, name, broker_id, " (process gone)" if b["processGone"] else "", b["reason"],
+            "broker %s/%s:%d reported inactive%s%s: %s",
+            cluster, name, broker_id, " (process gone)" if b["processGone"] else "",
+            " (a symptom: heartbeats decide)" if b["symptomOnly"] else "", b["reason"],
         )  # fmt: skip
         await self.run_liveness_tick()  # a dead master is replaced before we answer
-        return self._info_body(cluster, name)
+        return {**self._info_body(cluster, name), "reportIgnored": False}
 
     async def alter_sync_state_set(
         self: ControllerService, request: web.Request, b: dict[str, Any]

@@ -28,7 +28,12 @@ A replica is inactive when any of these holds:
 - its last heartbeat is older than its own `heartbeatTimeoutMs`;
 - its latest heartbeat said the store cannot take writes;
 - it was reported inactive (operator, local supervisor, admin) and has not
-  heartbeated since the report;
+  heartbeated since the report. A report names the incarnation it is about
+  (the broker's pod uid, or the local supervisor's per-start token; brokers
+  send theirs in every heartbeat): one about another incarnation than the
+  last heartbeat's is stale and ignored. A report of a *symptom* ("pod not
+  ready") counts only through the heartbeat rule: a readiness blip of a
+  broker that keeps heartbeating costs no election;
 - its heartbeat connection closed and no heartbeat arrived within
   `connection_close_grace_ms` after that. The grace exists because an HTTP
   client may recycle a keep-alive connection while the broker is healthy;
@@ -79,6 +84,8 @@ class _Replica:
     reported_reason: str | None = None
     closed_at_ms: int | None = None
     process_gone: bool = False  # a witness saw the process end (not just unready)
+    symptom_only: bool = False  # the report is a symptom: heartbeats still decide
+    incarnation: str = ""  # from the last heartbeat ("" unknown)
     master_lease_ms: int | None = None
     all_ack_in_sync_state_set: bool = False
 
@@ -193,11 +200,13 @@ class Liveness:
         replica.store_error = hb.store_error
         replica.master_lease_ms = hb.master_lease_ms
         replica.all_ack_in_sync_state_set = hb.all_ack_in_sync_state_set
+        replica.incarnation = hb.incarnation or replica.incarnation
         # A heartbeat sent after a report or a closed connection proves the broker is back.
         replica.reported_at_ms = None
         replica.reported_reason = None
         replica.closed_at_ms = None
         replica.process_gone = False
+        replica.symptom_only = False
         if not was_alive and self.is_alive(key, now_ms):
             self._revived(key, now_ms)
 
@@ -217,26 +226,44 @@ class Liveness:
         replica.reported_reason = None
         replica.closed_at_ms = None
         replica.process_gone = False
+        replica.symptom_only = False
         if not was_alive and self.is_alive(key, now_ms):
             self._revived(key, now_ms)
 
     def report_inactive(
-        self, key: BrokerKey, reason: str, now_ms: int, *, process_gone: bool = False
-    ) -> None:
+        self,
+        key: BrokerKey,
+        reason: str,
+        now_ms: int,
+        *,
+        process_gone: bool = False,
+        incarnation: str = "",
+        symptom_only: bool = False,
+    ) -> bool:
         """The operator, the local supervisor or an admin says the broker is gone.
 
         `process_gone`: the reporter saw the process end (an exit status, a
-        pod that no longer exists), so it can acknowledge nothing any more.
+        terminated container), so it can acknowledge nothing any more.
+        `incarnation`: which start of the broker the report is about; False
+        (ignored) when the last heartbeat came from another one. `symptom_only`:
+        not ready rather than gone; it never outweighs an earlier hard report.
         """
         replica = self._replicas.get(key)
+        if replica is not None and incarnation and replica.incarnation not in ("", incarnation):
+            return False
         if replica is None:
             replica = _Replica(
                 last_heartbeat_ms=now_ms, timeout_ms=self.default_timeout_ms, heard=False
             )
             self._replicas[key] = replica
+        hard_before = replica.reported_at_ms is not None and not replica.symptom_only
+        replica.symptom_only = symptom_only and not process_gone and not hard_before
+        if hard_before and symptom_only:
+            return True
         replica.reported_at_ms = now_ms
         replica.reported_reason = reason or InactiveReason.REPORTED.value
         replica.process_gone = replica.process_gone or process_gone
+        return True
 
     def connection_closed(self, key: BrokerKey, now_ms: int) -> None:
         replica = self._replicas.get(key)
@@ -259,7 +286,7 @@ class Liveness:
         replica = self._replicas.get(key)
         if replica is None:
             return None if self._in_grace(now_ms) else InactiveReason.NEVER_HEARD.value
-        if replica.reported_at_ms is not None:
+        if replica.reported_at_ms is not None and not replica.symptom_only:
             return replica.reported_reason or InactiveReason.REPORTED.value
         if not replica.store_writable:
             detail = f": {replica.store_error}" if replica.store_error else ""

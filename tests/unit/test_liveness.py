@@ -357,3 +357,43 @@ def test_a_node_that_is_not_leader_never_answers_no_wait() -> None:
     assert lv.grace_remaining_ms(300) == 2000
     fresh = Liveness(default_timeout_ms=2000)
     assert fresh.grace_remaining_ms(300) == 2000
+
+
+# ------------------------------------------ symptoms and incarnations (issue 17 items 5, 9)
+
+
+def test_a_not_ready_symptom_counts_only_once_heartbeats_stop() -> None:
+    lv = leader(now_ms=-10_000)
+    sets = {SET: WatchedSet(master=1, broker_ids=frozenset({1, 2}))}
+    lv.heartbeat(hb(1, timeout_ms=1000), 0)
+    assert lv.report_inactive((C, B, 1), "pod not ready", 100, symptom_only=True)
+    assert [t for t in range(100, 1100, 100) if lv.tick(t, sets)] == []
+    assert lv.tick(1100, sets) == [SET]  # silent for its whole timeout: now it counts
+    assert lv.inactive_reason((C, B, 1), 1100) == InactiveReason.HEARTBEAT_TIMEOUT.value
+
+
+def test_a_symptom_never_weakens_a_hard_report() -> None:
+    lv = leader(now_ms=-10_000)
+    lv.heartbeat(hb(1, timeout_ms=1000), 0)
+    lv.report_inactive((C, B, 1), "pod deleted", 100)
+    lv.report_inactive((C, B, 1), "pod not ready", 150, symptom_only=True)
+    assert lv.inactive_reason((C, B, 1), 200) == "pod deleted"
+    lv.heartbeat(hb(1, timeout_ms=1000), 300)  # back: both forgotten
+    assert lv.is_alive((C, B, 1), 300)
+
+
+def test_a_report_about_another_incarnation_is_ignored() -> None:
+    lv = leader(now_ms=-10_000)
+    lv.heartbeat(replace(hb(1), incarnation="pod-b"), 0)
+    assert not lv.report_inactive((C, B, 1), "pod deleted", 100, incarnation="pod-a")
+    assert not lv.report_inactive(
+        (C, B, 1), "broker container terminated", 100, incarnation="pod-a", process_gone=True
+    )
+    assert lv.is_alive((C, B, 1), 100) and not lv.process_gone((C, B, 1))
+    assert lv.report_inactive((C, B, 1), "pod deleted", 100, incarnation="pod-b")
+    assert not lv.is_alive((C, B, 1), 100)
+    # Unknown on either side: taken as about the current incarnation.
+    older_broker = leader(now_ms=-10_000)
+    older_broker.heartbeat(hb(2), 0)  # sends no incarnation
+    assert older_broker.report_inactive((C, B, 2), "pod deleted", 100, incarnation="pod-c")
+    assert lv.report_inactive((C, B, 2), "pod deleted", 100, incarnation="pod-c")  # never heard
