@@ -447,6 +447,22 @@ class OperatorEnv:
         ]
 
 
+def one_pod_per_node(group: str) -> dict[str, Any]:
+    """A BrokerGroup's spec.template placing no two of its pods on one node."""
+    return {
+        "affinity": {
+            "podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [
+                    {
+                        "labelSelector": {"matchLabels": {"brokergroup.io/group": group}},
+                        "topologyKey": "kubernetes.io/hostname",
+                    }
+                ]
+            }
+        }
+    }
+
+
 def acked_keys(ack_log: Path) -> list[str]:
     if not ack_log.exists():
         return []

@@ -29,28 +29,18 @@ from typing import Any
 
 import pytest
 
-from tests.cluster.operator_env import OperatorEnv, acked_keys, apply_crds, wait_for
+from tests.cluster.operator_env import (
+    OperatorEnv,
+    acked_keys,
+    apply_crds,
+    one_pod_per_node,
+    wait_for,
+)
 
 pytestmark = pytest.mark.cluster
 
 NAME, TOPIC = "orders", "N"
 ROLE, BROKER_ID = "brokergroup.io/role", "brokergroup.io/broker-id"
-
-
-def one_pod_per_node(name: str) -> dict[str, Any]:
-    """spec.template: no two pods of the group on one node."""
-    return {
-        "affinity": {
-            "podAntiAffinity": {
-                "requiredDuringSchedulingIgnoredDuringExecution": [
-                    {
-                        "labelSelector": {"matchLabels": {"brokergroup.io/group": name}},
-                        "topologyKey": "kubernetes.io/hostname",
-                    }
-                ]
-            }
-        }
-    }
 
 
 @pytest.fixture

@@ -265,7 +265,12 @@ async def drain(rt: LocalRuntime, topic: str, queues: Sequence[int]) -> list[Rea
     info = await asyncio.to_thread(rt.replica_info)
     if info is None or not info.get("masterAddress"):
         raise LocalRuntimeError("no master to drain from")
-    conn = await BrokerConnection.connect(str(info["masterAddress"]))
+    return await drain_from(str(info["masterAddress"]), topic, queues)
+
+
+async def drain_from(address: str, topic: str, queues: Sequence[int]) -> list[ReadRecord]:
+    """Every message of every queue, in log order, from the broker at `address`."""
+    conn = await BrokerConnection.connect(address)
     try:
         out: list[ReadRecord] = []
         for queue_id in queues:
