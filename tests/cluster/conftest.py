@@ -120,6 +120,9 @@ class K8sCluster:
     def restore_pod_network(self, pod: Any, name: str | None = None) -> None:
         self.kubelet.restore_pod_network(pod, name)
 
+    def stall_readiness(self, pod: Any, seconds: float) -> None:
+        self.pod_node(pod).stall_readiness(pod, seconds)
+
     def host_addresses(self, n: int) -> list[str]:
         """Fresh addresses of this machine that pods reach (for processes a test runs)."""
         return [self.kubelet.host_address() for _ in range(n)]

@@ -43,7 +43,8 @@ nodes reach each other as on one cluster network.
 
 Test helpers: `crash_pod` (SIGKILL the container process: the container
 restarts, same pod, same IP), `pause_pod`/`resume_pod` (SIGSTOP/SIGCONT),
-`cut_pod_network`/`restore_pod_network` (the pod's link down/up), and
+`cut_pod_network`/`restore_pod_network` (the pod's link down/up),
+`stall_readiness` (the readiness probe fails for a while), and
 `freeze`/`thaw` (the whole node stops answering: its lease, pod status
 reports and pod watch stop, and every container process of the node is
 SIGSTOPped, as a node that hung or dropped off the network; the API server
@@ -190,6 +191,8 @@ class ProcessKubelet:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._frozen = threading.Event()
+        #: Pod uid → monotonic time until which its readiness probe fails.
+        self._not_ready_until: dict[str, float] = {}
         self._threads: list[threading.Thread] = []
         self._owns_network = share_with is None
         self.network = PodNetwork() if share_with is None else share_with.network
@@ -734,6 +737,8 @@ class ProcessKubelet:
                         probes.started(c)
                     elif proc is not None:
                         ready, alive = probes.check(c, run.ip, now)
+                        if now < self._not_ready_until.get(run.uid, 0.0):
+                            ready = False  # a readiness stall the test asked for
                         if ready is not None:
                             c.ready = ready
                             if ready:
@@ -884,6 +889,12 @@ class ProcessKubelet:
         run = self._find(pod, name)
         assert run.net is not None
         self.network.restore(run.net)
+
+    def stall_readiness(self, pod: Any, seconds: float, name: str | None = None) -> None:
+        """The pod's readiness probe fails for `seconds` (the process runs on):
+        a slow /readyz under load, a probe timeout."""
+        run = self._find(pod, name)
+        self._not_ready_until[run.uid] = time.monotonic() + seconds
 
     def host_address(self) -> str:
         """An address of this machine that pods reach (for test processes outside the cluster)."""
