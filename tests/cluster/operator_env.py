@@ -25,6 +25,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -445,6 +446,23 @@ class OperatorEnv:
         return [
             json.loads(line)["key"] for line in result.stdout.splitlines() if line.startswith("{")
         ]
+
+
+@contextlib.contextmanager
+def tier_env(cluster: Any, prefix: str, work: Path) -> Iterator[OperatorEnv]:
+    """An `OperatorEnv` in a fresh namespace `<prefix>-…` of the cluster tier
+    (`k8s_cluster`), controllers on addresses the tier's pods reach."""
+    kubeconfig = str(cluster.kubeconfig)
+    apply_crds(kubeconfig)
+    namespace = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    env = OperatorEnv(kubeconfig, namespace, work, tuple(cluster.host_addresses(3)))
+    env.core.create_namespace({"metadata": {"name": namespace}})
+    env.start()
+    try:
+        yield env
+    finally:
+        env.close()
+        env.core.delete_namespace(namespace)
 
 
 def one_pod_per_node(group: str) -> dict[str, Any]:

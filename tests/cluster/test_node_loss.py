@@ -24,7 +24,6 @@ import contextlib
 import subprocess
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -34,8 +33,8 @@ import pytest
 from tests.cluster.operator_env import (
     OperatorEnv,
     acked_keys,
-    apply_crds,
     one_pod_per_node,
+    tier_env,
     wait_for,
 )
 
@@ -47,19 +46,12 @@ ROLE, BROKER_ID = "brokergroup.io/role", "brokergroup.io/broker-id"
 
 @pytest.fixture
 def node_env(three_nodes: Any, tmp_path: Path) -> Iterator[OperatorEnv]:
-    kubeconfig = str(three_nodes.kubeconfig)
-    apply_crds(kubeconfig)
-    namespace = f"nl-{uuid.uuid4().hex[:8]}"
-    e = OperatorEnv(kubeconfig, namespace, tmp_path, tuple(three_nodes.host_addresses(3)))
-    e.core.create_namespace({"metadata": {"name": namespace}})
-    e.start()
-    try:
-        yield e
-    finally:
-        for name in list(three_nodes.extra_kubelets):
-            three_nodes.node(name).thaw()
-        e.close()
-        e.core.delete_namespace(namespace)
+    with tier_env(three_nodes, "nl", tmp_path) as env:
+        try:
+            yield env
+        finally:
+            for name in list(three_nodes.extra_kubelets):
+                three_nodes.node(name).thaw()
 
 
 class SteadyProducer(threading.Thread):

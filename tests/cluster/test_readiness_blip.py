@@ -13,14 +13,13 @@ group is Available again with the same master labelled.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.cluster.operator_env import OperatorEnv, apply_crds, wait_for
+from tests.cluster.operator_env import OperatorEnv, tier_env, wait_for
 
 pytestmark = pytest.mark.cluster
 
@@ -30,17 +29,8 @@ BROKER_ID = "brokergroup.io/broker-id"
 
 @pytest.fixture
 def env(k8s_cluster: Any, tmp_path: Path) -> Iterator[OperatorEnv]:
-    kubeconfig = str(k8s_cluster.kubeconfig)
-    apply_crds(kubeconfig)
-    namespace = f"rb-{uuid.uuid4().hex[:8]}"
-    e = OperatorEnv(kubeconfig, namespace, tmp_path, tuple(k8s_cluster.host_addresses(3)))
-    e.core.create_namespace({"metadata": {"name": namespace}})
-    e.start()
-    try:
+    with tier_env(k8s_cluster, "rb", tmp_path) as e:
         yield e
-    finally:
-        e.close()
-        e.core.delete_namespace(namespace)
 
 
 def ready(pod: Any) -> bool:
