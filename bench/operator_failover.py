@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/operator_failover.py --quick   # 5 deletions + 2 crashes
     .venv/bin/python bench/operator_failover.py           # 20 deletions + 5 crashes
+    .venv/bin/python bench/operator_failover.py --node-loss 10   # 3 nodes, 10 node losses
 
 Runs on the cluster tier (docs/development.md): without `--kubeconfig` (or
 BROKERGROUP_TEST_KUBECONFIG) it starts the tier's control plane and process
@@ -26,6 +27,11 @@ reader sees it (the operator needs at least one of each after an election).
 Writes bench/results/operator_failover.json; the last stdout line is one JSON
 object with `deletions`, `p50_label_s`, `p99_label_s`, `p50_write_s`,
 `p99_write_s`, `acked_lost` and the crash case.
+
+`--node-loss N` runs the node-loss rounds instead (bench/node_loss.py): three
+nodes, one pod per node, the master's node frozen N times under steady
+producers, the history judged by the chaos checker; it writes
+bench/results/operator_node_loss.json.
 """
 
 from __future__ import annotations
@@ -150,12 +156,13 @@ def ceiling(env: OperatorEnv, samples: int = 20) -> dict[str, Any]:
     return {"api_get_s": summarize(gets), "label_patch_visible_s": summarize(patches)}
 
 
-def start_tier() -> tuple[Any, Any] | str:
+def start_tier(nodes: int = 1) -> tuple[Any, list[Any]] | str:
     """The cluster tier's control plane and process kubelet (tests/cluster/tier),
-    in a temporary state directory; a reason string where it cannot run."""
+    in a temporary state directory; a reason string where it cannot run.
+    Returns the control plane and the kubelets of node-1..node-`nodes`."""
     import subprocess
 
-    from tests.cluster.tier.controlplane import NODE_NAME, ControlPlane
+    from tests.cluster.tier.controlplane import NODE_NAME, NODE_NAMES, ControlPlane
     from tests.cluster.tier.kubelet import ProcessKubelet
     from tests.cluster.tier.paths import BUILD_SCRIPT, missing_reason
 
@@ -169,25 +176,38 @@ def start_tier() -> tuple[Any, Any] | str:
     kubelet = ProcessKubelet(
         control_plane.kubeconfig("node"), control_plane.admin_kubeconfig, state / "kubelet"
     )
+    kubelets = [kubelet]
     try:
         kubelet.start()
+        for name in NODE_NAMES[1:nodes]:
+            extra = ProcessKubelet(
+                control_plane.kubeconfig(name),
+                control_plane.admin_kubeconfig,
+                state / f"kubelet-{name}",
+                node_name=name,
+                share_with=kubelet,
+            )
+            kubelets.append(extra)
+            extra.start()
         from kubernetes import client, config
 
         api = config.new_client_from_config(config_file=str(control_plane.admin_kubeconfig))
         core = client.CoreV1Api(api)
-        wait_for(
-            "node Ready",
-            lambda: any(
-                c.type == "Ready" and c.status == "True"
-                for c in core.read_node(NODE_NAME).status.conditions or []
-            ),
-            60,
-        )
+        for name in [NODE_NAME, *NODE_NAMES[1:nodes]]:
+            wait_for(
+                f"{name} Ready",
+                lambda name=name: any(
+                    c.type == "Ready" and c.status == "True"
+                    for c in core.read_node(name).status.conditions or []
+                ),
+                60,
+            )
     except BaseException:
-        kubelet.stop()
+        for k in reversed(kubelets):
+            k.stop()
         control_plane.stop()
         raise
-    return control_plane, kubelet
+    return control_plane, kubelets
 
 
 def main() -> int:
@@ -198,25 +218,92 @@ def main() -> int:
     parser.add_argument("--kubeconfig", default=os.environ.get("BROKERGROUP_TEST_KUBECONFIG"))
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     parser.add_argument("--note", default="", help="what cluster this ran on (kept in the JSON)")
+    parser.add_argument(
+        "--node-loss", type=int, default=None, metavar="N",
+        help="N node-loss rounds on three nodes instead (the tier only)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--frozen-s", type=float, default=8.0, help="how long each lost node stays frozen"
+    )
     args = parser.parse_args()
     tier = None
     crash = None
     hosts: tuple[str, ...] = ("127.0.6.1", "127.0.6.2", "127.0.6.3")
+    if args.node_loss is not None and args.kubeconfig:
+        print("operator_failover: --node-loss needs the tier's own nodes", file=sys.stderr)
+        return 2
     if not args.kubeconfig:
-        tier = start_tier()
+        tier = start_tier(3 if args.node_loss is not None else 1)
         if isinstance(tier, str):
             print(f"operator_failover: {tier}", file=sys.stderr)
             return 2
         args.kubeconfig = str(tier[0].admin_kubeconfig)
-        crash = tier[1].crash_pod
+        crash = tier[1][0].crash_pod
         # Pods have their own network namespaces: the controllers listen where pods reach.
-        hosts = tuple(tier[1].host_address() for _ in range(3))
+        hosts = tuple(tier[1][0].host_address() for _ in range(3))
     try:
+        if args.node_loss is not None:
+            assert tier is not None
+            nodes = {k.node_name: k for k in tier[1]}
+            return run_node_loss(args, lambda pod: nodes[pod.spec.node_name], hosts)
         return run(args, crash, hosts)
     finally:
         if tier is not None:
-            tier[1].stop()
+            for kubelet in reversed(tier[1]):
+                kubelet.stop()
             tier[0].stop()
+
+
+def run_node_loss(args: argparse.Namespace, node_of: Any, hosts: tuple[str, ...]) -> int:
+    from node_loss import run_rounds
+
+    apply_crds(args.kubeconfig)
+    work = Path(tempfile.mkdtemp(prefix="bg-nodeloss-"))
+    namespace = f"nodeloss-{uuid.uuid4().hex[:6]}"
+    env = OperatorEnv(args.kubeconfig, namespace, work, hosts)
+    env.core.create_namespace({"metadata": {"name": namespace}})
+    started = time.monotonic()
+    try:
+        env.start()
+        outcome = run_rounds(env, node_of, NAME, args.node_loss, args.frozen_s)
+    finally:
+        env.close()
+        env.core.delete_namespace(namespace)
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    rounds = outcome["rounds"]
+    label = [r["label_s"] for r in rounds]
+    write = [r["write_s"] for r in rounds]
+    findings = outcome["findings"]
+    result = {
+        "node_losses": len(rounds),
+        "frozen_s": args.frozen_s,
+        "p50_label_s": summarize(label)["p50"],
+        "p99_label_s": summarize(label)["p99"],
+        "p50_write_s": summarize(write)["p50"],
+        "p99_write_s": summarize(write)["p99"],
+        "lost": findings["lost"],
+        "order_violations": findings["order_violations"],
+        "duplicated": findings["duplicated"],
+        "acknowledged": findings["acknowledged"],
+        "label_s": summarize(label),
+        "write_s": summarize(write),
+        "rounds": rounds,
+        "findings": findings,
+        "elapsed_s": round(time.monotonic() - started, 1),
+        "cluster": {"nodes": ["node-1", "node-2", "node-3"], "note": args.note},
+    }
+    write_result("operator_node_loss", result)
+    print_last_line(
+        {
+            k: result[k]
+            for k in (
+                "node_losses", "p50_label_s", "p99_label_s", "p50_write_s", "p99_write_s",
+                "lost", "order_violations", "duplicated", "acknowledged", "elapsed_s",
+            )
+        }
+    )  # fmt: skip
+    return 0 if findings["data_safe"] and findings["lost"] == 0 else 1
 
 
 def run(args: argparse.Namespace, crash: Any, hosts: tuple[str, ...]) -> int:

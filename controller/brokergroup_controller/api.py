@@ -112,6 +112,16 @@ class ReplicaInfo:
         )
 
 
+#: The environment variable through which a launcher (the pod spec, the local
+#: supervisor) tells a broker its incarnation; reports about it carry the same.
+INCARNATION_ENV = "BROKERGROUP_INCARNATION"
+
+
+#: The environment variable through which a launcher (the pod spec, the local
+#: supervisor) tells a broker its incarnation; reports about it carry the same.
+INCARNATION_ENV = "BROKERGROUP_INCARNATION"
+
+
 @dataclass(frozen=True)
 class BrokerHeartbeat:
     """What a broker reports every heartbeatIntervalMs (DESIGN.md §2.3)."""
@@ -131,6 +141,9 @@ class BrokerHeartbeat:
     # "Fencing"). Unknown (None / False) is read the cautious way.
     master_lease_ms: int | None = None
     all_ack_in_sync_state_set: bool = False
+    # Which start of the broker this is (its pod's uid, or a per-start token of
+    # the local supervisor): reports naming another incarnation are stale.
+    incarnation: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -147,6 +160,7 @@ class BrokerHeartbeat:
             "storeError": self.store_error,
             "masterLeaseMs": self.master_lease_ms,
             "allAckInSyncStateSet": self.all_ack_in_sync_state_set,
+            "incarnation": self.incarnation,
         }
 
     @classmethod
@@ -167,6 +181,7 @@ class BrokerHeartbeat:
             if data.get("masterLeaseMs") is None
             else int(data["masterLeaseMs"]),
             all_ack_in_sync_state_set=bool(data.get("allAckInSyncStateSet", False)),
+            incarnation=str(data.get("incarnation") or ""),
         )
 
 

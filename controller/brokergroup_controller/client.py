@@ -267,10 +267,15 @@ class ControllerClient:
         reason: str,
         *,
         process_gone: bool = False,
+        incarnation: str = "",
+        symptom_only: bool = False,
     ) -> api.ReplicaInfo:
         """`process_gone`: say so only when the process certainly ended (an
-        exit status, a pod that no longer exists): a new master then need
-        not wait out the old one's lease (DESIGN.md §3.3 "Fencing")."""
+        exit status, a terminated container): a new master then need not wait
+        out the old one's lease (DESIGN.md §3.3 "Fencing"). `incarnation`:
+        the broker start the report is about (a pod uid); the controller
+        ignores it once it hears another. `symptom_only`: not ready, not
+        ended: it counts only once the broker's heartbeats stop too."""
         body = await self._request(
             "POST",
             "/v1/brokers/inactive",
@@ -279,6 +284,8 @@ class ControllerClient:
                 "brokerId": broker_id,
                 "reason": reason,
                 "processGone": process_gone,
+                "incarnation": incarnation,
+                "symptomOnly": symptom_only,
             },
             idempotent=True,
         )

@@ -27,6 +27,7 @@ from brokergroup_controller.state import (
     RegisterBroker,
     request_key_of,
 )
+from brokergroup_controller.takeover import combine_waits
 
 if TYPE_CHECKING:
     from brokergroup_controller.server import ControllerService
@@ -102,15 +103,27 @@ class Endpoints:
         cluster, name, broker_id = b["clusterName"], b["brokerName"], b["brokerId"]
         self._require_set(cluster, name)
         self._require_registered(cluster, name, broker_id)
-        self.liveness.report_inactive(
-            (cluster, name, broker_id), b["reason"], self.clock_ms(), process_gone=b["processGone"]
+        accepted = self.liveness.report_inactive(
+            (cluster, name, broker_id),
+            b["reason"],
+            self.clock_ms(),
+            process_gone=b["processGone"],
+            incarnation=b["incarnation"],
+            symptom_only=b["symptomOnly"],
         )
+        if not accepted:
+            log.info(
+                "ignored a stale report on broker %s/%s:%d (incarnation %s, not the one "
+                "heartbeating): %s", cluster, name, broker_id, b["incarnation"], b["reason"],
+            )  # fmt: skip
+            return {**self._info_body(cluster, name), "reportIgnored": True}
         log.info(
-            "broker %s/%s:%d reported inactive%s: %s",
-            cluster, name, broker_id, " (process gone)" if b["processGone"] else "", b["reason"],
+            "broker %s/%s:%d reported inactive%s%s: %s",
+            cluster, name, broker_id, " (process gone)" if b["processGone"] else "",
+            " (a symptom: heartbeats decide)" if b["symptomOnly"] else "", b["reason"],
         )  # fmt: skip
         await self.run_liveness_tick()  # a dead master is replaced before we answer
-        return self._info_body(cluster, name)
+        return {**self._info_body(cluster, name), "reportIgnored": False}
 
     async def alter_sync_state_set(
         self: ControllerService, request: web.Request, b: dict[str, Any]
@@ -197,29 +210,51 @@ class Endpoints:
             if decision.code is ErrorCode.MASTER_STILL_EXIST:
                 details["replicaInfo"] = self.replica_info(broker_set).to_json()
             raise _reject(decision.code, decision.message, **details)
+        event = self._with_takeover(broker_set, decision.event, now)
         try:
-            details = await self._propose(replace(decision.event, request_id=request_id))
+            details = await self._propose(replace(event, request_id=request_id))
         except _Reply as reply:
             self.metrics.elections.labels(request.trigger.value, reply.body["code"]).inc()
             raise
         self.metrics.elections.labels(request.trigger.value, ErrorCode.SUCCESS.value).inc()
         log.info("%s (masterEpoch was %d)", decision.message, broker_set.master_epoch)
-        after = self._snapshot(*broker_set.key)
-        if after is not None and after.master_epoch > broker_set.master_epoch:
-            old = broker_set.master_broker_id
-            wait = self.liveness.record_takeover(
-                broker_set.key,
-                None if old == after.master_broker_id else old,
-                self.clock_ms(),
-                new_master_in_sync_state_set=after.master_broker_id in broker_set.sync_state_set,
-            )
-            if wait > 0 and after.master_broker_id is not None:
-                log.info(
-                    "master %s of %s/%s may hold its lease for %d ms more: broker %d holds its "
-                    "acknowledgements until then",
-                    old, *broker_set.key, wait, after.master_broker_id,
-                )  # fmt: skip
+        if event.takeover_wait_ms and event.new_master_broker_id is not None:
+            log.info(
+                "master %s of %s/%s may hold its lease for %d ms more: broker %d holds its "
+                "acknowledgements until then",
+                event.takeover_old_master_broker_id, *broker_set.key, event.takeover_wait_ms,
+                event.new_master_broker_id,
+            )  # fmt: skip
         return details
+
+    def _with_takeover(
+        self: ControllerService, broker_set: BrokerSet, event: ElectMaster, now: int
+    ) -> ElectMaster:
+        """The leader's takeover decision, carried by the event so that `apply`
+        stores it even if this request gives up on the commit (takeover.py)."""
+        old = broker_set.master_broker_id
+        new = event.new_master_broker_id
+        replaced = None if old == new else old  # a restarted master renews its own epoch
+        old_wait = (
+            0
+            if replaced is None
+            else self.liveness.takeover_wait_ms(
+                (*broker_set.key, replaced),
+                now,
+                new_master_in_sync_state_set=new in broker_set.sync_state_set,
+            )
+        )
+        previous_old, previous_left = self.takeover_remaining(broker_set, now) or (None, 0)
+        whose, wait = combine_waits(previous_old, previous_left, replaced, old_wait)
+        decided_at = self.wall_clock_ms()
+        # This node saw the decision now: its answers count from here.
+        self._takeover_seen[broker_set.key] = ((broker_set.master_epoch + 1, decided_at), now)
+        return replace(
+            event,
+            takeover_old_master_broker_id=whose,
+            takeover_wait_ms=wait,
+            decided_at_ms=decided_at,
+        )
 
     async def clean_broker_data(
         self: ControllerService, request: web.Request, b: dict[str, Any]

@@ -28,7 +28,12 @@ A replica is inactive when any of these holds:
 - its last heartbeat is older than its own `heartbeatTimeoutMs`;
 - its latest heartbeat said the store cannot take writes;
 - it was reported inactive (operator, local supervisor, admin) and has not
-  heartbeated since the report;
+  heartbeated since the report. A report names the incarnation it is about
+  (the broker's pod uid, or the local supervisor's per-start token; brokers
+  send theirs in every heartbeat): one about another incarnation than the
+  last heartbeat's is stale and ignored. A report of a *symptom* ("pod not
+  ready") counts only through the heartbeat rule: a readiness blip of a
+  broker that keeps heartbeating costs no election;
 - its heartbeat connection closed and no heartbeat arrived within
   `connection_close_grace_ms` after that. The grace exists because an HTTP
   client may recycle a keep-alive connection while the broker is healthy;
@@ -79,6 +84,8 @@ class _Replica:
     reported_reason: str | None = None
     closed_at_ms: int | None = None
     process_gone: bool = False  # a witness saw the process end (not just unready)
+    symptom_only: bool = False  # the report is a symptom: heartbeats still decide
+    incarnation: str = ""  # from the last heartbeat ("" unknown)
     master_lease_ms: int | None = None
     all_ack_in_sync_state_set: bool = False
 
@@ -139,8 +146,6 @@ class Liveness:
         self._replicas: dict[BrokerKey, _Replica] = {}
         self._pending: dict[BrokerSetKey, _PendingElection] = {}
         self._leader_since_ms: int | None = None
-        # Per set: the replaced master and until when it may still hold its lease.
-        self._old_lease_ends: dict[BrokerSetKey, tuple[int | None, int]] = {}
 
     # -------------------------------------------------------------- leadership
 
@@ -154,7 +159,6 @@ class Liveness:
         """
         self._replicas = {}
         self._pending = {}
-        self._old_lease_ends = {}
         self._leader_since_ms = now_ms
         self._last_tick_ms = None
 
@@ -162,7 +166,6 @@ class Liveness:
         """A follower keeps no liveness: the next leader starts from grace."""
         self._replicas = {}
         self._pending = {}
-        self._old_lease_ends = {}
         self._leader_since_ms = None
         self._last_tick_ms = None
 
@@ -197,11 +200,13 @@ class Liveness:
         replica.store_error = hb.store_error
         replica.master_lease_ms = hb.master_lease_ms
         replica.all_ack_in_sync_state_set = hb.all_ack_in_sync_state_set
+        replica.incarnation = hb.incarnation or replica.incarnation
         # A heartbeat sent after a report or a closed connection proves the broker is back.
         replica.reported_at_ms = None
         replica.reported_reason = None
         replica.closed_at_ms = None
         replica.process_gone = False
+        replica.symptom_only = False
         if not was_alive and self.is_alive(key, now_ms):
             self._revived(key, now_ms)
 
@@ -221,29 +226,44 @@ class Liveness:
         replica.reported_reason = None
         replica.closed_at_ms = None
         replica.process_gone = False
+        replica.symptom_only = False
         if not was_alive and self.is_alive(key, now_ms):
             self._revived(key, now_ms)
 
     def report_inactive(
-        self, key: BrokerKey, reason: str, now_ms: int, *, process_gone: bool = False
-    ) -> None:
+        self,
+        key: BrokerKey,
+        reason: str,
+        now_ms: int,
+        *,
+        process_gone: bool = False,
+        incarnation: str = "",
+        symptom_only: bool = False,
+    ) -> bool:
         """The operator, the local supervisor or an admin says the broker is gone.
 
         `process_gone`: the reporter saw the process end (an exit status, a
-        pod that no longer exists), so it can acknowledge nothing any more.
+        terminated container), so it can acknowledge nothing any more.
+        `incarnation`: which start of the broker the report is about; False
+        (ignored) when the last heartbeat came from another one. `symptom_only`:
+        not ready rather than gone; it never outweighs an earlier hard report.
         """
         replica = self._replicas.get(key)
+        if replica is not None and incarnation and replica.incarnation not in ("", incarnation):
+            return False
         if replica is None:
             replica = _Replica(
                 last_heartbeat_ms=now_ms, timeout_ms=self.default_timeout_ms, heard=False
             )
             self._replicas[key] = replica
+        hard_before = replica.reported_at_ms is not None and not replica.symptom_only
+        replica.symptom_only = symptom_only and not process_gone and not hard_before
+        if hard_before and symptom_only:
+            return True
         replica.reported_at_ms = now_ms
         replica.reported_reason = reason or InactiveReason.REPORTED.value
         replica.process_gone = replica.process_gone or process_gone
-        old = self._old_lease_ends.get((key[0], key[1]))
-        if process_gone and old is not None and old[0] == key[2]:
-            self._old_lease_ends[(key[0], key[1])] = (key[2], min(old[1], now_ms))
+        return True
 
     def connection_closed(self, key: BrokerKey, now_ms: int) -> None:
         replica = self._replicas.get(key)
@@ -266,7 +286,7 @@ class Liveness:
         replica = self._replicas.get(key)
         if replica is None:
             return None if self._in_grace(now_ms) else InactiveReason.NEVER_HEARD.value
-        if replica.reported_at_ms is not None:
+        if replica.reported_at_ms is not None and not replica.symptom_only:
             return replica.reported_reason or InactiveReason.REPORTED.value
         if not replica.store_writable:
             detail = f": {replica.store_error}" if replica.store_error else ""
@@ -313,42 +333,21 @@ class Liveness:
         margin = max(20, lease // 20)
         return max(0, replica.last_heartbeat_ms + lease + margin - now_ms)
 
-    def record_takeover(
-        self,
-        set_key: BrokerSetKey,
-        old_master: int | None,
-        now_ms: int,
-        *,
-        new_master_in_sync_state_set: bool,
-    ) -> int:
-        """An election replaced `old_master` (None: the set had none). Returns
-        how long the new master must hold acknowledgements; a later election
-        of the same set keeps waiting for any lease still running."""
-        previous, end = self._old_lease_ends.get(set_key, (None, now_ms))
-        if old_master is not None:
-            wait = self.takeover_wait_ms(
-                (*set_key, old_master),
-                now_ms,
-                new_master_in_sync_state_set=new_master_in_sync_state_set,
-            )
-            if now_ms + wait >= end:
-                previous, end = old_master, now_ms + wait
-        self._old_lease_ends[set_key] = (previous, end)
-        return max(0, end - now_ms)
+    def process_gone(self, key: BrokerKey) -> bool:
+        """A witness saw this replica's process end, and it has not spoken since."""
+        replica = self._replicas.get(key)
+        return replica is not None and replica.process_gone
 
-    def takeover_remaining_ms(self, set_key: BrokerSetKey, now_ms: int) -> int:
-        """What `masterTakeoverWaitMs` says now. Without a record (the election
-        was a previous leader's) the bound is this leader's grace: every lease
-        the previous leader renewed ends within one timeout of the takeover."""
-        record = self._old_lease_ends.get(set_key)
-        if record is None:
-            since = self._leader_since_ms
-            if since is None:
-                # Not the leader (a long-poll that outlived its leadership): it knows
-                # no lease, so it answers as a leader taking over now would.
-                return self.default_timeout_ms
-            return max(0, since + self.default_timeout_ms - now_ms)
-        return max(0, record[1] - now_ms)
+    def grace_remaining_ms(self, now_ms: int) -> int:
+        """The takeover bound without a replicated record (an election from a
+        log older than `takeover.Takeover`): every lease the previous leader
+        renewed ends within one timeout of this leader's takeover."""
+        since = self._leader_since_ms
+        if since is None:
+            # Not the leader (a long-poll that outlived its leadership): it knows
+            # no lease, so it answers as a leader taking over now would.
+            return self.default_timeout_ms
+        return max(0, since + self.default_timeout_ms - now_ms)
 
     def alive_replicas(
         self, set_key: BrokerSetKey, broker_ids: Iterable[int], now_ms: int

@@ -148,6 +148,7 @@ def parse_heartbeat(b: Mapping[str, Any]) -> dict[str, Any]:
         store_error=_opt_str(b, "storeError"),
         master_lease_ms=_opt_int(b, "masterLeaseMs", None, minimum=1),
         all_ack_in_sync_state_set=_opt_bool(b, "allAckInSyncStateSet", False),
+        incarnation=_opt_str(b, "incarnation") or "",
     )
     return {"heartbeat": hb}
 
@@ -160,6 +161,10 @@ def parse_inactive(b: Mapping[str, Any]) -> dict[str, Any]:
         "reason": reason,
         # True only from a witness of the process's end (exit status, pod gone).
         "processGone": _opt_bool(b, "processGone", False),
+        # The incarnation the report is about ("" unknown: taken as current).
+        "incarnation": _opt_str(b, "incarnation") or "",
+        # A symptom (not ready), not an end: counts only once heartbeats stop too.
+        "symptomOnly": _opt_bool(b, "symptomOnly", False),
     }
 
 

@@ -34,7 +34,7 @@ from typing import Any
 
 from aiohttp import ClientError, ClientSession, ClientTimeout, web
 
-from brokergroup_controller import api
+from brokergroup_controller import api, takeover
 from brokergroup_controller.config import (
     DEFAULT_API_PORT,
     DEFAULT_RAFT_PORT,
@@ -87,10 +87,16 @@ class ControllerService(Endpoints):
         node: ControllerRaftNode,
         *,
         clock_ms: Callable[[], int] | None = None,
+        wall_clock_ms: Callable[[], int] | None = None,
     ) -> None:
         self.config = config
         self.node = node
         self.clock_ms = clock_ms or (lambda: int(time.monotonic() * 1000))
+        # Only to date takeover decisions across nodes (takeover.py says why).
+        self.wall_clock_ms = wall_clock_ms or (lambda: int(time.time() * 1000))
+        # Per broker set: the takeover record (masterEpoch, decidedAtMs) this
+        # node saw first, and when (clock_ms): its waits count from there.
+        self._takeover_seen: dict[tuple[str, str], tuple[tuple[int, int], int]] = {}
         self.liveness = Liveness(
             default_timeout_ms=config.heartbeat_timeout_ms,
             connection_close_grace_ms=config.connection_close_grace_ms,
@@ -293,13 +299,38 @@ class ControllerService(Endpoints):
             master_alive=master_alive,
             master_takeover_wait_ms=0
             if master is None
-            else self.liveness.takeover_remaining_ms(key, now),
+            else self.takeover_wait_answer(broker_set, now),
             master_epoch=broker_set.master_epoch,
             sync_state_set=frozenset(broker_set.sync_state_set),
             sync_state_set_epoch=broker_set.sync_state_set_epoch,
             next_broker_id=broker_set.next_broker_id,
             brokers=tuple(brokers),
         )
+
+    def takeover_remaining(self, broker_set: BrokerSet, now: int) -> tuple[int | None, int] | None:
+        """(whose lease, ms left) of the set's takeover record for its current
+        masterEpoch, from the replicated state; None without such a record."""
+        record = broker_set.takeover
+        if record is None or record.master_epoch != broker_set.master_epoch:
+            return None
+        ident = (record.master_epoch, record.decided_at_ms)
+        seen = self._takeover_seen.get(broker_set.key)
+        if seen is None or seen[0] != ident:
+            seen = (ident, now)
+            self._takeover_seen[broker_set.key] = seen
+        old = record.old_master_broker_id
+        left = takeover.remaining_ms(
+            record,
+            seen_ago_ms=now - seen[1],
+            decided_ago_wall_ms=self.wall_clock_ms() - record.decided_at_ms,
+            old_master_gone=old is not None and self.liveness.process_gone((*broker_set.key, old)),
+        )
+        return old, left
+
+    def takeover_wait_answer(self, broker_set: BrokerSet, now: int) -> int:
+        """`masterTakeoverWaitMs`: from the replicated record, else this leader's grace."""
+        remaining = self.takeover_remaining(broker_set, now)
+        return self.liveness.grace_remaining_ms(now) if remaining is None else remaining[1]
 
     def _info_body(self, cluster: str, name: str) -> dict[str, Any]:
         broker_set = self._require_set(cluster, name)

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from brokergroup_controller.errors import ErrorCode
+from brokergroup_controller.takeover import Takeover
 
 BrokerSetKey = tuple[str, str]  # (clusterName, brokerName)
 RequestKey = tuple[str, str, str, str]  # (event type, clusterName, brokerName, requestId)
@@ -68,6 +69,8 @@ class BrokerSet:
     # whole-set clean starts at its predecessor's epoch floor, not at masterEpoch 0,
     # yet must still elect its first master like a new set (issue 22).
     has_had_master: bool = False
+    #: The latest election's hold on the new master (None: no election carried one).
+    takeover: Takeover | None = None
 
     @property
     def key(self) -> BrokerSetKey:
@@ -87,10 +90,12 @@ class BrokerSet:
             "syncStateSet": sorted(self.sync_state_set),
             "syncStateSetEpoch": self.sync_state_set_epoch,
             "hasHadMaster": self.has_had_master,
+            "takeover": None if self.takeover is None else self.takeover.to_dict(),
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> BrokerSet:
+        takeover = data.get("takeover")
         return cls(
             cluster_name=data["clusterName"],
             broker_name=data["brokerName"],
@@ -111,6 +116,7 @@ class BrokerSet:
                     data["masterBrokerId"] is not None or int(data["masterEpoch"]) > 0,
                 )
             ),
+            takeover=None if takeover is None else Takeover.from_dict(takeover),
         )
 
 
@@ -177,13 +183,21 @@ class AlterSyncStateSet(Event):
 
 @dataclass(frozen=True)
 class ElectMaster(Event):
-    """The leader's election decision and the epochs it was based on."""
+    """The leader's election decision and the epochs it was based on.
+
+    The takeover fields carry the leader's bound on the replaced master's
+    lease (`takeover.py`): `apply` stores them, so the hold survives a
+    commit that outlived its request. `takeover_wait_ms` None: an event from
+    a log written before the fields existed (nothing is stored)."""
 
     TYPE: ClassVar[str] = "ElectMaster"
     new_master_broker_id: int | None
     based_on_master_epoch: int
     based_on_sync_state_set_epoch: int
     reason: str = ""
+    takeover_old_master_broker_id: int | None = None
+    takeover_wait_ms: int | None = None
+    decided_at_ms: int = 0
 
 
 @dataclass(frozen=True)
@@ -422,6 +436,16 @@ class ControllerState:
             broker_set.has_had_master = True
             broker_set.sync_state_set = {new_master}
             broker_set.sync_state_set_epoch += 1
+        broker_set.takeover = (
+            None
+            if e.takeover_wait_ms is None
+            else Takeover(
+                master_epoch=broker_set.master_epoch,
+                old_master_broker_id=e.takeover_old_master_broker_id,
+                wait_ms=e.takeover_wait_ms,
+                decided_at_ms=e.decided_at_ms,
+            )
+        )
         return _ok(
             masterBrokerId=new_master,
             masterEpoch=broker_set.master_epoch,

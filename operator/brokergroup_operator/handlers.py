@@ -745,6 +745,10 @@ async def pod_event(
     before = rt.pods.get(pod_key)
     after = None if event.get("type") == "DELETED" else PodFacts.from_pod(dict(body))
     if after is None:
+        final = PodFacts.from_pod(dict(body))
+        if before is None or final.uid != before.uid or final.process_ended:
+            before = final  # the object's last state: the kubelet's last word on the process
+    if after is None:
         rt.pods.pop(pod_key, None)
     else:
         rt.pods[pod_key] = after
@@ -765,7 +769,13 @@ async def pod_event(
         if addresses:
             try:
                 await rt.controller(addresses).report_inactive(
-                    ns, group, decision.broker_id, decision.text, process_gone=decision.process_gone
+                    ns,
+                    group,
+                    decision.broker_id,
+                    decision.text,
+                    process_gone=decision.process_gone,
+                    incarnation=decision.incarnation,
+                    symptom_only=decision.symptom_only,
                 )
                 metrics.INACTIVE_REPORTS.labels(str(decision.reason)).inc()
                 log.info(

@@ -6,7 +6,18 @@ operator sees the pod go first and tells the controller at once
 
 A report is made on a *transition*, once: the pod got a deletion timestamp
 or vanished, its Ready condition went from True to False, or its broker
-container terminated (a new restart count, or a terminated state). A pod
+container terminated (a new restart count, or a terminated state).
+
+Only the kubelet's word says the process ended (`process_gone`, which lets
+a new master skip the wait for the old lease): a terminated container, or
+pod phase Failed/Succeeded. A pod that vanished is no proof: a force delete
+removes the object while the process may still run, and so does the
+node-lifecycle controller for a node that stopped answering (issue 17 item
+5). "Not ready" is a symptom, not an end (`symptom_only`): the controller
+acts on it only once the broker's heartbeats stop too, so a readiness blip
+costs no election (item 9). Every report names the pod's uid as the
+broker's incarnation: the broker sends the same uid in its heartbeats, and
+the controller ignores a report about an incarnation it no longer hears. A pod
 that was never labelled with a BrokerId is not reported: nothing is known
 about which broker it held. A starting pod that is not yet ready is not a
 transition and is not reported (it would flap a broker that is registering).
@@ -36,10 +47,14 @@ class ReportInactive:
     def text(self) -> str:
         return f"{self.reason} ({self.pod})"
 
-    #: Set when the broker process certainly ended: its container terminated
-    #: or its pod no longer exists. A pod that is only being deleted or not
-    #: ready may still acknowledge writes until its lease runs out.
+    #: Set when the kubelet said the broker process ended (a terminated
+    #: container, phase Failed/Succeeded). A pod that is being deleted, not
+    #: ready, or gone from the API may still acknowledge until its lease ends.
     process_gone: bool = False
+    #: The pod's uid: the broker incarnation the report is about.
+    incarnation: str = ""
+    #: Not ready: the controller waits for the heartbeats to stop too.
+    symptom_only: bool = False
 
 
 def liveness_decision(before: PodFacts | None, after: PodFacts | None) -> ReportInactive | None:
@@ -59,14 +74,14 @@ def liveness_decision(before: PodFacts | None, after: PodFacts | None) -> Report
     if after is None or after.deleting:
         if was_deleting and after is not None:
             return None
-        # Reported again when the object is gone: only then is the process
-        # certainly ended, which ends a new master's wait for its lease.
+        # Reported again when the object is gone, but still not as ended:
+        # only the kubelet's last word about the process says that.
         return ReportInactive(
-            broker_id, seen.name, InactiveReason.POD_DELETED, process_gone=after is None
+            broker_id, seen.name, InactiveReason.POD_DELETED, seen.process_ended, seen.uid
         )
     if after.broker_terminated and not (before is not None and before.broker_terminated):
         return ReportInactive(
-            broker_id, after.name, InactiveReason.CONTAINER_TERMINATED, process_gone=True
+            broker_id, after.name, InactiveReason.CONTAINER_TERMINATED, True, after.uid
         )
     if (
         before is not None
@@ -74,8 +89,10 @@ def liveness_decision(before: PodFacts | None, after: PodFacts | None) -> Report
         and not before.broker_terminated  # else already reported: this is the new process
     ):
         return ReportInactive(
-            broker_id, after.name, InactiveReason.CONTAINER_TERMINATED, process_gone=True
+            broker_id, after.name, InactiveReason.CONTAINER_TERMINATED, True, after.uid
         )
     if before is not None and before.ready and not after.ready:
-        return ReportInactive(broker_id, after.name, InactiveReason.POD_NOT_READY)
+        return ReportInactive(
+            broker_id, after.name, InactiveReason.POD_NOT_READY, False, after.uid, True
+        )
     return None

@@ -109,6 +109,12 @@ class PodFacts:
     broker_terminated: bool = False
     restart_count: int = 0
     labels: dict[str, str] = field(default_factory=dict)
+    phase: str = ""  # status.phase: Failed/Succeeded means every container ended
+
+    @property
+    def process_ended(self) -> bool:
+        """The kubelet itself said the broker process ended."""
+        return self.broker_terminated or self.phase in ("Failed", "Succeeded")
 
     @property
     def address(self) -> str | None:
@@ -147,6 +153,7 @@ class PodFacts:
             broker_terminated=terminated,
             restart_count=restarts,
             labels=labels,
+            phase=str(status.get("phase") or ""),
         )
 
 

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from brokergroup_controller.api import INCARNATION_ENV
 from brokergroup_operator.model import (
     BROKER_CONTAINER,
     CLIENT_PORT,
@@ -262,6 +263,9 @@ def stateful_set(ctx: GroupContext, replicas: int) -> dict[str, Any]:
         "env": [
             {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
             {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            # The broker's incarnation is its pod: the operator's reports name the
+            # same uid, so the controller can drop one about an older pod.
+            {"name": INCARNATION_ENV, "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
         ],
         "ports": [
             {"name": "client", "containerPort": CLIENT_PORT, "protocol": "TCP"},

@@ -2,6 +2,9 @@
 
 `k8s_cluster` (session): a real control plane (tests/cluster/tier/controlplane.py)
 plus one process kubelet (tier/kubelet.py), built from tools/k8s if needed.
+`three_nodes` (per test): node-2 and node-3 join as further process
+kubelets for the test and leave afterwards (their Node objects deleted), so
+only tests that ask for several nodes see them.
 `namespace` (per test): a fresh namespace, deleted afterwards. Tests carry the
 `cluster` marker; the tier skips only where Go is missing (the binaries cannot
 be built) or the tests do not run as root (pod network namespaces), with that
@@ -15,13 +18,13 @@ import subprocess
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.cluster.tier.controlplane import NODE_NAME, ControlPlane
+from tests.cluster.tier.controlplane import NODE_NAME, NODE_NAMES, ControlPlane
 from tests.cluster.tier.kubelet import ProcessKubelet
 from tests.cluster.tier.paths import BUILD_SCRIPT, missing_reason
 
@@ -30,6 +33,46 @@ from tests.cluster.tier.paths import BUILD_SCRIPT, missing_reason
 class K8sCluster:
     control_plane: ControlPlane
     kubelet: ProcessKubelet
+    #: node-2, node-3 while a test runs with several nodes.
+    extra_kubelets: dict[str, ProcessKubelet] = field(default_factory=dict)
+
+    def node(self, name: str) -> ProcessKubelet:
+        return self.kubelet if name == NODE_NAME else self.extra_kubelets[name]
+
+    def add_node(self, name: str) -> ProcessKubelet:
+        """Start the process kubelet of `name` (node-2, node-3) and wait until Ready."""
+        kubelet = ProcessKubelet(
+            self.control_plane.kubeconfig(name),
+            self.control_plane.admin_kubeconfig,
+            self.state / f"kubelet-{name}-{uuid.uuid4().hex[:6]}",
+            node_name=name,
+            share_with=self.kubelet,
+        )
+        self.extra_kubelets[name] = kubelet
+        kubelet.start()
+        from kubernetes import client
+
+        core = client.CoreV1Api(self.api())
+
+        def ready() -> bool:
+            node = core.read_node(name)
+            return any(c.type == "Ready" and c.status == "True" for c in node.status.conditions)
+
+        _wait(f"{name} Ready", ready, 30)
+        return kubelet
+
+    def remove_node(self, name: str) -> None:
+        """Stop its kubelet (its pods' processes end) and delete the Node."""
+        from kubernetes import client
+
+        kubelet = self.extra_kubelets.pop(name)
+        kubelet.stop()
+        with contextlib.suppress(Exception):
+            client.CoreV1Api(self.api()).delete_node(name)
+
+    def pod_node(self, pod: Any) -> ProcessKubelet:
+        """The kubelet running `pod` (a V1Pod)."""
+        return self.node(pod.spec.node_name)
 
     @property
     def kubeconfig(self) -> Path:
@@ -77,6 +120,9 @@ class K8sCluster:
     def restore_pod_network(self, pod: Any, name: str | None = None) -> None:
         self.kubelet.restore_pod_network(pod, name)
 
+    def stall_readiness(self, pod: Any, seconds: float) -> None:
+        self.pod_node(pod).stall_readiness(pod, seconds)
+
     def host_addresses(self, n: int) -> list[str]:
         """Fresh addresses of this machine that pods reach (for processes a test runs)."""
         return [self.kubelet.host_address() for _ in range(n)]
@@ -120,8 +166,22 @@ def k8s_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[K8sCluster
         print(f"\ncluster tier: {control_plane.version()} at {control_plane.server}, state {state}")
         yield cluster
     finally:
+        for name in list(cluster.extra_kubelets):
+            cluster.remove_node(name)
         kubelet.stop()
         control_plane.stop()
+
+
+@pytest.fixture
+def three_nodes(k8s_cluster: K8sCluster) -> Iterator[K8sCluster]:
+    """node-1..node-3 for one test; node-2 and node-3 leave afterwards."""
+    try:
+        for name in NODE_NAMES[1:]:
+            k8s_cluster.add_node(name)
+        yield k8s_cluster
+    finally:
+        for name in list(k8s_cluster.extra_kubelets):
+            k8s_cluster.remove_node(name)
 
 
 @pytest.fixture

@@ -25,6 +25,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -447,12 +448,48 @@ class OperatorEnv:
         ]
 
 
+@contextlib.contextmanager
+def tier_env(cluster: Any, prefix: str, work: Path) -> Iterator[OperatorEnv]:
+    """An `OperatorEnv` in a fresh namespace `<prefix>-…` of the cluster tier
+    (`k8s_cluster`), controllers on addresses the tier's pods reach."""
+    kubeconfig = str(cluster.kubeconfig)
+    apply_crds(kubeconfig)
+    namespace = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    env = OperatorEnv(kubeconfig, namespace, work, tuple(cluster.host_addresses(3)))
+    env.core.create_namespace({"metadata": {"name": namespace}})
+    env.start()
+    try:
+        yield env
+    finally:
+        env.close()
+        env.core.delete_namespace(namespace)
+
+
+def one_pod_per_node(group: str) -> dict[str, Any]:
+    """A BrokerGroup's spec.template placing no two of its pods on one node."""
+    return {
+        "affinity": {
+            "podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [
+                    {
+                        "labelSelector": {"matchLabels": {"brokergroup.io/group": group}},
+                        "topologyKey": "kubernetes.io/hostname",
+                    }
+                ]
+            }
+        }
+    }
+
+
 def acked_keys(ack_log: Path) -> list[str]:
     if not ack_log.exists():
         return []
     keys = []
     for line in ack_log.read_text().splitlines():
-        entry = json.loads(line)
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # cut by a producer killed mid-line: not an acknowledgement we can name
         if entry.get("outcome", "ok") == "ok":
             keys.append(str(entry["key"]))
     return keys

@@ -369,6 +369,115 @@ async def test_replica_info_names_a_dead_master_and_says_it_is_not_alive(
     assert 0 < after["masterTakeoverWaitMs"] <= service.config.heartbeat_timeout_ms
 
 
+async def test_an_election_whose_commit_timed_out_still_holds_the_new_master(
+    node_and_client: Any,
+) -> None:
+    """Issue 17 item 3 (§3.3 "Fencing"): an ElectMaster whose commit outlives
+    the request's timeout but applies later must still tell the new master to
+    wait out the old master's lease; the wait lives in the replicated state,
+    not in the request path that gave up."""
+    node, client = node_and_client
+    await setup_group(client)
+    alter = {"clusterName": C, "brokerName": B, "masterBrokerId": 1, "masterEpoch": 1,
+             "syncStateSet": [1, 2], "syncStateSetEpoch": 1}  # fmt: skip
+    assert (await post(client, "/v1/sync-state-set/alter", alter))[0] == 200
+    # Master 1 renewed its 60 s lease just now; it is only reported not ready.
+    status, _ = await post(
+        client,
+        "/v1/brokers/heartbeat",
+        {"clusterName": C, "brokerName": B, "brokerId": 1, "address": "10.0.0.1:10911",
+         "epoch": 1, "maxOffset": 0, "confirmOffset": 0, "heartbeatTimeoutMs": 60000,
+         "masterLeaseMs": 30000},
+    )  # fmt: skip
+    assert status == 200
+    real_propose = node.propose
+
+    async def slow_commit(event: Any, timeout_s: float) -> Any:
+        result = await real_propose(event, timeout_s)
+        if event.TYPE == "ElectMaster":  # applied, but the caller timed out first
+            raise ControllerError(ErrorCode.COMMIT_TIMEOUT, "not committed in time")
+        return result
+
+    node.propose = slow_commit  # type: ignore[method-assign]
+    status, _ = await post(
+        client,
+        "/v1/brokers/inactive",
+        {"clusterName": C, "brokerName": B, "brokerId": 1, "reason": "pod not ready"},
+    )
+    assert status == 200
+    query = {"clusterName": C, "brokerName": B}
+    info = await (await client.get("/v1/replica-info", params=query)).json()
+    assert (info["masterBrokerId"], info["masterEpoch"]) == (2, 2)
+    assert info["masterTakeoverWaitMs"] > 20_000
+
+
+async def master_1_heartbeats(client: TestClient[Any, Any], incarnation: str = "") -> None:
+    """Master 1 (SyncStateSet {1, 2}) heartbeats with a 60 s timeout."""
+    status, body = await post(
+        client,
+        "/v1/brokers/heartbeat",
+        {"clusterName": C, "brokerName": B, "brokerId": 1, "address": "10.0.0.1:10911",
+         "epoch": 1, "maxOffset": 0, "confirmOffset": 0, "heartbeatTimeoutMs": 60000,
+         "incarnation": incarnation},
+    )  # fmt: skip
+    assert status == 200, body
+
+
+async def with_in_sync_slave(client: TestClient[Any, Any]) -> None:
+    await setup_group(client)
+    alter = {"clusterName": C, "brokerName": B, "masterBrokerId": 1, "masterEpoch": 1,
+             "syncStateSet": [1, 2], "syncStateSetEpoch": 1}  # fmt: skip
+    assert (await post(client, "/v1/sync-state-set/alter", alter))[0] == 200
+
+
+async def test_a_not_ready_blip_of_a_heartbeating_master_costs_no_election(
+    node_and_client: Any,
+) -> None:
+    """Issue 17 item 9: "not ready" is a symptom; while the master's heartbeats
+    stay fresh it stays master. Its heartbeats stopping would still fail it
+    over after its own timeout, and a deletion still fails over at once."""
+    _node, client = node_and_client
+    await with_in_sync_slave(client)
+    await master_1_heartbeats(client)
+    status, reply = await post(
+        client,
+        "/v1/brokers/inactive",
+        {"clusterName": C, "brokerName": B, "brokerId": 1, "reason": "pod not ready",
+         "symptomOnly": True},
+    )  # fmt: skip
+    assert status == 200
+    assert (reply["masterBrokerId"], reply["masterEpoch"], reply["masterAlive"]) == (1, 1, True)
+    status, reply = await post(
+        client,
+        "/v1/brokers/inactive",
+        {"clusterName": C, "brokerName": B, "brokerId": 1, "reason": "pod deleted"},
+    )
+    assert (reply["masterBrokerId"], reply["masterEpoch"]) == (2, 2)
+
+
+async def test_a_report_about_an_older_incarnation_is_ignored(node_and_client: Any) -> None:
+    """Issue 17 item 5: the old pod's deletion, reported after the broker came
+    back in a new pod (a new incarnation heartbeating), must not fail over."""
+    _node, client = node_and_client
+    await with_in_sync_slave(client)
+    await master_1_heartbeats(client, incarnation="pod-uid-new")
+    status, reply = await post(
+        client,
+        "/v1/brokers/inactive",
+        {"clusterName": C, "brokerName": B, "brokerId": 1, "reason": "pod deleted",
+         "processGone": True, "incarnation": "pod-uid-old"},
+    )  # fmt: skip
+    assert status == 200
+    assert (reply["masterBrokerId"], reply["masterEpoch"], reply["masterAlive"]) == (1, 1, True)
+    status, reply = await post(
+        client,
+        "/v1/brokers/inactive",
+        {"clusterName": C, "brokerName": B, "brokerId": 1, "reason": "pod deleted",
+         "incarnation": "pod-uid-new"},
+    )  # fmt: skip
+    assert (reply["masterBrokerId"], reply["masterEpoch"]) == (2, 2)
+
+
 async def test_watch_returns_on_epoch_change_or_timeout(node_and_client: Any) -> None:
     """§2.3: `GET /v1/watch` long-polls until an epoch moves past the given one."""
     _node, client = node_and_client

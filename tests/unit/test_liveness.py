@@ -237,6 +237,10 @@ def master_hb(
     )
 
 
+def wait_for(lv: Liveness, old: int, now: int, *, in_set: bool = True) -> int:
+    return lv.takeover_wait_ms((C, B, old), now, new_master_in_sync_state_set=in_set)
+
+
 def test_new_master_waits_out_the_old_lease_after_an_early_election() -> None:
     """An election on a report (not a timeout) leaves the old lease running:
     the wait is its last heartbeat + masterLeaseMs + margin, minus now."""
@@ -244,61 +248,52 @@ def test_new_master_waits_out_the_old_lease_after_an_early_election() -> None:
     lv.heartbeat(master_hb(1, lease_ms=700), 1000)
     lv.report_inactive((C, B, 1), "pod not ready", 1200)
     assert not lv.is_alive((C, B, 1), 1200)
-    wait = lv.record_takeover(SET, 1, 1200, new_master_in_sync_state_set=True)
-    assert wait == 1000 + 700 + 35 - 1200  # margin: lease/20, at least 20 ms
-    assert lv.takeover_remaining_ms(SET, 1500) == wait - 300
-    assert lv.takeover_remaining_ms(SET, 5000) == 0
+    assert wait_for(lv, 1, 1200) == 1000 + 700 + 35 - 1200  # margin: lease/20, at least 20 ms
+    assert wait_for(lv, 1, 5000) == 0
 
 
 def test_no_wait_when_the_old_master_is_certainly_gone_or_timed_out() -> None:
     lv = leader(now_ms=-10_000)
     lv.heartbeat(master_hb(1), 1000)
     lv.report_inactive((C, B, 1), "process exited", 1100, process_gone=True)
-    assert lv.record_takeover(SET, 1, 1100, new_master_in_sync_state_set=True) == 0
+    assert wait_for(lv, 1, 1100) == 0
     lv2 = leader(now_ms=-10_000)
     lv2.heartbeat(master_hb(1), 1000)
     # Elected on the heartbeat timeout (1000 ms > lease 700 ms): already over.
-    assert lv2.record_takeover(SET, 1, 2001, new_master_in_sync_state_set=True) == 0
+    assert wait_for(lv2, 1, 2001) == 0
 
 
-def test_a_later_certain_report_ends_the_wait_early() -> None:
+def test_a_later_certain_report_is_remembered_until_the_broker_speaks() -> None:
+    """`process_gone` lets the server waive a recorded wait (takeover.remaining_ms)."""
     lv = leader(now_ms=-10_000)
     lv.heartbeat(master_hb(1), 1000)
     lv.report_inactive((C, B, 1), "pod deleted", 1100)
-    assert lv.record_takeover(SET, 1, 1100, new_master_in_sync_state_set=True) > 0
+    assert wait_for(lv, 1, 1100) > 0 and not lv.process_gone((C, B, 1))
     lv.report_inactive((C, B, 2), "pod deleted", 1150, process_gone=True)  # not the old master
-    assert lv.takeover_remaining_ms(SET, 1150) > 0
+    assert not lv.process_gone((C, B, 1))
     lv.report_inactive((C, B, 1), "pod gone", 1200, process_gone=True)
-    assert lv.takeover_remaining_ms(SET, 1200) == 0
+    assert lv.process_gone((C, B, 1))
+    lv.heartbeat(master_hb(1), 1300)  # it spoke again: not gone after all
+    assert not lv.process_gone((C, B, 1))
 
 
 def test_all_ack_old_master_needs_no_wait_only_for_an_in_sync_successor() -> None:
     lv = leader(now_ms=-10_000)
     lv.heartbeat(master_hb(1, all_ack=True), 1000)
     lv.report_inactive((C, B, 1), "pod not ready", 1100)
-    assert lv.record_takeover(SET, 1, 1100, new_master_in_sync_state_set=True) == 0
+    assert wait_for(lv, 1, 1100) == 0
     # An unclean successor was never in the set the old master waits on.
-    assert lv.record_takeover(SET, 1, 1100, new_master_in_sync_state_set=False) > 0
+    assert wait_for(lv, 1, 1100, in_set=False) > 0
 
 
 def test_unknown_lease_reads_as_the_heartbeat_timeout_and_graced_as_the_takeover() -> None:
     lv = leader(now_ms=-10_000)
     lv.heartbeat(master_hb(1, lease_ms=None), 1000)  # an old broker: no masterLeaseMs
     lv.report_inactive((C, B, 1), "pod not ready", 1000)
-    assert lv.record_takeover(SET, 1, 1000, new_master_in_sync_state_set=True) == 1000 + 50
+    assert wait_for(lv, 1, 1000) == 1000 + 50
     fresh = leader(now_ms=5000)  # never heard broker 1: the previous leader may have renewed it
-    assert fresh.takeover_remaining_ms(SET, 5500) == 1500
-    assert fresh.record_takeover(SET, 1, 5500, new_master_in_sync_state_set=True) == 1500
-
-
-def test_a_second_election_keeps_waiting_for_the_first_lease() -> None:
-    """Old master 1 replaced by 2, which dies at once: 3 still waits for 1's lease."""
-    lv = leader(now_ms=-10_000)
-    lv.heartbeat(master_hb(1), 1000)
-    lv.report_inactive((C, B, 1), "pod not ready", 1000)
-    first = lv.record_takeover(SET, 1, 1000, new_master_in_sync_state_set=True)
-    lv.report_inactive((C, B, 2), "process exited", 1100, process_gone=True)
-    assert lv.record_takeover(SET, 2, 1100, new_master_in_sync_state_set=True) == first - 100
+    assert fresh.grace_remaining_ms(5500) == 1500
+    assert wait_for(fresh, 1, 5500) == 1500
 
 
 # ------------------------------------------------- the leader's own stalls
@@ -358,9 +353,47 @@ def test_a_node_that_is_not_leader_never_answers_no_wait() -> None:
     """A watch that began on the leader and returns after it stepped down must not
     release a new master's hold: without a record it answers a fresh leader's bound."""
     lv = leader(now_ms=0)
-    lv.heartbeat(master_hb(1, lease_ms=1500), 100)
-    assert lv.record_takeover(SET, 1, 200, new_master_in_sync_state_set=False) > 0
     lv.step_down()
-    assert lv.takeover_remaining_ms(SET, 300) == 2000
+    assert lv.grace_remaining_ms(300) == 2000
     fresh = Liveness(default_timeout_ms=2000)
-    assert fresh.takeover_remaining_ms(SET, 300) == 2000
+    assert fresh.grace_remaining_ms(300) == 2000
+
+
+# ------------------------------------------ symptoms and incarnations (issue 17 items 5, 9)
+
+
+def test_a_not_ready_symptom_counts_only_once_heartbeats_stop() -> None:
+    lv = leader(now_ms=-10_000)
+    sets = {SET: WatchedSet(master=1, broker_ids=frozenset({1, 2}))}
+    lv.heartbeat(hb(1, timeout_ms=1000), 0)
+    assert lv.report_inactive((C, B, 1), "pod not ready", 100, symptom_only=True)
+    assert [t for t in range(100, 1100, 100) if lv.tick(t, sets)] == []
+    assert lv.tick(1100, sets) == [SET]  # silent for its whole timeout: now it counts
+    assert lv.inactive_reason((C, B, 1), 1100) == InactiveReason.HEARTBEAT_TIMEOUT.value
+
+
+def test_a_symptom_never_weakens_a_hard_report() -> None:
+    lv = leader(now_ms=-10_000)
+    lv.heartbeat(hb(1, timeout_ms=1000), 0)
+    lv.report_inactive((C, B, 1), "pod deleted", 100)
+    lv.report_inactive((C, B, 1), "pod not ready", 150, symptom_only=True)
+    assert lv.inactive_reason((C, B, 1), 200) == "pod deleted"
+    lv.heartbeat(hb(1, timeout_ms=1000), 300)  # back: both forgotten
+    assert lv.is_alive((C, B, 1), 300)
+
+
+def test_a_report_about_another_incarnation_is_ignored() -> None:
+    lv = leader(now_ms=-10_000)
+    lv.heartbeat(replace(hb(1), incarnation="pod-b"), 0)
+    assert not lv.report_inactive((C, B, 1), "pod deleted", 100, incarnation="pod-a")
+    assert not lv.report_inactive(
+        (C, B, 1), "broker container terminated", 100, incarnation="pod-a", process_gone=True
+    )
+    assert lv.is_alive((C, B, 1), 100) and not lv.process_gone((C, B, 1))
+    assert lv.report_inactive((C, B, 1), "pod deleted", 100, incarnation="pod-b")
+    assert not lv.is_alive((C, B, 1), 100)
+    # Unknown on either side: taken as about the current incarnation.
+    older_broker = leader(now_ms=-10_000)
+    older_broker.heartbeat(hb(2), 0)  # sends no incarnation
+    assert older_broker.report_inactive((C, B, 2), "pod deleted", 100, incarnation="pod-c")
+    assert lv.report_inactive((C, B, 2), "pod deleted", 100, incarnation="pod-c")  # never heard

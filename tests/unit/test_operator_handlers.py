@@ -108,9 +108,17 @@ class FakeController:
         )
 
     async def report_inactive(
-        self, cluster: str, broker: str, broker_id: int, reason: str, *, process_gone: bool = False
+        self,
+        cluster: str,
+        broker: str,
+        broker_id: int,
+        reason: str,
+        *,
+        process_gone: bool = False,
+        incarnation: str = "",
+        symptom_only: bool = False,
     ) -> ReplicaInfo:
-        self.calls.append(("inactive", broker_id, reason, process_gone))
+        self.calls.append(("inactive", broker_id, reason, process_gone, incarnation, symptom_only))
         return self.info
 
     async def clean_broker_data(
@@ -273,11 +281,25 @@ async def test_pod_deletion_is_reported_at_once() -> None:
     await handlers.pod_event(
         event={"type": "DELETED", "object": gone}, body=kopf.Body(gone), namespace="ns", memo=memo
     )
-    # Deleting: maybe still running (no certainty); gone: certainly ended.
+    # Deleting, and even gone, is no proof the process ended (issue 17 item 5):
+    # only a terminated container is. Both name the pod's uid as the incarnation.
     assert ctl.calls == [
-        ("inactive", 1, "pod deleted (bg-0)", False),
-        ("inactive", 1, "pod deleted (bg-0)", True),
+        ("inactive", 1, "pod deleted (bg-0)", False, "u0", False),
+        ("inactive", 1, "pod deleted (bg-0)", False, "u0", False),
     ]
+    crashed = pod(1, labels={"brokergroup.io/broker-id": "2"})
+    await handlers.pod_event(
+        event={"type": "MODIFIED", "object": crashed}, body=kopf.Body(crashed),
+        namespace="ns", memo=memo,
+    )  # fmt: skip
+    crashed = copy.deepcopy(crashed)
+    crashed["status"]["phase"] = "Failed"
+    crashed["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+    await handlers.pod_event(
+        event={"type": "DELETED", "object": crashed}, body=kopf.Body(crashed),
+        namespace="ns", memo=memo,
+    )  # fmt: skip
+    assert ctl.calls[2:] == [("inactive", 2, "pod deleted (bg-1)", True, "u1", False)]
 
 
 async def test_delete_waits_for_pods_then_cleans_ids() -> None:

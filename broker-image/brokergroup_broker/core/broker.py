@@ -274,7 +274,10 @@ class Broker(RoleTransitions, ReplicationWiring, RequestHandling):
                     # It acknowledges nothing any more (writes stopped above): as
                     # good as gone, so the new master need not wait out our lease.
                     self.controller.report_inactive(
-                        self.broker_id, "broker shutting down", process_gone=True
+                        self.broker_id,
+                        "broker shutting down",
+                        process_gone=True,
+                        incarnation=self.settings.incarnation,
                     ),
                     self.config.controller_request_timeout_ms / 1000,
                 )
@@ -351,6 +354,7 @@ class Broker(RoleTransitions, ReplicationWiring, RequestHandling):
             store_error=error,
             master_lease_ms=self.config.master_lease_ms,
             all_ack_in_sync_state_set=self.config.all_ack_in_sync_state_set,
+            incarnation=self.settings.incarnation,
         )
 
     def _store_health(self) -> tuple[bool, str | None]:

@@ -73,6 +73,10 @@ class BrokerSettings:
     client_port: int = 10911
     ha_secret: bytes | None = field(default=None, repr=False)
     """The group's HA secret (`--ha-secret-file`); None only with `--insecure-no-ha-auth`."""
+    incarnation: str = ""
+    """Which start of this broker this is, sent in every heartbeat: the pod's
+    uid in Kubernetes, the local supervisor's per-start token, else a random
+    id per process. The controller ignores a report about another one."""
 
     @property
     def own_host(self) -> str:

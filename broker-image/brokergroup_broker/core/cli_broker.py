@@ -14,8 +14,10 @@ import argparse
 import asyncio
 import gc
 import logging
+import os
 import signal
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +74,7 @@ def run_broker_command(args: argparse.Namespace) -> int:
     from brokergroup_broker.core.broker_settings import BrokerSettings
     from brokergroup_broker.core.config import BrokerConfigError, load_broker_config
     from brokergroup_broker.core.registration import RegistrationFailed
+    from brokergroup_controller.api import INCARNATION_ENV
 
     logging.basicConfig(
         level=getattr(logging, str(args.log_level).upper(), logging.INFO),
@@ -130,6 +133,8 @@ def run_broker_command(args: argparse.Namespace) -> int:
         advertise_address=advertise,
         client_port=args.client_port,
         ha_secret=ha_secret,
+        # Set by whoever started this process (pod uid, local supervisor).
+        incarnation=os.environ.get(INCARNATION_ENV) or uuid.uuid4().hex,
     )
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     try:

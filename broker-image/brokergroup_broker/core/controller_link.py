@@ -126,10 +126,15 @@ class ControllerLink:
         )
 
     async def report_inactive(
-        self, broker_id: int, reason: str, *, process_gone: bool = False
+        self, broker_id: int, reason: str, *, process_gone: bool = False, incarnation: str = ""
     ) -> ReplicaInfo:
         return await _converted(
             self._client.report_inactive(
-                self.cluster_name, self.broker_name, broker_id, reason, process_gone=process_gone
+                self.cluster_name,
+                self.broker_name,
+                broker_id,
+                reason,
+                process_gone=process_gone,
+                incarnation=incarnation,
             )
         )

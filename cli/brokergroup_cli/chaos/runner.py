@@ -130,7 +130,7 @@ class _Clock:
         return time.monotonic() - self.t0
 
 
-def _outcome(exc: BaseException) -> str:
+def outcome_of(exc: BaseException) -> str:
     """One attempt's outcome from its error."""
     cause = exc.__cause__ if isinstance(exc, BrokerUnavailableError) else exc
     if isinstance(cause, BrokerError):
@@ -179,7 +179,7 @@ async def _produce(
                     ProduceMessage(topic, body, key=key), queue_id=queue_id
                 )
             except _SEND_ERRORS as exc:
-                outcomes.append(_outcome(exc))
+                outcomes.append(outcome_of(exc))
                 error = f"{type(exc).__name__}: {exc}"[:200]
         done = clock.now()
         if result is None:

@@ -105,7 +105,9 @@ class Prober:
         answers = await asyncio.gather(*(self.raft(c) for c in controllers))
         return any(a and a.get("isLeader") for a in answers)
 
-    async def report_inactive(self, token: str, broker_id: int, reason: str) -> bool:
+    async def report_inactive(
+        self, token: str, broker_id: int, reason: str, incarnation: str = ""
+    ) -> bool:
         """POST /v1/brokers/inactive to any controller (followers forward)."""
         body = {
             "clusterName": self._config.cluster_name,
@@ -113,6 +115,7 @@ class Prober:
             "brokerId": broker_id,
             "reason": reason,
             "processGone": True,  # the supervisor saw the exit status
+            "incarnation": incarnation,  # the start it saw end, not the next one
         }
         headers = {"Authorization": f"Bearer {token}"}
         for address in self._config.controller_api_addresses:

@@ -53,6 +53,7 @@ from brokergroup_cli.local.probe import Prober
 from brokergroup_cli.local.procs import process_start_ticks
 from brokergroup_cli.local.state import ChildKind, ChildRecord, Phase, RuntimeState, write_state
 from brokergroup_cli.local.status import StatusSnapshot
+from brokergroup_controller.api import INCARNATION_ENV
 
 log = logging.getLogger(__name__)
 #: How long a gone broker's inactive report is retried (no controller leader answering).
@@ -105,6 +106,7 @@ class _Slot:
     broker_id: int | None = None
     role: str | None = None
     previous_hosts: list[str] = field(default_factory=list)
+    incarnation: str = ""  # this start's token (the broker heartbeats it)
 
     @property
     def name(self) -> str:
@@ -211,7 +213,8 @@ class Supervisor:
 
     async def _spawn(self, slot: _Slot) -> None:
         argv = self._argv(slot)
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        slot.incarnation = secrets.token_hex(8)
+        env = dict(os.environ, PYTHONUNBUFFERED="1", **{INCARNATION_ENV: slot.incarnation})
         with open(slot.log_file, "ab") as out:
             out.write(
                 f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} supervisor starts {slot.name} "
@@ -281,11 +284,12 @@ class Supervisor:
         # Bounded and before the restart, so it can never hit the next incarnation.
         deadline = monotonic_ms() + _REPORT_RETRY_MS
         attempts = 1
-        ok = await self._prober.report_inactive(self._token, slot.broker_id, reason)
+        report = (self._token, slot.broker_id, reason, slot.incarnation)
+        ok = await self._prober.report_inactive(*report)
         while not ok and monotonic_ms() < deadline and not self._stopping.is_set():
             await asyncio.sleep(0.1)
             attempts += 1
-            ok = await self._prober.report_inactive(self._token, slot.broker_id, reason)
+            ok = await self._prober.report_inactive(*report)
         log.info(
             "reported broker %d inactive: %s (%d attempts)",
             slot.broker_id, "ok" if ok else "failed", attempts,

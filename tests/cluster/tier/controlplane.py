@@ -4,9 +4,10 @@ etcd, kube-apiserver, kube-controller-manager and kube-scheduler built by
 tools/k8s/build.sh, each a child process ended by PID. A CA, the apiserver's
 serving certificate and the service-account key pair are made with the
 `openssl` CLI; identities are static bearer tokens (admin in system:masters,
-the controller manager, the scheduler, and the node `system:node:node-1` in
-system:nodes, so the Node authorizer and NodeRestriction treat the process
-kubelet as they treat a real one). One kubeconfig per identity.
+the controller manager, the scheduler, and the nodes `system:node:node-1`
+(identity `node`) to `node-3` (identities `node-2`, `node-3`) in system:nodes,
+so the Node authorizer and NodeRestriction treat each process kubelet as they
+treat a real one). One kubeconfig per identity.
 
 Ports (env `BROKERGROUP_K8S_*_PORT` overrides) stay away from the defaults so
 a developer's other clusters are not disturbed. Logs stay in the state
@@ -32,6 +33,8 @@ from tests.cluster.tier.podnet import KUBERNETES_SERVICE_IP
 from tests.cluster.tier.podnet import SERVICE_CIDR as _SERVICE_NETWORK
 
 NODE_NAME = "node-1"
+#: Every node the tier can run (one process kubelet each); node-1 always runs.
+NODE_NAMES = ("node-1", "node-2", "node-3")
 SERVICE_CIDR = str(_SERVICE_NETWORK)
 HOST = "127.0.0.1"
 
@@ -55,6 +58,7 @@ IDENTITIES: Mapping[str, tuple[str, str]] = {
     "controller-manager": ("system:kube-controller-manager", ""),
     "scheduler": ("system:kube-scheduler", ""),
     "node": (f"system:node:{NODE_NAME}", "system:nodes"),
+    **{name: (f"system:node:{name}", "system:nodes") for name in NODE_NAMES[1:]},
 }
 
 
@@ -250,6 +254,10 @@ current-context: {name}
                 "--cluster-signing-key-file", str(pki / "ca.key"),
                 "--service-cluster-ip-range", SERVICE_CIDR,
                 "--leader-elect=false", "--profiling=false",
+                # A node that stopped answering is NotReady after 20 s (default
+                # 50 s), so node-loss tests see it within their run; leases are
+                # renewed every 5 s, well inside.
+                "--node-monitor-grace-period", "20s", "--node-monitor-period", "2s",
             ],
         )  # fmt: skip
         self._spawn(

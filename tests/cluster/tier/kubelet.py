@@ -36,9 +36,19 @@ installation, not an image:
 - deletion: SIGTERM, the pod's grace period, SIGKILL, then DELETE with grace
   0 and the UID precondition so a recreated same-name pod is never deleted.
 
+Several nodes: each `ProcessKubelet` is one node (`node_name`, with its
+own `system:node:<name>` identity); the second and later share the first
+one's pod network and Service proxy (`network`, `services`), so pods of all
+nodes reach each other as on one cluster network.
+
 Test helpers: `crash_pod` (SIGKILL the container process: the container
 restarts, same pod, same IP), `pause_pod`/`resume_pod` (SIGSTOP/SIGCONT),
-`cut_pod_network`/`restore_pod_network` (the pod's link down/up).
+`cut_pod_network`/`restore_pod_network` (the pod's link down/up),
+`stall_readiness` (the readiness probe fails for a while), and
+`freeze`/`thaw` (the whole node stops answering: its lease, pod status
+reports and pod watch stop, and every container process of the node is
+SIGSTOPped, as a node that hung or dropped off the network; the API server
+then sees only silence, exactly as with a real lost node).
 """
 
 from __future__ import annotations
@@ -163,16 +173,31 @@ class _Pod:
 
 
 class ProcessKubelet:
-    def __init__(self, node_kubeconfig: Path, admin_kubeconfig: Path, state: Path) -> None:
+    def __init__(
+        self,
+        node_kubeconfig: Path,
+        admin_kubeconfig: Path,
+        state: Path,
+        *,
+        node_name: str = NODE_NAME,
+        share_with: ProcessKubelet | None = None,
+    ) -> None:
+        """`share_with`: a running kubelet whose pod network and Service proxy
+        this node joins (it owns them: they end with it)."""
         self.node_kubeconfig = node_kubeconfig
         self.admin_kubeconfig = admin_kubeconfig
         self.state = state
+        self.node_name = node_name
         self.pods: dict[str, _Pod] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._frozen = threading.Event()
+        #: Pod uid → monotonic time until which its readiness probe fails.
+        self._not_ready_until: dict[str, float] = {}
         self._threads: list[threading.Thread] = []
-        self.network = PodNetwork()
-        self.services: ClusterServices | None = None
+        self._owns_network = share_with is None
+        self.network = PodNetwork() if share_with is None else share_with.network
+        self.services: ClusterServices | None = None if share_with is None else share_with.services
         #: `kubectl logs` through the API server (logserver.py).
         self.logs = LogServer(GATEWAY, state, lambda ns, name: self._find(ns, name).directory)
 
@@ -181,13 +206,14 @@ class ProcessKubelet:
     def start(self) -> None:
         (self.state / "pods").mkdir(parents=True, exist_ok=True)
         (self.state / "volumes").mkdir(parents=True, exist_ok=True)
-        self.network.setup()
-        admin = _api(self.admin_kubeconfig)
-        host, _, port = admin.configuration.host.removeprefix("https://").partition(":")
-        self.services = ClusterServices(
-            admin, DNS_SERVICE_IP, (KUBERNETES_SERVICE_IP, 443), (host, int(port or 443))
-        )
-        self.services.start()
+        if self._owns_network:
+            self.network.setup()
+            admin = _api(self.admin_kubeconfig)
+            host, _, port = admin.configuration.host.removeprefix("https://").partition(":")
+            self.services = ClusterServices(
+                admin, DNS_SERVICE_IP, (KUBERNETES_SERVICE_IP, 443), (host, int(port or 443))
+            )
+            self.services.start()
         self.logs.start()
         self._register_node()
         self._ensure_storage_class()
@@ -198,6 +224,7 @@ class ProcessKubelet:
 
     def stop(self) -> None:
         self._stop.set()
+        self._frozen.clear()
         with self._lock:
             pods = list(self.pods.values())
         for pod in pods:
@@ -208,29 +235,74 @@ class ProcessKubelet:
                         os.kill(c.process.pid, signal.SIGCONT)
                     c.process.kill()
                     c.process.wait()
-        if self.services is not None:
-            self.services.stop()
+            if not self._owns_network:
+                self.network.detach(pod.uid)
         self.logs.stop()
-        self.network.teardown()
+        if self._owns_network:
+            if self.services is not None:
+                self.services.stop()
+            self.network.teardown()
+
+    # ------------------------------------------------------------------ node loss
+
+    def _container_pids(self) -> list[int]:
+        with self._lock:
+            pods = list(self.pods.values())
+        return [
+            c.process.pid
+            for pod in pods
+            for c in pod.containers
+            if c.process is not None and c.process.poll() is None
+        ]
+
+    def freeze(self) -> list[int]:
+        """The node stops answering: no lease, no status, no pod events handled,
+        and its container processes are stopped (SIGSTOP). Returns their PIDs."""
+        self._frozen.set()
+        pids = self._container_pids()
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+        return pids
+
+    def thaw(self) -> None:
+        """The node answers again: processes continue, the kubelet catches up."""
+        for pid in self._container_pids():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        with self._lock:
+            for pod in self.pods.values():
+                # The node lifecycle controller may have marked them not ready
+                # meanwhile: report every pod afresh, as a kubelet does on return.
+                pod.last_status = None
+        self._frozen.clear()
+
+    @property
+    def frozen(self) -> bool:
+        return self._frozen.is_set()
+
+    def _wait_thawed(self) -> None:
+        while self._frozen.is_set() and not self._stop.is_set():
+            self._stop.wait(0.1)
 
     # ------------------------------------------------------------------ node
 
     def _register_node(self) -> None:
         core = client.CoreV1Api(_api(self.node_kubeconfig))
         labels = {
-            "kubernetes.io/hostname": NODE_NAME,
+            "kubernetes.io/hostname": self.node_name,
             "kubernetes.io/os": "linux",
             "kubernetes.io/arch": "amd64",
         }
         with contextlib.suppress(ApiException):
-            core.create_node({"metadata": {"name": NODE_NAME, "labels": labels}})
+            core.create_node({"metadata": {"name": self.node_name, "labels": labels}})
         self._patch_node_status(core)
 
     def _patch_node_status(self, core: client.CoreV1Api) -> None:
         now = _now()
         capacity = {"cpu": "16", "memory": "64Gi", "pods": "250", "ephemeral-storage": "100Gi"}
         core.patch_node_status(
-            NODE_NAME,
+            self.node_name,
             {
                 "status": {
                     "capacity": capacity,
@@ -247,7 +319,7 @@ class ProcessKubelet:
                     ],
                     "addresses": [
                         {"type": "InternalIP", "address": GATEWAY},
-                        {"type": "Hostname", "address": NODE_NAME},
+                        {"type": "Hostname", "address": self.node_name},
                     ],
                     "daemonEndpoints": {"kubeletEndpoint": {"Port": self.logs.port}},
                     "nodeInfo": {
@@ -272,27 +344,33 @@ class ProcessKubelet:
         core = client.CoreV1Api(api)
         last_status = time.monotonic()
         while not self._stop.is_set():
+            self._wait_thawed()
             body = {
-                "metadata": {"name": NODE_NAME, "namespace": "kube-node-lease"},
+                "metadata": {"name": self.node_name, "namespace": "kube-node-lease"},
                 "spec": {
-                    "holderIdentity": NODE_NAME,
+                    "holderIdentity": self.node_name,
                     "leaseDurationSeconds": 40,
                     "renewTime": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
                 },
             }
             try:
                 try:
-                    leases.patch_namespaced_lease(NODE_NAME, "kube-node-lease", body)
+                    leases.patch_namespaced_lease(self.node_name, "kube-node-lease", body)
                 except ApiException as exc:
                     if exc.status != 404:
                         raise
                     leases.create_namespaced_lease("kube-node-lease", body)
-                if time.monotonic() - last_status > 60:
+                if time.monotonic() - last_status > 60 or not self._node_ready(core):
                     self._patch_node_status(core)
                     last_status = time.monotonic()
             except Exception as exc:  # keep beating through API hiccups
                 log.warning("lease renewal failed: %s", exc)
             self._stop.wait(5)
+
+    def _node_ready(self, core: client.CoreV1Api) -> bool:
+        """False after a freeze the node lifecycle controller noticed: post Ready again."""
+        node = core.read_node(self.node_name)
+        return any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
 
     # ------------------------------------------------------------------ volumes
 
@@ -315,6 +393,7 @@ class ProcessKubelet:
         """Dynamic provisioning for `standard` (as the admin: a node may not create PVs)."""
         core = client.CoreV1Api(_api(self.admin_kubeconfig))
         while not self._stop.is_set():
+            self._wait_thawed()
             try:
                 self._provision_once(core)
             except Exception as exc:
@@ -328,7 +407,7 @@ class ProcessKubelet:
                 pvc.status.phase != "Pending"
                 or pvc.spec.volume_name
                 or ann.get("volume.kubernetes.io/storage-provisioner") != PROVISIONER
-                or ann.get("volume.kubernetes.io/selected-node") != NODE_NAME
+                or ann.get("volume.kubernetes.io/selected-node") != self.node_name
             ):
                 continue
             name = f"pvc-{pvc.metadata.uid}"
@@ -361,7 +440,7 @@ class ProcessKubelet:
                                                 {
                                                     "key": "kubernetes.io/hostname",
                                                     "operator": "In",
-                                                    "values": [NODE_NAME],
+                                                    "values": [self.node_name],
                                                 }
                                             ]
                                         }
@@ -480,7 +559,7 @@ class ProcessKubelet:
     def _watch_loop(self) -> None:
         api = _api(self.node_kubeconfig)
         core = client.CoreV1Api(api)
-        selector = f"spec.nodeName={NODE_NAME}"
+        selector = f"spec.nodeName={self.node_name}"
         while not self._stop.is_set():
             try:
                 for event in watch.Watch().stream(
@@ -488,6 +567,7 @@ class ProcessKubelet:
                 ):
                     if self._stop.is_set():
                         return
+                    self._wait_thawed()  # a frozen node handles nothing; it catches up after
                     self._on_pod_event(event["type"], event["object"])
             except Exception as exc:
                 if not self._stop.is_set():
@@ -565,7 +645,7 @@ class ProcessKubelet:
             "metadata.name": run.name,
             "metadata.namespace": run.namespace,
             "metadata.uid": run.uid,
-            "spec.nodeName": NODE_NAME,
+            "spec.nodeName": self.node_name,
             "spec.serviceAccountName": pod.spec.service_account_name or "default",
         }
         env: dict[str, str] = {
@@ -629,6 +709,7 @@ class ProcessKubelet:
             self._start(run, c)
             probes.started(c)
         while not run.stopping.is_set() and not self._stop.is_set():
+            self._wait_thawed()
             now = time.monotonic()
             with run.lock:
                 for c in run.containers:
@@ -662,6 +743,8 @@ class ProcessKubelet:
                         probes.started(c)
                     elif proc is not None:
                         ready, alive = probes.check(c, run.ip, now)
+                        if now < self._not_ready_until.get(run.uid, 0.0):
+                            ready = False  # a readiness stall the test asked for
                         if ready is not None:
                             c.ready = ready
                             if ready:
@@ -812,6 +895,12 @@ class ProcessKubelet:
         run = self._find(pod, name)
         assert run.net is not None
         self.network.restore(run.net)
+
+    def stall_readiness(self, pod: Any, seconds: float, name: str | None = None) -> None:
+        """The pod's readiness probe fails for `seconds` (the process runs on):
+        a slow /readyz under load, a probe timeout."""
+        run = self._find(pod, name)
+        self._not_ready_until[run.uid] = time.monotonic() + seconds
 
     def host_address(self) -> str:
         """An address of this machine that pods reach (for test processes outside the cluster)."""
