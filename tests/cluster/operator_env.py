@@ -325,12 +325,10 @@ class OperatorEnv:
             self.namespace,
             field_selector=f"involvedObject.kind=BrokerGroup,involvedObject.name={name}",
         ).items
-        items.sort(
-            key=lambda e: (
-                e.first_timestamp or e.event_time or e.metadata.creation_timestamp,
-                e.metadata.name,
-            )
-        )
+        # Creation order: timestamps have one-second resolution (two Events of one
+        # second came back by their random names), an Event's resourceVersion is the
+        # etcd revision of its creation (the operator never updates an Event).
+        items.sort(key=lambda e: int(e.metadata.resource_version))
         return [(e.reason, e.message) for e in items]
 
     # ------------------------------------------------------------ actions

@@ -373,7 +373,7 @@ def test_rolling_update_order_with_writes_flowing(env: OperatorEnv, tmp_path: Pa
         )
 
     with Writer(env, "orders", "R", "roll", ack_log):
-        env.patch_group("orders", {"spec": {"config": {"maxPullMessages": "128"}}})
+        env.patch_group("orders", {"spec": {"config": {"maxPullMessages": 128}}})
         wait_for("every pod on the new template", lambda: rolled() or None, 180, 0.5)
         env.wait_available("orders", 3, 60)
     observer.stop()
