@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: up test lint unit integration cluster-tests k8s-tools rocketmq-client cluster cluster-down bench-quick image image-smoke e2e e2e-down clean
+.PHONY: up test lint unit integration cluster-tests k8s-tools rocketmq-client rocketmq-servers cluster cluster-down bench-quick image image-smoke e2e e2e-down clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,11 @@ k8s-tools:
 # Without Java/Maven or a reachable Maven Central that test skips with the reason.
 rocketmq-client:
 	@tools/rocketmq/fetch.sh >/dev/null || echo "rocketmq-client: not fetched; tests needing the stock client will skip"
+
+# Stock RocketMQ 5.3.1 servers (broker, name server, DLedger controller, mqadmin) beside the
+# client, for the tiers and benchmarks that run real RocketMQ brokers; same cache.
+rocketmq-servers:
+	@tools/rocketmq/fetch.sh server >/dev/null || echo "rocketmq-servers: not fetched; tests needing stock RocketMQ brokers will skip"
 
 cluster-tests: $(STAMP) k8s-tools
 	$(BIN)/pytest -q tests/cluster

@@ -3,6 +3,10 @@
 # dependencies) from Maven Central with the machine's Maven, and compile the golden-frame
 # program (tools/rocketmq/GoldenClient.java) against it.
 #
+# `fetch.sh server` also fetches the stock servers (rocketmq-broker, rocketmq-namesrv,
+# rocketmq-controller, rocketmq-tools) into server/lib/, for the tiers and benchmarks that run
+# real RocketMQ brokers (launch: java -cp "<home>/server/lib/*" org.apache.rocketmq.broker.BrokerStartup).
+#
 # Output: $BROKERGROUP_ROCKETMQ_HOME, default ${XDG_CACHE_HOME:-$HOME/.cache}/brokergroup/rocketmq/<version>,
 # with lib/ (the jars) and classes/ (the compiled program). Never inside the repository.
 # Idempotent: jars already there are kept, the program is recompiled only when its source
@@ -27,6 +31,14 @@ if [ ! -f "$home/lib/.complete" ]; then
   mvn -q -B -f "$home/pom.xml" dependency:copy-dependencies \
     -DoutputDirectory="$home/lib" -DincludeScope=runtime >&2
   touch "$home/lib/.complete"
+fi
+if [ "${1:-}" = server ] && [ ! -f "$home/server/lib/.complete" ]; then
+  mkdir -p "$home/server/lib"
+  echo "fetching rocketmq-broker/namesrv/controller/tools $VERSION and dependencies into $home/server/lib" >&2
+  sed "s/@VERSION@/$VERSION/g" "$here/pom-server.xml.in" >"$home/server/pom.xml"
+  mvn -q -B -f "$home/server/pom.xml" dependency:copy-dependencies \
+    -DoutputDirectory="$home/server/lib" -DincludeScope=runtime >&2
+  touch "$home/server/lib/.complete"
 fi
 src="$here/GoldenClient.java"
 stamp="$home/classes/.source-$(sha256sum "$src" | cut -c1-16)"
