@@ -43,7 +43,7 @@ k8s-tools:
 rocketmq-client:
 	@tools/rocketmq/fetch.sh >/dev/null || echo "rocketmq-client: not fetched; tests needing the stock client will skip"
 
-# Stock RocketMQ 5.3.1 servers (broker, name server, DLedger controller, mqadmin) beside the
+# Stock RocketMQ 5.3.3 servers (broker, name server, DLedger controller, mqadmin) beside the
 # client, for the tiers and benchmarks that run real RocketMQ brokers; same cache.
 rocketmq-servers:
 	@tools/rocketmq/fetch.sh server >/dev/null || echo "rocketmq-servers: not fetched; tests needing stock RocketMQ brokers will skip"
