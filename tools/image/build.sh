@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # `make image`: build the brokergroup image (broker-image/Dockerfile) with a
-# reachable container engine. Wheels of the project and of every dependency
-# are built on the host (pip wheel) and copied in, so the build itself needs
-# no network: pip inside a container cannot be trusted to reach PyPI (proxies,
-# air-gapped CI).
+# reachable container engine. The image runs the broker, the controller and the
+# operator, so it installs brokergroup[broker,controller,operator] (no Spark, no
+# plotting: the audit and the chaos tool need [audit]; IMAGE_EXTRAS overrides).
+# Wheels of the project and of those dependencies are built on the host (pip
+# wheel) and copied in, so the build itself needs no network: pip inside a
+# container cannot be trusted to reach PyPI (proxies, air-gapped CI).
 #
 #   tools/image/build.sh                       # tag brokergroup:dev, base python:3.11-slim
 #   IMAGE=brokergroup:1.0 BASE_IMAGE=python:3.11-slim tools/image/build.sh
@@ -44,15 +46,17 @@ fi
 context=$(mktemp -d)
 trap 'rm -rf "$context"' EXIT
 mkdir -p "$context/wheels" "$context/project" "$CACHE/wheels"
-echo "wheels of brokergroup and its dependencies (cache $CACHE/wheels)"
-"$PYTHON" -m pip wheel -q --wheel-dir "$CACHE/wheels" .
+# The extras the image installs (pyproject.toml [project.optional-dependencies]).
+EXTRAS=${IMAGE_EXTRAS:-broker,controller,operator}
+echo "wheels of brokergroup[$EXTRAS] and its dependencies (cache $CACHE/wheels)"
+"$PYTHON" -m pip wheel -q --wheel-dir "$CACHE/wheels" ".[$EXTRAS]"
 # The dependencies in wheels/ (a cached image layer while they stay the same), the newest
 # brokergroup wheel alone in project/ (an older one in the cache must not be picked).
 newest=$(ls -t "$CACHE"/wheels/brokergroup-*.whl | head -1)
 cp "$newest" "$context/project/"
 # Exactly the wheels this project resolves to (the cache may hold older versions too).
 "$PYTHON" -m pip download -q --no-index --find-links "$CACHE/wheels" --dest "$context/wheels" \
-    "$newest" >/dev/null
+    "$newest[$EXTRAS]" >/dev/null
 rm -f "$context"/wheels/brokergroup-*.whl
 cp broker-image/Dockerfile "$context/Dockerfile"
 echo "docker build $IMAGE (base $BASE_IMAGE)"
