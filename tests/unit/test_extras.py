@@ -138,7 +138,7 @@ IMAGE_ENTRIES = [
 def image_closure() -> set[str]:
     """Every module the image's commands import, lazy imports inside handlers
     included (grimp reads every import statement)."""
-    graph = grimp.build_graph(*ROOT_PACKAGES, include_external_packages=True)
+    graph = grimp.build_graph(*ROOT_PACKAGES, include_external_packages=True, cache_dir=None)
     closure: set[str] = set()
     for entry in IMAGE_ENTRIES:
         closure |= graph.find_upstream_modules(entry) | {entry}
