@@ -21,6 +21,7 @@ nothing else of this virtualenv is importable. Then:
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from importlib import metadata
@@ -79,10 +80,22 @@ def resolve(extras: tuple[str, ...]) -> set[str]:
     return seen
 
 
-def build_env(site: Path, extras: tuple[str, ...]) -> set[str]:
-    """Link the distributions of `brokergroup[extras]` into `site`; return the
-    top-level names importable from it."""
+def image_prune() -> list[str]:
+    """What the image's Dockerfile leaves out of its dependencies (`ARG PRUNE`)."""
+    dockerfile = (ROOT / "broker-image" / "Dockerfile").read_text()
+    found = re.search(r'^ARG PRUNE="([^"]*)"', dockerfile, re.M)
+    assert found is not None
+    return found.group(1).split()
+
+
+def build_env(site: Path, extras: tuple[str, ...], prune: list[str] = []) -> set[str]:  # noqa: B006
+    """Link the distributions of `brokergroup[extras]` into `site`, without the
+    `prune` parts ("package/subpackage"); return the top-level names importable from it."""
     site.mkdir()
+    pruned: dict[str, set[str]] = {}
+    for part in prune:
+        top, child = part.split("/")
+        pruned.setdefault(top, set()).add(child)
     names: set[str] = set()
     for dist_name in [*resolve(extras), "brokergroup"]:
         dist = metadata.distribution(dist_name)
@@ -91,9 +104,16 @@ def build_env(site: Path, extras: tuple[str, ...]) -> set[str]:
             if top in ("..", "__pycache__") or top.endswith(".pth") or "__editable__" in top:
                 continue
             source = Path(str(dist.locate_file(top)))
-            if source.exists() and not (site / top).exists():
+            if top in pruned:
+                (site / top).mkdir()
+                for child in source.iterdir():
+                    if child.name not in pruned[top]:
+                        (site / top / child.name).symlink_to(child)
+            elif source.exists() and not (site / top).exists():
                 (site / top).symlink_to(source)
-                names.add(top.removesuffix(".py").split(".")[0])
+            else:
+                continue
+            names.add(top.removesuffix(".py").split(".")[0])
     return names
 
 
@@ -112,7 +132,7 @@ def run(site: Path, *args: str, code: str | None = None) -> subprocess.Completed
 @pytest.fixture(scope="module")
 def image_env(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, set[str]]:
     site = tmp_path_factory.mktemp("image") / "site"
-    return site, build_env(site, IMAGE_EXTRAS)
+    return site, build_env(site, IMAGE_EXTRAS, image_prune())
 
 
 @pytest.fixture(scope="module")
@@ -163,7 +183,7 @@ def test_the_image_install_has_what_its_commands_import_and_no_spark(
     load = "import importlib, sys\nfor m in sys.argv[1:]: importlib.import_module(m)"
     done = run(site, *ours, code=load)
     assert done.returncode == 0, done.stderr
-    for module in ("pyspark", "matplotlib"):
+    for module in ("pyspark", "matplotlib", *(p.replace("/", ".") for p in image_prune())):
         absent = run(site, code=f"import {module}")
         assert absent.returncode == 1 and "ModuleNotFoundError" in absent.stderr
 
