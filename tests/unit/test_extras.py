@@ -212,6 +212,10 @@ def test_the_base_install_shows_help_and_names_missing_extras(base_env: Path) ->
     assert "install brokergroup[operator]" in done.stderr, done.stderr
     done = run(base_env, "chaos")
     assert "install brokergroup[controller,audit]" in done.stderr, done.stderr
+    plugin = "import sys; from brokergroup_cli.kubectl_plugin.cli import main; sys.exit(main(sys.argv[1:]))"
+    done = run(base_env, "status", "bg/demo", code=plugin)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "install brokergroup[operator]" in done.stderr, done.stderr
 
 
 def test_every_command_extra_is_declared() -> None:
