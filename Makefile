@@ -4,12 +4,12 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: up test lint unit integration cluster-tests k8s-tools rocketmq-client rocketmq-servers cluster cluster-down bench-quick image image-smoke e2e e2e-down clean
+.PHONY: up test lint architecture unit integration cluster-tests k8s-tools rocketmq-client rocketmq-servers cluster cluster-down bench-quick image image-smoke e2e e2e-down clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -e '.[all,test]'
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -23,6 +23,11 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+
+# docs/architecture.svg (and .dot) from the code's imports (tools/architecture/draw.py; needs
+# graphviz's dot and tred: apt-get install graphviz).
+architecture: $(STAMP)
+	$(BIN)/python tools/architecture/draw.py
 
 unit: $(STAMP)
 	$(BIN)/pytest -q tests/unit
