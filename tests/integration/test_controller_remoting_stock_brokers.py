@@ -1,4 +1,7 @@
-"""Stock RocketMQ 5.3.1 brokers run under the brokergroup controller (issue 20 items 1-2).
+"""Stock RocketMQ 5.3 brokers run under the brokergroup controller (issue 20 items 1-2).
+
+The server jars are what `make rocketmq-servers` fetched (5.3.3: Maven Central has no
+rocketmq-namesrv for 5.3.0-5.3.2); the controller protocol is unchanged since 5.3.1.
 
 Three controller nodes (real processes, 127.0.40.1-3, remoting port 9879, signed requests
 only), a stock name server and three stock brokers (BrokerStartup, enableControllerMode=true,
