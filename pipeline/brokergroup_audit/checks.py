@@ -72,6 +72,21 @@ class ReplicaFacts:
     end_offset: int
     """Just past the last valid record."""
     confirm_offset: int | None
+    recover_offset: int | None = None
+    """This project's storeCheckpoint recoverOffset: every byte below it was fsynced."""
+
+    @property
+    def durable_end(self) -> int | None:
+        """Where the replica's own checkpoint says its log reaches at least."""
+        return durable_end(self.confirm_offset, self.recover_offset)
+
+
+def durable_end(confirm_offset: int | None, recover_offset: int | None) -> int | None:
+    """The larger of the checkpoint's marks (None: the store has no checkpoint). Bytes
+    below confirmOffset were confirmed by the SyncStateSet; bytes below recoverOffset
+    were fsynced: a log that ends below either lost what its own store vouched for."""
+    marks = [m for m in (confirm_offset, recover_offset) if m is not None]
+    return max(marks) if marks else None
 
 
 @dataclass
@@ -177,12 +192,14 @@ def damage(
 ) -> Finding:
     """A damaged record or region of one replica, judged by where it sits.
 
-    Below confirmOffset the replica confirmed those bytes, so a torn record there costs
-    data as much as a corrupt one; at or above it, a torn last record is what a crash
-    mid-append leaves (recovery cuts it) and other damage is truncated at the next
-    handshake. A store without a checkpoint confirmed everything it holds.
+    `confirm_offset`: the replica's durable end (`durable_end`). Below it the replica
+    confirmed (or fsynced) those bytes, so a torn record there costs data as much as a
+    corrupt one; at or above it, a torn last record is what a crash mid-append leaves
+    (recovery cuts it) and other damage is truncated at the next handshake. A store
+    without a checkpoint confirmed every whole record it holds, but nothing proves a
+    torn last record was ever confirmed: it is a torn tail.
     """
-    committed = confirm_offset is None or offset < confirm_offset
+    committed = offset < confirm_offset if confirm_offset is not None else problem != PARTIAL
     if problem == PARTIAL:
         kind = FindingKind.TORN_COMMITTED if committed else FindingKind.TORN_TAIL
     else:
@@ -193,18 +210,26 @@ def damage(
     return Finding(kind, group, broker_id, offset, text)
 
 
-def short_of_confirm(r: ReplicaFacts, damaged_at: Iterable[int] = ()) -> Finding | None:
-    """A replica whose valid records end before its confirmOffset: the bytes between
-    are zeroed or gone (a zero-filled tail reads as no records at all). Not reported
-    again when a damaged record is already reported where the valid records end."""
-    if r.confirm_offset is None or r.end_offset >= r.confirm_offset:
+def short_of_checkpoint(r: ReplicaFacts, damaged_at: Iterable[int] = ()) -> Finding | None:
+    """A replica whose valid records end before its own checkpoint's marks (confirmOffset,
+    recoverOffset): the bytes between are zeroed or gone (a zero-filled tail reads as no
+    records at all). The store itself proves the loss, so no acknowledgement log is
+    needed. Not reported again when a damaged record is already reported where the
+    valid records end."""
+    mark = r.durable_end
+    if mark is None or r.end_offset >= mark:
         return None
     if r.end_offset in set(damaged_at):
         return None
+    vouched = []
+    if r.confirm_offset is not None and r.confirm_offset > r.end_offset:
+        vouched.append(f"confirmed up to {r.confirm_offset}")
+    if r.recover_offset is not None and r.recover_offset > r.end_offset:
+        vouched.append(f"fsynced up to {r.recover_offset} (recoverOffset)")
     return Finding(
         FindingKind.TORN_COMMITTED, r.group, r.broker_id, r.end_offset,
-        f"valid records end at {r.end_offset} but broker {r.broker_id} confirmed up to "
-        f"{r.confirm_offset}: {r.confirm_offset - r.end_offset} confirmed bytes are zeroed or missing",
+        f"valid records end at {r.end_offset} but broker {r.broker_id}'s checkpoint says it "
+        f"{' and '.join(vouched)}: {mark - r.end_offset} bytes are zeroed or missing",
     )  # fmt: skip
 
 
@@ -217,11 +242,38 @@ class StoredRecord:
     queue_offset: int
     keys: str | None
     body_crc: int
+    real_topic: str | None = None
+    """REAL_TOPIC / REAL_QID: a delay or timer message is stored in a system topic
+    (SCHEDULE_TOPIC_XXXX, rmq_sys_wheel_timer) and acknowledged with its real topic and
+    queue but the system queue's offset (RocketMQ HookUtils.handleScheduleMessage)."""
+    real_queue_id: int | None = None
+    uniq_key: str | None = None
+    """UNIQ_KEY: the client's message id, which the acknowledgement's msgId repeats."""
 
+
+#: The message properties that say where a parked message really goes, and the client's id.
+REAL_TOPIC = "REAL_TOPIC"
+REAL_QUEUE_ID = "REAL_QID"
+UNIQ_KEY = "UNIQ_KEY"
 
 #: `produce` logs the full CRC32, the chaos tool RocketMQ's 31-bit UtilAll.crc32:
 #: acknowledgements and records are compared on the 31 bits both carry.
 CRC_BITS = 0x7FFFFFFF
+
+
+def holds_acknowledged(ack: Mapping[str, Any], stored: StoredRecord) -> bool:
+    """The record at an acknowledged physicalOffset is the acknowledged message: its queue
+    (stored, or the REAL_TOPIC/REAL_QID it is parked for), queue offset, body CRC, and the
+    key and message id when the acknowledgement names them. job.py's Spark filter is the
+    same rule (a unit test checks both on the same cases)."""
+    queue = (ack["topic"], ack["queueId"])
+    return (
+        (queue == (stored.topic, stored.queue_id) or queue == (stored.real_topic, stored.real_queue_id))
+        and stored.queue_offset == ack["queueOffset"]
+        and stored.body_crc & CRC_BITS == ack["bodyCrc"] & CRC_BITS
+        and (ack["key"] is None or stored.keys == ack["key"])
+        and (ack.get("msgId") is None or stored.uniq_key in (None, ack["msgId"]))
+    )  # fmt: skip
 
 
 def acked_missing(
@@ -229,13 +281,7 @@ def acked_missing(
 ) -> Finding | None:
     """An acknowledgement (`job.acknowledged` fields) against the reference log's record
     at its physicalOffset: missing, or another record, is a lost acknowledged write."""
-    if stored is not None and (
-        stored.topic == ack["topic"]
-        and stored.queue_id == ack["queueId"]
-        and stored.queue_offset == ack["queueOffset"]
-        and stored.body_crc & CRC_BITS == ack["bodyCrc"] & CRC_BITS
-        and (ack["key"] is None or stored.keys == ack["key"])
-    ):
+    if stored is not None and holds_acknowledged(ack, stored):
         return None
     what = (
         "no record at that offset"
@@ -351,9 +397,10 @@ def failovers(
         if i == 0:
             continue
         f = Failover(ref.group, epoch, start, ref.epochs[i - 1][0])
-        # Bytes truncated: from a replica that still holds the old epoch's tail ...
+        # Bytes truncated: from a replica that still holds the old epoch's tail (0 when
+        # its log ends exactly where the new epoch starts: the old master lost nothing) ...
         for r in replicas:
-            if r is not ref and _epoch_at(r.epochs, start) != epoch and r.end_offset > start:
+            if r is not ref and _epoch_at(r.epochs, start) != epoch and r.end_offset >= start:
                 f.truncated_bytes = max(f.truncated_bytes or 0, r.end_offset - start)
                 f.truncated_source = f"broker {r.broker_id}'s log still holds them"
         elected = _election_event(events, epoch)
@@ -365,8 +412,11 @@ def failovers(
             if f.elected_at_ms is not None and last_hb is not None:
                 f.unavailable_ms = max(0, f.elected_at_ms - last_hb)
             old_max = _int(elected.get("previousMasterMaxOffset"))
-            # ... or from the old master's last reported maxOffset (controller view).
-            if f.truncated_bytes is None and old_max is not None:
+            # ... or from the old master's last reported maxOffset (controller view):
+            # both are lower bounds, the larger one wins.
+            if old_max is not None and (
+                f.truncated_bytes is None or old_max - start > f.truncated_bytes
+            ):
                 f.truncated_bytes = max(0, old_max - start)
                 f.truncated_source = "previous master's last heartbeat maxOffset"
         if f.truncated_bytes is None:

@@ -93,11 +93,12 @@ def acknowledged(lines: Sequence[dict[str, Any]], groups: Sequence[str]) -> list
                     "topic": str(a["topic"]),
                     "queueId": int(a["queueId"]),
                     "queueOffset": int(a["queueOffset"]),
-                    "physicalOffset": int(a["physicalOffset"]),
+                    "physicalOffset": physical_offset(a),
                     "key": None if a.get("key") is None else str(a["key"]),
                     "bodyCrc": int(a["bodyCrc"]),
                     "ackTimeMs": int(a.get("ackTimeMs", 0)),
                     "masterEpoch": None if a.get("masterEpoch") is None else int(a["masterEpoch"]),
+                    "msgId": None if a.get("msgId") is None else str(a["msgId"]),
                 }
             )
         except (KeyError, TypeError, ValueError) as exc:
@@ -105,10 +106,22 @@ def acknowledged(lines: Sequence[dict[str, Any]], groups: Sequence[str]) -> list
     return out
 
 
+def physical_offset(ack: dict[str, Any]) -> int:
+    """`physicalOffset`, or the commit log offset in a RocketMQ offsetMsgId (store host
+    address and port, then the 8-byte offset, in hex: MessageDecoder.createMessageId)."""
+    if "physicalOffset" in ack or "offsetMsgId" not in ack:
+        return int(ack["physicalOffset"])
+    text = str(ack["offsetMsgId"])
+    if len(text) not in (32, 56):  # IPv4 / IPv6 store host
+        raise ValueError(f"offsetMsgId {text!r} is not 32 or 56 hex digits")
+    return int(text[-16:], 16)
+
+
 #: The source's columns the checks read.
 CHECKED_COLUMNS = (
     "group", "brokerId", "physicalOffset", "size", "bodyCRC", "topic", "queueId",
-    "queueOffset", "keys", "epoch", "recordCrc", "problem", "detail",
+    "queueOffset", "keys", "epoch", "recordCrc", "problem", "detail", "realTopic",
+    "realQueueId", "uniqKey",
 )  # fmt: skip
 #: The acknowledgements `acknowledged` returns, as Spark reads them.
 ACK_SCHEMA = pa.schema(
@@ -123,6 +136,7 @@ ACK_SCHEMA = pa.schema(
         ("bodyCrc", pa.int64()),
         ("ackTimeMs", pa.int64()),
         ("masterEpoch", pa.int32()),
+        ("msgId", pa.string()),
     ]
 )
 #: A message stored twice (a producer's retry): same topic, key and body.
@@ -231,10 +245,11 @@ def run_audit(
     for r in replicas:
         _records, _, end = ends.get((r.group, r.broker_id), (0, 0, r.min_offset))
         facts.setdefault(r.group, []).append(
-            ReplicaFacts(r.group, r.broker_id, r.epochs, r.min_offset, int(end), r.confirm_offset)
-        )
+            ReplicaFacts(r.group, r.broker_id, r.epochs, r.min_offset, int(end), r.confirm_offset,
+                         r.recover_offset)
+        )  # fmt: skip
     refs = {g: checks.reference_replica(fs) for g, fs in facts.items()}
-    confirm = {(r.group, r.broker_id): r.confirm_offset for r in replicas}
+    confirm = {(f.group, f.broker_id): f.durable_end for fs in facts.values() for f in fs}
 
     # Damaged regions and records; a replica whose valid records end below its
     # confirmOffset (a zeroed tail reads as no records at all).
@@ -253,7 +268,9 @@ def run_audit(
         )  # fmt: skip
     for fs in facts.values():
         for fact in fs:
-            short = checks.short_of_confirm(fact, damaged_at.get((fact.group, fact.broker_id), ()))
+            short = checks.short_of_checkpoint(
+                fact, damaged_at.get((fact.group, fact.broker_id), ())
+            )
             if short is not None:
                 findings.append(short)
 
@@ -332,14 +349,28 @@ def run_audit(
             "group", "physicalOffset",
             F.col("topic").alias("sTopic"), F.col("queueId").alias("sQueueId"),
             F.col("queueOffset").alias("sQueueOffset"), F.col("keys").alias("sKeys"),
-            F.col("bodyCRC").alias("sBodyCrc"),
+            F.col("bodyCRC").alias("sBodyCrc"), F.col("realTopic").alias("sRealTopic"),
+            F.col("realQueueId").alias("sRealQueueId"), F.col("uniqKey").alias("sUniqKey"),
         )  # fmt: skip
         missing = (
             ack_df.join(stored, ["group", "physicalOffset"], "left")
             .filter(
                 F.col("sTopic").isNull()
-                | (F.col("sTopic") != F.col("topic"))
-                | (F.col("sQueueId") != F.col("queueId"))
+                # checks.holds_acknowledged: the stored queue, or the one a delay or timer
+                # message is parked for (REAL_TOPIC/REAL_QID), and the client's id if named.
+                | ~(
+                    ((F.col("sTopic") == F.col("topic")) & (F.col("sQueueId") == F.col("queueId")))
+                    | F.coalesce(
+                        (F.col("sRealTopic") == F.col("topic"))
+                        & (F.col("sRealQueueId") == F.col("queueId")),
+                        F.lit(False),
+                    )
+                )
+                | (
+                    F.col("msgId").isNotNull()
+                    & F.col("sUniqKey").isNotNull()
+                    & (F.col("sUniqKey") != F.col("msgId"))
+                )
                 | (F.col("sQueueOffset") != F.col("queueOffset"))
                 | (
                     F.col("sBodyCrc").bitwiseAND(F.lit(checks.CRC_BITS))
@@ -357,7 +388,8 @@ def run_audit(
                 None
                 if row["sTopic"] is None
                 else checks.StoredRecord(row["sTopic"], row["sQueueId"], row["sQueueOffset"],
-                                         row["sKeys"], row["sBodyCrc"])
+                                         row["sKeys"], row["sBodyCrc"], row["sRealTopic"],
+                                         row["sRealQueueId"], row["sUniqKey"])
             )  # fmt: skip
             found = checks.acked_missing(
                 row["group"], refs[row["group"]].broker_id, row.asDict(), held

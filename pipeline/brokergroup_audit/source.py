@@ -35,7 +35,8 @@ from brokergroup_broker.store.record_columns import ColumnScan, gather
 SCHEMA_DDL = (
     "group STRING, brokerId INT, physicalOffset BIGINT, size INT, bodyCRC BIGINT, "
     "topic STRING, queueId INT, queueOffset BIGINT, keys STRING, storeTimestamp BIGINT, "
-    "epoch INT, recordCrc BIGINT, problem STRING, detail STRING"
+    "epoch INT, recordCrc BIGINT, problem STRING, detail STRING, "
+    "realTopic STRING, realQueueId INT, uniqKey STRING"
 )
 ARROW_SCHEMA = pa.schema(
     [
@@ -53,6 +54,9 @@ ARROW_SCHEMA = pa.schema(
         ("recordCrc", pa.int64()),
         ("problem", pa.string()),
         ("detail", pa.string()),
+        ("realTopic", pa.string()),
+        ("realQueueId", pa.int32()),
+        ("uniqKey", pa.string()),
     ]
 )
 DEFAULT_SPLIT_BYTES = 64 << 20
@@ -61,6 +65,13 @@ DEFAULT_BATCH_ROWS = 4096
 #: Largest record a slice reads past its end for (RocketMQ's maxMessageSize is 4 MiB).
 DEFAULT_MAX_RECORD_BYTES = 16 << 20
 _KEYS_PATTERN = "(?:^|\x02)" + PROPERTY_KEYS + "\x01(?P<keys>[^\x02]*)"
+#: Where a delay or timer message parked in a system topic really goes, and the client's id.
+#: (REAL_QID only when it is a number: anything else reads as absent, never fails a task.)
+_PARKED_PATTERNS = [
+    "(?:^|\x02)REAL_TOPIC\x01(?P<v>[^\x02]*)",
+    "(?:^|\x02)REAL_QID\x01(?P<v>[0-9]{1,9})(?:\x02|$)",
+    "(?:^|\x02)UNIQ_KEY\x01(?P<v>[^\x02]*)",
+]
 BAD_CRC = "BAD_CRC"
 
 
@@ -137,6 +148,9 @@ def slice_batch(
     n = len(rec)
     props = _strings(a, rec.properties_at, rec.properties_len)
     keys = pc.struct_field(pc.extract_regex(props, _KEYS_PATTERN), [0])
+    real_topic, real_qid, uniq_key = (
+        pc.struct_field(pc.extract_regex(props, p), [0]) for p in _PARKED_PATTERNS
+    )
     all_ok = bool(rec.crc_ok.all())
     problem = (
         pa.nulls(n, pa.string())
@@ -169,6 +183,9 @@ def slice_batch(
                 else pa.nulls(n, pa.string()),
                 pa.string(),
             ),
+            real_topic,
+            pc.cast(real_qid, pa.int32(), safe=False) if n else pa.nulls(0, pa.int32()),
+            uniq_key,
         ],
         schema=ARROW_SCHEMA,
     )

@@ -13,7 +13,8 @@ So `brokergroup local up`'s directory (`brokers/<slot>/`), a copy of several
 installations, and a directory of RocketMQ stores (`broker-n0/`, `broker-n1/`) all
 work. Epochs come from `epochFileCheckpoint` (`.bak` if the main file is damaged);
 the confirmed offset from this project's `storeCheckpoint` or RocketMQ's binary
-`checkpoint` (confirmPhyOffset at byte 32); without one, the end of the log.
+`checkpoint` (confirmPhyOffset at byte 32); without one, the end of the log. This
+project's checkpoint also gives recoverOffset (every byte below it was fsynced).
 """
 
 from __future__ import annotations
@@ -57,6 +58,8 @@ class Replica:
     confirm_offset: int | None
     """From the store's checkpoint; None if it has none."""
     kind: str  # "brokergroup" | "rocketmq" | "unknown"
+    recover_offset: int | None = None
+    """This project's storeCheckpoint recoverOffset (RocketMQ's checkpoint has none)."""
 
     @property
     def min_offset(self) -> int:
@@ -116,6 +119,14 @@ def _confirm_offset(store: Path) -> int | None:
     return None
 
 
+def _recover_offset(store: Path) -> int | None:
+    ours = store / CHECKPOINT_FILE_NAME
+    if not ours.is_file():
+        return None
+    text = _properties(ours).get("recoverOffset")
+    return int(text) if text is not None else None
+
+
 def _segments(commitlog: Path) -> tuple[Segment, ...]:
     files = sorted(p for p in commitlog.iterdir() if _SEGMENT_NAME.match(p.name) and p.is_file())
     return tuple(Segment(int(p.name), str(p), p.stat().st_size) for p in files)
@@ -155,6 +166,7 @@ def find_replicas(root: str | Path) -> list[Replica]:
                 epoch_source=epoch_source,
                 confirm_offset=_confirm_offset(store),
                 kind=kind,
+                recover_offset=_recover_offset(store),
             )
         )
     found.sort(key=lambda r: (r.group, r.broker_id, r.path))

@@ -10,6 +10,7 @@ Spark session. tests/pipeline runs the same rules on real stores.
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -24,9 +25,15 @@ from brokergroup_audit.checks import (
     StoredRecord,
 )
 from brokergroup_audit.cli import absolute_paths
+from brokergroup_audit.fastscan import scan_slice
+from brokergroup_audit.job import acknowledged
 from brokergroup_audit.source import CommitLogDataSource
+from brokergroup_audit.stores import find_replicas
+from brokergroup_broker.store.message import MessageInput
+from brokergroup_broker.store.message_encode import encode_batch
 
 G = "broker-a"
+SEG = 8192
 
 
 def _replica(
@@ -112,22 +119,51 @@ def test_other_damage_costs_data_below_confirm_only() -> None:
     assert above == Finding(
         FindingKind.UNCOMMITTED_TAIL, G, 1, 6000, "BAD_MAGIC: 343 bytes unreadable at 6000"
     )
-    # Without a checkpoint the replica confirmed all it holds.
-    assert checks.damage(G, 1, 6000, "PARTIAL", "torn", None).kind is FindingKind.TORN_COMMITTED
+    # Without a checkpoint the replica confirmed every whole record it holds; nothing
+    # vouches for a torn last one (issue 21 item 3: a cut record at the tail is a torn tail).
+    assert checks.damage(G, 1, 6000, "BAD_MAGIC", "x", None).kind is FindingKind.CORRUPT_RECORD
+    assert checks.damage(G, 1, 6000, "PARTIAL", "torn", None).kind is FindingKind.TORN_TAIL
 
 
 def test_a_zeroed_tail_below_confirm_costs_data() -> None:
     # A zero-filled tail reads as no records: the valid log ends before confirmOffset.
-    found = checks.short_of_confirm(_replica(3, 4000, 5000))
+    found = checks.short_of_checkpoint(_replica(3, 4000, 5000))
     assert found == Finding(
         FindingKind.TORN_COMMITTED, G, 3, 4000,
-        "valid records end at 4000 but broker 3 confirmed up to 5000: "
-        "1000 confirmed bytes are zeroed or missing",
+        "valid records end at 4000 but broker 3's checkpoint says it confirmed up to 5000: "
+        "1000 bytes are zeroed or missing",
     )  # fmt: skip
-    assert checks.short_of_confirm(_replica(3, 5000, 5000)) is None
-    assert checks.short_of_confirm(_replica(3, 4000, None)) is None
+    assert checks.short_of_checkpoint(_replica(3, 5000, 5000)) is None
+    assert checks.short_of_checkpoint(_replica(3, 4000, None)) is None
     # Already reported as a damaged record where the valid log ends: not twice.
-    assert checks.short_of_confirm(_replica(3, 4000, 5000), damaged_at=[4000]) is None
+    assert checks.short_of_checkpoint(_replica(3, 4000, 5000), damaged_at=[4000]) is None
+
+
+def test_a_log_short_of_its_own_fsynced_offset_costs_data_without_acks() -> None:
+    # Issue 21 item 3: the store itself proves the loss. Confirmed only to 500 (a lone
+    # master between SyncStateSet changes), but its checkpoint's recoverOffset says every
+    # byte below 3000 was fsynced; the log now ends at 1000.
+    r = ReplicaFacts(G, 1, ((1, 0),), 0, 1000, 500, recover_offset=3000)
+    assert r.durable_end == 3000
+    assert checks.short_of_checkpoint(r) == Finding(
+        FindingKind.TORN_COMMITTED, G, 1, 1000,
+        "valid records end at 1000 but broker 1's checkpoint says it fsynced up to 3000 "
+        "(recoverOffset): 2000 bytes are zeroed or missing",
+    )  # fmt: skip
+    assert checks.short_of_checkpoint(ReplicaFacts(G, 1, ((1, 0),), 0, 3000, 500, 3000)) is None
+    # Damage between the two marks was fsynced: it costs data.
+    assert checks.damage(G, 1, 2000, "BAD_MAGIC", "x", r.durable_end).kind is (
+        FindingKind.CORRUPT_RECORD
+    )
+
+
+def test_the_recover_offset_comes_from_the_store_checkpoint(tmp_path: Path) -> None:
+    store = tmp_path / "broker-a" / "0"
+    (store / "commitlog").mkdir(parents=True)
+    (store / "commitlog" / f"{0:020d}").write_bytes(bytes(4096))
+    (store / "storeCheckpoint").write_text("recoverOffset=3000\nconfirmOffset=500\n")
+    (replica,) = find_replicas(tmp_path)
+    assert (replica.confirm_offset, replica.recover_offset) == (500, 3000)
 
 
 # -- ACKED_MISSING ---------------------------------------------------------------
@@ -149,6 +185,45 @@ def test_an_acknowledged_record_missing_is_reported() -> None:
         FindingKind.ACKED_MISSING, G, 1, 14000,
         "ack line 9: T/2 queue offset 41 key p0-41 acknowledged at 1700: no record at that offset",
     )  # fmt: skip
+
+
+# A RocketMQ delay message: acknowledged as FixtureC/1 but parked in SCHEDULE_TOPIC_XXXX
+# queue 1 (delay level 2) at that queue's offset 7, with REAL_TOPIC/REAL_QID.
+DELAY_ACK = {
+    "ackLine": 4, "group": G, "topic": "FixtureC", "queueId": 1, "queueOffset": 7,
+    "physicalOffset": 14000, "key": "k-3", "bodyCrc": 0x9ABCDEF0, "ackTimeMs": 1700,
+    "masterEpoch": None, "msgId": "7F000001000018B4AAC2",
+}  # fmt: skip
+
+
+def test_a_delay_message_is_found_through_its_real_topic_and_queue() -> None:
+    parked = StoredRecord(
+        "SCHEDULE_TOPIC_XXXX", 1, 7, "k-3", 0x1ABCDEF0,
+        real_topic="FixtureC", real_queue_id=1, uniq_key="7F000001000018B4AAC2",
+    )  # fmt: skip
+    assert checks.acked_missing(G, 1, DELAY_ACK, parked) is None
+    # Parked for another queue, or another client message id: not this acknowledgement.
+    for other in (
+        replace(parked, real_queue_id=2),
+        replace(parked, real_topic=None, real_queue_id=None),
+        replace(parked, uniq_key="7F000001000018B4AAC3"),
+    ):
+        assert checks.acked_missing(G, 1, DELAY_ACK, other) is not None
+
+
+def test_a_rocketmq_ack_line_locates_its_record_by_offset_msg_id() -> None:
+    # The stock client's SendResult: offsetMsgId = store host (4 + 4 bytes) + commit log
+    # offset (8 bytes), hex; a batch joins its members' ids with commas (one line each).
+    line = {
+        "topic": "FixtureC", "queueId": 1, "queueOffset": 7, "key": "k-3", "bodyCrc": 1,
+        "msgId": "7F000001000018B4AAC2", "offsetMsgId": "7F0000020000559F00000000000A1B2C",
+    }  # fmt: skip
+    (ack,) = acknowledged([line], [G])
+    assert (ack["physicalOffset"], ack["msgId"]) == (0xA1B2C, "7F000001000018B4AAC2")
+    v6 = "00000000000000000000000000000001" + "0000559F" + "00000000000A1B2C"
+    assert acknowledged([{**line, "offsetMsgId": v6}], [G])[0]["physicalOffset"] == 0xA1B2C
+    with pytest.raises(ValueError, match="offsetMsgId"):
+        acknowledged([{**line, "offsetMsgId": "7F00,zz"}], [G])
 
 
 def test_another_record_at_an_acknowledged_offset_is_reported() -> None:
@@ -211,6 +286,44 @@ def test_an_older_epochs_tail_past_the_reference_lineage_is_uncommitted() -> Non
             "they will be truncated",
         )
     ]  # fmt: skip
+
+
+def test_a_log_ending_where_the_next_epoch_starts_truncated_nothing() -> None:
+    # Issue 21 item 3: the killed master (broker 1, still at epoch 1) ends exactly where
+    # epoch 2 starts: the failover truncated 0 bytes, not "unknown".
+    ref = _replica(2, 8000, 8000, ((1, 0), (2, 5000)))
+    old = _replica(1, 5000, 5000, ((1, 0),))
+    (f,) = checks.failovers([old, ref], [], {})
+    assert (f.epoch, f.start_offset, f.truncated_bytes) == (2, 5000, 0)
+    assert f.truncated_source == "broker 1's log still holds them"
+    # A replica of the new lineage says nothing about the old tail: unknown.
+    (f,) = checks.failovers([_replica(1, 8000, 8000, ((1, 0), (2, 5000))), ref], [], {})
+    assert f.truncated_bytes is None
+
+
+def test_a_record_cut_mid_way_at_the_tail_is_a_torn_tail() -> None:
+    # A preallocated (zero-filled) segment: the last record's totalSize is intact but its
+    # second half never reached the disk, so its lengths no longer add up.
+    batch = [MessageInput("T", 0, bytes([i]) * 300, {"KEYS": f"k{i}"}) for i in range(4)]
+    encoded = encode_batch(
+        batch, start_offset=0, segment_bytes=SEG, store_host=("127.0.0.1", 10911),
+        store_timestamp_ms=77, queue_offset_of=lambda _k: 0, max_message_bytes=SEG - 8,
+    )  # fmt: skip
+    data = bytearray(encoded.data) + bytes(SEG - len(encoded.data))
+    last = 3 * (len(encoded.data) // 4)
+    data[last + 100 : len(encoded.data)] = bytes(len(encoded.data) - last - 100)
+    scan = scan_slice(bytes(data), 0, SEG, 0, SEG, first_is_boundary=True, max_record_bytes=SEG)
+    assert len(scan.records) == 3
+    assert [(p.offset, p.stop.name) for p in scan.problems] == [(last, "PARTIAL")]
+    # The same damage followed by another record is no tail: a damaged structure.
+    after = encode_batch(
+        batch[:1], start_offset=len(encoded.data), segment_bytes=SEG,
+        store_host=("127.0.0.1", 10911), store_timestamp_ms=77,
+        queue_offset_of=lambda _k: 0, max_message_bytes=SEG - 8,
+    ).data  # fmt: skip
+    data[len(encoded.data) : len(encoded.data) + len(after)] = after
+    scan = scan_slice(bytes(data), 0, SEG, 0, SEG, first_is_boundary=True, max_record_bytes=SEG)
+    assert [(p.offset, p.stop.name) for p in scan.problems] == [(last, "BAD_STRUCTURE")]
 
 
 def test_the_exit_code_follows_data_costing_findings() -> None:

@@ -42,13 +42,24 @@ def _log(bodies: list[bytes], v6: list[bool], compress: bool = False) -> bytes:
         squeeze = compress and i % 5 == 0
         run = encode_run(
             f"T{i % 3}", i % 4, [zlib.compress(b) if squeeze else b],
-            [{"KEYS": f"k{i}", "TAGS": "t"}] if i % 2 else None,
+            [_properties(i)] if i % 2 or i % 3 == 0 else None,
             flag=0, born_timestamp_ms=5, born_host=("::1", 5) if v6[i % len(v6)] else ("127.0.0.1", 5),
             start_offset=len(out), segment_bytes=SEG, store_host=STORE, store_timestamp_ms=77 + i,
             first_queue_offset=i, max_message_bytes=SEG - 8, sys_flag=1 if squeeze else 0,
         )  # fmt: skip
         out += run.data
     return bytes(out)
+
+
+def _properties(i: int) -> dict[str, str]:
+    """KEYS on odd records; on every third one also what RocketMQ writes on a delay
+    message it parks (REAL_TOPIC/REAL_QID) and the client's UNIQ_KEY; one REAL_QID that
+    is not a number (read as absent)."""
+    props = {"KEYS": f"k{i}", "TAGS": "t"} if i % 2 else {}
+    if i % 3 == 0:
+        qid = "x1" if i == 9 else str(i % 4)
+        props |= {"REAL_TOPIC": f"Real{i}", "REAL_QID": qid, "UNIQ_KEY": f"7F00{i:04X}"}
+    return props
 
 
 def _slices(data: bytes, split: int) -> list[tuple[bytes, int, int, int]]:
@@ -180,6 +191,11 @@ def _reference_rows(data: bytes, group: str, broker_id: int) -> list[dict[str, o
                 "storeTimestamp": m.store_timestamp_ms,
                 "epoch": None,
                 "problem": None if zlib.crc32(m.body) & 0x7FFFFFFF == m.body_crc else "BAD_CRC",
+                "realTopic": m.properties.get("REAL_TOPIC"),
+                "realQueueId": int(q)
+                if (q := m.properties.get("REAL_QID", "")).isdigit()
+                else None,
+                "uniqKey": m.properties.get("UNIQ_KEY"),
             }
         )
     return rows

@@ -219,13 +219,35 @@ def scan_columns(
     owned = (starts >= lo) & (starts < own_hi) & ~is_blank
     bad_structure = owned & ~sound
     for k in np.flatnonzero(bad_structure).tolist():
+        at, size = int(starts[k]), int(sizes[k])
+        written = _written_of_torn_tail(a, at, size) if k == len(starts) - 1 else None
+        if written is not None:
+            problems.append(
+                _problem(base_offset, at, size, ScanStop.PARTIAL,
+                         f"torn last record ({written} of {size} bytes written)")
+            )  # fmt: skip
+            continue
         problems.append(
-            _problem(base_offset, int(starts[k]), int(sizes[k]), ScanStop.BAD_STRUCTURE,
+            _problem(base_offset, at, size, ScanStop.BAD_STRUCTURE,
                      "field lengths do not add up to totalSize")
         )  # fmt: skip
     records = columns_at(a, buf, starts[owned & sound], sizes[owned & sound], base_offset, crc32)
     problems.sort(key=lambda p: p.offset)
     return ColumnScan(records, problems)
+
+
+def _written_of_torn_tail(a: npt.NDArray[np.uint8], at: int, size: int) -> int | None:
+    """Bytes written of a last record cut mid-way in a preallocated (zero-filled) file, or
+    None. Its header names it (magic, its own offset, a totalSize that fits), but from some
+    point inside it to the end of the data every byte is zero: the write stopped there
+    (a crash before the pages reached the disk), so its lengths cannot add up. That is a
+    torn tail, like a record cut short at the end of a file, not a damaged structure."""
+    end = at + size
+    if a[end:].any():
+        return None
+    nonzero = np.flatnonzero(a[at:end])
+    written = int(nonzero[-1]) + 1 if len(nonzero) else 0
+    return written if _HEAD_BYTES <= written < size else None
 
 
 def _problem(base: int, at: int, length: int, stop: ScanStop, detail: str) -> Problem:
