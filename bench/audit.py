@@ -133,7 +133,7 @@ def decoder_scan(root: Path, split_bytes: int) -> tuple[int, int]:
     from brokergroup_audit.stores import find_replicas
 
     rows = checksum = 0
-    for part in slices(find_replicas(str(root)), split_bytes, DEFAULT_MAX_RECORD_BYTES):
+    for part in slices(str(root), find_replicas(str(root)), split_bytes, DEFAULT_MAX_RECORD_BYTES):
         batch = read_slice(part)
         rows += batch.num_rows
         checksum ^= int(batch.column("recordCrc").to_numpy().sum())
@@ -239,7 +239,7 @@ def every_record_acknowledged(root: Path, split_bytes: int) -> list[dict[str, An
 
     columns = ["topic", "queueId", "queueOffset", "physicalOffset", "keys", "bodyCRC"]
     out: list[dict[str, Any]] = []
-    for part in slices(find_replicas(str(root)), split_bytes, DEFAULT_MAX_RECORD_BYTES):
+    for part in slices(str(root), find_replicas(str(root)), split_bytes, DEFAULT_MAX_RECORD_BYTES):
         for r in read_slice(part).select(columns).to_pylist():
             out.append(
                 {"ackLine": len(out) + 1, "group": "bench", "topic": r["topic"],
@@ -262,7 +262,8 @@ def spark_runs(
     caller alternates sessions and keeps each master's best (`best_session`)."""
     from pyspark.sql import functions as F
 
-    from brokergroup_audit.job import run_audit, spark_session
+    from brokergroup_audit.job import run_audit
+    from brokergroup_audit.session import spark_session
 
     spark = spark_session(master, app_name=f"bench-audit-{master}")
     try:

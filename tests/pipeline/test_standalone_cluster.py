@@ -22,7 +22,9 @@ import pyspark
 import pytest
 from pyspark.sql import SparkSession
 
-from brokergroup_audit.job import acknowledged, comparable_summary, read_json_lines, run_audit
+from brokergroup_audit.inputs import acknowledged, read_json_lines
+from brokergroup_audit.job import run_audit
+from brokergroup_audit.result import comparable_summary
 from tests.pipeline.conftest import ChaosStore
 
 pytestmark = [pytest.mark.pipeline, pytest.mark.integration]
