@@ -58,6 +58,7 @@ class S3Server:
             secret_key=self.env["AWS_SECRET_ACCESS_KEY"],
             endpoint_override=self.endpoint,
             region=self.env["AWS_REGION"],
+            allow_bucket_creation=True,
         )
 
 
