@@ -481,8 +481,8 @@ class MemorySampler:
             return None
         if b"CoarseGrainedExecutorBackend" in cmd:
             return "executor_jvm"
-        if b"org.apache.spark.deploy" in cmd:
-            return None  # master and workers: not the audit's work
+        if b"deploy.master.Master" in cmd or b"deploy.worker.Worker" in cmd:
+            return None  # the standalone master and workers: not the audit's work
         if b"java" in cmd.split(b" ", 1)[0]:
             return "driver_jvm"
         if b"pyspark.daemon" in cmd or b"pyspark.worker" in cmd:
