@@ -3,7 +3,7 @@ Spark source with local[1] and local[2], against a single-process pure-Python sc
 the same decoding work, measured in the same run.
 
 Usage: python bench/audit.py [--quick] [--dir DIR] [--gib G] [--repeat N] [--[no-]audit] [--acks]
-       python bench/audit.py --scale [--gib 10] [--groups 20] [--dir DIR]
+       python bench/audit.py --scale [--quick] [--gib 10] [--groups 20] [--dir DIR]
 
 --scale (issue 21 item 4; `scale_main`, bench/results/audit_scale.json): the whole audit
 on ≥ 10 GiB across ≥ 20 groups of two replicas each, on local[2] and on a standalone
@@ -633,6 +633,10 @@ if __name__ == "__main__":
         p.add_argument("--gib", type=float, default=10.0)
         p.add_argument("--groups", type=int, default=20)
         p.add_argument("--dir", default=None)
-        scale_main(p.parse_args())
+        p.add_argument("--quick", action="store_true", help="0.5 GiB in 4 groups")
+        scale_args = p.parse_args()
+        if scale_args.quick:
+            scale_args.gib, scale_args.groups = 0.5, 4
+        scale_main(scale_args)
     else:
         main()
