@@ -4,12 +4,12 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: up test lint unit integration cluster-tests k8s-tools rocketmq-client rocketmq-servers s3-server cluster cluster-down bench-quick image image-smoke e2e e2e-down clean
+.PHONY: up test lint architecture unit integration cluster-tests k8s-tools rocketmq-client rocketmq-servers s3-server cluster cluster-down bench-quick image image-smoke e2e e2e-down clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q -e '.[all,test]'
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -23,6 +23,11 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+
+# docs/architecture.svg (and .dot) from the code's imports (tools/architecture/draw.py; needs
+# graphviz's dot and tred: apt-get install graphviz).
+architecture: $(STAMP)
+	$(BIN)/python tools/architecture/draw.py
 
 unit: $(STAMP)
 	$(BIN)/pytest -q tests/unit
@@ -43,7 +48,7 @@ k8s-tools:
 rocketmq-client:
 	@tools/rocketmq/fetch.sh >/dev/null || echo "rocketmq-client: not fetched; tests needing the stock client will skip"
 
-# Stock RocketMQ 5.3.1 servers (broker, name server, DLedger controller, mqadmin) beside the
+# Stock RocketMQ 5.3.3 servers (broker, name server, DLedger controller, mqadmin) beside the
 # client, for the tiers and benchmarks that run real RocketMQ brokers; same cache.
 rocketmq-servers:
 	@tools/rocketmq/fetch.sh server >/dev/null || echo "rocketmq-servers: not fetched; tests needing stock RocketMQ brokers will skip"
@@ -66,7 +71,7 @@ cluster-down: $(STAMP)
 
 # The whole test suite: lint, types, layers, then every tier that can run here
 # (unit, integration, and the cluster tier on a real kube-apiserver).
-test: lint k8s-tools rocketmq-client s3-server
+test: lint k8s-tools rocketmq-client rocketmq-servers s3-server
 	$(BIN)/pytest -q -p no:cacheprovider tests
 
 # The project image (broker-image/Dockerfile) where a container engine answers;

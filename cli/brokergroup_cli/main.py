@@ -11,6 +11,8 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from brokergroup_cli.extras import check_installed
+
 
 def build_parser() -> argparse.ArgumentParser:
     from brokergroup_audit import cli as audit_cli
@@ -39,6 +41,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    missing = check_installed(args.command)
+    if missing is not None:
+        print(missing, file=sys.stderr)
+        return 2
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:

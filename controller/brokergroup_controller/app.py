@@ -43,6 +43,7 @@ from brokergroup_controller.request_parsing import (
     parse_watch,
     query_key,
 )
+from brokergroup_controller.rocketmq_front import ControllerRemoting, start_remoting_front
 from brokergroup_controller.server import ControllerService
 
 log = logging.getLogger(__name__)
@@ -227,6 +228,7 @@ async def serve(config: ControllerConfig, *, stop: asyncio.Event | None = None) 
         config.api_port,
         config.data_dir,
     )
+    remoting = await _start_remoting(config, app[SERVICE_KEY])
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -235,5 +237,14 @@ async def serve(config: ControllerConfig, *, stop: asyncio.Event | None = None) 
     try:
         await stop.wait()
     finally:
+        if remoting is not None:
+            await remoting.close()
         await runner.cleanup()
         await asyncio.to_thread(node.stop)
+
+
+async def _start_remoting(
+    config: ControllerConfig, service: ControllerService
+) -> ControllerRemoting | None:
+    """The RocketMQ remoting front end (rocketmq_front), if this node opens it."""
+    return await start_remoting_front(config, service)

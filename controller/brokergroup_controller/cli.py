@@ -47,6 +47,13 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="dev only: no API token and an unauthenticated Raft port",
     )
+    controller.add_argument(
+        "--remoting-port", type=int, default=None, help="RocketMQ controller remoting port (9879)"
+    )
+    controller.add_argument(
+        "--remoting-credentials-file",
+        help='JSON {"accessKey","secretKey"} that remoting requests must be signed with',
+    )
     controller.add_argument("--config", help="controller.json (camelCase settings)")
     controller.add_argument("--log-level", default="INFO", help="Python log level")
     controller.set_defaults(func=_run_controller)
@@ -137,6 +144,8 @@ def _run_controller(args: argparse.Namespace) -> int:
             token_file=args.token_file,
             raft_password_file=args.raft_password_file,
             insecure_no_auth=args.insecure_no_auth,
+            remoting_port=args.remoting_port,
+            remoting_credentials_file=args.remoting_credentials_file,
         )
     except (OSError, ValueError) as exc:
         sys.stderr.write(f"brokergroup controller: invalid configuration: {exc}\n")

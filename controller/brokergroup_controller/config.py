@@ -14,6 +14,8 @@ from brokergroup_controller.raft_settings import RaftSettings, parse_peers
 
 DEFAULT_API_PORT = 9878
 DEFAULT_RAFT_PORT = 9880
+#: The RocketMQ controller remoting port (RocketMQ's own controller uses 9878, our HTTP API).
+DEFAULT_REMOTING_PORT = 9879
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,11 @@ class ControllerConfig:
     raft_fsync: bool = True
     """fdatasync the Raft journal before acknowledging (power-loss safe)."""
     dns_cache_ms: int = 2000
+    remoting_port: int = DEFAULT_REMOTING_PORT
+    """RocketMQ controller remoting port for stock brokers and mqadmin (0: closed)."""
+    remoting_credentials_file: str | None = None
+    """JSON {"accessKey", "secretKey"} every remoting request must be signed with; without
+    it the remoting port stays closed unless insecure_no_auth."""
 
     @property
     def self_address(self) -> str:
@@ -101,6 +108,8 @@ class ControllerConfig:
             raise ValueError(f"--node-id {self.node_id} is not in 1..{len(self.peers)}")
         if not 0 < self.api_port < 65536:
             raise ValueError(f"apiPort {self.api_port} is not a TCP port")
+        if not 0 <= self.remoting_port < 65536 or self.remoting_port == self.api_port:
+            raise ValueError(f"remotingPort {self.remoting_port} is not a free TCP port (0: off)")
         if self.insecure_no_auth and (self.token is not None or self.raft_password is not None):
             raise ValueError("--insecure-no-auth cannot be combined with a token or Raft password")
         if self.token is None and not self.insecure_no_auth:
@@ -197,6 +206,8 @@ def load_config(
     token_file: str | None = None,
     raft_password_file: str | None = None,
     insecure_no_auth: bool = False,
+    remoting_port: int | None = None,
+    remoting_credentials_file: str | None = None,
 ) -> ControllerConfig:
     file_values: dict[str, Any] = {}
     if config_path:
@@ -221,5 +232,8 @@ def load_config(
             "token": token,
             "raft_password": raft_password,
             "insecure_no_auth": insecure_no_auth or None,
+            "remoting_port": remoting_port,
+            "remoting_credentials_file": remoting_credentials_file
+            and os.path.abspath(remoting_credentials_file),
         },
     )

@@ -37,13 +37,13 @@ log = logging.getLogger(__name__)
 
 class Endpoints:
     async def next_broker_id(
-        self: ControllerService, request: web.Request, q: dict[str, Any]
+        self: ControllerService, request: web.Request | None, q: dict[str, Any]
     ) -> dict[str, Any]:
         cluster, name = q["clusterName"], q["brokerName"]
         return {"nextBrokerId": self.node.read(lambda s: s.next_broker_id(cluster, name))}
 
     async def apply_broker_id(
-        self: ControllerService, request: web.Request, b: dict[str, Any]
+        self: ControllerService, request: web.Request | None, b: dict[str, Any]
     ) -> dict[str, Any]:
         event = ApplyBrokerId(
             b["clusterName"],
@@ -57,7 +57,7 @@ class Endpoints:
         return {"brokerId": details["brokerId"], "nextBrokerId": details["nextBrokerId"]}
 
     async def register_broker(
-        self: ControllerService, request: web.Request, b: dict[str, Any]
+        self: ControllerService, request: web.Request | None, b: dict[str, Any]
     ) -> dict[str, Any]:
         cluster, name, broker_id, address = (
             b["clusterName"],
@@ -78,16 +78,24 @@ class Endpoints:
         return self._info_body(cluster, name)
 
     async def heartbeat(
-        self: ControllerService, request: web.Request, b: dict[str, Any]
+        self: ControllerService, request: web.Request | None, b: dict[str, Any]
     ) -> dict[str, Any]:
-        hb: api.BrokerHeartbeat = b["heartbeat"]
+        forwarded = request is None or request.headers.get(FORWARDED_HEADER)
+        transport = None if forwarded or request is None else request.transport
+        return await self.accept_heartbeat(b["heartbeat"], transport)
+
+    async def accept_heartbeat(
+        self: ControllerService, hb: api.BrokerHeartbeat, transport: asyncio.BaseTransport | None
+    ) -> dict[str, Any]:
+        """A heartbeat from either front end; `transport` is the broker's own connection
+        (its close makes the broker inactive), None when the heartbeat was relayed."""
         key = (hb.cluster_name, hb.broker_name, hb.broker_id)
         broker_set = self._require_registered(hb.cluster_name, hb.broker_name, hb.broker_id)
         now = self.clock_ms()
         was_alive = self.liveness.is_alive(key, now)
         self.liveness.heartbeat(hb, now)
-        if not request.headers.get(FORWARDED_HEADER) and request.transport is not None:
-            self._heartbeat_transports[key] = request.transport
+        if transport is not None:
+            self._heartbeat_transports[key] = transport
         if (
             was_alive
             and not self.liveness.is_alive(key, now)
@@ -98,7 +106,7 @@ class Endpoints:
         return self._info_body(hb.cluster_name, hb.broker_name)
 
     async def report_inactive(
-        self: ControllerService, request: web.Request, b: dict[str, Any]
+        self: ControllerService, request: web.Request | None, b: dict[str, Any]
     ) -> dict[str, Any]:
         cluster, name, broker_id = b["clusterName"], b["brokerName"], b["brokerId"]
         self._require_set(cluster, name)
@@ -126,7 +134,7 @@ class Endpoints:
         return {**self._info_body(cluster, name), "reportIgnored": False}
 
     async def alter_sync_state_set(
-        self: ControllerService, request: web.Request, b: dict[str, Any]
+        self: ControllerService, request: web.Request | None, b: dict[str, Any]
     ) -> dict[str, Any]:
         cluster, name = b["clusterName"], b["brokerName"]
         event = AlterSyncStateSet(
@@ -168,7 +176,7 @@ class Endpoints:
         return await self._propose(event)
 
     async def elect_master(
-        self: ControllerService, request: web.Request, b: dict[str, Any]
+        self: ControllerService, request: web.Request | None, b: dict[str, Any]
     ) -> dict[str, Any]:
         cluster, name = b["clusterName"], b["brokerName"]
         await self._once(
@@ -257,7 +265,7 @@ class Endpoints:
         )
 
     async def clean_broker_data(
-        self: ControllerService, request: web.Request, b: dict[str, Any]
+        self: ControllerService, request: web.Request | None, b: dict[str, Any]
     ) -> dict[str, Any]:
         cluster, name = b["clusterName"], b["brokerName"]
         request_key = request_key_of(CleanBrokerData.TYPE, cluster, name, b["requestId"])
@@ -284,18 +292,18 @@ class Endpoints:
         return details
 
     async def get_replica_info(
-        self: ControllerService, request: web.Request, q: dict[str, Any]
+        self: ControllerService, request: web.Request | None, q: dict[str, Any]
     ) -> dict[str, Any]:
         return self._info_body(q["clusterName"], q["brokerName"])
 
     async def groups(
-        self: ControllerService, request: web.Request, q: dict[str, Any]
+        self: ControllerService, request: web.Request | None, q: dict[str, Any]
     ) -> dict[str, Any]:
         sets = self.node.read(lambda s: [s.snapshot(c, n) for (c, n) in sorted(s.broker_sets)])
         return {"groups": [self.replica_info(bs).to_json() for bs in sets if bs is not None]}
 
     async def watch(
-        self: ControllerService, request: web.Request, q: dict[str, Any]
+        self: ControllerService, request: web.Request | None, q: dict[str, Any]
     ) -> dict[str, Any]:
         cluster, name = q["clusterName"], q["brokerName"]
         timeout_s = min(q["timeoutMs"], self.config.watch_max_timeout_ms) / 1000

@@ -114,6 +114,11 @@ class Connection:
     def closed(self) -> bool:
         return self._closed.is_set()
 
+    @property
+    def transport(self) -> asyncio.BaseTransport:
+        """The socket's transport (a server watches it close, e.g. for a peer's liveness)."""
+        return self._writer.transport
+
     async def wait_closed(self) -> None:
         await self._closed.wait()
 

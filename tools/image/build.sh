@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # `make image`: build the brokergroup image (broker-image/Dockerfile) with a
-# reachable container engine. Wheels of the project and of every dependency
-# are built on the host (pip wheel) and copied in, so the build itself needs
-# no network: pip inside a container cannot be trusted to reach PyPI (proxies,
-# air-gapped CI).
+# reachable container engine. The image runs the broker, the controller and the
+# operator, so it installs brokergroup[broker,controller,operator] (no Spark, no
+# plotting: the audit and the chaos tool need [audit]; IMAGE_EXTRAS overrides).
+# Wheels of the project and of those dependencies are built on the host (pip
+# wheel) and copied in, so the build itself needs no network: pip inside a
+# container cannot be trusted to reach PyPI (proxies, air-gapped CI).
 #
 #   tools/image/build.sh                       # tag brokergroup:dev, base python:3.11-slim
 #   IMAGE=brokergroup:1.0 BASE_IMAGE=python:3.11-slim tools/image/build.sh
@@ -24,7 +26,7 @@ if ! command -v docker >/dev/null 2>&1 || ! docker info >/dev/null 2>&1; then
 fi
 
 if [ "${OFFLINE_BASE:-0}" = 1 ]; then
-    BASE_IMAGE=brokergroup-base:bookworm-py311
+    BASE_IMAGE=brokergroup-base:bookworm-py311-slim
     if ! docker image inspect "$BASE_IMAGE" >/dev/null 2>&1; then
         MIRROR=${MIRROR:-http://deb.debian.org/debian}
         rootfs="$CACHE/rootfs-bookworm"
@@ -36,24 +38,38 @@ if [ "${OFFLINE_BASE:-0}" = 1 ]; then
                 bookworm "$rootfs" "$MIRROR" >"$CACHE/debootstrap.log" 2>&1
             rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
         fi
-        tar -C "$rootfs" -c . | docker import - "$BASE_IMAGE" >/dev/null
+        # Slim, as Debian's -slim images are: no manuals, translations or docs but the
+        # copyright files (~50 MB of the ~180 MB rootfs).
+        (cd "$rootfs" && find ./usr/share/doc -type f ! -name copyright \
+            && echo ./usr/share/man && echo ./usr/share/info && echo ./usr/share/locale) \
+            >"$CACHE/base-excludes"
+        tar -C "$rootfs" --exclude-from="$CACHE/base-excludes" -c . \
+            | docker import - "$BASE_IMAGE" >/dev/null
         echo "base image $BASE_IMAGE imported"
     fi
 fi
 
 context=$(mktemp -d)
 trap 'rm -rf "$context"' EXIT
-mkdir -p "$context/wheels" "$context/project" "$CACHE/wheels"
-echo "wheels of brokergroup and its dependencies (cache $CACHE/wheels)"
-"$PYTHON" -m pip wheel -q --wheel-dir "$CACHE/wheels" .
+mkdir -p "$context/wheels" "$context/project" "$context/pip" "$CACHE/wheels"
+# The extras the image installs (pyproject.toml [project.optional-dependencies]).
+EXTRAS=${IMAGE_EXTRAS:-broker,controller,operator}
+echo "wheels of brokergroup[$EXTRAS] and its dependencies (cache $CACHE/wheels)"
+"$PYTHON" -m pip wheel -q --wheel-dir "$CACHE/wheels" ".[$EXTRAS]"
 # The dependencies in wheels/ (a cached image layer while they stay the same), the newest
 # brokergroup wheel alone in project/ (an older one in the cache must not be picked).
 newest=$(ls -t "$CACHE"/wheels/brokergroup-*.whl | head -1)
 cp "$newest" "$context/project/"
 # Exactly the wheels this project resolves to (the cache may hold older versions too).
 "$PYTHON" -m pip download -q --no-index --find-links "$CACHE/wheels" --dest "$context/wheels" \
-    "$newest" >/dev/null
+    "$newest[$EXTRAS]" >/dev/null
 rm -f "$context"/wheels/brokergroup-*.whl
+# pip itself, run from its wheel inside the build (the image's virtualenv has no pip).
+pip_version=$("$PYTHON" -m pip --version | cut -d' ' -f2)
+"$PYTHON" -m pip download -q --no-deps --only-binary=:all: --dest "$CACHE/pip" \
+    "pip==$pip_version" >/dev/null
+cp "$CACHE/pip/pip-$pip_version-py3-none-any.whl" "$context/pip/pip.whl"
+cp "$context/pip/pip.whl" "$context/project/pip.whl"
 cp broker-image/Dockerfile "$context/Dockerfile"
 echo "docker build $IMAGE (base $BASE_IMAGE)"
 docker build -q --build-arg BASE_IMAGE="$BASE_IMAGE" -t "$IMAGE" "$context" >/dev/null

@@ -6,6 +6,8 @@
 # `fetch.sh server` also fetches the stock servers (rocketmq-broker, rocketmq-namesrv,
 # rocketmq-controller, rocketmq-tools) into server/lib/, for the tiers and benchmarks that run
 # real RocketMQ brokers (launch: java -cp "<home>/server/lib/*" org.apache.rocketmq.broker.BrokerStartup).
+# The servers are 5.3.3 (ROCKETMQ_SERVER_VERSION; server/VERSION says which): Maven Central has no
+# rocketmq-namesrv jar for 5.3.0-5.3.2. A 5.3.1 client speaks the same protocol to them.
 #
 # Output: $BROKERGROUP_ROCKETMQ_HOME, default ${XDG_CACHE_HOME:-$HOME/.cache}/brokergroup/rocketmq/<version>,
 # with lib/ (the jars) and classes/ (the compiled program). Never inside the repository.
@@ -16,6 +18,7 @@
 # rocketmq-tools jar; 5.3.3 folded rocketmq-acl into rocketmq-client); one version for all.
 set -euo pipefail
 VERSION=${ROCKETMQ_VERSION:-5.3.1}
+SERVER_VERSION=${ROCKETMQ_SERVER_VERSION:-5.3.3}
 here=$(cd "$(dirname "$0")" && pwd)
 home=${BROKERGROUP_ROCKETMQ_HOME:-${XDG_CACHE_HOME:-$HOME/.cache}/brokergroup/rocketmq/$VERSION}
 for tool in mvn javac java; do
@@ -32,13 +35,15 @@ if [ ! -f "$home/lib/.complete" ]; then
     -DoutputDirectory="$home/lib" -DincludeScope=runtime >&2
   touch "$home/lib/.complete"
 fi
-if [ "${1:-}" = server ] && [ ! -f "$home/server/lib/.complete" ]; then
+if [ "${1:-}" = server ] && [ "$(cat "$home/server/lib/.complete" 2>/dev/null)" != "$SERVER_VERSION" ]; then
+  rm -rf "$home/server"
   mkdir -p "$home/server/lib"
-  echo "fetching rocketmq-broker/namesrv/controller/tools $VERSION and dependencies into $home/server/lib" >&2
-  sed "s/@VERSION@/$VERSION/g" "$here/pom-server.xml.in" >"$home/server/pom.xml"
+  echo "fetching rocketmq-broker/namesrv/controller/tools $SERVER_VERSION and dependencies into $home/server/lib" >&2
+  sed "s/@VERSION@/$SERVER_VERSION/g" "$here/pom-server.xml.in" >"$home/server/pom.xml"
   mvn -q -B -f "$home/server/pom.xml" dependency:copy-dependencies \
     -DoutputDirectory="$home/server/lib" -DincludeScope=runtime >&2
-  touch "$home/server/lib/.complete"
+  echo "$SERVER_VERSION" >"$home/server/VERSION"
+  echo "$SERVER_VERSION" >"$home/server/lib/.complete"
 fi
 src="$here/GoldenClient.java"
 stamp="$home/classes/.source-$(sha256sum "$src" | cut -c1-16)"

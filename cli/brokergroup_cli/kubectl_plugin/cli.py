@@ -14,6 +14,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from brokergroup_cli.extras import check_installed
+
 GROUP_PREFIXES = ("bg/", "brokergroup/", "brokergroups/", "brokergroup.brokergroup.io/")
 #: A switchover is one election; the operator answers within its next pass.
 DEFAULT_SWITCHOVER_WAIT_S = 30.0
@@ -201,6 +203,10 @@ def dispatch(
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    missing = check_installed("kubectl-brokergroup")
+    if missing is not None:
+        print(missing, file=sys.stderr)
+        return 2
     try:
         return int(args.func(args))
     except KeyboardInterrupt:

@@ -1,0 +1,62 @@
+"""The controller's RocketMQ remoting front end (DESIGN.md §12, docs/controller.md):
+RequestCode 1001-1013 and BROKER_HEARTBEAT over `brokergroup_remoting`, so a stock
+RocketMQ 5 broker in controller mode runs under this controller."""
+
+from __future__ import annotations
+
+import hmac
+import logging
+
+from brokergroup_controller.config import ControllerConfig
+from brokergroup_controller.rocketmq_front.front import ControllerRemoting
+from brokergroup_controller.rocketmq_front.keys import read_remoting_credentials
+from brokergroup_controller.server import ControllerService
+from brokergroup_remoting.net import Credentials, ServerAuth
+
+log = logging.getLogger(__name__)
+
+
+def server_auth(credentials: Credentials) -> ServerAuth:
+    """Requests must be signed with this key pair (AclClientRPCHook), checked before decoding."""
+
+    def secret_for(access_key: str) -> str | None:
+        known = hmac.compare_digest(access_key.encode(), credentials.access_key.encode())
+        return credentials.secret_key if known else None
+
+    return ServerAuth(secret_for=secret_for)
+
+
+async def start_remoting_front(
+    config: ControllerConfig, service: ControllerService
+) -> ControllerRemoting | None:
+    """Open the remoting port of this node, or None when it stays closed: port 0, or no
+    credentials outside `--insecure-no-auth` (every port authenticates, DESIGN.md §11)."""
+    if not config.remoting_port:
+        return None
+    credentials: Credentials | None = None
+    if config.remoting_credentials_file:
+        credentials = read_remoting_credentials(config.remoting_credentials_file)
+    elif not config.insecure_no_auth:
+        log.warning(
+            "RocketMQ remoting port %d stays closed: give --remoting-credentials-file "
+            "(AccessKey/SecretKey the brokers sign with)",
+            config.remoting_port,
+        )
+        return None
+    front = ControllerRemoting(
+        service,
+        port=config.remoting_port,
+        auth=None if credentials is None else server_auth(credentials),
+        credentials=credentials,
+    )
+    await front.start(config.bind_address)
+    log.info(
+        "RocketMQ controller remoting port on %s:%d (%s)",
+        config.bind_address,
+        front.listening_port,
+        "signed requests only" if credentials else "UNAUTHENTICATED: --insecure-no-auth",
+    )
+    return front
+
+
+__all__ = ["ControllerRemoting", "read_remoting_credentials", "server_auth", "start_remoting_front"]

@@ -1,0 +1,392 @@
+"""The controller's RocketMQ remoting port: a second front end over the same `ControllerService`.
+
+Theory of operation
+-------------------
+`brokergroup_remoting.net` checks each request's AccessKey/SecretKey signature before
+anything is decoded (NO_PERMISSION) and answers unknown codes REQUEST_CODE_NOT_SUPPORTED.
+A handler here then, in this order:
+
+1. On a node that is not the Raft leader, answers CONTROLLER_NOT_LEADER, as RocketMQ's
+   controller does for everything but CONTROLLER_GET_METADATA_INFO, BROKER_HEARTBEAT and the
+   config codes. A stock broker asks any node for the metadata (which names the leader's
+   remoting address) and sends the rest there; heartbeats go to every node, and only the
+   leader keeps them (liveness is leader-local, DESIGN.md §2.3).
+2. Translates the header and body (`wire`) into the request dict the HTTP API's parser gives
+   (bad input: CONTROLLER_INVALID_REQUEST, nothing proposed).
+3. Calls the same `ControllerService` handler as the HTTP route, which decides with the same
+   pure code and proposes through the same Raft log, and translates the answer back; a
+   refusal's `ErrorCode` becomes RocketMQ's code through `wire.RESPONSE_CODE_OF`.
+
+After every committed election that names a master, the leader sends
+NOTIFY_BROKER_ROLE_CHANGED (oneway) to the set's alive brokers that heartbeat over this port
+(stock brokers; this project's own brokers watch the HTTP API). Brokers also poll
+CONTROLLER_GET_REPLICA_INFO, so a lost notification only delays a switch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import fields as dataclass_fields
+
+from brokergroup_controller import api
+from brokergroup_controller.errors import ErrorCode
+from brokergroup_controller.http_support import _reject, _Reply
+from brokergroup_controller.request_parsing import BadRequest
+from brokergroup_controller.rocketmq_front import wire
+from brokergroup_controller.server import ControllerService
+from brokergroup_controller.state import BrokerSetKey
+from brokergroup_remoting import RemotingCommand, RequestCode, ResponseCode, request, response_to
+from brokergroup_remoting.net import (
+    Connection,
+    Credentials,
+    RemotingClient,
+    RemotingServer,
+    ServerAuth,
+)
+
+log = logging.getLogger(__name__)
+
+RemotingHandler = Callable[[RemotingCommand, Connection], Awaitable[RemotingCommand | None]]
+
+#: Settings GET_CONTROLLER_CONFIG never shows.
+_SECRET_SETTINGS = frozenset({"token", "raft_password"})
+_NOTIFY_TIMEOUT_S = 3.0
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.capitalize() for part in rest)
+
+
+class ControllerRemoting:
+    """The remoting port of one controller node (RequestCode 1001-1013, BROKER_HEARTBEAT)."""
+
+    def __init__(
+        self,
+        service: ControllerService,
+        *,
+        port: int,
+        auth: ServerAuth | None,
+        credentials: Credentials | None = None,
+    ) -> None:
+        self.service = service
+        self.port = port
+        """Every node's remoting port (the leader's address is its Raft host and this port)."""
+        self._credentials = credentials
+        self._server = RemotingServer(self.handlers(), auth=auth, name="controller-remoting")
+        # Brokers heartbeating over this port (stock brokers): they get role notifications.
+        self._remoting_brokers: set[tuple[str, str, int]] = set()
+        self._notified: dict[BrokerSetKey, int] | None = None
+        self._clients: dict[str, RemotingClient] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def handlers(self) -> dict[int, RemotingHandler]:
+        leader_only: dict[int, Callable[[RemotingCommand, Connection], Awaitable[RemotingCommand]]]
+        leader_only = {
+            RequestCode.CONTROLLER_GET_NEXT_BROKER_ID: self._next_broker_id,
+            RequestCode.CONTROLLER_APPLY_BROKER_ID: self._apply_broker_id,
+            RequestCode.CONTROLLER_REGISTER_BROKER: self._register,
+            RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET: self._alter,
+            RequestCode.CONTROLLER_ELECT_MASTER: self._elect,
+            RequestCode.CONTROLLER_GET_REPLICA_INFO: self._replica_info,
+            RequestCode.CONTROLLER_GET_SYNC_STATE_DATA: self._sync_state_data,
+            RequestCode.CLEAN_BROKER_DATA: self._clean,
+        }
+        table: dict[int, RemotingHandler] = {
+            code: self._guarded(handler, leader_only=True) for code, handler in leader_only.items()
+        }
+        table[RequestCode.CONTROLLER_GET_METADATA_INFO] = self._guarded(self._metadata)
+        table[RequestCode.BROKER_HEARTBEAT] = self._guarded(self._heartbeat)
+        table[RequestCode.GET_CONTROLLER_CONFIG] = self._guarded(self._get_config)
+        table[RequestCode.UPDATE_CONTROLLER_CONFIG] = self._guarded(self._update_config)
+        return table
+
+    # -- lifecycle
+
+    async def start(self, host: str) -> None:
+        await self._server.start(host, self.port)
+        self.port = self.port or self._server.port
+        self.service.node.add_listener(asyncio.get_running_loop(), self._on_node_changed)
+
+    @property
+    def listening_port(self) -> int:
+        return self._server.port
+
+    async def close(self) -> None:
+        await self._server.close()
+        for task in list(self._tasks):
+            task.cancel()
+        for client in list(self._clients.values()):
+            with contextlib.suppress(Exception):
+                await client.close()
+        self._clients.clear()
+
+    # -- plumbing
+
+    def _guarded(
+        self,
+        handler: Callable[[RemotingCommand, Connection], Awaitable[RemotingCommand]],
+        *,
+        leader_only: bool = False,
+    ) -> RemotingHandler:
+        async def guarded(cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+            try:
+                if leader_only:
+                    await self.service.wait_leader_current()
+                    if not self.service.is_leader():
+                        leader = self.leader_address()
+                        raise _reject(
+                            ErrorCode.NOT_LEADER,
+                            "The controller is not in leader state"
+                            + (f"; the leader is {leader}" if leader else "; no leader is known"),
+                        )
+                return await handler(cmd, conn)
+            except BadRequest as exc:
+                return response_to(cmd, ResponseCode.CONTROLLER_INVALID_REQUEST, str(exc))
+            except _Reply as reply:
+                code = str(reply.body.get("code", ErrorCode.INTERNAL_ERROR.value))
+                return response_to(
+                    cmd, wire.response_code_of(code), str(reply.body.get("message", code))
+                )
+
+        return guarded
+
+    def leader_address(self) -> str | None:
+        leader = self.service.node.status().leader
+        return None if leader is None else self._remoting_address_of(leader)
+
+    def _remoting_address_of(self, raft_address: str) -> str:
+        return f"{raft_address.rsplit(':', 1)[0]}:{self.port}"
+
+    def _key(self, broker_name: str | None, cluster_name: str | None = None) -> BrokerSetKey:
+        if not broker_name:
+            raise wire.HeaderError("header field 'brokerName' is required")
+        keys = self.service.node.read(lambda s: list(s.broker_sets))
+        key = wire.resolve_broker_set(keys, broker_name, cluster_name or None)
+        if key is None:
+            raise _reject(
+                ErrorCode.BROKER_SET_NOT_FOUND,
+                f"Broker metadata is not existed: no broker set named {broker_name!r}",
+            )
+        return key
+
+    def _info(self, key: BrokerSetKey) -> api.ReplicaInfo:
+        return self.service.replica_info(self.service._require_set(*key))
+
+    # -- handlers
+
+    async def _metadata(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        status = self.service.node.status()
+        peers = status.members or self.service.config.peers
+        ids = {peer: f"n{i}" for i, peer in enumerate(self.service.config.peers, start=1)}
+        fields = wire.metadata_header(
+            leader_id=None if status.leader is None else ids.get(status.leader, status.leader),
+            leader_address=self.leader_address(),
+            is_leader=status.is_leader,
+            peers="".join(f"{ids.get(p, p)}:{self._remoting_address_of(p)};" for p in peers),
+        )
+        return response_to(cmd, ResponseCode.SUCCESS, fields=fields)
+
+    async def _heartbeat(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        fields = cmd.fields()
+        if fields.get("brokerId") in (None, "", "null"):
+            return response_to(
+                cmd, ResponseCode.CONTROLLER_INVALID_REQUEST, "Heart beat with empty brokerId"
+            )
+        body = wire.heartbeat_request(fields)
+        if self.service.is_leader():
+            hb: api.BrokerHeartbeat = body["heartbeat"]
+            await self.service.accept_heartbeat(hb, conn.transport)
+            self._remoting_brokers.add((hb.cluster_name, hb.broker_name, hb.broker_id))
+        # A follower drops it: the broker sends every heartbeat to every node.
+        return response_to(cmd, ResponseCode.SUCCESS, "Heart beat success")
+
+    async def _next_broker_id(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        q = wire.next_broker_id_request(cmd.fields())
+        answer = await self.service.next_broker_id(None, q)
+        fields = {
+            "clusterName": q["clusterName"],
+            "brokerName": q["brokerName"],
+            "nextBrokerId": str(answer["nextBrokerId"]),
+        }
+        return response_to(cmd, ResponseCode.SUCCESS, fields=fields)
+
+    async def _apply_broker_id(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        b = wire.apply_broker_id_request(cmd.fields())
+        await self.service.apply_broker_id(None, b)
+        fields = {"clusterName": b["clusterName"], "brokerName": b["brokerName"]}
+        return response_to(cmd, ResponseCode.SUCCESS, fields=fields)
+
+    async def _register(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        b = wire.register_request(cmd.fields())
+        info = api.ReplicaInfo.from_json(await self.service.register_broker(None, b))
+        fields = {
+            "clusterName": b["clusterName"],
+            "brokerName": b["brokerName"],
+            **wire.master_header(info, only_alive=True),
+        }
+        return response_to(
+            cmd, ResponseCode.SUCCESS, fields=fields, body=wire.sync_state_set_body(info)
+        )
+
+    async def _alter(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        fields = cmd.fields()
+        key = self._key(fields.get("brokerName"))
+        b = wire.alter_request(fields, cmd.body, key)
+        answer = await self.service.alter_sync_state_set(None, b)
+        epoch = int(answer["syncStateSetEpoch"])
+        body = wire.sync_state_set_json(answer["syncStateSet"], epoch)
+        return response_to(
+            cmd, ResponseCode.SUCCESS, fields={"newSyncStateSetEpoch": str(epoch)}, body=body
+        )
+
+    async def _elect(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        fields = cmd.fields()
+        cluster = fields.get("clusterName") or None
+        try:
+            key = self._key(fields.get("brokerName"), cluster)
+        except _Reply as reply:
+            raise _reject(
+                ErrorCode.NEED_TO_BE_REGISTERED, "Broker hasn't been registered"
+            ) from reply
+        b = wire.elect_request(fields, key)
+        if b is None:
+            raise wire.HeaderError(
+                "brokerId -1 asks for a controller-triggered election: this controller starts "
+                "those itself when a master goes inactive; name a brokerId"
+            )
+        try:
+            info = api.ReplicaInfo.from_json(await self.service.elect_master(None, b))
+            code = ResponseCode.SUCCESS
+            remark = None
+        except _Reply as reply:
+            if reply.body.get("code") != ErrorCode.MASTER_STILL_EXIST.value:
+                raise
+            # A stock broker reads this answer like a success: follow the live master.
+            info = self._info(key)
+            code = ResponseCode.CONTROLLER_MASTER_STILL_EXIST
+            remark = str(reply.body.get("message"))
+        return response_to(
+            cmd,
+            code,
+            remark,
+            fields=wire.master_header(info, only_alive=False),
+            body=wire.elect_body(info),
+        )
+
+    async def _replica_info(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        info = self._info(self._key(cmd.fields().get("brokerName")))
+        return response_to(
+            cmd,
+            ResponseCode.SUCCESS,
+            fields=wire.master_header(info, only_alive=False),
+            body=wire.sync_state_set_body(info),
+        )
+
+    async def _sync_state_data(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        names = wire.broker_names_body(cmd.body)
+        keys = self.service.node.read(lambda s: list(s.broker_sets))
+        infos = []
+        for name in names:
+            key = wire.resolve_broker_set(keys, name)
+            if key is not None:  # RocketMQ leaves unknown names out
+                infos.append(self._info(key))
+        return response_to(cmd, ResponseCode.SUCCESS, body=wire.replicas_info_body(infos))
+
+    async def _clean(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        fields = cmd.fields()
+        key = self._key(fields.get("brokerName"), fields.get("clusterName"))
+        await self.service.clean_broker_data(None, wire.clean_request(fields, key))
+        return response_to(cmd, ResponseCode.SUCCESS)
+
+    async def _get_config(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        config = self.service.config
+        settings: dict[str, object] = {
+            _camel(f.name): getattr(config, f.name)
+            for f in dataclass_fields(config)
+            if f.name not in _SECRET_SETTINGS and getattr(config, f.name) is not None
+        }
+        settings["peers"] = ";".join(config.peers)
+        settings["remotingPort"] = self.port
+        return response_to(cmd, ResponseCode.SUCCESS, body=wire.properties_text(settings))
+
+    async def _update_config(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        if not cmd.body:
+            return response_to(cmd, ResponseCode.SUCCESS)
+        names = sorted(wire.parse_properties(cmd.body))
+        # Every node must decide alike, so settings change in controller.json and a
+        # rolling restart, never on one node at run time.
+        return response_to(
+            cmd,
+            ResponseCode.NO_PERMISSION,
+            f"controller settings {names} are read at start-up from controller.json on every "
+            "node; change them there and restart the nodes one by one",
+        )
+
+    # -- role notifications (leader)
+
+    def _on_node_changed(self) -> None:
+        if not self.service.is_leader():
+            self._notified = None
+            return
+        epochs = self.service.node.read(
+            lambda s: {
+                k: bs.master_epoch
+                for k, bs in s.broker_sets.items()
+                if bs.master_broker_id is not None
+            }
+        )
+        if self._notified is None:  # just became leader: brokers poll what came before
+            self._notified = epochs
+            return
+        for key, epoch in epochs.items():
+            if epoch > self._notified.get(key, -1):
+                self._spawn(self._notify_set(key))
+        self._notified = epochs
+
+    def _spawn(self, coro: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _notify_set(self, key: BrokerSetKey) -> None:
+        broker_set = self.service._snapshot(*key)
+        if broker_set is None:
+            return
+        info = self.service.replica_info(broker_set)
+        change = wire.role_change(info)
+        if change is None:
+            return
+        targets = [
+            b.address
+            for b in info.brokers
+            if b.alive and (*key, b.broker_id) in self._remoting_brokers
+        ]
+        log.info(
+            "notifying %s of %s/%s: master %s at masterEpoch %d",
+            targets, *key, info.master_broker_id, info.master_epoch,
+        )  # fmt: skip
+        await asyncio.gather(*(self._notify(address, change) for address in targets))
+
+    async def _notify(self, address: str, change: wire.RoleChange) -> None:
+        cmd = request(RequestCode.NOTIFY_BROKER_ROLE_CHANGED, 0, change.fields, change.body)
+        client = self._clients.get(address)
+        try:
+            if client is None or client.closed:
+                client = await RemotingClient.connect(
+                    address,
+                    credentials=self._credentials,
+                    connect_timeout_s=_NOTIFY_TIMEOUT_S,
+                    name="controller-notify",
+                )
+                self._clients[address] = client
+            await client.invoke_oneway(cmd)
+        except (OSError, TimeoutError) as exc:
+            log.info("could not notify broker %s of its role (%s); it polls", address, exc)
+            stale = self._clients.pop(address, None)
+            if stale is not None:
+                with contextlib.suppress(Exception):
+                    await stale.close()
