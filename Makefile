@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: up test lint architecture unit integration cluster-tests k8s-tools rocketmq-client rocketmq-servers cluster cluster-down bench-quick image image-smoke e2e e2e-down clean
+.PHONY: up test lint architecture unit integration cluster-tests k8s-tools rocketmq-client rocketmq-servers s3-server cluster cluster-down bench-quick image image-smoke e2e e2e-down clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -53,6 +53,12 @@ rocketmq-client:
 rocketmq-servers:
 	@tools/rocketmq/fetch.sh server >/dev/null || echo "rocketmq-servers: not fetched; tests needing stock RocketMQ brokers will skip"
 
+# An S3-compatible server (versitygw, `go install` from the Go module proxy into
+# ~/.cache/brokergroup/s3; tools/s3/build.sh) for the audit's object-store test.
+# Without Go that test skips with the reason.
+s3-server:
+	@tools/s3/build.sh >/dev/null || echo "s3-server: not built; the audit's object-store test will skip"
+
 cluster-tests: $(STAMP) k8s-tools
 	$(BIN)/pytest -q tests/cluster
 
@@ -65,7 +71,7 @@ cluster-down: $(STAMP)
 
 # The whole test suite: lint, types, layers, then every tier that can run here
 # (unit, integration, and the cluster tier on a real kube-apiserver).
-test: lint k8s-tools rocketmq-client rocketmq-servers
+test: lint k8s-tools rocketmq-client rocketmq-servers s3-server
 	$(BIN)/pytest -q -p no:cacheprovider tests
 
 # The project image (broker-image/Dockerfile) where a container engine answers;

@@ -3,6 +3,13 @@ Spark source with local[1] and local[2], against a single-process pure-Python sc
 the same decoding work, measured in the same run.
 
 Usage: python bench/audit.py [--quick] [--dir DIR] [--gib G] [--repeat N] [--[no-]audit] [--acks]
+       python bench/audit.py --scale [--quick] [--gib 10] [--groups 20] [--dir DIR]
+
+--scale (issue 21 item 4; `scale_main`, bench/results/audit_scale.json): the whole audit
+on ≥ 10 GiB across ≥ 20 groups of two replicas each, on local[2] and on a standalone
+cluster (tests/pipeline/spark_standalone.py) of two workers with one core and 1 GiB
+each, beside the page-cache read ceiling of the same files; seconds per stage and the
+peak resident memory of every Spark process (sampled every 0.5 s).
 
 Writes one replica of 1 KiB messages, each with its own KEYS property, in 64 MiB
 segments (≥ 1 GiB for the full run, 128 MiB with --quick). Then, in this order:
@@ -133,7 +140,7 @@ def decoder_scan(root: Path, split_bytes: int) -> tuple[int, int]:
     from brokergroup_audit.stores import find_replicas
 
     rows = checksum = 0
-    for part in slices(find_replicas(str(root)), split_bytes, DEFAULT_MAX_RECORD_BYTES):
+    for part in slices(str(root), find_replicas(str(root)), split_bytes, DEFAULT_MAX_RECORD_BYTES):
         batch = read_slice(part)
         rows += batch.num_rows
         checksum ^= int(batch.column("recordCrc").to_numpy().sum())
@@ -239,7 +246,7 @@ def every_record_acknowledged(root: Path, split_bytes: int) -> list[dict[str, An
 
     columns = ["topic", "queueId", "queueOffset", "physicalOffset", "keys", "bodyCRC"]
     out: list[dict[str, Any]] = []
-    for part in slices(find_replicas(str(root)), split_bytes, DEFAULT_MAX_RECORD_BYTES):
+    for part in slices(str(root), find_replicas(str(root)), split_bytes, DEFAULT_MAX_RECORD_BYTES):
         for r in read_slice(part).select(columns).to_pylist():
             out.append(
                 {"ackLine": len(out) + 1, "group": "bench", "topic": r["topic"],
@@ -262,7 +269,8 @@ def spark_runs(
     caller alternates sessions and keeps each master's best (`best_session`)."""
     from pyspark.sql import functions as F
 
-    from brokergroup_audit.job import run_audit, spark_session
+    from brokergroup_audit.job import run_audit
+    from brokergroup_audit.session import spark_session
 
     spark = spark_session(master, app_name=f"bench-audit-{master}")
     try:
@@ -425,5 +433,210 @@ def main() -> None:
     print_last_line(result)
 
 
+#: --scale: each group has two replicas (copies of one log), so the divergence join runs.
+SCALE_REPLICAS = 2
+
+
+def write_scale_store(root: Path, total_bytes: int, groups: int) -> int:
+    """`groups` groups of SCALE_REPLICAS replicas: one log written once by the broker's
+    encoder (`write_store`), its segments copied under every group's and replica's name
+    (.broker.meta with brokerName g-NN). Returns the bytes of commit log in all."""
+    seed = root / "seed"
+    per_replica = -(-total_bytes // (groups * SCALE_REPLICAS))
+    per_replica = -(-per_replica // SEGMENT_BYTES) * SEGMENT_BYTES
+    write_store(seed, per_replica)
+    segments = sorted((seed / "bench" / "broker-1" / "commitlog").iterdir())
+    total = 0
+    for g in range(groups):
+        for broker_id in range(1, SCALE_REPLICAS + 1):
+            store = root / "stores" / f"g-{g:02d}" / f"broker-{broker_id}"
+            (store / "commitlog").mkdir(parents=True)
+            (store / ".broker.meta").write_text(
+                f"clusterName=C\nbrokerName=g-{g:02d}\nbrokerId={broker_id}\n"
+            )
+            for seg in segments:
+                shutil.copyfile(seg, store / "commitlog" / seg.name)
+                total += seg.stat().st_size
+    shutil.rmtree(seed)
+    return total
+
+
+class MemorySampler:
+    """Peak resident memory (VmRSS) of every process of this tree, sampled every 0.5 s,
+    by role: the driver JVM, executor JVMs (standalone), Python workers and daemons."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.peak: dict[str, int] = {}  # role -> peak RSS of one process of it, bytes
+        self.peak_total: dict[str, int] = {}  # role -> peak of the sum over its processes
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    @staticmethod
+    def _role(pid: int) -> str | None:
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+        except OSError:
+            return None
+        if b"CoarseGrainedExecutorBackend" in cmd:
+            return "executor_jvm"
+        if b"deploy.master.Master" in cmd or b"deploy.worker.Worker" in cmd:
+            return None  # the standalone master and workers: not the audit's work
+        if b"java" in cmd.split(b" ", 1)[0]:
+            return "driver_jvm"
+        if b"pyspark.daemon" in cmd or b"pyspark.worker" in cmd:
+            return "python_worker"
+        return None
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.5):
+            totals: dict[str, int] = {}
+            for pid in _tree():
+                role = self._role(pid)
+                if role is None:
+                    continue
+                try:
+                    status = Path(f"/proc/{pid}/status").read_text()
+                except OSError:
+                    continue
+                rss = next(
+                    (
+                        int(x.split()[1]) * 1024
+                        for x in status.splitlines()
+                        if x.startswith("VmRSS:")
+                    ),
+                    0,
+                )
+                self.peak[role] = max(self.peak.get(role, 0), rss)
+                totals[role] = totals.get(role, 0) + rss
+            for role, v in totals.items():
+                self.peak_total[role] = max(self.peak_total.get(role, 0), v)
+
+    def __enter__(self) -> MemorySampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def mib(self) -> dict[str, dict[str, float]]:
+        return {
+            "peak_one_process": {k: round(v / 2**20, 1) for k, v in sorted(self.peak.items())},
+            "peak_all_processes": {
+                k: round(v / 2**20, 1) for k, v in sorted(self.peak_total.items())
+            },
+        }
+
+
+def scale_audit(root: Path, master: str, cpus: set[int], size: int) -> dict[str, Any]:
+    """One run_audit of the whole store on `master` (session start and a warm-up query
+    not counted): seconds, MB/s, MB/s per core, stages, findings, peak memory."""
+    from brokergroup_audit.job import run_audit
+    from brokergroup_audit.session import spark_session
+
+    spark = spark_session(master, app_name=f"bench-audit-scale-{master}")
+    try:
+        warm = Path(tempfile.mkdtemp(prefix="audit-warm-"))
+        write_store(warm, 8 << 20)
+        pin_tree(cpus)
+        spark.read.format("commitlog").option("splitBytes", str(2 << 20)).load(str(warm)).count()
+        shutil.rmtree(warm)
+        pin_tree(cpus)
+        with MemorySampler() as memory:
+            cpu = tree_cpu_seconds()
+            began = time.perf_counter()
+            result = run_audit(spark, str(root), split_bytes=SEGMENT_BYTES)
+            took = time.perf_counter() - began
+            cpu = tree_cpu_seconds() - cpu
+        s = result.summary
+        return {
+            "seconds": round(took, 2),
+            "mb_per_s": round(size / 1e6 / took, 1),
+            "mb_per_s_per_core": round(size / 1e6 / took / len(cpus), 1),
+            "mb_per_cpu_s": round(size / 1e6 / cpu, 1),
+            "cores": len(cpus),
+            "stage_seconds": s["stageSeconds"],
+            "records": sum(r["records"] for r in s["replicas"]),
+            "data_costing_findings": s["dataCostingFindings"],
+            "memory_mib": memory.mib(),
+        }
+    finally:
+        spark.stop()
+
+
+def scale_main(args: argparse.Namespace) -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests.pipeline.spark_standalone import standalone_cluster
+
+    allowed = os.sched_getaffinity(0)
+    two_cores = set(sorted(allowed)[:2])
+    load_before = os.getloadavg()
+    root = Path(tempfile.mkdtemp(prefix="audit-scale-", dir=args.dir))
+    try:
+        began = time.perf_counter()
+        size = write_scale_store(root, int(args.gib * (1 << 30)), args.groups)
+        write_s = time.perf_counter() - began
+        stores = root / "stores"
+        pin_tree(set(sorted(allowed)[:1]))
+        read_bytes, read_s = 0, float("inf")
+        for _ in range(2):  # the second pass reads from the page cache if it all fits
+            began = time.perf_counter()
+            read_bytes = 0
+            for seg in sorted(p for p in stores.rglob("*") if p.parent.name == "commitlog"):
+                with open(seg, "rb", buffering=0) as f:
+                    buf = bytearray(8 << 20)
+                    while n := f.readinto(buf):
+                        read_bytes += n
+            read_s = min(read_s, time.perf_counter() - began)
+        assert read_bytes == size, (read_bytes, size)
+        local2 = scale_audit(stores, "local[2]", two_cores, size)
+        with standalone_cluster(root / "spark", workers=2, cores=1, memory="1g") as cluster:
+            pin_tree(two_cores)
+            standalone = scale_audit(stores, cluster.url, two_cores, size)
+        assert local2["records"] == standalone["records"], (local2, standalone)
+    finally:
+        pin_tree(allowed)
+        shutil.rmtree(root, ignore_errors=True)
+    result: dict[str, Any] = {
+        "bytes": size,
+        "groups": args.groups,
+        "replicas_per_group": SCALE_REPLICAS,
+        "segment_bytes": SEGMENT_BYTES,
+        "split_bytes": SEGMENT_BYTES,
+        "records": local2["records"],
+        "write_store_s": round(write_s, 1),
+        "ceiling": {"mb_per_s_page_cache_read_one_core": round(size / 1e6 / read_s, 1)},
+        "local2": local2,
+        "standalone_2x1": standalone,
+        "standalone_over_local2_per_core": round(
+            standalone["mb_per_s_per_core"] / local2["mb_per_s_per_core"], 3
+        ),
+        "memory_bound": {
+            "driver_memory": "1g (spark.driver.memory default: local[2]'s executors live in it)",
+            "executor_memory": "1g (spark.executor.memory default; workers --memory 1g)",
+            "cache": "DataFrame.cache(): MEMORY_AND_DISK, spills past the storage share",
+        },
+        "cpus": os.cpu_count(),
+        "load_average_before": [round(x, 2) for x in load_before],
+        "load_average_after": [round(x, 2) for x in os.getloadavg()],
+    }
+    write_result("audit_scale", result)
+    print_last_line(result)
+
+
 if __name__ == "__main__":
-    main()
+    if "--scale" in sys.argv:
+        p = argparse.ArgumentParser(description="bench/audit.py --scale")
+        p.add_argument("--scale", action="store_true")
+        p.add_argument("--gib", type=float, default=10.0)
+        p.add_argument("--groups", type=int, default=20)
+        p.add_argument("--dir", default=None)
+        p.add_argument("--quick", action="store_true", help="0.5 GiB in 4 groups")
+        scale_args = p.parse_args()
+        if scale_args.quick:
+            scale_args.gib, scale_args.groups = 0.5, 4
+        scale_main(scale_args)
+    else:
+        main()

@@ -93,8 +93,15 @@ def clean_slice(
     *,
     first_is_boundary: bool,
     max_record_bytes: int,
+    complete: bool = True,
 ) -> ColumnScan | None:
-    """The slice's records when it is clean (see the module doc), else None."""
+    """The slice's records when it is clean (see the module doc), else None.
+
+    `complete`: `buf` runs to the end of the segment's data. A ranged read passes
+    False for a window that ends earlier (at least one largest record past the
+    slice end): then the walk may not end at the window's edge or in zeros that
+    might not last (the data end and a zero-filled tail are only known with the
+    whole rest of the segment), only at a whole record or the segment's blank."""
     n = len(buf)
     lo = own_from - base_offset
     own_hi = min(n, own_to - base_offset)
@@ -107,7 +114,7 @@ def clean_slice(
     )
     if first is None:
         return None
-    starts = _walk(buf, first, own_hi, base_offset, segment_end, max_record_bytes)
+    starts = _walk(buf, first, own_hi, base_offset, segment_end, max_record_bytes, complete)
     if starts is None:
         return None
     if len(starts) < 2:
@@ -156,7 +163,13 @@ def _first_start(
 
 
 def _walk(
-    buf: Buffer, p: int, own_hi: int, base: int, segment_end: int, max_record: int
+    buf: Buffer,
+    p: int,
+    own_hi: int,
+    base: int,
+    segment_end: int,
+    max_record: int,
+    complete: bool = True,
 ) -> list[int] | None:
     """Record starts from p chained by totalSize, plus the end of the last one; None
     unless the chain ends cleanly (see the module doc)."""
@@ -184,7 +197,9 @@ def _walk(
     # p: the first byte after the slice's last record. Clean iff nothing, a readable
     # record, the segment's blank or zeros follow: then the general reader reports no
     # gap owned by this slice.
-    if p == n or (p >= own_hi and _message_at(buf, p, base, segment_end, max_record)):
+    if (p == n and complete) or (
+        p >= own_hi and _message_at(buf, p, base, segment_end, max_record)
+    ):
         return starts
     if p + 8 <= n:
         total = from_bytes(buf[p : p + 4], "big")
@@ -195,6 +210,6 @@ def _walk(
             and total <= max_record + END_FILE_MIN_BLANK_LENGTH
         ):
             return starts
-    if not np.frombuffer(buf, np.uint8)[p:n].any():
+    if complete and not np.frombuffer(buf, np.uint8)[p:n].any():
         return starts  # zero-filled tail (preallocated): a clean end
     return None

@@ -1,25 +1,15 @@
-"""The Spark side of `brokergroup audit`: read, check, write (docs/audit.md).
+"""The Spark side of `brokergroup audit`: read and check (docs/audit.md).
 
 Per-record work runs in Spark over the `commitlog` source (divergence by offset,
 acknowledgement matching, duplicates, per-epoch ranges); what comes back is small
-and goes through the pure `checks` module. Outputs in --out:
-
-    summary.json         counts, findings, failovers, replicas (the contract for tools)
-    findings.parquet     every finding
-    failovers.parquet    one row per epoch change of each group's reference lineage
-    epochs.parquet       per group/replica/epoch: first/last offset, records, bytes
-    report.html          plots + tables (report.py)
+and goes through the pure `checks` module. The result (`result.AuditResult`) is
+written by `outputs`; `command` wires the CLI to both.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import sys
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,93 +19,11 @@ from pyspark.sql import functions as F
 
 from brokergroup_audit import checks
 from brokergroup_audit.checks import Finding, FindingKind, ReplicaFacts
-from brokergroup_audit.source import DEFAULT_SPLIT_BYTES, CommitLogDataSource
-from brokergroup_audit.stores import Replica, find_replicas
-
-Progress = Callable[[str], None]
-
-
-def spark_session(master: str = "local[*]", app_name: str = "brokergroup-audit") -> SparkSession:
-    """A session whose Python workers run this interpreter (so they import this package)."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    spark = (
-        SparkSession.builder.master(master)
-        .appName(app_name)
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "8")
-        # The audit caches its scan once (about 110 bytes per record uncompressed, 60
-        # compressed); compressing took a third of the audit's time on one core and
-        # the checks read every cached column anyway (docs/audit.md "Throughput").
-        .config("spark.sql.inMemoryColumnarStorage.compressed", "false")
-        .config("spark.driver.host", os.environ["SPARK_LOCAL_IP"])
-        .config("spark.executorEnv.PYSPARK_PYTHON", os.environ["PYSPARK_PYTHON"])
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    spark.dataSource.register(CommitLogDataSource)
-    return spark
-
-
-def read_json_lines(path: str | None) -> list[dict[str, Any]]:
-    """JSON lines; blank lines skipped; a line that is not a JSON object is an error."""
-    if not path:
-        return []
-    out: list[dict[str, Any]] = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                value = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}:{n}: not JSON ({exc.msg})") from exc
-            if not isinstance(value, dict):
-                raise ValueError(f"{path}:{n}: not a JSON object")
-            out.append(value)
-    return out
-
-
-def acknowledged(lines: Sequence[dict[str, Any]], groups: Sequence[str]) -> list[dict[str, Any]]:
-    """Acknowledged sends of the ack log (brief contract): lines whose `outcome` is present
-    and not `ok` are skipped; unknown fields ignored; missing group = the only group."""
-    out = []
-    for i, a in enumerate(lines):
-        if a.get("outcome", "ok") != "ok":
-            continue
-        group = a.get("brokerName") or (groups[0] if len(groups) == 1 else None)
-        try:
-            out.append(
-                {
-                    "ackLine": i + 1,
-                    "group": str(group),
-                    "topic": str(a["topic"]),
-                    "queueId": int(a["queueId"]),
-                    "queueOffset": int(a["queueOffset"]),
-                    "physicalOffset": physical_offset(a),
-                    "key": None if a.get("key") is None else str(a["key"]),
-                    "bodyCrc": int(a["bodyCrc"]),
-                    "ackTimeMs": int(a.get("ackTimeMs", 0)),
-                    "masterEpoch": None if a.get("masterEpoch") is None else int(a["masterEpoch"]),
-                    "msgId": None if a.get("msgId") is None else str(a["msgId"]),
-                }
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"ack log line {i + 1}: {exc!r} in {a}") from exc
-    return out
-
-
-def physical_offset(ack: dict[str, Any]) -> int:
-    """`physicalOffset`, or the commit log offset in a RocketMQ offsetMsgId (store host
-    address and port, then the 8-byte offset, in hex: MessageDecoder.createMessageId)."""
-    if "physicalOffset" in ack or "offsetMsgId" not in ack:
-        return int(ack["physicalOffset"])
-    text = str(ack["offsetMsgId"])
-    if len(text) not in (32, 56):  # IPv4 / IPv6 store host
-        raise ValueError(f"offsetMsgId {text!r} is not 32 or 56 hex digits")
-    return int(text[-16:], 16)
-
+from brokergroup_audit.inputs import ACK_SCHEMA
+from brokergroup_audit.locations import on_driver
+from brokergroup_audit.result import AuditResult, Progress, Stages
+from brokergroup_audit.source import DEFAULT_SPLIT_BYTES
+from brokergroup_audit.stores import find_replicas
 
 #: The source's columns the checks read.
 CHECKED_COLUMNS = (
@@ -123,59 +31,10 @@ CHECKED_COLUMNS = (
     "queueOffset", "keys", "epoch", "recordCrc", "problem", "detail", "realTopic",
     "realQueueId", "uniqKey",
 )  # fmt: skip
-#: The acknowledgements `acknowledged` returns, as Spark reads them.
-ACK_SCHEMA = pa.schema(
-    [
-        ("ackLine", pa.int32()),
-        ("group", pa.string()),
-        ("topic", pa.string()),
-        ("queueId", pa.int32()),
-        ("queueOffset", pa.int64()),
-        ("physicalOffset", pa.int64()),
-        ("key", pa.string()),
-        ("bodyCrc", pa.int64()),
-        ("ackTimeMs", pa.int64()),
-        ("masterEpoch", pa.int32()),
-        ("msgId", pa.string()),
-    ]
-)
 #: A message stored twice (a producer's retry): same topic, key and body.
 DUPLICATE_KEY = ["group", "topic", "keys", "bodyCRC"]
 #: One queue slot: two records on it break every consumer's offsets.
 QUEUE_SLOT = ["group", "topic", "queueId", "queueOffset"]
-
-
-class Stages:
-    """Wall seconds per stage of an audit (in the summary, so a slow stage is named)."""
-
-    def __init__(self, progress: Progress) -> None:
-        self._progress = progress
-        self._seconds: dict[str, float] = {}
-        self._current: tuple[str, float] | None = None
-
-    def start(self, name: str, text: str | None = None) -> None:
-        self._stop()
-        self._progress(text or name)
-        self._current = (name, time.monotonic())
-
-    def _stop(self) -> None:
-        if self._current is not None:
-            name, began = self._current
-            self._seconds[name] = round(time.monotonic() - began, 3)
-            self._current = None
-
-    def finish(self) -> dict[str, float]:
-        self._stop()
-        return dict(self._seconds)
-
-
-@dataclass
-class AuditResult:
-    summary: dict[str, Any]
-    findings: list[Finding]
-    failovers: list[checks.Failover]
-    epoch_ranges: list[dict[str, Any]]
-    windows: list[dict[str, Any]]
 
 
 def run_audit(
@@ -190,7 +49,7 @@ def run_audit(
     began = time.monotonic()
     # Absolute before Spark sees it: executors would resolve a relative root (and so
     # every segment path listed from it) in their own working directories.
-    store_root = os.path.abspath(store_root)
+    store_root = on_driver(store_root, Path.cwd())
     replicas = find_replicas(store_root)
     if not replicas:
         raise ValueError(f"no replica store (a directory with commitlog/) under {store_root}")
@@ -478,89 +337,3 @@ def repeated(rows: DataFrame, key: list[str], key_hash: Column) -> list[Row]:
         .orderBy(*key)
         .collect()
     )
-
-
-def comparable_summary(summary: dict[str, Any]) -> dict[str, Any]:
-    """The summary without what legitimately differs between runs (time, paths)."""
-    out = dict(summary)
-    out.pop("elapsedS", None)
-    out.pop("stageSeconds", None)
-    out.pop("storeRoot", None)
-    out["replicas"] = [{k: v for k, v in r.items() if k != "path"} for r in summary["replicas"]]
-    return out
-
-
-def write_outputs(result: AuditResult, out_dir: Path) -> None:
-    import pyarrow.parquet as pq
-
-    from brokergroup_audit.report import write_report
-
-    out_dir.mkdir(parents=True, exist_ok=True)
-    summary = dict(result.summary)
-    summary["findings"] = [f.to_json() for f in result.findings]
-    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
-    pq.write_table(
-        pa.Table.from_pylist(
-            [f.to_json() for f in result.findings],
-            schema=pa.schema(
-                [
-                    ("kind", pa.string()),
-                    ("costsData", pa.bool_()),
-                    ("group", pa.string()),
-                    ("brokerId", pa.int32()),
-                    ("physicalOffset", pa.int64()),
-                    ("detail", pa.string()),
-                ]
-            ),
-        ),
-        out_dir / "findings.parquet",
-    )
-    pq.write_table(
-        pa.Table.from_pylist([f.to_json() for f in result.failovers]) if result.failovers
-        else pa.table({"group": pa.array([], pa.string())}),
-        out_dir / "failovers.parquet",
-    )  # fmt: skip
-    pq.write_table(
-        pa.Table.from_pylist(result.epoch_ranges) if result.epoch_ranges
-        else pa.table({"group": pa.array([], pa.string())}),
-        out_dir / "epochs.parquet",
-    )  # fmt: skip
-    write_report(result, out_dir / "report.html")
-
-
-def run_cli(args: argparse.Namespace) -> int:
-    def progress(text: str) -> None:
-        if not args.quiet:
-            print(f"audit: {text}", file=sys.stderr, flush=True)
-
-    try:
-        replicas: list[Replica] = find_replicas(args.store_root)
-        groups = sorted({r.group for r in replicas})
-        acks = acknowledged(read_json_lines(args.acks), groups)
-        events = read_json_lines(args.events)
-    except (OSError, ValueError) as exc:
-        print(f"brokergroup audit: {exc}", file=sys.stderr)
-        return 2
-    spark = spark_session(args.master)
-    try:
-        result = run_audit(
-            spark, args.store_root, acks=acks, events=events,
-            split_bytes=args.split_mib << 20, progress=progress,
-        )  # fmt: skip
-    except ValueError as exc:
-        print(f"brokergroup audit: {exc}", file=sys.stderr)
-        return 2
-    finally:
-        spark.stop()
-    out = Path(args.out)
-    write_outputs(result, out)
-    s = result.summary
-    print(
-        f"audited {len(s['replicas'])} replicas ({s['logBytes']} bytes) in {s['elapsedS']} s: "
-        f"{s['dataCostingFindings']} data-costing findings, {len(s['failovers'])} failovers; "
-        f"report in {out / 'report.html'}"
-    )
-    for f in result.findings:
-        if f.kind.costs_data:
-            print(f"  {f.kind.value} {f.group}/{f.broker_id} @{f.physical_offset}: {f.detail}")
-    return checks.exit_code(result.findings)

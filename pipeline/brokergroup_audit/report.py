@@ -5,11 +5,9 @@ from __future__ import annotations
 import base64
 import html
 import io
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from brokergroup_audit.job import AuditResult
+from brokergroup_audit.result import AuditResult
 
 
 def _png(fig: Any) -> str:
@@ -91,7 +89,7 @@ def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
-def write_report(result: AuditResult, path: Path) -> None:
+def render_report(result: AuditResult) -> str:
     s = result.summary
     failovers = [f.to_json() for f in result.failovers]
     parts = [
@@ -155,4 +153,4 @@ def write_report(result: AuditResult, path: Path) -> None:
         )
     )
     parts.append("</body></html>")
-    path.write_text("\n".join(parts), encoding="utf-8")
+    return "\n".join(parts)

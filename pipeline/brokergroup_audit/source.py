@@ -1,11 +1,15 @@
 """`spark.read.format("commitlog").load(STORE_ROOT)`: a PySpark Python data source.
 
 Partitions: every segment of every replica under the root, cut into slices of at
-most `splitBytes` (option, default 64 MiB). A task maps its segment file (mmap) and
-decodes the records that START in its slice with `fastscan.scan_slice` (a walk of the
-totalSize chain on clean slices, `record_columns.scan_columns` wherever there is damage;
-reading past the slice end only to finish the last record), so slices need no
-coordination. Rows come out as one Arrow record batch per slice.
+most `splitBytes` (option, default 64 MiB). The root is a local path or a URI
+(`locations`: s3://, gs://, abfs://, hdfs://, file://). A task decodes the records that
+START in its slice with `fastscan.scan_slice` (a walk of the totalSize chain on clean
+slices, `record_columns.scan_columns` wherever there is damage; reading past the slice
+end only to finish the last record), so slices need no coordination. A local segment
+is mapped (mmap: the task touches only its pages); any other is read by ranged reads
+(`read_ranged`): the slice and one largest record past its end, the rest of the
+segment only where that window cannot decide. Rows come out as one Arrow record
+batch per slice.
 
 One row per message record, plus one row per damaged region with `problem` set
 (BAD_MAGIC, BAD_SIZE, BAD_STRUCTURE, PARTIAL; a message whose stored bodyCRC does
@@ -25,11 +29,13 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyarrow import fs
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-from brokergroup_audit.fastscan import scan_slice
+from brokergroup_audit.fastscan import clean_slice, scan_slice
+from brokergroup_audit.locations import is_local, is_uri, resolve
 from brokergroup_audit.stores import Replica, find_replicas
-from brokergroup_broker.store.message import PROPERTY_KEYS
+from brokergroup_broker.store.message import END_FILE_MIN_BLANK_LENGTH, PROPERTY_KEYS
 from brokergroup_broker.store.record_columns import ColumnScan, gather
 
 SCHEMA_DDL = (
@@ -64,6 +70,9 @@ DEFAULT_SPLIT_BYTES = 64 << 20
 DEFAULT_BATCH_ROWS = 4096
 #: Largest record a slice reads past its end for (RocketMQ's maxMessageSize is 4 MiB).
 DEFAULT_MAX_RECORD_BYTES = 16 << 20
+#: A ranged read's first window reaches this far past the slice end beyond one largest
+#: record, so the walk sees the next record's header and can tell the slice ends cleanly.
+RANGED_SLACK_BYTES = 64 << 10
 _KEYS_PATTERN = "(?:^|\x02)" + PROPERTY_KEYS + "\x01(?P<keys>[^\x02]*)"
 #: Where a delay or timer message parked in a system topic really goes, and the client's id.
 #: (REAL_QID only when it is a number: anything else reads as absent, never fails a task.)
@@ -77,6 +86,8 @@ BAD_CRC = "BAD_CRC"
 
 @dataclass(frozen=True)
 class SegmentSlice(InputPartition):
+    root: str
+    """The store root as the source was given it: names the filesystem of `path`."""
     group: str
     broker_id: int
     path: str
@@ -92,13 +103,16 @@ class SegmentSlice(InputPartition):
             object.__setattr__(self, k, v)
 
 
-def slices(replicas: list[Replica], split_bytes: int, max_record_bytes: int) -> list[SegmentSlice]:
+def slices(
+    root: str, replicas: list[Replica], split_bytes: int, max_record_bytes: int
+) -> list[SegmentSlice]:
     out: list[SegmentSlice] = []
     for r in replicas:
         for seg in r.segments:
             for own in range(0, max(seg.length, 1), split_bytes):
                 out.append(
                     SegmentSlice(
+                        root=root,
                         group=r.group,
                         broker_id=r.broker_id,
                         path=seg.path,
@@ -140,9 +154,10 @@ def _strings(
 
 
 def slice_batch(
-    part: SegmentSlice, buf: mmap.mmap | memoryview | bytes, scan: ColumnScan
+    part: SegmentSlice, buf: mmap.mmap | memoryview | bytes, base_offset: int, scan: ColumnScan
 ) -> pa.RecordBatch:
-    """The rows of one scanned slice (messages, then problems)."""
+    """The rows of one scanned slice (messages, then problems); `buf` holds the segment's
+    bytes from commit log offset `base_offset`."""
     a = np.frombuffer(buf, dtype=np.uint8)
     rec = scan.records
     n = len(rec)
@@ -193,7 +208,7 @@ def slice_batch(
         return messages
     p = scan.problems
     offsets = np.array([x.offset for x in p], dtype=np.int64)
-    record_crc = [_region_crc(buf, x.offset - part.segment_start, x.length) for x in p]
+    record_crc = [_region_crc(buf, x.offset - base_offset, x.length) for x in p]
     problems = pa.RecordBatch.from_pylist(
         [
             {
@@ -220,7 +235,15 @@ def _region_crc(buf: mmap.mmap | memoryview | bytes, at: int, length: int) -> in
 
 
 def read_slice(part: SegmentSlice) -> pa.RecordBatch:
-    """Rows of one slice. The segment is mapped, not read: a slice touches only its pages."""
+    """Rows of one slice: mapped from a local file, by ranged reads from anything else."""
+    filesystem, _ = resolve(part.root)
+    if is_local(filesystem):
+        return read_mapped(part)
+    return read_ranged(part, filesystem)
+
+
+def read_mapped(part: SegmentSlice) -> pa.RecordBatch:
+    """The segment is mapped, not read: a slice touches only its pages."""
     with open(part.path, "rb") as f:
         if os.fstat(f.fileno()).st_size == 0:
             return _empty()
@@ -236,11 +259,44 @@ def read_slice(part: SegmentSlice) -> pa.RecordBatch:
             max_record_bytes=part.max_record_bytes,
         )
         # Every column is a copy (gathers, computed arrays): nothing aliases the map.
-        return slice_batch(part, mm, scan)
+        return slice_batch(part, mm, part.segment_start, scan)
     finally:
         # A numpy view may still be alive (e.g. held by a traceback): then GC unmaps it.
         with contextlib.suppress(BufferError):
             mm.close()
+
+
+def read_ranged(
+    part: SegmentSlice, filesystem: fs.FileSystem, slack_bytes: int = RANGED_SLACK_BYTES
+) -> pa.RecordBatch:
+    """The slice from `filesystem` by ranged reads, with the same rows as `read_mapped`.
+
+    First the slice plus one largest record and a little more: on a clean slice the
+    walk ends at the next record or the segment's blank within it (`clean_slice` with
+    complete=False decides only on whole records). Otherwise (damage, a zero-filled or
+    cut tail, a walk reaching the window's edge) the rest of the segment from the
+    slice start, where `scan_slice` decides exactly as on the whole file."""
+    at = part.own_from - part.segment_start
+    with filesystem.open_input_file(part.path) as f:
+        length = f.size()
+        if length <= at:
+            return _empty()
+        window_end = min(
+            length,
+            part.own_to - part.segment_start + part.max_record_bytes
+            + END_FILE_MIN_BLANK_LENGTH + slack_bytes,
+        )  # fmt: skip
+        buf = bytes(f.read_at(window_end - at, at))
+        args = (part.own_from, part.segment_end, part.own_from, part.own_to)
+        first = part.own_from == part.segment_start
+        scan = clean_slice(buf, *args, first_is_boundary=first,
+                           max_record_bytes=part.max_record_bytes, complete=window_end == length)  # fmt: skip
+        if scan is None:
+            if window_end < length:
+                buf = bytes(f.read_at(length - at, at))
+            scan = scan_slice(buf, *args, first_is_boundary=first,
+                              max_record_bytes=part.max_record_bytes)  # fmt: skip
+    return slice_batch(part, buf, part.own_from, scan)
 
 
 def _empty() -> pa.RecordBatch:
@@ -261,10 +317,10 @@ class CommitLogReader(DataSourceReader):
         self.batch_rows = batch_rows
 
     def partitions(self) -> list[SegmentSlice]:
-        parts = slices(find_replicas(self.path), self.split_bytes, self.max_record_bytes)
+        parts = slices(self.path, find_replicas(self.path), self.split_bytes, self.max_record_bytes)
         # Spark needs at least one partition; an empty root yields no rows.
         return parts or [
-            SegmentSlice(group="", broker_id=0, path="", segment_start=0, segment_end=0,
+            SegmentSlice(root="", group="", broker_id=0, path="", segment_start=0, segment_end=0,
                          own_from=0, own_to=0, epochs=(), max_record_bytes=0)
         ]  # fmt: skip
 
@@ -281,8 +337,8 @@ class CommitLogReader(DataSourceReader):
 
 
 class CommitLogDataSource(DataSource):
-    """Options: `path` (the store root, as given to load()), `splitBytes`, `maxRecordBytes`,
-    `batchRows`."""
+    """Options: `path` (the store root, as given to load(): an absolute path or a URI),
+    `splitBytes`, `maxRecordBytes`, `batchRows`."""
 
     @classmethod
     def name(cls) -> str:
@@ -295,7 +351,7 @@ class CommitLogDataSource(DataSource):
         path = self.options.get("path")
         if not path:
             raise ValueError('commitlog source: give the store root, load("/path/to/stores")')
-        if not os.path.isabs(path):
+        if not is_uri(path) and not os.path.isabs(path):
             # The slices name segment files under it; executors open them in their own
             # working directories, where a relative path means something else.
             raise ValueError(

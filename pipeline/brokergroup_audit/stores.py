@@ -1,6 +1,8 @@
 """Finding replica stores under a root and what each one says about itself (docs/audit.md).
 
-A replica is any directory with a `commitlog/` folder of 20-digit segment files.
+A replica is any directory with a `commitlog/` folder of 20-digit segment files; in an
+object store, any prefix with objects `commitlog/<20 digits>` under it. The root is a
+local path or a URI (`locations`): the same listing works on both.
 Identity, in order of preference:
 
 - this project's `.broker.meta` (clusterName, brokerName, brokerId), or the brokerId
@@ -19,16 +21,21 @@ project's checkpoint also gives recoverOffset (every byte below it was fsynced).
 
 from __future__ import annotations
 
+import posixpath
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from pyarrow import fs
+
+from brokergroup_audit.locations import display, join, read_bytes, resolve
 from brokergroup_broker.store._fileio import read_properties
 from brokergroup_broker.store.checkpoint import CHECKPOINT_FILE_NAME
 from brokergroup_broker.store.epoch_file import EPOCH_FILE_NAME, decode_epoch_file
 from brokergroup_broker.store.identity import META_FILE_NAME, TEMP_FILE_NAME
 
 _SEGMENT_NAME = re.compile(r"^\d{20}$")
+COMMITLOG_DIR = "commitlog"
 #: RocketMQ's StoreCheckpoint: physicMsgTimestamp, logicsMsgTimestamp,
 #: indexMsgTimestamp, masterFlushedOffset, confirmPhyOffset (8 bytes each).
 ROCKETMQ_CHECKPOINT = "checkpoint"
@@ -42,6 +49,7 @@ DEFAULT_SEGMENT_BYTES = 1 << 30
 class Segment:
     start: int
     path: str
+    """In the store root's filesystem (`locations.resolve(root)`)."""
     length: int
 
 
@@ -50,6 +58,7 @@ class Replica:
     group: str
     broker_id: int
     path: str
+    """Shown to people: a local path, or the URI scheme and the object path."""
     segments: tuple[Segment, ...]
     segment_bytes: int
     epochs: tuple[tuple[int, int], ...]
@@ -70,34 +79,43 @@ class Replica:
         return f"{self.group}/{self.broker_id}"
 
 
-def _properties(path: Path) -> dict[str, str]:
-    return read_properties(path.read_text())
+class _Store:
+    """One replica directory's small files, read through its filesystem."""
+
+    def __init__(self, filesystem: fs.FileSystem, path: str, files: dict[str, int]) -> None:
+        self.fs, self.path, self.files = filesystem, path, files
+
+    def read(self, name: str) -> bytes | None:
+        return read_bytes(self.fs, join(self.path, name)) if name in self.files else None
+
+    def properties(self, name: str) -> dict[str, str] | None:
+        data = self.read(name)
+        return None if data is None else read_properties(data.decode("utf-8"))
 
 
-def _identity(store: Path) -> tuple[str | None, int | None, str]:
-    meta = store / META_FILE_NAME
-    if meta.is_file():
-        p = _properties(meta)
-        return p.get("brokerName"), int(p["brokerId"]), "brokergroup"
-    temp = store / TEMP_FILE_NAME
-    if temp.is_file():
-        return None, int(_properties(temp)["brokerId"]), "brokergroup"
-    ident = store / "brokerIdentity"
-    if ident.is_file():
-        parts = ident.read_text().strip().split("#")
+def _identity(store: _Store) -> tuple[str | None, int | None, str]:
+    meta = store.properties(META_FILE_NAME)
+    if meta is not None:
+        return meta.get("brokerName"), int(meta["brokerId"]), "brokergroup"
+    temp = store.properties(TEMP_FILE_NAME)
+    if temp is not None:
+        return None, int(temp["brokerId"]), "brokergroup"
+    ident = store.read("brokerIdentity")
+    if ident is not None:
+        parts = ident.decode("utf-8").strip().split("#")
         if len(parts) == 3:
             return parts[1], int(parts[2]), "rocketmq"
     return None, None, "unknown"
 
 
-def _epochs(store: Path) -> tuple[tuple[tuple[int, int], ...], str]:
+def _epochs(store: _Store) -> tuple[tuple[tuple[int, int], ...], str]:
     errors = []
     for name in (EPOCH_FILE_NAME, EPOCH_FILE_NAME + ".bak"):
-        path = store / name
-        if not path.is_file():
+        data = store.read(name)
+        if data is None:
             continue
         try:
-            entries = decode_epoch_file(path.read_bytes())
+            entries = decode_epoch_file(data)
         except (ValueError, UnicodeDecodeError) as exc:
             errors.append(f"{name}: {exc}")
             continue
@@ -105,49 +123,64 @@ def _epochs(store: Path) -> tuple[tuple[tuple[int, int], ...], str]:
     return (), "; ".join(errors) or "none"
 
 
-def _confirm_offset(store: Path) -> int | None:
-    ours = store / CHECKPOINT_FILE_NAME
-    if ours.is_file():
-        text = _properties(ours).get("confirmOffset")
+def _confirm_offset(store: _Store) -> int | None:
+    ours = store.properties(CHECKPOINT_FILE_NAME)
+    if ours is not None:
+        text = ours.get("confirmOffset")
         return int(text) if text is not None else None
-    theirs = store / ROCKETMQ_CHECKPOINT
-    if theirs.is_file():
-        data = theirs.read_bytes()
-        if len(data) >= _ROCKETMQ_CONFIRM_AT + 8:
-            value = int.from_bytes(data[_ROCKETMQ_CONFIRM_AT : _ROCKETMQ_CONFIRM_AT + 8], "big")
-            return value or None
+    data = store.read(ROCKETMQ_CHECKPOINT)
+    if data is not None and len(data) >= _ROCKETMQ_CONFIRM_AT + 8:
+        value = int.from_bytes(data[_ROCKETMQ_CONFIRM_AT : _ROCKETMQ_CONFIRM_AT + 8], "big")
+        return value or None
     return None
 
 
-def _recover_offset(store: Path) -> int | None:
-    ours = store / CHECKPOINT_FILE_NAME
-    if not ours.is_file():
+def _recover_offset(store: _Store) -> int | None:
+    ours = store.properties(CHECKPOINT_FILE_NAME)
+    if ours is None:
         return None
-    text = _properties(ours).get("recoverOffset")
+    text = ours.get("recoverOffset")
     return int(text) if text is not None else None
-
-
-def _segments(commitlog: Path) -> tuple[Segment, ...]:
-    files = sorted(p for p in commitlog.iterdir() if _SEGMENT_NAME.match(p.name) and p.is_file())
-    return tuple(Segment(int(p.name), str(p), p.stat().st_size) for p in files)
 
 
 def find_replicas(root: str | Path) -> list[Replica]:
     """Every replica store under `root` (or `root` itself), sorted by (group, brokerId)."""
-    base = Path(root)
-    if not base.is_dir():
-        raise FileNotFoundError(f"store root {base} is not a directory")
-    stores = sorted({p.parent for p in base.rglob("commitlog") if p.is_dir()})
+    root = str(root)
+    filesystem, base = resolve(root)
+    shown = display(root, base)
+    if filesystem.get_file_info(base).type != fs.FileType.Directory:
+        raise FileNotFoundError(f"store root {shown} is not a directory")
+    # One recursive listing: in an object store that is a few requests for the whole
+    # tree, where walking it directory by directory would be one per directory.
+    entries = filesystem.get_file_info(fs.FileSelector(base, recursive=True))
+    files: dict[str, dict[str, int]] = {}  # directory -> {file name: size}
+    commitlogs: set[str] = set()  # stores: directories with commitlog/ in them
+    for e in entries:
+        parent, name = posixpath.split(e.path.rstrip("/"))
+        if e.type == fs.FileType.File:
+            files.setdefault(parent, {})[name] = e.size
+            if _SEGMENT_NAME.match(name) and posixpath.basename(parent) == COMMITLOG_DIR:
+                commitlogs.add(posixpath.dirname(parent))
+        elif e.type == fs.FileType.Directory and name == COMMITLOG_DIR:
+            commitlogs.add(parent)
     found: list[Replica] = []
-    fallback_ids: dict[Path, int] = {}
-    for store in stores:
+    fallback_ids: dict[str, int] = {}
+    base_name = posixpath.basename(base.rstrip("/"))
+    for store_path in sorted(commitlogs):
+        store = _Store(filesystem, store_path, files.get(store_path, {}))
         group, broker_id, kind = _identity(store)
+        store_parent = posixpath.dirname(store_path)
         if group is None:
-            group = store.parent.name if store != base else base.name
+            group = posixpath.basename(store_parent) if store_path != base else base_name
         if broker_id is None:
-            fallback_ids[store.parent] = fallback_ids.get(store.parent, 0) + 1
-            broker_id = fallback_ids[store.parent]
-        segments = _segments(store / "commitlog")
+            fallback_ids[store_parent] = fallback_ids.get(store_parent, 0) + 1
+            broker_id = fallback_ids[store_parent]
+        log_dir = join(store_path, COMMITLOG_DIR)
+        segments = tuple(
+            Segment(int(name), join(log_dir, name), size)
+            for name, size in sorted(files.get(log_dir, {}).items())
+            if _SEGMENT_NAME.match(name)
+        )
         if len(segments) >= 2:
             segment_bytes = segments[1].start - segments[0].start
         elif segments:
@@ -159,7 +192,7 @@ def find_replicas(root: str | Path) -> list[Replica]:
             Replica(
                 group=group,
                 broker_id=broker_id,
-                path=str(store),
+                path=display(root, store_path),
                 segments=segments,
                 segment_bytes=segment_bytes,
                 epochs=epochs,

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from brokergroup_audit.job import spark_session
+from brokergroup_audit.session import spark_session
 from tests.integration.local_harness import (
     CONTROLLER_API_ADDRESSES,
     Runtime,

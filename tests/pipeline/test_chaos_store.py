@@ -27,7 +27,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from brokergroup_audit.checks import FindingKind
-from brokergroup_audit.job import acknowledged, read_json_lines, run_audit
+from brokergroup_audit.inputs import acknowledged, read_json_lines
+from brokergroup_audit.job import run_audit
 from brokergroup_audit.stores import find_replicas
 from tests.pipeline.conftest import ChaosStore
 

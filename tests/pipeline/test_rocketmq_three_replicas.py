@@ -24,7 +24,8 @@ from pyspark.sql import functions as F
 
 from brokergroup_audit import checks
 from brokergroup_audit.checks import FindingKind
-from brokergroup_audit.job import acknowledged, read_json_lines, run_audit
+from brokergroup_audit.inputs import acknowledged, read_json_lines
+from brokergroup_audit.job import run_audit
 
 pytestmark = pytest.mark.pipeline
 

@@ -26,7 +26,7 @@ from brokergroup_audit.checks import (
 )
 from brokergroup_audit.cli import absolute_paths
 from brokergroup_audit.fastscan import scan_slice
-from brokergroup_audit.job import acknowledged
+from brokergroup_audit.inputs import acknowledged
 from brokergroup_audit.source import CommitLogDataSource
 from brokergroup_audit.stores import find_replicas
 from brokergroup_broker.store.message import MessageInput
