@@ -8,10 +8,6 @@ rule every reader applies), checks the chained records' field lengths with
 the first position that is not a valid record; `_classify` then says why (or
 steps over the segment's blank record and walks on in the next segment). So the
 store, the HA path and the audit accept exactly the same records.
-
-`decode_record(s)` reads the fields of a record the consume queue points at with
-message.py's structs (the layout table), one record at a time: a pull decodes up
-to maxPullMessages records, too few for numpy's per-call cost to pay off.
 """
 
 from __future__ import annotations
@@ -27,13 +23,11 @@ from brokergroup_broker.topics import MAX_TOPIC_BYTES
 
 from .errors import StoreCorruption
 from .message import (
-    _AFTER_HOSTS,
     _HEAD,
     _HOST_V4,
     _HOST_V6,
     _I16,
     _I32,
-    _Q,
     _SIZE_MAGIC,
     _TAGS_NEEDLE,
     BLANK_MAGIC_CODE,
@@ -51,6 +45,7 @@ from .message import (
     tags_code,
 )
 from .record_columns import (
+    BORN_HOST_AT,
     ScanStop,
     layout,
     structure_ok,
@@ -63,7 +58,12 @@ Buffer = bytes | bytearray | memoryview
 
 #: bodyCRC, queueId, (flag), queueOffset: the fields a consume queue entry needs.
 _CRC_QUEUE = struct.Struct(">ii4xq")
+_FLAG_AT = 16
+_BORN_TIMESTAMP_AT = 40
+_QUEUE_ID_AT = 12
+_QUEUE_OFFSET_AT = 20
 _BODY_CRC_AT = 8
+_SYS_FLAG_AT = 36
 
 
 @dataclass(frozen=True)
@@ -252,50 +252,62 @@ def _check_record(
 
 
 def decode_records(buf: Buffer, positions: list[int]) -> list[StoredMessage]:
-    """Decode the message records at `positions` of `buf` (the pull path)."""
-    return [decode_record(buf, p) for p in positions]
+    """Decode the message records at `positions` of `buf` (no CRC check; callers validated
+    or trust them): the pull path. Field positions come from `record_columns.layout`."""
+    if not positions:
+        return []
+    a = np.frombuffer(buf, dtype=np.uint8)
+    s = np.asarray(positions, dtype=np.int64)
+    f = layout(a, s)
+    view = memoryview(buf)
+    out: list[StoredMessage] = []
+    for p, sys_flag, b, m, t, tl, pa, pl, st in zip(
+        positions,
+        f["sys_flag"].tolist(),
+        f["body_at"].tolist(),
+        f["body_len"].tolist(),
+        f["topic_at"].tolist(),
+        f["topic_len"].tolist(),
+        f["props_at"].tolist(),
+        f["props_len"].tolist(),
+        f["store_ts_at"].tolist(),
+        strict=True,
+    ):
+        total, magic = _SIZE_MAGIC.unpack_from(buf, p)
+        phys = _be64(view, p + 28)
+        if magic != MESSAGE_MAGIC_CODE:
+            raise StoreCorruption(phys, f"magic code {magic:#x} is not a message record")
+        born_host = _HOST_V6 if sys_flag & BORNHOST_V6_FLAG else _HOST_V4
+        store_host = _HOST_V6 if sys_flag & STOREHOSTADDRESS_V6_FLAG else _HOST_V4
+        born_addr, born_port = born_host.unpack_from(buf, p + BORN_HOST_AT)
+        store_addr, store_port = store_host.unpack_from(buf, st + 8)
+        out.append(
+            StoredMessage(
+                topic=bytes(view[t : t + tl]).decode(),
+                queue_id=_I32.unpack_from(buf, p + _QUEUE_ID_AT)[0],
+                queue_offset=_be64(view, p + _QUEUE_OFFSET_AT),
+                physical_offset=phys,
+                size=total,
+                body=bytes(view[b : b + m]),
+                properties=decode_properties(view[pa : pa + pl]) if pl > 0 else {},
+                flag=_I32.unpack_from(buf, p + _FLAG_AT)[0],
+                sys_flag=sys_flag,
+                born_timestamp_ms=_be64(view, p + _BORN_TIMESTAMP_AT),
+                store_timestamp_ms=_be64(view, st),
+                born_host=decode_host(born_addr, born_port),
+                store_host=decode_host(store_addr, store_port),
+                reconsume_times=_I32.unpack_from(buf, b - 16)[0],
+                prepared_transaction_offset=_be64(view, b - 12),
+                body_crc=_I32.unpack_from(buf, p + _BODY_CRC_AT)[0],
+            )
+        )
+    return out
 
 
-def decode_record(buf: bytes | bytearray | memoryview, pos: int = 0) -> StoredMessage:
+def decode_record(buf: Buffer, pos: int = 0) -> StoredMessage:
     """Decode the message record at `buf[pos:]` (no CRC check; callers validated or trust it)."""
-    (total, magic, crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts) = _HEAD.unpack_from(
-        buf, pos
-    )
-    if magic != MESSAGE_MAGIC_CODE:
-        raise StoreCorruption(phys, f"magic code {magic:#x} is not a message record")
-    p = pos + 48
-    host = _HOST_V6 if sys_flag & BORNHOST_V6_FLAG else _HOST_V4
-    born_addr, born_port = host.unpack_from(buf, p)
-    p += host.size
-    (store_ts,) = _Q.unpack_from(buf, p)
-    p += 8
-    host = _HOST_V6 if sys_flag & STOREHOSTADDRESS_V6_FLAG else _HOST_V4
-    store_addr, store_port = host.unpack_from(buf, p)
-    p += host.size
-    reconsume, prepared, body_len = _AFTER_HOSTS.unpack_from(buf, p)
-    p += 16
-    body = bytes(buf[p : p + body_len])
-    p += body_len
-    topic_len = buf[p]
-    topic = bytes(buf[p + 1 : p + 1 + topic_len]).decode()
-    p += 1 + topic_len
-    (props_len,) = _I16.unpack_from(buf, p)
-    props = decode_properties(buf[p + 2 : p + 2 + props_len]) if props_len > 0 else {}
-    return StoredMessage(
-        topic=topic,
-        queue_id=queue_id,
-        queue_offset=queue_offset,
-        physical_offset=phys,
-        size=total,
-        body=body,
-        properties=props,
-        flag=flag,
-        sys_flag=sys_flag,
-        born_timestamp_ms=born_ts,
-        store_timestamp_ms=store_ts,
-        born_host=decode_host(born_addr, born_port),
-        store_host=decode_host(store_addr, store_port),
-        reconsume_times=reconsume,
-        prepared_transaction_offset=prepared,
-        body_crc=crc,
-    )
+    return decode_records(buf, [pos])[0]
+
+
+def _be64(view: memoryview, at: int) -> int:
+    return int.from_bytes(view[at : at + 8], "big", signed=True)
