@@ -12,7 +12,6 @@ store, the HA path and the audit accept exactly the same records.
 
 from __future__ import annotations
 
-import struct
 import zlib
 from dataclasses import dataclass
 
@@ -47,6 +46,7 @@ from .message import (
 from .record_columns import (
     BORN_HOST_AT,
     ScanStop,
+    _read_be,
     layout,
     structure_ok,
 )
@@ -56,8 +56,6 @@ __all__ = ["ScanResult", "ScanStop", "decode_record", "decode_records", "scan_re
 
 Buffer = bytes | bytearray | memoryview
 
-#: bodyCRC, queueId, (flag), queueOffset: the fields a consume queue entry needs.
-_CRC_QUEUE = struct.Struct(">ii4xq")
 _FLAG_AT = 16
 _BORN_TIMESTAMP_AT = 40
 _QUEUE_ID_AT = 12
@@ -132,21 +130,25 @@ def _accept(
     """Append the chained records up to the first that fails the structure, CRC or
     topic check; returns where that one starts (or `end` when all pass)."""
     s = np.asarray(starts, dtype=np.int64)
-    sizes = np.asarray([*starts[1:], end], dtype=np.int64) - s
+    sizes = np.diff(np.append(s, end))
     f = layout(a, s)
     sound = structure_ok(a, s, sizes, np.zeros(len(s), dtype=bool), f)
     bad = np.flatnonzero(~sound)
     count = int(bad[0]) if len(bad) else len(starts)
     view = memoryview(buf)
-    raw_buf = buf if isinstance(buf, bytes) else bytes(buf)  # slices of bytes are bytes
     crc32 = zlib.crc32
     new_index = tuple.__new__  # RecordIndex(...) runs a Python-level __new__
     append = records.append
-    crc_queue = _CRC_QUEUE.unpack_from
+    stored = _read_be(a, s[:count] + _BODY_CRC_AT, 4).tolist()
+    queue_ids = _read_be(a, s[:count] + _QUEUE_ID_AT, 4).tolist()
+    queue_offsets = _read_be(a, s[:count] + _QUEUE_OFFSET_AT, 8).tolist()
     p: int
-    for p, z, b, m, t, tl, pa, pl in zip(
+    for p, z, crc, qid, qoff, b, m, t, tl, pa, pl in zip(
         starts[:count],
         sizes[:count].tolist(),
+        stored,
+        queue_ids,
+        queue_offsets,
         f["body_at"][:count].tolist(),
         f["body_len"][:count].tolist(),
         f["topic_at"][:count].tolist(),
@@ -155,10 +157,9 @@ def _accept(
         f["props_len"][:count].tolist(),
         strict=True,
     ):
-        crc, qid, qoff = crc_queue(buf, p + _BODY_CRC_AT)
         if verify_crc and crc32(view[b : b + m]) & 0x7FFFFFFF != crc:
             return p
-        raw = raw_buf[t : t + tl]
+        raw = bytes(view[t : t + tl])
         topic = topics.get(raw)
         if topic is None:
             try:

@@ -145,25 +145,17 @@ class ColumnScan:
     problems: list[Problem] = field(default_factory=list)
 
 
-_BE_SIGNED = {2: np.dtype(">i2"), 4: np.dtype(">i4"), 8: np.dtype(">i8")}
-
-
-def _clamp(pos: I64, high: int) -> I64:
-    """`pos` limited to [0, high] (np.clip's Python-level checks cost more than the work
-    on the store's small batches)."""
-    out: I64 = np.minimum(np.maximum(pos, 0), high)
-    return out
-
-
 def _read_be(a: npt.NDArray[np.uint8], pos: I64, width: int) -> I64:
-    """Signed big-endian integers of `width` (2, 4 or 8) bytes at each position."""
-    if len(a) < width:
-        return np.zeros(len(pos), dtype=np.int64)
-    pos = _clamp(pos, len(a) - width)  # damaged lengths may point past the data
-    # One gather of width-byte rows, read as big-endian integers.
-    rows = a[pos[:, None] + np.arange(width)]
-    out: I64 = rows.view(_BE_SIGNED[width]).reshape(len(pos)).astype(np.int64)
-    return out
+    """Signed big-endian integers of `width` bytes at each position."""
+    out = np.zeros(len(pos), dtype=np.uint64)
+    pos = np.clip(pos, 0, len(a) - width)  # damaged lengths may point past the data
+    for i in range(width):
+        out = (out << np.uint64(8)) | a[pos + i].astype(np.uint64)
+    if width == 8:
+        return out.view(np.int64)
+    bits = 8 * width
+    signed = out.astype(np.int64)
+    return np.where(signed >= (1 << (bits - 1)), signed - (1 << bits), signed)
 
 
 def _find(a: npt.NDArray[np.uint8], lo: int, hi: int, magic: bytes) -> I64:
@@ -309,9 +301,9 @@ def layout(a: npt.NDArray[np.uint8], starts: I64) -> dict[str, I64]:
     body_len_at = store_ts_at + 8 + _host_bytes(sys_flag, STOREHOSTADDRESS_V6_FLAG) + 4 + 8
     body_len = _read_be(a, np.minimum(body_len_at, n - 4), 4)
     body_at = body_len_at + 4
-    topic_len_at = _clamp(body_at + body_len, n - 1)
+    topic_len_at = np.clip(body_at + body_len, 0, n - 1)
     topic_len = a[topic_len_at].astype(np.int64)
-    props_len_at = _clamp(topic_len_at + 1 + topic_len, n - 2)
+    props_len_at = np.clip(topic_len_at + 1 + topic_len, 0, n - 2)
     props_len = _read_be(a, props_len_at, 2)
     return {
         "sys_flag": sys_flag,

@@ -24,7 +24,6 @@ Pure: bytes in, starts or columns out.
 from __future__ import annotations
 
 import mmap
-import struct
 import zlib
 
 import numpy as np
@@ -49,9 +48,6 @@ Buffer = bytes | bytearray | memoryview | mmap.mmap
 Searchable = bytes | bytearray | mmap.mmap
 _MESSAGE_MAGIC = (MESSAGE_MAGIC_CODE & 0xFFFFFFFF).to_bytes(4, "big")
 _BLANK = BLANK_MAGIC_CODE & 0xFFFFFFFF
-_MESSAGE = MESSAGE_MAGIC_CODE & 0xFFFFFFFF
-_TOTAL_MAGIC = struct.Struct(">iI")
-_PHYSICAL = struct.Struct(">q")
 
 
 def walk_chain(
@@ -64,17 +60,17 @@ def walk_chain(
     starts: list[int] = []
     append = starts.append
     n = len(buf)
-    head = _TOTAL_MAGIC.unpack_from
-    physical = _PHYSICAL.unpack_from
-    magic = _MESSAGE
-    last = n - PHYSICAL_OFFSET_AT - 8  # a start needs its header through physicalOffset
+    from_bytes = int.from_bytes
+    magic = _MESSAGE_MAGIC
+    phys_at = PHYSICAL_OFFSET_AT
     space_of = segment_end - base - END_FILE_MIN_BLANK_LENGTH
-    while p < hi and p <= last:
+    while p < hi:
         # The record-start rule, inline (the loop is per record).
-        total, kind = head(buf, p)
+        if p + phys_at + 8 > n or buf[p + 4 : p + 8] != magic:
+            break
+        total = from_bytes(buf[p : p + 4], "big")
         if (
-            kind != magic
-            or physical(buf, p + PHYSICAL_OFFSET_AT)[0] != base + p
+            from_bytes(buf[p + phys_at : p + phys_at + 8], "big") != base + p
             or not MIN_RECORD_BYTES <= total <= max_record
             or total > space_of - p
             or p + total > n
