@@ -1,32 +1,27 @@
-"""The store's record-by-record view of the one v1 decoder (`record_columns`,
-`record_walk`): `scan_records` for recovery, the slave's dispatch (HA) and
-truncation; `decode_record(s)` for pulls.
+"""The pure record scanner and decoder of the v1 layout (`message.py`).
 
-`scan_records` walks the totalSize chain (`record_walk.walk_chain`, the record-start
-rule every reader applies), checks the chained records' field lengths with
-`record_columns.structure_ok` (the audit's rule) and their body CRCs, and stops at
-the first position that is not a valid record; `_classify` then says why (or
-steps over the segment's blank record and walks on in the next segment). So the
-store, the HA path and the audit accept exactly the same records.
+`scan_records` is a pure function over bytes: recovery, the slave's dispatch
+and the audit all use it, so one definition of "a valid record" exists.
 """
 
 from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass
-
-import numpy as np
-import numpy.typing as npt
+from enum import StrEnum
 
 from brokergroup_broker.topics import MAX_TOPIC_BYTES
 
 from .errors import StoreCorruption
 from .message import (
+    _AFTER_HOSTS,
     _HEAD,
     _HOST_V4,
     _HOST_V6,
     _I16,
     _I32,
+    _Q,
+    _SCAN_V4,
     _SIZE_MAGIC,
     _TAGS_NEEDLE,
     BLANK_MAGIC_CODE,
@@ -43,25 +38,69 @@ from .message import (
     message_length,
     tags_code,
 )
-from .record_columns import (
-    BORN_HOST_AT,
-    ScanStop,
-    _read_be,
-    layout,
-    structure_ok,
-)
-from .record_walk import walk_chain
 
-__all__ = ["ScanResult", "ScanStop", "decode_record", "decode_records", "scan_records"]
 
-Buffer = bytes | bytearray | memoryview
+def decode_record(buf: bytes | bytearray | memoryview, pos: int = 0) -> StoredMessage:
+    """Decode the message record at `buf[pos:]` (no CRC check; callers validated or trust it)."""
+    (total, magic, crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts) = _HEAD.unpack_from(
+        buf, pos
+    )
+    if magic != MESSAGE_MAGIC_CODE:
+        raise StoreCorruption(phys, f"magic code {magic:#x} is not a message record")
+    p = pos + 48
+    host = _HOST_V6 if sys_flag & BORNHOST_V6_FLAG else _HOST_V4
+    born_addr, born_port = host.unpack_from(buf, p)
+    p += host.size
+    (store_ts,) = _Q.unpack_from(buf, p)
+    p += 8
+    host = _HOST_V6 if sys_flag & STOREHOSTADDRESS_V6_FLAG else _HOST_V4
+    store_addr, store_port = host.unpack_from(buf, p)
+    p += host.size
+    reconsume, prepared, body_len = _AFTER_HOSTS.unpack_from(buf, p)
+    p += 16
+    body = bytes(buf[p : p + body_len])
+    p += body_len
+    topic_len = buf[p]
+    topic = bytes(buf[p + 1 : p + 1 + topic_len]).decode()
+    p += 1 + topic_len
+    (props_len,) = _I16.unpack_from(buf, p)
+    props = decode_properties(buf[p + 2 : p + 2 + props_len]) if props_len > 0 else {}
+    return StoredMessage(
+        topic=topic,
+        queue_id=queue_id,
+        queue_offset=queue_offset,
+        physical_offset=phys,
+        size=total,
+        body=body,
+        properties=props,
+        flag=flag,
+        sys_flag=sys_flag,
+        born_timestamp_ms=born_ts,
+        store_timestamp_ms=store_ts,
+        born_host=decode_host(born_addr, born_port),
+        store_host=decode_host(store_addr, store_port),
+        reconsume_times=reconsume,
+        prepared_transaction_offset=prepared,
+        body_crc=crc,
+    )
 
-_FLAG_AT = 16
-_BORN_TIMESTAMP_AT = 40
-_QUEUE_ID_AT = 12
-_QUEUE_OFFSET_AT = 20
-_BODY_CRC_AT = 8
-_SYS_FLAG_AT = 36
+
+class ScanStop(StrEnum):
+    """Why a scan stopped; the first two are clean ends, the rest mean 'cut here'."""
+
+    END = "end of data"
+    PARTIAL = "record incomplete (torn write or still arriving)"
+    ZEROS = "zero-filled space (preallocated or never written)"
+    BAD_MAGIC = "unknown magic code"
+    BAD_SIZE = "record size out of range"
+    BAD_BLANK = "blank record does not end at the segment end"
+    BAD_PHYSICAL_OFFSET = "physicalOffset field differs from the record position"
+    BAD_STRUCTURE = "field lengths do not add up to totalSize"
+    BAD_CRC = "body CRC mismatch"
+
+    @property
+    def is_corrupt(self) -> bool:
+        return self not in (ScanStop.END, ScanStop.PARTIAL, ScanStop.ZEROS)
 
 
 @dataclass(frozen=True)
@@ -74,7 +113,7 @@ class ScanResult:
 
 
 def scan_records(
-    buf: Buffer,
+    buf: bytes | bytearray | memoryview,
     base_offset: int,
     segment_bytes: int,
     *,
@@ -88,125 +127,107 @@ def scan_records(
     Returns the records found and why the walk stopped; never raises on bad input.
     """
     n = len(buf)
+    pos = 0
     size_limit = max_record_bytes if max_record_bytes is not None else segment_bytes
     records: list[RecordIndex] = []
-    a = np.frombuffer(buf, dtype=np.uint8) if n else np.zeros(0, dtype=np.uint8)
+    append = records.append
+    unpack_head = _SIZE_MAGIC.unpack_from
+    # Fast path for the common record (IPv4 hosts, no properties): one unpack of the
+    # 88-byte prefix, the CRC over a memoryview slice, topics decoded once per scan.
+    # Anything unusual goes through `_check_record`, which gives the verdict and detail.
+    unpack_v4 = _SCAN_V4.unpack_from
+    view = memoryview(buf)
+    raw_buf = buf if isinstance(buf, bytes) else bytes(buf)  # slices of bytes are bytes
+    new_index = tuple.__new__  # RecordIndex(...) runs a Python-level __new__
+    crc32 = zlib.crc32
     topics: dict[bytes, str] = {}
-    pos = 0
+    v6_bits = BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG
     while True:
+        if n - pos >= 88:
+            total, magic, crc, queue_id, queue_offset, phys_field, sys_flag, body_len = unpack_v4(
+                buf, pos
+            )
+            phys = base_offset + pos
+            if (
+                magic == MESSAGE_MAGIC_CODE
+                and not sys_flag & v6_bits
+                and phys_field == phys
+                and MIN_RECORD_BYTES <= total <= size_limit
+                and total + END_FILE_MIN_BLANK_LENGTH <= segment_bytes - phys % segment_bytes
+                and total <= n - pos
+                and body_len >= 0
+            ):
+                tl_at = pos + 88 + body_len
+                end = pos + total
+                if tl_at + 3 <= end:
+                    topic_len = buf[tl_at]
+                    p_at = tl_at + 1 + topic_len
+                    # No properties: the lengths add up exactly (props_len 0 checked).
+                    if (
+                        0 < topic_len <= MAX_TOPIC_BYTES
+                        and p_at + 2 == end
+                        and buf[p_at] == 0
+                        and buf[p_at + 1] == 0
+                        and (not verify_crc or crc32(view[pos + 88 : tl_at]) & 0x7FFFFFFF == crc)
+                    ):
+                        raw = raw_buf[tl_at:p_at]  # length byte + topic
+                        topic = topics.get(raw)
+                        if topic is None:
+                            try:
+                                topic = topics[raw] = raw[1:].decode()
+                            except UnicodeDecodeError:
+                                topic = None
+                        if topic is not None:
+                            append(
+                                new_index(
+                                    RecordIndex, (topic, queue_id, queue_offset, phys, total, 0)
+                                )
+                            )
+                            pos = end
+                            continue
         if pos == n:
             return ScanResult(base_offset + pos, records, ScanStop.END, "")
         phys = base_offset + pos
-        segment_end = phys - phys % segment_bytes + segment_bytes
-        starts, end = walk_chain(buf, pos, n, base_offset, segment_end, size_limit)
-        if starts:
-            pos = _accept(a, buf, starts, end, base_offset, verify_crc, topics, records)
-            if pos == n:
-                continue
-        verdict = _classify(buf, pos, base_offset + pos, segment_bytes, size_limit, verify_crc)
-        if isinstance(verdict, int):  # the segment's blank record: walk on after it
-            pos += verdict
+        space = segment_bytes - phys % segment_bytes
+        if n - pos < 8:
+            stop = ScanStop.ZEROS if not any(buf[pos:n]) else ScanStop.PARTIAL
+            return ScanResult(phys, records, stop, f"{n - pos} header bytes at {phys}")
+        total, magic = unpack_head(buf, pos)
+        if magic == BLANK_MAGIC_CODE:
+            if total != space:
+                return ScanResult(
+                    phys, records, ScanStop.BAD_BLANK,
+                    f"blank at {phys} claims {total} bytes, segment has {space} left",
+                )  # fmt: skip
+            if n - pos < total:
+                return ScanResult(phys, records, ScanStop.PARTIAL, f"blank at {phys}")
+            pos += total
             continue
-        if isinstance(verdict, RecordIndex):  # RecordIndex is a tuple too: test it first
-            # The walk and the per-record check are the same rule; should they ever
-            # differ, the record-by-record answer wins (nothing valid is cut).
-            records.append(verdict)
-            pos += verdict.size
-            continue
-        stop, detail = verdict
-        return ScanResult(base_offset + pos, records, stop, detail)
-
-
-def _accept(
-    a: npt.NDArray[np.uint8],
-    buf: Buffer,
-    starts: list[int],
-    end: int,
-    base: int,
-    verify_crc: bool,
-    topics: dict[bytes, str],
-    records: list[RecordIndex],
-) -> int:
-    """Append the chained records up to the first that fails the structure, CRC or
-    topic check; returns where that one starts (or `end` when all pass)."""
-    s = np.asarray(starts, dtype=np.int64)
-    sizes = np.diff(np.append(s, end))
-    f = layout(a, s)
-    sound = structure_ok(a, s, sizes, np.zeros(len(s), dtype=bool), f)
-    bad = np.flatnonzero(~sound)
-    count = int(bad[0]) if len(bad) else len(starts)
-    view = memoryview(buf)
-    crc32 = zlib.crc32
-    new_index = tuple.__new__  # RecordIndex(...) runs a Python-level __new__
-    append = records.append
-    stored = _read_be(a, s[:count] + _BODY_CRC_AT, 4).tolist()
-    queue_ids = _read_be(a, s[:count] + _QUEUE_ID_AT, 4).tolist()
-    queue_offsets = _read_be(a, s[:count] + _QUEUE_OFFSET_AT, 8).tolist()
-    p: int
-    for p, z, crc, qid, qoff, b, m, t, tl, pa, pl in zip(
-        starts[:count],
-        sizes[:count].tolist(),
-        stored,
-        queue_ids,
-        queue_offsets,
-        f["body_at"][:count].tolist(),
-        f["body_len"][:count].tolist(),
-        f["topic_at"][:count].tolist(),
-        f["topic_len"][:count].tolist(),
-        f["props_at"][:count].tolist(),
-        f["props_len"][:count].tolist(),
-        strict=True,
-    ):
-        if verify_crc and crc32(view[b : b + m]) & 0x7FFFFFFF != crc:
-            return p
-        raw = bytes(view[t : t + tl])
-        topic = topics.get(raw)
-        if topic is None:
-            try:
-                topic = topics[raw] = raw.decode()
-            except UnicodeDecodeError:
-                return p
-        tcode = 0
-        if pl > 0:
-            props = bytes(view[pa : pa + pl])
-            if _TAGS_NEEDLE in props:
-                tcode = tags_code(decode_properties(props).get(PROPERTY_TAGS))
-        append(new_index(RecordIndex, (topic, qid, qoff, base + p, z, tcode)))
-    return starts[count] if count < len(starts) else end
-
-
-def _classify(
-    buf: Buffer, pos: int, phys: int, segment_bytes: int, size_limit: int, verify_crc: bool
-) -> int | RecordIndex | tuple[ScanStop, str]:
-    """What is at `pos`, where the record walk stopped: the size of the segment's blank
-    record (step over it), or why the log ends here."""
-    n = len(buf)
-    space = segment_bytes - phys % segment_bytes
-    if n - pos < 8:
-        stop = ScanStop.ZEROS if not any(buf[pos:n]) else ScanStop.PARTIAL
-        return stop, f"{n - pos} header bytes at {phys}"
-    total, magic = _SIZE_MAGIC.unpack_from(buf, pos)
-    if magic == BLANK_MAGIC_CODE:
-        if total != space:
-            return (
-                ScanStop.BAD_BLANK,
-                f"blank at {phys} claims {total} bytes, segment has {space} left",
+        if magic != MESSAGE_MAGIC_CODE:
+            if total == 0 and magic == 0:
+                return ScanResult(phys, records, ScanStop.ZEROS, f"zeros at {phys}")
+            return ScanResult(
+                phys, records, ScanStop.BAD_MAGIC, f"magic {magic & 0xFFFFFFFF:#010x} at {phys}"
             )
+        if (
+            total < MIN_RECORD_BYTES
+            or total + END_FILE_MIN_BLANK_LENGTH > space
+            or total > size_limit
+        ):
+            return ScanResult(
+                phys, records, ScanStop.BAD_SIZE,
+                f"totalSize {total} at {phys} with {space} bytes left in the segment",
+            )  # fmt: skip
         if n - pos < total:
-            return ScanStop.PARTIAL, f"blank at {phys}"
-        return int(total)
-    if magic != MESSAGE_MAGIC_CODE:
-        if total == 0 and magic == 0:
-            return ScanStop.ZEROS, f"zeros at {phys}"
-        return ScanStop.BAD_MAGIC, f"magic {magic & 0xFFFFFFFF:#010x} at {phys}"
-    if total < MIN_RECORD_BYTES or total + END_FILE_MIN_BLANK_LENGTH > space or total > size_limit:
-        return (
-            ScanStop.BAD_SIZE,
-            f"totalSize {total} at {phys} with {space} bytes left in the segment",
-        )
-    if n - pos < total:
-        return ScanStop.PARTIAL, f"{n - pos} of {total} bytes at {phys}"
-    return _check_record(buf, pos, total, phys, verify_crc)
+            return ScanResult(
+                phys, records, ScanStop.PARTIAL, f"{n - pos} of {total} bytes at {phys}"
+            )
+        record = _check_record(buf, pos, total, phys, verify_crc)
+        if not isinstance(record, RecordIndex):  # RecordIndex is a tuple too: test it first
+            stop, detail = record
+            return ScanResult(phys, records, stop, detail)
+        append(record)
+        pos += total
 
 
 def _check_record(
@@ -230,7 +251,7 @@ def _check_record(
     topic_at = p + 1
     p = topic_at + topic_len
     (props_len,) = _I16.unpack_from(buf, p)
-    if props_len < 0 or message_length(sys_flag, body_len, topic_len, props_len) != total:
+    if message_length(sys_flag, body_len, topic_len, props_len) != total:
         return ScanStop.BAD_STRUCTURE, (
             f"record at {phys}: body {body_len} + topic {topic_len} + properties {props_len} "
             f"do not add up to totalSize {total}"
@@ -250,65 +271,3 @@ def _check_record(
             tags = decode_properties(props).get(PROPERTY_TAGS)
             tcode = tags_code(tags)
     return RecordIndex(topic, queue_id, queue_offset, phys, total, tcode)
-
-
-def decode_records(buf: Buffer, positions: list[int]) -> list[StoredMessage]:
-    """Decode the message records at `positions` of `buf` (no CRC check; callers validated
-    or trust them): the pull path. Field positions come from `record_columns.layout`."""
-    if not positions:
-        return []
-    a = np.frombuffer(buf, dtype=np.uint8)
-    s = np.asarray(positions, dtype=np.int64)
-    f = layout(a, s)
-    view = memoryview(buf)
-    out: list[StoredMessage] = []
-    for p, sys_flag, b, m, t, tl, pa, pl, st in zip(
-        positions,
-        f["sys_flag"].tolist(),
-        f["body_at"].tolist(),
-        f["body_len"].tolist(),
-        f["topic_at"].tolist(),
-        f["topic_len"].tolist(),
-        f["props_at"].tolist(),
-        f["props_len"].tolist(),
-        f["store_ts_at"].tolist(),
-        strict=True,
-    ):
-        total, magic = _SIZE_MAGIC.unpack_from(buf, p)
-        phys = _be64(view, p + 28)
-        if magic != MESSAGE_MAGIC_CODE:
-            raise StoreCorruption(phys, f"magic code {magic:#x} is not a message record")
-        born_host = _HOST_V6 if sys_flag & BORNHOST_V6_FLAG else _HOST_V4
-        store_host = _HOST_V6 if sys_flag & STOREHOSTADDRESS_V6_FLAG else _HOST_V4
-        born_addr, born_port = born_host.unpack_from(buf, p + BORN_HOST_AT)
-        store_addr, store_port = store_host.unpack_from(buf, st + 8)
-        out.append(
-            StoredMessage(
-                topic=bytes(view[t : t + tl]).decode(),
-                queue_id=_I32.unpack_from(buf, p + _QUEUE_ID_AT)[0],
-                queue_offset=_be64(view, p + _QUEUE_OFFSET_AT),
-                physical_offset=phys,
-                size=total,
-                body=bytes(view[b : b + m]),
-                properties=decode_properties(view[pa : pa + pl]) if pl > 0 else {},
-                flag=_I32.unpack_from(buf, p + _FLAG_AT)[0],
-                sys_flag=sys_flag,
-                born_timestamp_ms=_be64(view, p + _BORN_TIMESTAMP_AT),
-                store_timestamp_ms=_be64(view, st),
-                born_host=decode_host(born_addr, born_port),
-                store_host=decode_host(store_addr, store_port),
-                reconsume_times=_I32.unpack_from(buf, b - 16)[0],
-                prepared_transaction_offset=_be64(view, b - 12),
-                body_crc=_I32.unpack_from(buf, p + _BODY_CRC_AT)[0],
-            )
-        )
-    return out
-
-
-def decode_record(buf: Buffer, pos: int = 0) -> StoredMessage:
-    """Decode the message record at `buf[pos:]` (no CRC check; callers validated or trust it)."""
-    return decode_records(buf, [pos])[0]
-
-
-def _be64(view: memoryview, at: int) -> int:
-    return int.from_bytes(view[at : at + 8], "big", signed=True)

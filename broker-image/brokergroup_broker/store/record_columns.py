@@ -1,11 +1,9 @@
-"""The one decoder of v1 commit log records: the layout of `message.py` as numpy columns.
+"""Vectorised reader of v1 commit log records: the layout of `message.py` as numpy columns.
 
-Field positions (`layout`), the structure rule (`structure_ok`), CRCs and columns
-live here; `record_walk` follows the totalSize chain from a known start (the
-record-start rule) and `message_scan` gives the store its record-by-record view
-(recovery, the slave's dispatch, pulls) on top of both. The audit must read
-terabytes, so a whole slice of a segment is decoded at once. An independent
-decoder in the tests (tests/unit/v1_oracle.py) checks every entry point.
+`message_scan.scan_records` walks a log record by record (recovery, dispatch); the audit
+must read terabytes, so this module decodes a whole slice of a segment at once with
+numpy and returns columns. Same layout, same constants (imported from `message`),
+same rules for a valid record; a unit test checks both readers agree.
 
 Theory of operation
 -------------------
@@ -36,7 +34,6 @@ from __future__ import annotations
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -51,6 +48,7 @@ from .message import (
     MIN_RECORD_BYTES,
     STOREHOSTADDRESS_V6_FLAG,
 )
+from .message_scan import ScanStop
 
 if TYPE_CHECKING:
     import mmap
@@ -76,24 +74,6 @@ _MESSAGE_MAGIC = (MESSAGE_MAGIC_CODE & 0xFFFFFFFF).to_bytes(4, "big")
 _BLANK_MAGIC = (BLANK_MAGIC_CODE & 0xFFFFFFFF).to_bytes(4, "big")
 #: Bytes a record start needs to be recognised (through physicalOffset).
 _HEAD_BYTES = PHYSICAL_OFFSET_AT + 8
-
-
-class ScanStop(StrEnum):
-    """Why a scan stopped; the first two are clean ends, the rest mean 'cut here'."""
-
-    END = "end of data"
-    PARTIAL = "record incomplete (torn write or still arriving)"
-    ZEROS = "zero-filled space (preallocated or never written)"
-    BAD_MAGIC = "unknown magic code"
-    BAD_SIZE = "record size out of range"
-    BAD_BLANK = "blank record does not end at the segment end"
-    BAD_PHYSICAL_OFFSET = "physicalOffset field differs from the record position"
-    BAD_STRUCTURE = "field lengths do not add up to totalSize"
-    BAD_CRC = "body CRC mismatch"
-
-    @property
-    def is_corrupt(self) -> bool:
-        return self not in (ScanStop.END, ScanStop.PARTIAL, ScanStop.ZEROS)
 
 
 @dataclass(frozen=True)
@@ -317,21 +297,14 @@ def layout(a: npt.NDArray[np.uint8], starts: I64) -> dict[str, I64]:
     }
 
 
-def structure_ok(
-    a: npt.NDArray[np.uint8],
-    starts: I64,
-    sizes: I64,
-    is_blank: Mask,
-    fields: dict[str, I64] | None = None,
-) -> Mask:
-    """CommitLog.calMsgLength over the decoded lengths == totalSize (blanks pass).
-    `fields`: `layout(a, starts)` when the caller has it (no blanks among the starts)."""
+def structure_ok(a: npt.NDArray[np.uint8], starts: I64, sizes: I64, is_blank: Mask) -> Mask:
+    """CommitLog.calMsgLength over the decoded lengths == totalSize (blanks pass)."""
     ok = is_blank.copy()
     msg = np.flatnonzero(~is_blank)
     if not len(msg):
         return ok
     s, z = starts[msg], sizes[msg]
-    f = fields if fields is not None else layout(a, s)
+    f = layout(a, s)
     expected = (f["props_at"] - s) + np.maximum(f["props_len"], 0)
     ok[msg] = (
         (f["body_len"] >= 0)
