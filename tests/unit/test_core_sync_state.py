@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from brokergroup_broker.core.controller_link import ControllerRefused
-from brokergroup_broker.core.replication_wiring import ReplicationWiring
+from brokergroup_broker.core.replication import ReplicationLink
 from brokergroup_broker.core.sync_state import (
     ReplicaProgress,
     ShrinkReason,
@@ -297,11 +297,11 @@ async def test_fenced_answer_to_a_proposal_keeps_the_union() -> None:
     m = manager(frozenset({1, 2}))
     expand = m.decide(1, 10, {2: up(10, 1), 3: up(10)})
     assert expand is not None and expand.new_set == {1, 2, 3}
-    broker = SimpleNamespace(
-        controller=_FencedController(),
-        config=SimpleNamespace(controller_request_timeout_ms=1000),
+    link = SimpleNamespace(
+        _controller=_FencedController(),
+        _config=SimpleNamespace(controller_request_timeout_ms=1000),
     )
-    await ReplicationWiring._alter(broker, m, expand)  # type: ignore[arg-type]
+    await ReplicationLink._alter(link, m, expand)  # type: ignore[arg-type]
     assert m.pending is None and m.effective_set() == {1, 2, 3}
     assert m.confirm_offset(50, {2: up(50, 2), 3: up(10)}) == 10  # 3 still counts
     m.on_controller_view(frozenset({1, 2, 3}), 8)  # the read-back settles it

@@ -89,7 +89,7 @@ __all__ = ["HAMasterService", "SlaveProgress"]
 log = logging.getLogger(__name__)
 
 
-class HAMasterService(SlaveStreams):
+class HAMasterService:
     """Streams the master's commit log to its slaves (one listener, one task per slave).
 
     Call ``start`` only after the epoch file holds this master's entry
@@ -127,6 +127,15 @@ class HAMasterService(SlaveStreams):
         self._by_broker: dict[int, _Connection] = {}
         self._progress: dict[int, SlaveProgress] = {}
         self._stopping = False
+        self._streams = SlaveStreams(
+            store,
+            config,
+            master_epoch=master_epoch,
+            now_ms=now_ms,
+            confirm_offset=lambda: self._confirm_offset,
+            publish=self._publish,
+            on_slave_ack=on_slave_ack,
+        )
 
     # ------------------------------------------------------------------ public API
 
@@ -305,7 +314,7 @@ class HAMasterService(SlaveStreams):
         if broker_id is None or self._by_broker.get(broker_id) is not conn:
             return  # never identified itself, or already replaced by a newer connection
         del self._by_broker[broker_id]
-        self._publish(conn, connected=False)
+        self._publish(conn, False)
         try:
             self._on_slave_disconnect(broker_id)
         except Exception:
@@ -317,13 +326,13 @@ class HAMasterService(SlaveStreams):
         if secret is None:
             return
         nonce = os.urandom(auth.NONCE_BYTES)
-        await self._send(conn, auth.challenge(nonce))
+        await self._streams.send(conn, auth.challenge(nonce))
         proof = await self._read_exact(conn, auth.SLAVE_PROOF_BYTES)
         try:
             slave_nonce = auth.check_slave_proof(secret, nonce, proof)
         except auth.HAAuthError as exc:
             raise HAProtocolError(f"authentication failed: {exc}") from exc
-        await self._send(conn, auth.master_proof(secret, nonce, slave_nonce))
+        await self._streams.send(conn, auth.master_proof(secret, nonce, slave_nonce))
 
     async def _read_exact(self, conn: _Connection, n: int) -> bytes:
         loop = asyncio.get_running_loop()
@@ -338,7 +347,7 @@ class HAMasterService(SlaveStreams):
 
     async def _serve_inner(self, conn: _Connection) -> None:
         await self._authenticate(conn)
-        handshake = await self._read_frame(conn)
+        handshake = await self._streams.read_frame(conn)
         if not isinstance(handshake, SlaveHandshake):
             raise HAProtocolError(f"expected a handshake first, got {handshake!r}")
         self._register(conn, handshake)
@@ -350,16 +359,16 @@ class HAMasterService(SlaveStreams):
             last_epoch=self._store.epoch_file.last_epoch(),
             epoch_entries=tuple(WireEpochEntry(e.epoch, e.start_offset) for e in entries),
         )
-        await self._send(conn, reply.encode())
+        await self._streams.send(conn, reply.encode())
 
-        request = await self._read_frame(conn)
+        request = await self._streams.read_frame(conn)
         if not isinstance(request, SlaveAck):
             raise HAProtocolError(
                 f"expected the slave's first ack (its max offset), got {request!r}"
             )
         start = self._start_offset(conn, request.max_offset, handshake.is_sync_from_last_file)
         conn.next_offset = start
-        self._accept_ack(conn, request.max_offset, first=True)
+        self._streams.accept_ack(conn, request.max_offset, first=True)
         log.info(
             "HA master: slave broker %d at %s requests offset %d; transfer starts at %d "
             "(master max %d, min %d)",
@@ -371,8 +380,8 @@ class HAMasterService(SlaveStreams):
             self._store.min_offset,
         )
 
-        sender = asyncio.create_task(self._send_loop(conn), name=f"ha-send-{conn.address}")
-        reader = asyncio.create_task(self._ack_loop(conn), name=f"ha-acks-{conn.address}")
+        sender = asyncio.create_task(self._streams.send_loop(conn), name=f"ha-send-{conn.address}")
+        reader = asyncio.create_task(self._streams.ack_loop(conn), name=f"ha-acks-{conn.address}")
         try:
             done, _ = await asyncio.wait({sender, reader}, return_when=asyncio.FIRST_COMPLETED)
         finally:
@@ -451,8 +460,13 @@ class HAMasterService(SlaveStreams):
         )
         return min_offset
 
-    # ------------------------------------------------------------------ acks
-
-    # ------------------------------------------------------------------ sending
-
-    # ------------------------------------------------------------------ socket helpers
+    def _publish(self, conn: _Connection, connected: bool) -> None:
+        assert conn.broker_id is not None
+        self._progress[conn.broker_id] = SlaveProgress(
+            broker_id=conn.broker_id,
+            ack_offset=conn.ack_offset,
+            last_caught_up_ms=conn.last_caught_up_ms,
+            connected=connected,
+            is_async_learner=conn.is_async_learner,
+            address=conn.address,
+        )

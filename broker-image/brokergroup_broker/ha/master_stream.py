@@ -1,8 +1,10 @@
 """The two streams of one slave connection on the HA master (DESIGN.md §3.2,
 seed controller-mode-design "transfer"): log batches and heartbeats out
 (sendfile from segments, each batch headed by its epoch and confirmOffset),
-acks in (never beyond what was sent on this connection). A mixin of
-`HAMasterService`, which holds the state."""
+acks in (never beyond what was sent on this connection). `HAMasterService` makes
+one `SlaveStreams` and serves every connection through it; the master owns the
+connections, confirmOffset and the published progress, and hands in what this
+needs as callables."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import contextlib
 import logging
 import os
 import socket
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 from brokergroup_broker.ha.codec import (
     NEED_DATA,
@@ -22,29 +24,49 @@ from brokergroup_broker.ha.codec import (
     Transfer,
     encode_transfer_header,
 )
-
-if TYPE_CHECKING:
-    from brokergroup_broker.ha.master import HAMasterService
-
+from brokergroup_broker.ha.config import HAConfig
 from brokergroup_broker.ha.master_connection import (
-    SlaveProgress,
     _Connection,
     _ConnectionClosed,
     _set_done,
 )
+from brokergroup_broker.store import MessageStore
 
 log = logging.getLogger(__name__)
 
 
 class SlaveStreams:
-    async def _ack_loop(self: HAMasterService, conn: _Connection) -> None:
+    """Sends and acks of the HA master's slave connections."""
+
+    def __init__(
+        self,
+        store: MessageStore,
+        config: HAConfig,
+        *,
+        master_epoch: int,
+        now_ms: Callable[[], int],
+        confirm_offset: Callable[[], int],
+        publish: Callable[[_Connection, bool], None],
+        on_slave_ack: Callable[[int, int], None],
+    ) -> None:
+        """`confirm_offset()`: the master's current confirmOffset for transfer headers;
+        `publish(conn, connected)`: the master records the connection's progress."""
+        self._store = store
+        self._config = config
+        self._master_epoch = master_epoch
+        self._now_ms = now_ms
+        self._confirm_offset = confirm_offset
+        self._publish = publish
+        self._on_slave_ack = on_slave_ack
+
+    async def ack_loop(self, conn: _Connection) -> None:
         while True:
-            frame = await self._read_frame(conn)
+            frame = await self.read_frame(conn)
             if not isinstance(frame, SlaveAck):
                 raise HAProtocolError(f"expected an ack during transfer, got {frame!r}")
-            self._accept_ack(conn, frame.max_offset, first=False)
+            self.accept_ack(conn, frame.max_offset, first=False)
 
-    def _accept_ack(self: HAMasterService, conn: _Connection, ack: int, *, first: bool) -> None:
+    def accept_ack(self, conn: _Connection, ack: int, *, first: bool) -> None:
         assert conn.broker_id is not None
         if not first:
             if ack < conn.ack_offset:
@@ -61,24 +83,13 @@ class SlaveStreams:
         while conn.inflight and conn.inflight[0][0] <= ack:
             _, sent_ms = conn.inflight.popleft()
             conn.last_caught_up_ms = max(conn.last_caught_up_ms, sent_ms)
-        self._publish(conn, connected=True)
+        self._publish(conn, True)
         try:
             self._on_slave_ack(conn.broker_id, ack)
         except Exception:
             log.exception("HA master: on_slave_ack(%d, %d) failed", conn.broker_id, ack)
 
-    def _publish(self: HAMasterService, conn: _Connection, *, connected: bool) -> None:
-        assert conn.broker_id is not None
-        self._progress[conn.broker_id] = SlaveProgress(
-            broker_id=conn.broker_id,
-            ack_offset=conn.ack_offset,
-            last_caught_up_ms=conn.last_caught_up_ms,
-            connected=connected,
-            is_async_learner=conn.is_async_learner,
-            address=conn.address,
-        )
-
-    def _epoch_of(self: HAMasterService, offset: int) -> tuple[int, int, int | None] | None:
+    def _epoch_of(self, offset: int) -> tuple[int, int, int | None] | None:
         """(epoch, its start, next epoch's start or None) of the epoch holding ``offset``."""
         entries = self._store.epoch_file.entries()
         starts = [e.start_offset for e in entries]
@@ -88,12 +99,12 @@ class SlaveStreams:
         end = entries[i + 1].start_offset if i + 1 < len(entries) else None
         return entries[i].epoch, entries[i].start_offset, end
 
-    def _mark_sent(self: HAMasterService, conn: _Connection, master_max: int) -> None:
+    def _mark_sent(self, conn: _Connection, master_max: int) -> None:
         if len(conn.inflight) >= self._config.max_inflight_batches:
             conn.inflight.popleft()  # forget the oldest: caught-up only gets stricter
         conn.inflight.append((master_max, self._now_ms()))
 
-    async def _send_loop(self: HAMasterService, conn: _Connection) -> None:
+    async def send_loop(self, conn: _Connection) -> None:
         loop = asyncio.get_running_loop()
         heartbeat_s = self._config.heartbeat_interval_ms / 1000
         last_write = loop.time()
@@ -103,29 +114,29 @@ class SlaveStreams:
             store_max = self._store.max_offset
             if conn.next_offset < store_max:
                 await self._send_batch(conn, store_max)
-                sent_confirm = self._confirm_offset
+                sent_confirm = self._confirm_offset()
                 last_write = loop.time()
                 # sock_sendall/sendfile finish without yielding while the socket buffer
                 # has room: yield so a long catch-up does not starve the loop.
                 await asyncio.sleep(0)
                 continue
-            if sent_confirm != self._confirm_offset:
+            if sent_confirm != self._confirm_offset():
                 # Idle but the confirm offset moved: tell the slave now, not at the heartbeat.
                 await self._send_heartbeat(conn, store_max)
-                sent_confirm = self._confirm_offset
+                sent_confirm = self._confirm_offset()
                 last_write = loop.time()
                 continue
             remaining = last_write + heartbeat_s - loop.time()
             if remaining <= 0:
                 await self._send_heartbeat(conn, store_max)
-                sent_confirm = self._confirm_offset
+                sent_confirm = self._confirm_offset()
                 last_write = loop.time()
                 continue
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(remaining):
                     await conn.wake.wait()
 
-    async def _send_batch(self: HAMasterService, conn: _Connection, store_max: int) -> None:
+    async def _send_batch(self, conn: _Connection, store_max: int) -> None:
         offset = conn.next_offset
         epoch_info = self._epoch_of(offset)
         if epoch_info is None:
@@ -145,7 +156,7 @@ class SlaveStreams:
             offset=offset,
             epoch=epoch,
             epoch_start_offset=epoch_start,
-            confirm_offset=self._confirm_offset,
+            confirm_offset=self._confirm_offset(),
             body_size=rng.length,
         )
         # Advance first: the ack for these bytes may be processed before sendfile returns.
@@ -155,7 +166,7 @@ class SlaveStreams:
             await asyncio.get_running_loop().sock_sendall(conn.sock, header)
             await _sendfile(conn.sock, rng.fd, rng.file_position, rng.length)
 
-    async def _send_heartbeat(self: HAMasterService, conn: _Connection, store_max: int) -> None:
+    async def _send_heartbeat(self, conn: _Connection, store_max: int) -> None:
         offset = conn.next_offset
         epoch_info = self._epoch_of(offset)
         epoch, epoch_start = (
@@ -165,16 +176,16 @@ class SlaveStreams:
             offset=offset,
             epoch=epoch,
             epoch_start_offset=min(epoch_start, offset),
-            confirm_offset=self._confirm_offset,
+            confirm_offset=self._confirm_offset(),
         )
         self._mark_sent(conn, store_max)
-        await self._send(conn, frame.encode())
+        await self.send(conn, frame.encode())
 
-    async def _send(self: HAMasterService, conn: _Connection, data: bytes) -> None:
+    async def send(self, conn: _Connection, data: bytes) -> None:
         async with asyncio.timeout(self._config.write_timeout_ms / 1000):
             await asyncio.get_running_loop().sock_sendall(conn.sock, data)
 
-    async def _read_frame(self: HAMasterService, conn: _Connection) -> SlaveFrame:
+    async def read_frame(self, conn: _Connection) -> SlaveFrame:
         loop = asyncio.get_running_loop()
         while True:
             event = conn.decoder.next_event()

@@ -26,9 +26,13 @@ import mmap
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
+from .checkpoint import StoreCheckpoint
 from .commitlog import CommitLog
+from .config import StoreConfig
 from .consume_queue import ConsumeQueueSet, describe_unindexed
+from .epoch_file import EpochFile
 from .message import RecordIndex
 from .message_scan import ScanStop, scan_records
 
@@ -228,3 +232,45 @@ def _all_zero(commitlog: CommitLog, start: int, end: int) -> bool:
             return not chunk
         pos += len(chunk)
     return True
+
+
+def recover_store(
+    root: Path,
+    config: StoreConfig,
+    commitlog: CommitLog,
+    queues: ConsumeQueueSet,
+    checkpoint: StoreCheckpoint,
+    epoch_file: EpochFile,
+) -> RecoveryReport:
+    """Steps 1-5 of the module docstring, and the metadata made to agree with the
+    recovered end (confirmOffset clamped, epoch entries past the end dropped)."""
+    report = recover(
+        commitlog,
+        queues,
+        checkpoint_offset=checkpoint.recover_offset if checkpoint.loaded_from_disk else None,
+        verify_crc=config.verify_crc_on_recover,
+        max_record_bytes=config.max_message_bytes,
+    )
+    # Step 5: the recovered state is durable before anything is served.
+    commitlog.sync_range(report.scan_from, report.end)
+    queues.sync()
+    checkpoint.recover_offset = report.end
+    if checkpoint.confirm_offset > report.end:
+        log.warning(
+            "confirmOffset %d is beyond the recovered log end %d; clamping",
+            checkpoint.confirm_offset, report.end,
+        )  # fmt: skip
+        checkpoint.confirm_offset = report.end
+    checkpoint.save()
+    last = epoch_file.last_entry()
+    if last is not None and last.start_offset > report.end:
+        log.warning(
+            "epoch entries start beyond the recovered log end %d; dropping them: %s",
+            report.end, [e for e in epoch_file.entries() if e.start_offset > report.end],
+        )  # fmt: skip
+        epoch_file.truncate_suffix(report.end + 1)
+    log.info(
+        "store %s recovered: log [%d, %d), scanned from %d, %d records re-indexed",
+        root, commitlog.min_offset, report.end, report.scan_from, report.records_dispatched,
+    )  # fmt: skip
+    return report

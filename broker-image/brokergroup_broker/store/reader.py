@@ -1,44 +1,67 @@
-"""The read side of the message store: byte ranges for the HA master's
-sendfile, messages of a queue for pulls (decoded through `message_scan`),
-queue offsets and counts. A mixin of `MessageStore`, which holds the state."""
+"""The read side of the store: byte ranges for the HA master's sendfile, messages of a
+queue for pulls (decoded through `message_scan`), queue offsets and counts. Serves
+only what is durable per the flush policy (`serve_end`)."""
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
-from .errors import (
-    StoreCorruption,
-)
+from .appender import Appender
+from .commitlog import CommitLog
+from .config import FlushDiskType, StoreConfig
+from .consume_queue import ConsumeQueueSet
+from .durability import Durability
+from .errors import StoreCorruption
+from .health import StoreHealth
+from .locks import StoreLocks
 from .message import FileRange, StoredMessage
 from .message_scan import decode_record
-
-if TYPE_CHECKING:
-    from .store import MessageStore
-
-from .store_state import StoreState
 
 _MAX_READ_SPAN_BYTES = 1 << 20
 
 log = logging.getLogger(__name__)
 
 
-class StoreReads(StoreState):
-    # -- reads ----------------------------------------------------------------------------
-    def read_range(self: MessageStore, offset: int, max_bytes: int) -> FileRange | None:
-        """Bytes from `offset` inside ONE segment, for os.sendfile; None when nothing is there."""
-        with self._lock:
-            self._check_open()
-            return self.commitlog.file_range(offset, max_bytes, self.commitlog.max_offset)
+class Reader:
+    def __init__(
+        self,
+        config: StoreConfig,
+        locks: StoreLocks,
+        health: StoreHealth,
+        commitlog: CommitLog,
+        queues: ConsumeQueueSet,
+        appender: Appender,
+        durability: Durability,
+    ) -> None:
+        self._config = config
+        self._locks = locks
+        self._health = health
+        self._commitlog = commitlog
+        self._queues = queues
+        self._appender = appender
+        self._durability = durability
 
-    def read_bytes(self: MessageStore, offset: int, max_bytes: int) -> bytes:
+    def serve_end(self) -> int:
+        """End of what consumers may be served: on SYNC_FLUSH only durable whole records."""
+        if self._config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
+            return min(self._durability.flushed_offset, self._appender.last_record_end)
+        return self._appender.last_record_end
+
+    # -- reads ----------------------------------------------------------------------------
+    def read_range(self, offset: int, max_bytes: int) -> FileRange | None:
+        """Bytes from `offset` inside ONE segment, for os.sendfile; None when nothing is there."""
+        with self._locks.write:
+            self._health.check_open()
+            return self._commitlog.file_range(offset, max_bytes, self._commitlog.max_offset)
+
+    def read_bytes(self, offset: int, max_bytes: int) -> bytes:
         """The bytes `read_range` describes, copied."""
-        with self._lock:
-            self._check_open()
-            return self.commitlog.read(offset, max_bytes, self.commitlog.max_offset)
+        with self._locks.write:
+            self._health.check_open()
+            return self._commitlog.read(offset, max_bytes, self._commitlog.max_offset)
 
     def get_messages(
-        self: MessageStore,
+        self,
         topic: str,
         queue_id: int,
         queue_offset: int,
@@ -47,12 +70,12 @@ class StoreReads(StoreState):
     ) -> list[StoredMessage]:
         """Messages from `queue_offset` on, stopping before the first record that ends after
         `max_physical_offset` (confirmOffset) or after what is servable (module docstring)."""
-        with self._lock:
-            self._check_open()
-            cq = self.queues.get(topic, queue_id)
+        with self._locks.write:
+            self._health.check_open()
+            cq = self._queues.get(topic, queue_id)
             if cq is None or max_count <= 0:
                 return []
-            bound = min(max_physical_offset, self._serve_end())
+            bound = min(max_physical_offset, self.serve_end())
             entries: list[tuple[int, int, int]] = []
             index = max(queue_offset, cq.min_offset)
             while len(entries) < max_count:
@@ -68,12 +91,10 @@ class StoreReads(StoreState):
                 usable += 1
             return self._read_records(entries[:usable])
 
-    def _read_records(
-        self: MessageStore, entries: list[tuple[int, int, int]]
-    ) -> list[StoredMessage]:
+    def _read_records(self, entries: list[tuple[int, int, int]]) -> list[StoredMessage]:
         out: list[StoredMessage] = []
         i = 0
-        seg_bytes = self.commitlog.segment_bytes
+        seg_bytes = self._commitlog.segment_bytes
         while i < len(entries):
             first = entries[i][0]
             seg_end = first - first % seg_bytes + seg_bytes
@@ -86,7 +107,7 @@ class StoreReads(StoreState):
                     break
                 j += 1
                 span_end = off + size
-            data = self.commitlog.read_exact(first, span_end - first)
+            data = self._commitlog.read_exact(first, span_end - first)
             for off, size, _ in entries[i : j + 1]:
                 msg = decode_record(data, off - first)
                 if msg.physical_offset != off or msg.size != size:
@@ -99,19 +120,19 @@ class StoreReads(StoreState):
         return out
 
     def queue_offset_range(
-        self: MessageStore, topic: str, queue_id: int, max_physical_offset: int | None = None
+        self, topic: str, queue_id: int, max_physical_offset: int | None = None
     ) -> tuple[int, int]:
         """(min, max) queue offsets; max is the next offset to be written, or, given
         `max_physical_offset`, the first whose record ends after it."""
-        with self._lock:
-            cq = self.queues.get(topic, queue_id)
+        with self._locks.write:
+            cq = self._queues.get(topic, queue_id)
             if cq is None:
                 return (0, 0)
             if max_physical_offset is None:
                 return (cq.min_offset, cq.max_offset)
             return (cq.min_offset, cq.count_ending_at_or_before(max_physical_offset))
 
-    def queue_count(self: MessageStore, topic: str) -> int:
+    def queue_count(self, topic: str) -> int:
         """Queues of a known topic: at least default_queue_count; 0 for an unknown topic."""
-        n = self.queues.queue_count(topic)
-        return max(n, self.config.default_queue_count) if n else 0
+        n = self._queues.queue_count(topic)
+        return max(n, self._config.default_queue_count) if n else 0

@@ -1,0 +1,77 @@
+"""Consumer offsets from peers (seed RIP-32): a new master takes newer offsets from
+every live peer before going online; a slave copies the master's every second
+(RocketMQ's SlaveSynchronize), so a new master never rolls them back."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import aiohttp
+
+from brokergroup_broker.core import role as roles
+from brokergroup_broker.core.broker_settings import (
+    _CONSUMER_OFFSET_SYNC_MS,
+    _PEER_HTTP_TIMEOUT_S,
+    http_address_of,
+)
+from brokergroup_broker.core.role_core import RoleCore
+from brokergroup_broker.store.consumer_offsets import ConsumerOffsetSnapshot, ConsumerOffsetStore
+from brokergroup_controller.api import ReplicaInfo
+
+log = logging.getLogger(__name__)
+
+
+class PeerOffsets:
+    def __init__(
+        self,
+        *,
+        broker_id: int,
+        session: aiohttp.ClientSession,
+        offsets: ConsumerOffsetStore,
+        role: RoleCore,
+    ) -> None:
+        self._broker_id = broker_id
+        self._session = session
+        self._offsets = offsets
+        self._role = role
+
+    async def pre_online(self, info: ReplicaInfo) -> None:
+        """RIP-32 pre-online: before taking writes, merge newer consumer
+        offsets from every live peer (an acting master may have moved them)."""
+        peers = [
+            b.address
+            for b in info.brokers
+            if b.alive and b.broker_id != self._broker_id and b.address
+        ]
+        if not peers:
+            return
+        snapshots = await asyncio.gather(*(self._fetch(a) for a in peers))
+        for snapshot in snapshots:
+            if snapshot is not None and self._offsets.merge_newer(snapshot):
+                log.info(
+                    "took newer consumer offsets (version %s) before going online", snapshot.version
+                )
+
+    async def slave_sync_loop(self) -> None:
+        """Slaves copy the master's consumer offsets (newer versions only)."""
+        while True:
+            await asyncio.sleep(_CONSUMER_OFFSET_SYNC_MS / 1000)
+            state = self._role.state
+            if state.role is roles.Role.SLAVE and state.master_address:
+                snapshot = await self._fetch(state.master_address)
+                if snapshot is not None:
+                    self._offsets.merge_newer(snapshot)
+
+    async def _fetch(self, client_address: str) -> ConsumerOffsetSnapshot | None:
+        url = f"http://{http_address_of(client_address)}/v1/consumer-offsets"
+        try:
+            async with self._session.get(
+                url, timeout=aiohttp.ClientTimeout(total=_PEER_HTTP_TIMEOUT_S)
+            ) as response:
+                if response.status != 200:
+                    return None
+                return ConsumerOffsetSnapshot.from_json(await response.json())
+        except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
+            log.debug("consumer offsets from %s: %s", client_address, exc)
+            return None
