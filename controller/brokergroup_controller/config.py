@@ -66,6 +66,13 @@ class ControllerConfig:
     raft_fsync: bool = True
     """fdatasync the Raft journal before acknowledging (power-loss safe)."""
     dns_cache_ms: int = 2000
+    namesrv_port: int = 9876
+    """RocketMQ name server port (docs/controller.md "Name server"); 0 turns it off."""
+    namesrv_bind_address: str | None = None
+    """Bind host of the name server; None = the HTTP API's bind address."""
+    namesrv_key_file: str | None = None
+    """JSON file with the clients' accessKey/secretKey (namesrv/keys.py); without it the
+    name server runs only under insecure_no_auth."""
 
     @property
     def self_address(self) -> str:
@@ -101,6 +108,8 @@ class ControllerConfig:
             raise ValueError(f"--node-id {self.node_id} is not in 1..{len(self.peers)}")
         if not 0 < self.api_port < 65536:
             raise ValueError(f"apiPort {self.api_port} is not a TCP port")
+        if not 0 <= self.namesrv_port < 65536:
+            raise ValueError(f"namesrvPort {self.namesrv_port} is not a TCP port (0: off)")
         if self.insecure_no_auth and (self.token is not None or self.raft_password is not None):
             raise ValueError("--insecure-no-auth cannot be combined with a token or Raft password")
         if self.token is None and not self.insecure_no_auth:
@@ -133,7 +142,7 @@ def _camel(name: str) -> str:
 
 _CONFIG_FIELDS = {_camel(f.name): f for f in fields(ControllerConfig)}
 # Identity and secrets come from flags and files, never from controller.json.
-_FILE_ONLY_EXCLUDED = {"token", "raftPassword", "nodeId", "peers"}
+_FILE_ONLY_EXCLUDED = {"token", "raftPassword", "nodeId", "peers", "namesrvKeyFile"}
 
 
 def config_from_sources(
@@ -197,6 +206,8 @@ def load_config(
     token_file: str | None = None,
     raft_password_file: str | None = None,
     insecure_no_auth: bool = False,
+    namesrv_key_file: str | None = None,
+    namesrv_port: int | None = None,
 ) -> ControllerConfig:
     file_values: dict[str, Any] = {}
     if config_path:
@@ -209,6 +220,8 @@ def load_config(
     raft_password = (
         read_secret_file(raft_password_file, "Raft password") if raft_password_file else None
     )
+    if namesrv_key_file:
+        _read_namesrv_keys(namesrv_key_file)  # a broken key file stops start-up here
     return config_from_sources(
         file_values,
         {
@@ -221,5 +234,13 @@ def load_config(
             "token": token,
             "raft_password": raft_password,
             "insecure_no_auth": insecure_no_auth or None,
+            "namesrv_key_file": os.path.abspath(namesrv_key_file) if namesrv_key_file else None,
+            "namesrv_port": namesrv_port,
         },
     )
+
+
+def _read_namesrv_keys(path: str) -> None:
+    from brokergroup_controller.namesrv.keys import read_key_file
+
+    read_key_file(path)
