@@ -60,7 +60,7 @@ cluster-down: $(STAMP)
 
 # The whole test suite: lint, types, layers, then every tier that can run here
 # (unit, integration, and the cluster tier on a real kube-apiserver).
-test: lint k8s-tools rocketmq-client
+test: lint k8s-tools rocketmq-client rocketmq-servers
 	$(BIN)/pytest -q -p no:cacheprovider tests
 
 # The project image (broker-image/Dockerfile) where a container engine answers;
