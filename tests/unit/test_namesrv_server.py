@@ -283,6 +283,13 @@ async def test_json_and_compressed_registrations_give_the_same_route(
         )
         assert answer.code == ResponseCode.SUCCESS
         assert await route(address) == compressed_route
+        # What a 5.3.1 broker with compressedRegister=true sends: the zlib body under
+        # compressed=false (BrokerOuterAPI); recognized by the zlib header.
+        assert server.registry.unregister("DefaultCluster", A1, "broker-a")
+        as_sent = register_fields(A1, 0, bodyCrc32=str(zlib.crc32(body) & 0x7FFFFFFF))
+        answer = await broker.invoke(request(RequestCode.REGISTER_BROKER, 0, as_sent, body), 5)
+        assert answer.code == ResponseCode.SUCCESS, answer.remark
+        assert await route(address) == compressed_route
     finally:
         await broker.close()
     assert compressed_route == (

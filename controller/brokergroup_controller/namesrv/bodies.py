@@ -4,8 +4,8 @@ Header fields come from a request's extFields (`RemotingCommand.fields()`, the v
 signature covers). Missing or malformed fields raise `BadRequest` with the field's name,
 which the server answers as RocketMQ answers a RemotingCommandException: SYSTEM_ERROR with
 the reason. REGISTER_BROKER's body is RegisterBrokerBody (remoting/protocol/body,
-5.3.1): JSON when the header says `compressed=false` (the broker default), else a zlib
-stream of length-prefixed parts (DataVersion JSON, N × TopicConfig.encode() strings,
+5.3.1): JSON (the broker default), or with compressedRegister=true a zlib stream (recognized
+by its header: 5.3.1 brokers send it with `compressed=false`) of length-prefixed parts (DataVersion JSON, N × TopicConfig.encode() strings,
 filter-server JSON, topic-queue mappings, which routes do not use). Decompression is bounded
 so a small body cannot inflate without limit.
 """
@@ -236,7 +236,7 @@ def decode_register_body(
     """RegisterBrokerBody → (its DataVersion, its topic configs by name)."""
     if not body:
         return DataVersion(), {}
-    if compressed:
+    if compressed or _zlib_header(body):
         return _decode_compressed(body)
     obj = _json(body, "RegisterBrokerBody")
     if not isinstance(obj, dict):
@@ -247,6 +247,19 @@ def decode_register_body(
     if not isinstance(wrapper, dict):
         raise BadRequest("topicConfigSerializeWrapper must be a JSON object")
     return data_version(wrapper.get("dataVersion")), _topics(wrapper.get("topicConfigTable"))
+
+
+def _zlib_header(body: bytes) -> bool:
+    """A zlib stream's first two bytes (deflate, window ≤ 32 KiB, FCHECK): a 5.3.1 broker with
+    compressedRegister=true sends its compressed body with `compressed=false` in the header
+    (BrokerOuterAPI.registerBrokerAll), which RocketMQ's own name server then fails to parse.
+    JSON never starts so ('{' is 0x7B), so sniffing is unambiguous."""
+    return (
+        len(body) >= 2
+        and body[0] & 0x0F == 8
+        and body[0] >> 4 <= 7
+        and (body[0] << 8 | body[1]) % 31 == 0
+    )
 
 
 class _Inflated:
