@@ -1,9 +1,10 @@
 """Stock RocketMQ 5.3.1 broker, mqadmin and clients against the controllers' name server.
 
 Three real controller processes (127.0.7.1-3) serve the name server on port 9876 with a key
-pair. A stock RocketMQ 5.3.1 broker (org.apache.rocketmq.broker.BrokerStartup from the jars
-`tools/rocketmq/fetch.sh server` caches; a plain brokerId-0 master signing with
-innerClientAuthenticationCredentials) registers with all three. Then the stock tools and
+pair. Two stock RocketMQ 5.3.1 brokers (org.apache.rocketmq.broker.BrokerStartup from the
+jars `tools/rocketmq/fetch.sh server` caches; plain brokerId-0 masters signing with
+innerClientAuthenticationCredentials, one registering JSON bodies, one zlib-compressed ones)
+register with all three. Then the stock tools and
 client work through our routes: `mqadmin clusterList`, `updateTopic`, `topicRoute` and
 `topicList`, and a DefaultMQProducer sends and a DefaultLitePullConsumer receives every
 message (tests/integration/namesrv_java/NamesrvClient.java, AclClientRPCHook). An mqadmin
@@ -27,6 +28,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -153,9 +155,9 @@ def controllers(tmp_path_factory: pytest.TempPathFactory, java: Java) -> Iterato
         yield cluster
 
 
-def free_broker_port() -> int:
+def free_broker_port(start: int) -> int:
     """A listenPort whose fast port (-2) and HA port (+1) are free too."""
-    for port in range(31911, 39911, 100):
+    for port in range(start, start + 8000, 100):
         try:
             for p in (port - 2, port, port + 1):
                 with socket.socket() as s:
@@ -163,7 +165,7 @@ def free_broker_port() -> int:
             return port
         except OSError:
             continue
-    pytest.skip("no free broker port in 31909..39912")
+    pytest.skip(f"no free broker port in {start - 2}..{start + 8000}")
 
 
 async def namesrv_call(address: str, code: int, fields: dict[str, str] | None = None) -> bytes:
@@ -182,10 +184,8 @@ class StockBroker:
     log: Path
 
 
-@pytest.fixture(scope="module")
-def stock_broker(java: Java, controllers: KeyedControllers) -> Iterator[StockBroker]:
-    port = free_broker_port()
-    work = java.work / "broker"
+def launch_broker(java: Java, name: str, port: int, *, compressed: bool) -> subprocess.Popen[bytes]:
+    work = java.work / name
     (work / "home" / "conf").mkdir(parents=True)
     conf = work / "broker.conf"
     credentials = json.dumps({"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY})
@@ -193,7 +193,7 @@ def stock_broker(java: Java, controllers: KeyedControllers) -> Iterator[StockBro
         "\n".join(
             [
                 "brokerClusterName=DefaultCluster",
-                "brokerName=stock-a",
+                f"brokerName={name}",
                 "brokerId=0",
                 f"listenPort={port}",
                 f"namesrvAddr={NAMESRV}",
@@ -204,6 +204,8 @@ def stock_broker(java: Java, controllers: KeyedControllers) -> Iterator[StockBro
                 "mappedFileSizeCommitLog=67108864",
                 "autoCreateTopicEnable=true",
                 "diskMaxUsedSpaceRatio=98",
+                # RegisterBrokerBody as JSON (the default) or as the zlib stream.
+                f"compressedRegister={'true' if compressed else 'false'}",
                 # The broker signs its name server requests with these (BrokerOuterAPI); its
                 # auth module needs a metadata store to hold them as its inner user.
                 f"innerClientAuthenticationCredentials={credentials}",
@@ -214,9 +216,8 @@ def stock_broker(java: Java, controllers: KeyedControllers) -> Iterator[StockBro
         )
         + "\n"
     )
-    log = work / "broker.out"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
+    with (work / "broker.out").open("wb") as out:
+        return subprocess.Popen(
             [
                 "java",
                 "-Xms256m",
@@ -233,96 +234,120 @@ def stock_broker(java: Java, controllers: KeyedControllers) -> Iterator[StockBro
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
         )
-    address = f"{BROKER_HOST}:{port}"
+
+
+@pytest.fixture(scope="module")
+def stock_brokers(java: Java, controllers: KeyedControllers) -> Iterator[dict[str, StockBroker]]:
+    """stock-a registers JSON bodies, stock-z zlib-compressed ones."""
+    port_a = free_broker_port(31911)
+    port_z = free_broker_port(port_a + 100)
+    brokers = {
+        "stock-a": StockBroker(f"{BROKER_HOST}:{port_a}", java.work / "stock-a" / "broker.out"),
+        "stock-z": StockBroker(f"{BROKER_HOST}:{port_z}", java.work / "stock-z" / "broker.out"),
+    }
+    procs = [
+        launch_broker(java, "stock-a", port_a, compressed=False),
+        launch_broker(java, "stock-z", port_z, compressed=True),
+    ]
     try:
         deadline = time.monotonic() + 180
         registered = False
-        while time.monotonic() < deadline and proc.poll() is None:
+        while time.monotonic() < deadline and all(p.poll() is None for p in procs):
             info = json.loads(
                 asyncio.run(
                     namesrv_call(f"127.0.{BLOCK}.1:9876", RequestCode.GET_BROKER_CLUSTER_INFO)
                 )
             )
-            if "stock-a" in info["brokerAddrTable"]:
+            if set(info["brokerAddrTable"]) == set(brokers):
                 registered = True
                 break
             time.sleep(1)
         if not registered:
-            tail = log.read_text(errors="replace")[-4000:]
-            pytest.fail(f"the stock broker never registered (exit {proc.poll()}):\n{tail}")
-        yield StockBroker(address, log)
+            tails = "\n".join(b.log.read_text(errors="replace")[-3000:] for b in brokers.values())
+            pytest.fail(
+                f"the stock brokers never registered ({[p.poll() for p in procs]}):\n{tails}"
+            )
+        yield brokers
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
 
 
-def test_the_stock_broker_registers_with_every_node(stock_broker: StockBroker) -> None:
+def test_the_stock_brokers_register_with_every_node(
+    stock_brokers: dict[str, StockBroker],
+) -> None:
     for node in (1, 2, 3):
         info = json.loads(
             asyncio.run(
                 namesrv_call(f"127.0.{BLOCK}.{node}:9876", RequestCode.GET_BROKER_CLUSTER_INFO)
             )
         )
-        assert info["clusterAddrTable"] == {"DefaultCluster": ["stock-a"]}
-        assert info["brokerAddrTable"]["stock-a"]["brokerAddrs"] == {"0": stock_broker.address}
+        assert info["clusterAddrTable"] == {"DefaultCluster": ["stock-a", "stock-z"]}
+        for name, broker in stock_brokers.items():
+            assert info["brokerAddrTable"][name]["brokerAddrs"] == {"0": broker.address}
+
+
+def mqadmin_route(java: Java, topic: str, brokers: int) -> dict[str, Any]:
+    """`mqadmin topicRoute` once `brokers` groups serve `topic`: each broker announces a new
+    topic with its next registration, so wait for them (bounded)."""
+    deadline = time.monotonic() + 60
+    text = ""
+    while time.monotonic() < deadline:
+        text = java.mqadmin("topicRoute", "-t", topic)
+        if text.count('"brokerName"') >= 2 * brokers:  # one in brokerDatas, one in queueDatas
+            break
+        time.sleep(1)
+    start = text.index("{")
+    # fastjson prints Long map keys bare ({0:"addr"}); quote them to read it as JSON.
+    body = re.sub(r"([{,]\s*)(\d+)(\s*:)", r'\1"\2"\3', text[start : text.rindex("}") + 1])
+    route: dict[str, Any] = json.loads(body)
+    return route
 
 
 def test_mqadmin_cluster_list_update_topic_topic_route_and_topic_list(
-    java: Java, stock_broker: StockBroker
+    java: Java, stock_brokers: dict[str, StockBroker]
 ) -> None:
     clusters = java.mqadmin("clusterList")
-    assert "stock-a" in clusters and stock_broker.address in clusters, clusters
+    for name, broker in stock_brokers.items():
+        assert name in clusters and broker.address in clusters, clusters
 
     created = java.mqadmin(
         "updateTopic", "-c", "DefaultCluster", "-t", "NsOrders", "-r", "4", "-w", "4"
     )
-    assert f"create topic to {stock_broker.address} success" in created, created
+    for broker in stock_brokers.values():
+        assert f"create topic to {broker.address} success" in created, created
 
-    # The broker announces the new topic with its next registration; wait for it (bounded).
-    deadline = time.monotonic() + 60
-    route_text = ""
-    while time.monotonic() < deadline:
-        route_text = java.mqadmin("topicRoute", "-t", "NsOrders")
-        if '"brokerAddrs"' in route_text:
-            break
-        time.sleep(1)
-    start = route_text.index("{")
-    # fastjson prints Long map keys bare ({0:"addr"}); quote them to read it as JSON.
-    text = re.sub(
-        r"([{,]\s*)(\d+)(\s*:)", r'\1"\2"\3', route_text[start : route_text.rindex("}") + 1]
-    )
-    route = json.loads(text)
-    assert route["brokerDatas"] == [
+    route = mqadmin_route(java, "NsOrders", brokers=2)
+    assert sorted(route["brokerDatas"], key=lambda d: d["brokerName"]) == [
         {
-            "brokerAddrs": {"0": stock_broker.address},
-            "brokerName": "stock-a",
+            "brokerAddrs": {"0": broker.address},
+            "brokerName": name,
             "cluster": "DefaultCluster",
             "enableActingMaster": False,
         }
+        for name, broker in sorted(stock_brokers.items())
     ]
-    assert [
+    assert sorted(
         (q["brokerName"], q["readQueueNums"], q["writeQueueNums"]) for q in route["queueDatas"]
-    ] == [("stock-a", 4, 4)]
+    ) == [("stock-a", 4, 4), ("stock-z", 4, 4)]
     topics = java.mqadmin("topicList").split()
     assert "NsOrders" in topics and "TBW102" in topics
 
 
 def test_a_stock_producer_and_consumer_route_through_the_name_server(
-    java: Java, stock_broker: StockBroker
+    java: Java, stock_brokers: dict[str, StockBroker]
 ) -> None:
     created = java.mqadmin(
         "updateTopic", "-c", "DefaultCluster", "-t", "NsFlow", "-r", "2", "-w", "2"
     )
-    assert "success" in created, created
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if '"brokerAddrs"' in java.mqadmin("topicRoute", "-t", "NsFlow"):
-            break
-        time.sleep(1)
+    assert created.count("success") == len(stock_brokers), created
+    mqadmin_route(java, "NsFlow", brokers=len(stock_brokers))
     sent = java.client("produce", "NsFlow", "20")
     assert sent.returncode == 0, sent.stdout + sent.stderr
     bodies = [
@@ -339,7 +364,7 @@ def test_a_stock_producer_and_consumer_route_through_the_name_server(
     assert sorted(got) == sorted(bodies)
 
 
-def test_mqadmin_without_keys_is_refused(java: Java, stock_broker: StockBroker) -> None:
+def test_mqadmin_without_keys_is_refused(java: Java, stock_brokers: dict[str, StockBroker]) -> None:
     out = java.mqadmin("topicList", keys=False)
     assert "TBW102" not in out.split()
     assert "NO_PERMISSION" in out or "CODE: 16" in out, out
