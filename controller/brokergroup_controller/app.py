@@ -13,7 +13,7 @@ import signal
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 from prometheus_client import generate_latest
@@ -45,6 +45,9 @@ from brokergroup_controller.request_parsing import (
 )
 from brokergroup_controller.rocketmq_front import ControllerRemoting, start_remoting_front
 from brokergroup_controller.server import ControllerService
+
+if TYPE_CHECKING:
+    from brokergroup_controller.namesrv.server import NameServer
 
 log = logging.getLogger(__name__)
 
@@ -211,6 +214,15 @@ def create_app(
 SERVICE_KEY = web.AppKey("service", ControllerService)
 
 
+async def _start_name_server(
+    config: ControllerConfig, node: ControllerRaftNode
+) -> NameServer | None:
+    """The RocketMQ name server role (port 9876) beside the HTTP API."""
+    from brokergroup_controller.namesrv.serve import start_name_server
+
+    return await start_name_server(config, node)
+
+
 async def serve(config: ControllerConfig, *, stop: asyncio.Event | None = None) -> None:
     """Run one node until `stop` is set (or SIGTERM/SIGINT)."""
     node = ControllerRaftNode(config.raft_settings())
@@ -229,6 +241,7 @@ async def serve(config: ControllerConfig, *, stop: asyncio.Event | None = None) 
         config.data_dir,
     )
     remoting = await _start_remoting(config, app[SERVICE_KEY])
+    name_server = await _start_name_server(config, node)
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -239,6 +252,8 @@ async def serve(config: ControllerConfig, *, stop: asyncio.Event | None = None) 
     finally:
         if remoting is not None:
             await remoting.close()
+        if name_server is not None:
+            await name_server.close()
         await runner.cleanup()
         await asyncio.to_thread(node.stop)
 

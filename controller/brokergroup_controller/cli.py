@@ -43,6 +43,13 @@ def register(subparsers: Any) -> None:
         help="file holding the Raft port's shared secret (frames authenticated before decoding)",
     )
     controller.add_argument(
+        "--namesrv-port", type=int, default=None, help="RocketMQ name server port (9876; 0: off)"
+    )
+    controller.add_argument(
+        "--namesrv-key-file",
+        help="JSON accessKey/secretKey the name server (port 9876) checks signatures with",
+    )
+    controller.add_argument(
         "--insecure-no-auth",
         action="store_true",
         help="dev only: no API token and an unauthenticated Raft port",
@@ -146,6 +153,8 @@ def _run_controller(args: argparse.Namespace) -> int:
             insecure_no_auth=args.insecure_no_auth,
             remoting_port=args.remoting_port,
             remoting_credentials_file=args.remoting_credentials_file,
+            namesrv_key_file=args.namesrv_key_file,
+            namesrv_port=args.namesrv_port,
         )
     except (OSError, ValueError) as exc:
         sys.stderr.write(f"brokergroup controller: invalid configuration: {exc}\n")

@@ -73,6 +73,13 @@ class ControllerConfig:
     remoting_credentials_file: str | None = None
     """JSON {"accessKey", "secretKey"} every remoting request must be signed with; without
     it the remoting port stays closed unless insecure_no_auth."""
+    namesrv_port: int = 9876
+    """RocketMQ name server port (docs/controller.md "Name server"); 0 turns it off."""
+    namesrv_bind_address: str | None = None
+    """Bind host of the name server; None = the HTTP API's bind address."""
+    namesrv_key_file: str | None = None
+    """JSON file with the clients' accessKey/secretKey (namesrv_keys.py); without it the
+    name server runs only under insecure_no_auth."""
 
     @property
     def self_address(self) -> str:
@@ -110,6 +117,10 @@ class ControllerConfig:
             raise ValueError(f"apiPort {self.api_port} is not a TCP port")
         if not 0 <= self.remoting_port < 65536 or self.remoting_port == self.api_port:
             raise ValueError(f"remotingPort {self.remoting_port} is not a free TCP port (0: off)")
+        if not 0 <= self.namesrv_port < 65536:
+            raise ValueError(f"namesrvPort {self.namesrv_port} is not a TCP port (0: off)")
+        if self.namesrv_port and self.namesrv_port in (self.api_port, self.remoting_port):
+            raise ValueError(f"namesrvPort {self.namesrv_port} is already the API or remoting port")
         if self.insecure_no_auth and (self.token is not None or self.raft_password is not None):
             raise ValueError("--insecure-no-auth cannot be combined with a token or Raft password")
         if self.token is None and not self.insecure_no_auth:
@@ -142,7 +153,7 @@ def _camel(name: str) -> str:
 
 _CONFIG_FIELDS = {_camel(f.name): f for f in fields(ControllerConfig)}
 # Identity and secrets come from flags and files, never from controller.json.
-_FILE_ONLY_EXCLUDED = {"token", "raftPassword", "nodeId", "peers"}
+_FILE_ONLY_EXCLUDED = {"token", "raftPassword", "nodeId", "peers", "namesrvKeyFile"}
 
 
 def config_from_sources(
@@ -208,6 +219,8 @@ def load_config(
     insecure_no_auth: bool = False,
     remoting_port: int | None = None,
     remoting_credentials_file: str | None = None,
+    namesrv_key_file: str | None = None,
+    namesrv_port: int | None = None,
 ) -> ControllerConfig:
     file_values: dict[str, Any] = {}
     if config_path:
@@ -220,6 +233,8 @@ def load_config(
     raft_password = (
         read_secret_file(raft_password_file, "Raft password") if raft_password_file else None
     )
+    if namesrv_key_file:
+        _read_namesrv_keys(namesrv_key_file)  # a broken key file stops start-up here
     return config_from_sources(
         file_values,
         {
@@ -235,5 +250,13 @@ def load_config(
             "remoting_port": remoting_port,
             "remoting_credentials_file": remoting_credentials_file
             and os.path.abspath(remoting_credentials_file),
+            "namesrv_key_file": os.path.abspath(namesrv_key_file) if namesrv_key_file else None,
+            "namesrv_port": namesrv_port,
         },
     )
+
+
+def _read_namesrv_keys(path: str) -> None:
+    from brokergroup_controller.namesrv_keys import read_key_file
+
+    read_key_file(path)

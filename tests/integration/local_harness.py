@@ -29,6 +29,7 @@ TEST_SETTINGS = (
     "local.stopTimeoutMs=3000",
     "local.controllerApiPort=19878",
     "local.controllerRaftPort=19880",
+    "local.namesrvPort=19876",
     "local.brokerClientPort=20911",
 )
 CONTROLLER_API_ADDRESSES = "127.0.1.1:19878,127.0.1.2:19878,127.0.1.3:19878"

@@ -94,6 +94,8 @@ def test_controller_argv(tmp_path: Path) -> None:
         "--api-port", "9878", "--bind-address", "127.0.1.2",
         "--token-file", str(tmp_path / "token"),
         "--raft-password-file", str(tmp_path / "raft-password"),
+        "--namesrv-key-file", str(tmp_path / "namesrv-keys.json"),
+        "--namesrv-port", "9876",
     ]  # fmt: skip
     with_settings = build_config(tmp_path, 3, ["local.launcher=bg", "controller.a=1"])
     assert controller_argv(with_settings, Layout(tmp_path), 1)[-2:] == [

@@ -255,13 +255,26 @@ def _snapshot(layout: Layout) -> StatusSnapshot:
     return asyncio.run(take())
 
 
-def cmd_status(args: argparse.Namespace) -> int:
+def _namesrv_fields(layout: Layout) -> dict[str, object]:
+    """Where a RocketMQ client finds the group, and the key pair it signs with."""
+    config, _ = _load(layout)
+    fields: dict[str, object] = {"namesrvAddress": config.namesrv_address}
     try:
-        snapshot = _snapshot(_layout(args))
+        keys = json.loads(layout.namesrv_key_file.read_text())
+        fields.update(accessKey=keys["accessKey"], secretKey=keys["secretKey"])
+    except (OSError, ValueError, KeyError, TypeError):
+        fields.update(accessKey=None, secretKey=None)
+    return fields
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    layout = _layout(args)
+    try:
+        snapshot = _snapshot(layout)
     except LocalError as exc:
         return _fail(str(exc))
     if args.json:
-        print(json.dumps(snapshot.to_json(), indent=2))
+        print(json.dumps({**snapshot.to_json(), **_namesrv_fields(layout)}, indent=2))
     else:
         print(render_text(snapshot))
     return 0

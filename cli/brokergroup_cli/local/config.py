@@ -53,6 +53,8 @@ class LocalConfig:
 
     controller_raft_port: int = 9880
     controller_api_port: int = 9878
+    namesrv_port: int = 9876
+    """RocketMQ name server of every controller node (its own 127.0.1.x)."""
 
     broker_first_host: str = "127.0.0.10"
     broker_last_host: str = "127.0.0.254"
@@ -134,6 +136,7 @@ class LocalConfig:
         for name, port in (
             ("controllerRaftPort", self.controller_raft_port),
             ("controllerApiPort", self.controller_api_port),
+            ("namesrvPort", self.namesrv_port),
             ("brokerClientPort", self.broker_client_port),
         ):
             if not 1 <= port <= 65533:
@@ -170,6 +173,11 @@ class LocalConfig:
     @property
     def controller_api_addresses(self) -> tuple[str, ...]:
         return tuple(f"{h}:{self.controller_api_port}" for h in self.controller_hosts)
+
+    @property
+    def namesrv_address(self) -> str:
+        """RocketMQ's namesrvAddr: every node's name server, ';'-separated."""
+        return ";".join(f"{h}:{self.namesrv_port}" for h in self.controller_hosts)
 
     def broker_http_port(self) -> int:
         return self.broker_client_port + 2

@@ -5,6 +5,7 @@ Files under DIR (`--dir`, default ~/.brokergroup/local):
     token                    bearer token of the controllers' mutating API (0600)
     raft-password            shared secret of the controllers' Raft port (0600)
     ha-secret                HMAC key brokers prove on the HA port (0600)
+    namesrv-keys.json        accessKey/secretKey of RocketMQ clients on the name server (0600)
     config.json              the resolved LocalConfig (the detached supervisor reads it)
     controller.json          controller settings from `--set controller.x=…` (if any)
     state.json               every child's pid/address/role, rewritten by the supervisor
@@ -38,6 +39,10 @@ class Layout:
     @property
     def ha_secret_file(self) -> Path:
         return self.root / "ha-secret"
+
+    @property
+    def namesrv_key_file(self) -> Path:
+        return self.root / "namesrv-keys.json"
 
     @property
     def secret_files(self) -> tuple[Path, ...]:
@@ -101,6 +106,10 @@ def controller_argv(config: LocalConfig, layout: Layout, node_id: int) -> list[s
         str(layout.token_file),
         "--raft-password-file",
         str(layout.raft_password_file),
+        "--namesrv-key-file",
+        str(layout.namesrv_key_file),
+        "--namesrv-port",
+        str(config.namesrv_port),
     ]
     if config.controller_settings:
         argv += ["--config", str(layout.controller_config_file)]

@@ -81,11 +81,21 @@ def prepare_dir(config: LocalConfig, layout: Layout) -> None:
             fd = os.open(secret_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "w") as f:
                 f.write(secrets.token_urlsafe(32) + "\n")
+    if not layout.namesrv_key_file.exists():
+        write_namesrv_keys(layout)
     layout.config_file.write_text(json.dumps(config.to_json(), indent=2) + "\n")
     if config.controller_settings:
         layout.controller_config_file.write_text(
             json.dumps(controller_settings_json(config), indent=2) + "\n"
         )
+
+
+def write_namesrv_keys(layout: Layout) -> None:
+    """The RocketMQ client key pair (AclClientRPCHook's AccessKey/SecretKey), once."""
+    keys = {"accessKey": "bg" + secrets.token_hex(8), "secretKey": secrets.token_urlsafe(32)}
+    fd = os.open(layout.namesrv_key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps(keys) + "\n")
 
 
 @dataclass

@@ -1,0 +1,312 @@
+"""Headers and bodies of the name server's requests, decoded and bounded (pure).
+
+Header fields come from a request's extFields (`RemotingCommand.fields()`, the view the
+signature covers). Missing or malformed fields raise `BadRequest` with the field's name,
+which the server answers as RocketMQ answers a RemotingCommandException: SYSTEM_ERROR with
+the reason. REGISTER_BROKER's body is RegisterBrokerBody (remoting/protocol/body,
+5.3.1): JSON (the broker default), or with compressedRegister=true a zlib stream (recognized
+by its header: 5.3.1 brokers send it with `compressed=false`) of length-prefixed parts (DataVersion JSON, N × TopicConfig.encode() strings,
+filter-server JSON, topic-queue mappings, which routes do not use). Decompression is bounded
+so a small body cannot inflate without limit.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from brokergroup_controller.namesrv.routes import PERM_READ_WRITE, DataVersion, TopicConfig
+
+#: Inflated REGISTER_BROKER body at most (a broker with 100k topics compresses to a few MiB).
+MAX_INFLATED_BYTES = 64 * 1024 * 1024
+#: Topics one registration may carry.
+MAX_TOPICS = 200_000
+#: Queue numbers RocketMQ accepts for a topic are far below this.
+MAX_QUEUE_NUMS = 65_535
+#: TopicValidator.TOPIC_MAX_LENGTH.
+MAX_TOPIC_BYTES = 127
+_INT32 = struct.Struct(">i")
+
+
+class BadRequest(ValueError):
+    """The request's header or body cannot be used; the text names what and why."""
+
+
+@dataclass(frozen=True)
+class RegisterHeader:
+    """RegisterBrokerRequestHeader."""
+
+    broker_name: str
+    broker_addr: str
+    cluster_name: str
+    ha_server_addr: str
+    broker_id: int
+    heartbeat_timeout_ms: int | None
+    enable_acting_master: bool | None
+    compressed: bool
+    body_crc32: int
+
+
+def text(fields: Mapping[str, str], name: str, *, max_bytes: int = 255) -> str:
+    value = fields.get(name)
+    if value is None:
+        raise BadRequest(f"the custom field <{name}> is null")
+    if not value or len(value.encode("utf-8", "surrogatepass")) > max_bytes:
+        raise BadRequest(
+            f"field {name} must hold 1..{max_bytes} bytes, got {len(value)} characters"
+        )
+    return value
+
+
+def optional_text(fields: Mapping[str, str], name: str, *, max_bytes: int = 255) -> str | None:
+    return None if fields.get(name) is None else text(fields, name, max_bytes=max_bytes)
+
+
+def integer(
+    fields: Mapping[str, str], name: str, *, low: int = -(1 << 63), high: int = (1 << 63) - 1
+) -> int:
+    raw = fields.get(name)
+    if raw is None:
+        raise BadRequest(f"the custom field <{name}> is null")
+    return _parse_int(name, raw, low, high)
+
+
+def optional_integer(
+    fields: Mapping[str, str], name: str, *, low: int = -(1 << 63), high: int = (1 << 63) - 1
+) -> int | None:
+    raw = fields.get(name)
+    return None if raw is None else _parse_int(name, raw, low, high)
+
+
+def _parse_int(name: str, raw: str, low: int, high: int) -> int:
+    # Java's Long.parseLong: an optional sign and ASCII digits only.
+    body = raw[1:] if raw[:1] in "+-" else raw
+    if not body or not body.isascii() or not body.isdigit() or len(raw) > 20:
+        raise BadRequest(f"field {name} is not a number: {raw[:40]!r}")
+    value = int(raw)
+    if not low <= value <= high:
+        raise BadRequest(f"field {name} = {value} is outside {low}..{high}")
+    return value
+
+
+def boolean(fields: Mapping[str, str], name: str) -> bool | None:
+    raw = fields.get(name)
+    if raw is None:
+        return None
+    # Boolean.parseBoolean: "true" in any case is true, anything else false.
+    return raw.lower() == "true"
+
+
+def address(fields: Mapping[str, str], name: str) -> str:
+    value = text(fields, name)
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isascii() or not port.isdigit() or not 0 < int(port) < 65536:
+        raise BadRequest(f"field {name} is not host:port: {value[:80]!r}")
+    return value
+
+
+def register_header(fields: Mapping[str, str]) -> RegisterHeader:
+    ha = fields.get("haServerAddr")
+    if ha is None:
+        raise BadRequest("the custom field <haServerAddr> is null")
+    return RegisterHeader(
+        broker_name=text(fields, "brokerName"),
+        broker_addr=address(fields, "brokerAddr"),
+        cluster_name=text(fields, "clusterName"),
+        ha_server_addr=ha[:255],
+        broker_id=integer(fields, "brokerId", low=0),
+        heartbeat_timeout_ms=optional_integer(
+            fields, "heartbeatTimeoutMillis", low=1, high=24 * 3600 * 1000
+        ),
+        enable_acting_master=boolean(fields, "enableActingMaster"),
+        compressed=bool(boolean(fields, "compressed")),
+        body_crc32=optional_integer(fields, "bodyCrc32", low=-(1 << 31), high=(1 << 31) - 1) or 0,
+    )
+
+
+def body_crc32(body: bytes) -> int:
+    """UtilAll.crc32: CRC32 with the sign bit cleared."""
+    return zlib.crc32(body) & 0x7FFFFFFF
+
+
+def _json(data: bytes, what: str) -> Any:
+    try:
+        return json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise BadRequest(f"{what} is not JSON: {exc}") from None
+
+
+def _int_field(
+    obj: Mapping[str, Any], name: str, default: int, low: int, high: int, what: str
+) -> int:
+    value = obj.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise BadRequest(f"{what}: {name} must be an integer in {low}..{high}, got {value!r}")
+    return value
+
+
+def data_version(obj: Any, what: str = "dataVersion") -> DataVersion:
+    if obj is None:
+        return DataVersion()
+    if not isinstance(obj, dict):
+        raise BadRequest(f"{what} must be a JSON object")
+    big = (1 << 63) - 1
+    counter = obj.get("counter", 0)
+    if isinstance(counter, dict):  # an AtomicLong written by a lenient serializer
+        counter = counter.get("value", 0)
+    return DataVersion(
+        state_version=_int_field(obj, "stateVersion", 0, -big - 1, big, what),
+        timestamp=_int_field(obj, "timestamp", 0, -big - 1, big, what),
+        counter=_int_field({"counter": counter}, "counter", 0, -big - 1, big, what),
+    )
+
+
+def decode_data_version(body: bytes) -> DataVersion:
+    """QUERY_DATA_VERSION's body: DataVersion JSON (absent = zero)."""
+    return data_version(_json(body, "DataVersion") if body else None)
+
+
+def _topic_name(name: Any, what: str) -> str:
+    if (
+        not isinstance(name, str)
+        or not 0 < len(name.encode("utf-8", "surrogatepass")) <= MAX_TOPIC_BYTES
+    ):
+        raise BadRequest(f"{what}: topic name must be 1..{MAX_TOPIC_BYTES} bytes, got {name!r:.80}")
+    return name
+
+
+def topic_config(obj: Any, what: str) -> TopicConfig:
+    if not isinstance(obj, dict):
+        raise BadRequest(f"{what} must be a JSON object")
+    order = obj.get("order", False)
+    if not isinstance(order, bool):
+        raise BadRequest(f"{what}: order must be true or false")
+    return TopicConfig(
+        topic_name=_topic_name(obj.get("topicName"), what),
+        read_queue_nums=_int_field(obj, "readQueueNums", 16, 0, MAX_QUEUE_NUMS, what),
+        write_queue_nums=_int_field(obj, "writeQueueNums", 16, 0, MAX_QUEUE_NUMS, what),
+        perm=_int_field(obj, "perm", PERM_READ_WRITE, 0, 0xFF, what),
+        topic_sys_flag=_int_field(obj, "topicSysFlag", 0, -(1 << 31), (1 << 31) - 1, what),
+        order=order,
+    )
+
+
+def _encoded_topic_config(line: str, what: str) -> TopicConfig:
+    # TopicConfig.encode(): "name read write perm filterType [attributes JSON]", space-separated.
+    parts = line.split(" ")
+    if len(parts) < 5:
+        raise BadRequest(f"{what}: {line[:80]!r} has fewer than 5 space-separated parts")
+    numbers = []
+    for part in parts[1:4]:
+        if not part.isascii() or not part.lstrip("-").isdigit() or len(part) > 11:
+            raise BadRequest(f"{what}: {part[:20]!r} is not a number")
+        numbers.append(int(part))
+    read, write, perm = numbers
+    for name, value, high in (
+        ("read", read, MAX_QUEUE_NUMS),
+        ("write", write, MAX_QUEUE_NUMS),
+        ("perm", perm, 0xFF),
+    ):
+        if not 0 <= value <= high:
+            raise BadRequest(f"{what}: {name} {value} outside 0..{high}")
+    return TopicConfig(_topic_name(parts[0], what), read, write, perm)
+
+
+def _topics(table: Any) -> dict[str, TopicConfig]:
+    if table is None:
+        return {}
+    if not isinstance(table, dict):
+        raise BadRequest("topicConfigTable must be a JSON object")
+    if len(table) > MAX_TOPICS:
+        raise BadRequest(f"{len(table)} topics in one registration (limit {MAX_TOPICS})")
+    topics: dict[str, TopicConfig] = {}
+    for key, value in table.items():
+        config = topic_config(value, f"topic {key!r:.80}")
+        topics[config.topic_name] = config
+    return topics
+
+
+def decode_register_body(
+    body: bytes, compressed: bool
+) -> tuple[DataVersion, dict[str, TopicConfig]]:
+    """RegisterBrokerBody → (its DataVersion, its topic configs by name)."""
+    if not body:
+        return DataVersion(), {}
+    if compressed or _zlib_header(body):
+        return _decode_compressed(body)
+    obj = _json(body, "RegisterBrokerBody")
+    if not isinstance(obj, dict):
+        raise BadRequest("RegisterBrokerBody must be a JSON object")
+    wrapper = obj.get("topicConfigSerializeWrapper")
+    if wrapper is None:
+        return DataVersion(), {}
+    if not isinstance(wrapper, dict):
+        raise BadRequest("topicConfigSerializeWrapper must be a JSON object")
+    return data_version(wrapper.get("dataVersion")), _topics(wrapper.get("topicConfigTable"))
+
+
+def _zlib_header(body: bytes) -> bool:
+    """A zlib stream's first two bytes (deflate, window ≤ 32 KiB, FCHECK): a 5.3.1 broker with
+    compressedRegister=true sends its compressed body with `compressed=false` in the header
+    (BrokerOuterAPI.registerBrokerAll), which RocketMQ's own name server then fails to parse.
+    JSON never starts so ('{' is 0x7B), so sniffing is unambiguous."""
+    return (
+        len(body) >= 2
+        and body[0] & 0x0F == 8
+        and body[0] >> 4 <= 7
+        and (body[0] << 8 | body[1]) % 31 == 0
+    )
+
+
+class _Inflated:
+    def __init__(self, body: bytes) -> None:
+        try:
+            inflater = zlib.decompressobj()
+            self._data = inflater.decompress(body, MAX_INFLATED_BYTES)
+        except zlib.error as exc:
+            raise BadRequest(f"compressed RegisterBrokerBody is not a zlib stream: {exc}") from None
+        if inflater.unconsumed_tail:
+            raise BadRequest(
+                f"compressed RegisterBrokerBody inflates beyond {MAX_INFLATED_BYTES} bytes"
+            )
+        self._pos = 0
+
+    def int32(self, what: str) -> int:
+        if self._pos + 4 > len(self._data):
+            raise BadRequest(f"compressed RegisterBrokerBody ends before {what}")
+        (value,) = _INT32.unpack_from(self._data, self._pos)
+        self._pos += 4
+        if value < 0:
+            raise BadRequest(f"compressed RegisterBrokerBody: negative {what} {value}")
+        return int(value)
+
+    def chunk(self, what: str) -> bytes:
+        length = self.int32(f"the length of {what}")
+        if self._pos + length > len(self._data):
+            raise BadRequest(f"compressed RegisterBrokerBody ends inside {what}")
+        data = self._data[self._pos : self._pos + length]
+        self._pos += length
+        return data
+
+
+def _decode_compressed(body: bytes) -> tuple[DataVersion, dict[str, TopicConfig]]:
+    reader = _Inflated(body)
+    version = data_version(_json(reader.chunk("the DataVersion"), "DataVersion"))
+    count = reader.int32("the topic count")
+    if count > MAX_TOPICS:
+        raise BadRequest(f"{count} topics in one registration (limit {MAX_TOPICS})")
+    topics: dict[str, TopicConfig] = {}
+    for index in range(count):
+        raw = reader.chunk(f"topic config {index}")
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise BadRequest(f"topic config {index} is not UTF-8") from None
+        config = _encoded_topic_config(line, f"topic config {index}")
+        topics[config.topic_name] = config
+    # The filter-server list and topic-queue mappings follow; routes use neither.
+    return version, topics

@@ -1,0 +1,285 @@
+"""Routes of the embedded name server, pure (DESIGN.md §12; RocketMQ 5.3.1 RouteInfoManager).
+
+Theory of operation
+-------------------
+Two sources meet here:
+- `BrokerRegistration`: what a broker said in its last REGISTER_BROKER to *this* node (its
+  remoting address, HA address, the id it claims and its topic configs). Brokers register
+  with every name server, so every controller node holds its own table (not replicated), and
+  a registration lives `timeout_ms` (RocketMQ's 120 s broker channel expiry) past its last
+  refresh.
+- `ManagedGroup`: a broker set of the controller's replicated state (master id, masterEpoch,
+  the persistent BrokerIds and the addresses they registered with the controller).
+
+For a group the controller manages, *the controller says who the master is*: a registration
+is mapped to its persistent BrokerId (the id it claims when that is a persistent id of the
+set, else the id whose controller address equals its remoting address), and the route names
+the persistent id that is the controller's master as brokerId 0 (MixAll.MASTER_ID) and every
+other one by its persistent id. So a committed election shows in the next route this node
+builds, whatever the brokers last registered; a deposed master that still claims id 0 is
+listed by its persistent id. A registration claiming id 0 that maps to no persistent id of a
+managed set is left out: the controller knows no such member. Groups the controller does not
+manage (plain stock RocketMQ brokers) are routed as RocketMQ does, by the ids they claim.
+
+Two registrations under one route id (a broker back on a new address before its old entry
+expired): the latest refresh wins. The queue data of a group comes from the registration
+routed as id 0, else from the one with the smallest id (RocketMQ's "prime slave").
+
+No I/O and no clocks: `now_ms` is an argument.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+#: MixAll.MASTER_ID.
+MASTER_ID = 0
+#: RouteInfoManager.DEFAULT_BROKER_CHANNEL_EXPIRED_TIME.
+DEFAULT_REGISTRATION_TIMEOUT_MS = 120_000
+#: PermName.PERM_READ | PermName.PERM_WRITE.
+PERM_READ_WRITE = 6
+
+GroupKey = tuple[str, str]  # (clusterName, brokerName)
+
+
+@dataclass(frozen=True)
+class TopicConfig:
+    """One topic of a broker's TopicConfigSerializeWrapper (common/TopicConfig.java)."""
+
+    topic_name: str
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int = PERM_READ_WRITE
+    topic_sys_flag: int = 0
+    order: bool = False
+
+
+@dataclass(frozen=True)
+class DataVersion:
+    """RocketMQ's DataVersion: a broker's topic-config version."""
+
+    state_version: int = 0
+    timestamp: int = 0
+    counter: int = 0
+
+    def to_json(self) -> dict[str, int]:
+        return {
+            "counter": self.counter,
+            "stateVersion": self.state_version,
+            "timestamp": self.timestamp,
+        }
+
+
+@dataclass(frozen=True)
+class BrokerRegistration:
+    """A broker's last REGISTER_BROKER to this node."""
+
+    cluster_name: str
+    broker_name: str
+    broker_addr: str
+    broker_id: int
+    """The id the broker claims (0 = "I am the master")."""
+    ha_server_addr: str = ""
+    zone_name: str | None = None
+    enable_acting_master: bool = False
+    topics: Mapping[str, TopicConfig] = field(default_factory=dict)
+    data_version: DataVersion = DataVersion()
+    last_update_ms: int = 0
+    timeout_ms: int = DEFAULT_REGISTRATION_TIMEOUT_MS
+
+    @property
+    def group(self) -> GroupKey:
+        return (self.cluster_name, self.broker_name)
+
+    def alive(self, now_ms: int) -> bool:
+        # RouteInfoManager.scanNotActiveBroker: expired when last + timeout < now.
+        return self.last_update_ms + self.timeout_ms >= now_ms
+
+
+@dataclass(frozen=True)
+class ManagedGroup:
+    """A broker set of the controller's replicated state, as the route needs it."""
+
+    cluster_name: str
+    broker_name: str
+    master_broker_id: int | None
+    master_epoch: int
+    addresses: Mapping[int, str]
+    """Persistent BrokerId → the address the broker registered with the controller."""
+
+
+@dataclass(frozen=True)
+class GroupRoute:
+    """One broker group as a route shows it: BrokerData plus where its queue data came from."""
+
+    cluster_name: str
+    broker_name: str
+    broker_addrs: Mapping[int, str]
+    """Route id (0 = master) → remoting address."""
+    zone_name: str | None
+    enable_acting_master: bool
+    topics: Mapping[str, TopicConfig]
+    master_epoch: int | None
+    """The controller's masterEpoch for a managed group; None for an unmanaged one."""
+
+    def broker_data(self) -> dict[str, object]:
+        data: dict[str, object] = {
+            "brokerAddrs": {str(k): v for k, v in sorted(self.broker_addrs.items())},
+            "brokerName": self.broker_name,
+            "cluster": self.cluster_name,
+            "enableActingMaster": self.enable_acting_master,
+        }
+        if self.zone_name is not None:
+            data["zoneName"] = self.zone_name
+        return data
+
+
+def persistent_id(reg: BrokerRegistration, group: ManagedGroup) -> int | None:
+    """The persistent BrokerId `reg` belongs to in a managed group, or None (a stranger)."""
+    if reg.broker_id != MASTER_ID and reg.broker_id in group.addresses:
+        return reg.broker_id
+    for broker_id, address in sorted(group.addresses.items()):
+        if address == reg.broker_addr:
+            return broker_id
+    if reg.broker_id != MASTER_ID:
+        return reg.broker_id
+    return None
+
+
+def _route_ids(
+    regs: Iterable[BrokerRegistration], group: ManagedGroup | None
+) -> dict[int, BrokerRegistration]:
+    chosen: dict[int, BrokerRegistration] = {}
+    for reg in regs:
+        if group is None:
+            route_id: int | None = reg.broker_id
+        else:
+            pid = persistent_id(reg, group)
+            route_id = (
+                None if pid is None else (MASTER_ID if pid == group.master_broker_id else pid)
+            )
+        if route_id is None:
+            continue
+        held = chosen.get(route_id)
+        if held is None or (reg.last_update_ms, reg.broker_addr) > (
+            held.last_update_ms,
+            held.broker_addr,
+        ):
+            chosen[route_id] = reg
+    # One address, one route id (RouteInfoManager: "the same IP:PORT must only have one
+    # record"): keep the id its latest registration gives it.
+    by_addr: dict[str, int] = {}
+    for route_id, reg in sorted(chosen.items()):
+        other = by_addr.get(reg.broker_addr)
+        if other is None or reg.last_update_ms > chosen[other].last_update_ms:
+            by_addr[reg.broker_addr] = route_id
+    return {rid: reg for rid, reg in chosen.items() if by_addr[reg.broker_addr] == rid}
+
+
+def group_routes(
+    registrations: Iterable[BrokerRegistration],
+    managed: Mapping[GroupKey, ManagedGroup],
+    now_ms: int,
+) -> list[GroupRoute]:
+    """Every group with at least one live, routable registration, sorted by name."""
+    by_group: dict[GroupKey, list[BrokerRegistration]] = {}
+    for reg in registrations:
+        if reg.alive(now_ms):
+            by_group.setdefault(reg.group, []).append(reg)
+    routes: list[GroupRoute] = []
+    for key in sorted(by_group):
+        group = managed.get(key)
+        ids = _route_ids(by_group[key], group)
+        if not ids:
+            continue
+        source = ids[min(ids)]
+        routes.append(
+            GroupRoute(
+                cluster_name=key[0],
+                broker_name=key[1],
+                broker_addrs={rid: reg.broker_addr for rid, reg in ids.items()},
+                zone_name=source.zone_name,
+                enable_acting_master=source.enable_acting_master,
+                topics=source.topics,
+                master_epoch=None if group is None else group.master_epoch,
+            )
+        )
+    return routes
+
+
+def _queue_data(route: GroupRoute, config: TopicConfig) -> dict[str, object]:
+    return {
+        "brokerName": route.broker_name,
+        "perm": config.perm,
+        "readQueueNums": config.read_queue_nums,
+        "topicSysFlag": config.topic_sys_flag,
+        "writeQueueNums": config.write_queue_nums,
+    }
+
+
+def topic_route(topic: str, routes: Iterable[GroupRoute]) -> dict[str, object] | None:
+    """TopicRouteData of `topic` (JSON fields), or None when no group serves it
+    (TOPIC_NOT_EXIST). Broker names may repeat across clusters; RocketMQ keys groups by
+    brokerName alone, so the first cluster's group wins there too."""
+    queue_datas: list[dict[str, object]] = []
+    broker_datas: list[dict[str, object]] = []
+    seen: set[str] = set()
+    for route in routes:
+        config = route.topics.get(topic)
+        if config is None or route.broker_name in seen:
+            continue
+        seen.add(route.broker_name)
+        queue_datas.append(_queue_data(route, config))
+        broker_datas.append(route.broker_data())
+    if not queue_datas:
+        return None
+    return {"brokerDatas": broker_datas, "filterServerTable": {}, "queueDatas": queue_datas}
+
+
+def cluster_info(routes: Iterable[GroupRoute]) -> dict[str, object]:
+    """ClusterInfo (GET_BROKER_CLUSTER_INFO)."""
+    broker_addr_table: dict[str, object] = {}
+    cluster_addr_table: dict[str, list[str]] = {}
+    for route in routes:
+        if route.broker_name in broker_addr_table:
+            continue
+        broker_addr_table[route.broker_name] = route.broker_data()
+        cluster_addr_table.setdefault(route.cluster_name, []).append(route.broker_name)
+    return {"brokerAddrTable": broker_addr_table, "clusterAddrTable": cluster_addr_table}
+
+
+def topic_list(routes: Iterable[GroupRoute], cluster: str | None = None) -> list[str]:
+    """Every topic some group serves (GET_ALL_TOPIC_LIST_FROM_NAMESERVER), or only those of
+    `cluster`'s groups (GET_TOPICS_BY_CLUSTER)."""
+    topics: set[str] = set()
+    for route in routes:
+        if cluster is None or route.cluster_name == cluster:
+            topics.update(route.topics)
+    return sorted(topics)
+
+
+def master_of(route: GroupRoute | None) -> str | None:
+    return None if route is None else route.broker_addrs.get(MASTER_ID)
+
+
+def register_answer(
+    reg: BrokerRegistration,
+    routes: Iterable[GroupRoute],
+    registrations: Iterable[BrokerRegistration],
+) -> tuple[str | None, str | None]:
+    """RegisterBrokerResult for `reg`: (masterAddr, haServerAddr), both None unless `reg` is
+    not the group's master and the group has one."""
+    route = next((r for r in routes if (r.cluster_name, r.broker_name) == reg.group), None)
+    master = master_of(route)
+    if master is None or master == reg.broker_addr:
+        return None, None
+    ha = next(
+        (
+            r.ha_server_addr
+            for r in registrations
+            if r.group == reg.group and r.broker_addr == master
+        ),
+        None,
+    )
+    return master, ha

@@ -1,0 +1,41 @@
+"""Start-up of the name server inside a controller process (one call from `app.serve`)."""
+
+from __future__ import annotations
+
+import logging
+
+from brokergroup_controller.config import ControllerConfig
+from brokergroup_controller.namesrv.server import NameServer, managed_groups
+from brokergroup_controller.namesrv_keys import read_key_file
+from brokergroup_controller.raft_node import ControllerRaftNode
+from brokergroup_remoting.net import ServerAuth
+
+log = logging.getLogger(__name__)
+
+
+async def start_name_server(
+    config: ControllerConfig, node: ControllerRaftNode
+) -> NameServer | None:
+    """Serve the name server on `namesrvPort` (0: off). Signed requests only, with the key
+    pair of `--namesrv-key-file`; without one it runs only under --insecure-no-auth
+    (unauthenticated), else it stays off and says so."""
+    if config.namesrv_port == 0:
+        return None
+    if config.namesrv_key_file is not None:
+        keys = read_key_file(config.namesrv_key_file)
+        auth: ServerAuth | None = ServerAuth(secret_for=keys.get)
+    elif config.insecure_no_auth:
+        auth = None
+    else:
+        log.warning("name server off: no --namesrv-key-file (it never serves unsigned requests)")
+        return None
+    server = NameServer(lambda: node.read(managed_groups), auth=auth)
+    host = config.namesrv_bind_address or config.bind_address
+    await server.start(host, config.namesrv_port)
+    log.info(
+        "name server on %s:%d (%s)",
+        host,
+        server.port,
+        "AccessKey/SecretKey signatures" if auth else "UNAUTHENTICATED",
+    )
+    return server

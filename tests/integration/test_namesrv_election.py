@@ -1,0 +1,170 @@
+"""A committed election is in the name server's route at once (DESIGN.md §12), local runtime.
+
+`brokergroup local up` (3 controllers on 127.0.1.1-3, 3 brokers): `local status --json`
+gives `namesrvAddress`, `accessKey` and `secretKey`. The test then plays the brokers'
+remoting front end (the brokers do not register with the name server themselves yet): over
+connections it keeps open, it sends every node a signed REGISTER_BROKER for each broker's
+address, the master claiming brokerId 0 and the slaves their persistent ids, as RocketMQ
+brokers do. After `local kill master`, the controller leader's GET /v1/watch returns the
+committed election; the very next route from that node's name server names the new master
+as brokerId 0 and the old one by its persistent id, with no registration in between. The
+other nodes follow as they apply the entry (bounded wait). An unsigned request is refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from brokergroup_remoting import RequestCode, ResponseCode
+from brokergroup_remoting.command import request
+from brokergroup_remoting.net import Credentials, RemotingClient
+from tests.integration.local_harness import Runtime, local_runtime, wait_for
+
+pytestmark = pytest.mark.integration
+
+TOPIC = "NsElection"
+API_PORT = 19878
+
+
+@pytest.fixture
+def runtime(tmp_path: Path) -> Iterator[Runtime]:
+    with local_runtime(tmp_path / "local") as rt:
+        yield rt
+
+
+def register_body() -> bytes:
+    table = {TOPIC: {"topicName": TOPIC, "readQueueNums": 4, "writeQueueNums": 4, "perm": 6}}
+    table["TBW102"] = {"topicName": "TBW102", "readQueueNums": 8, "writeQueueNums": 8, "perm": 7}
+    wrapper = {
+        "dataVersion": {"counter": 1, "stateVersion": 0, "timestamp": 0},
+        "topicConfigTable": table,
+    }
+    return json.dumps({"topicConfigSerializeWrapper": wrapper, "filterServerList": []}).encode()
+
+
+def http_json(url: str, timeout_s: float) -> dict[str, Any]:
+    with urllib.request.urlopen(url, timeout=timeout_s) as response:
+        data: dict[str, Any] = json.loads(response.read())
+        return data
+
+
+async def broker_addrs(namesrv: str, credentials: Credentials) -> dict[str, str]:
+    client = await RemotingClient.connect(namesrv, credentials=credentials)
+    try:
+        answer = await client.invoke(
+            request(RequestCode.GET_ROUTEINFO_BY_TOPIC, 0, {"topic": TOPIC}), timeout_s=5
+        )
+    finally:
+        await client.close()
+    assert answer.code == ResponseCode.SUCCESS, answer
+    addrs: dict[str, str] = json.loads(answer.body)["brokerDatas"][0]["brokerAddrs"]
+    return addrs
+
+
+async def scenario(runtime: Runtime, status: dict[str, Any]) -> None:
+    credentials = Credentials(status["accessKey"], status["secretKey"])
+    nodes = status["namesrvAddress"].split(";")
+    master_id = status["master"]["brokerId"]
+    address_of = {b["brokerId"]: b["address"] for b in status["brokers"]}
+
+    # Unsigned: refused before anything is decoded.
+    anonymous = await RemotingClient.connect(nodes[0])
+    refused = await anonymous.invoke(request(RequestCode.GET_BROKER_CLUSTER_INFO, 0), 5)
+    await anonymous.close()
+    assert refused.code == ResponseCode.NO_PERMISSION
+
+    brokers = []
+    for node in nodes:
+        for broker_id, address in address_of.items():
+            fields = {
+                "brokerName": status["brokerName"],
+                "brokerAddr": address,
+                "clusterName": status["clusterName"],
+                "haServerAddr": address,
+                "brokerId": "0" if broker_id == master_id else str(broker_id),
+                "compressed": "false",
+            }
+            client = await RemotingClient.connect(node, credentials=credentials)
+            answer = await client.invoke(
+                request(RequestCode.REGISTER_BROKER, 0, fields, register_body()), 5
+            )
+            assert answer.code == ResponseCode.SUCCESS, answer
+            brokers.append(client)
+    try:
+        expected = {str(i): a for i, a in address_of.items() if i != master_id}
+        expected["0"] = address_of[master_id]
+        for node in nodes:
+            assert await broker_addrs(node, credentials) == expected
+
+        raft = http_json(f"http://{nodes[0].split(':')[0]}:{API_PORT}/v1/raft", 5)
+        leader_host = raft["leader"].split(":")[0]
+        epoch, set_epoch = status["masterEpoch"], status["syncStateSetEpoch"]
+
+        killed = runtime.run("kill", "master")
+        assert killed.returncode == 0, killed.stderr
+
+        # Follow the leader's commits until the election (SyncStateSet changes may come first).
+        deadline = time.monotonic() + 45
+        info: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            query = (
+                f"clusterName={status['clusterName']}&brokerName={status['brokerName']}"
+                f"&masterEpoch={epoch}&syncStateSetEpoch={set_epoch}&timeoutMs=5000"
+            )
+            info = await asyncio.to_thread(
+                http_json, f"http://{leader_host}:{API_PORT}/v1/watch?{query}", 10
+            )
+            if info["masterEpoch"] > status["masterEpoch"] and info["masterBrokerId"] not in (
+                None,
+                master_id,
+            ):
+                break
+            epoch, set_epoch = info["masterEpoch"], info["syncStateSetEpoch"]
+        new_master = info["masterBrokerId"]
+        assert new_master not in (None, master_id), info
+
+        # The leader applied it before answering: its name server's next route has it.
+        port = nodes[0].rsplit(":", 1)[1]
+        after = await broker_addrs(f"{leader_host}:{port}", credentials)
+        assert after["0"] == address_of[new_master]
+        # The deposed master keeps its persistent id (until the supervisor has restarted it
+        # on a new address, when its old registration no longer matches any member).
+        assert after.get(str(master_id), address_of[master_id]) == address_of[master_id]
+        assert str(new_master) not in after
+        for node in nodes:  # followers apply the same entry a moment later
+            for _ in range(50):
+                if (await broker_addrs(node, credentials)).get("0") == address_of[new_master]:
+                    break
+                await asyncio.sleep(0.1)
+            assert (await broker_addrs(node, credentials))["0"] == address_of[new_master]
+    finally:
+        for client in brokers:
+            await client.close()
+
+
+def test_a_committed_election_moves_broker_id_0_before_any_registration(runtime: Runtime) -> None:
+    up = runtime.up(brokers=3)
+    assert up.returncode == 0, f"{up.stdout}\n{up.stderr}\n{runtime.logs()}"
+    status = wait_for(
+        "three brokers in the SyncStateSet",
+        lambda: (
+            ((s := runtime.status())["master"] is not None and len(s["syncStateSet"]) == 3 and s)
+            or None
+        ),
+        60,
+        runtime,
+    )
+    assert status["namesrvAddress"] == "127.0.1.1:19876;127.0.1.2:19876;127.0.1.3:19876"
+    assert status["accessKey"] and status["secretKey"]
+    keys = json.loads((runtime.root / "namesrv-keys.json").read_text())
+    assert (keys["accessKey"], keys["secretKey"]) == (status["accessKey"], status["secretKey"])
+    assert (runtime.root / "namesrv-keys.json").stat().st_mode & 0o777 == 0o600
+    asyncio.run(scenario(runtime, status))
