@@ -37,7 +37,16 @@ def register(subparsers: Any) -> None:
         default=None,
         help="address to bind the Raft port (default: this node's own host in --peers)",
     )
-    controller.add_argument("--token-file", help="file holding the bearer token for POSTs")
+    controller.add_argument(
+        "--admin-token-file",
+        "--token-file",
+        dest="token_file",
+        help="file holding the admin credential (the operator's and `brokergroup admin`'s)",
+    )
+    controller.add_argument(
+        "--broker-credential-root-file",
+        help="file holding the root secret broker and client credentials are derived from",
+    )
     controller.add_argument(
         "--raft-password-file",
         help="file holding the Raft port's shared secret (frames authenticated before decoding)",
@@ -143,6 +152,7 @@ def _run_controller(args: argparse.Namespace) -> int:
             raft_bind_address=args.raft_bind_address,
             token_file=args.token_file,
             raft_password_file=args.raft_password_file,
+            broker_credential_root_file=args.broker_credential_root_file,
             insecure_no_auth=args.insecure_no_auth,
             remoting_port=args.remoting_port,
             remoting_credentials_file=args.remoting_credentials_file,
