@@ -127,6 +127,28 @@ def register(subparsers: Any) -> None:
         "--poll-timeout-ms", type=int, default=2000, help="long-poll timeout per request"
     )
     common(p)
+    p = commands.add_parser(
+        "derive-credential",
+        help="print a group's broker or client credential (from the root; no controller call)",
+        description="The broker or client credential of (clusterName, brokerName), derived "
+        "from the root the controllers hold, as the operator and the local runtime derive "
+        "it. Write it to a 0600 file and pass that as a broker's or producer's "
+        "--controller-token-file (docs/security.md).",
+    )
+    broker_set(p)
+    p.add_argument("--role", choices=["broker", "client"], required=True)
+    p.add_argument("--root-file", required=True, help="file holding the broker credential root")
+    p.set_defaults(func=_derive_credential)
+
+
+def _derive_credential(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from brokergroup_controller.credentials import Role, derive_credential
+
+    root = Path(args.root_file).read_text().strip()
+    print(derive_credential(root, Role(args.role), args.cluster_name, args.broker_name))
+    return 0
 
 
 def _run_controller(args: argparse.Namespace) -> int:

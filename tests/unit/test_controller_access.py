@@ -10,10 +10,14 @@ through real controller processes.
 
 from __future__ import annotations
 
+import argparse
+from pathlib import Path
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from brokergroup_controller import cli as controller_cli
 from brokergroup_controller.access import AccessRequest, decide
 from brokergroup_controller.credentials import (
     AuthenticationError,
@@ -108,6 +112,25 @@ def test_the_credential_check_is_the_same_without_the_http_header() -> None:
     for token in ("wrong", bearer(KEYS.admin_token), derive_credential("x" * 20, Role.CLIENT, *A)):
         with pytest.raises(AuthenticationError):
             verify_credential(token, KEYS)
+
+
+def test_admin_derive_credential_prints_what_the_operator_derives(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`brokergroup admin derive-credential`: the manual setup's way to hand a
+    broker (or a producer) its group's credential without the admin token."""
+    root_file = tmp_path / "root"
+    root_file.write_text(ROOT + "\n")
+    parser = argparse.ArgumentParser()
+    controller_cli.register(parser.add_subparsers())
+    args = parser.parse_args(
+        ["admin", "derive-credential", "--role", "broker", "--broker-name", A[1],
+         "--cluster-name", A[0], "--root-file", str(root_file)]
+    )  # fmt: skip
+    assert args.func(args) == 0
+    printed = capsys.readouterr().out.strip()
+    assert printed == derive_credential(ROOT, Role.BROKER, *A)
+    assert verify_credential(printed, KEYS) == BROKER_A
 
 
 def test_credential_keys_keep_secrets_out_of_repr() -> None:
