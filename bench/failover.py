@@ -187,7 +187,7 @@ async def run(
 ) -> dict[str, Any]:
     ledger = Ledger()
     trials: list[Trial] = []
-    token = runtime.token()
+    token = runtime.client_credential()  # the producers' role; the observer reads as admin
     async with aiohttp.ClientSession() as session:
         observer = Observer(runtime, session)
         try:

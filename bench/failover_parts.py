@@ -166,7 +166,10 @@ class Observer:
     def __init__(self, runtime: LocalRuntime, session: aiohttp.ClientSession) -> None:
         self.runtime = runtime
         self.session = session
-        self.controller = ControllerClient(runtime.addresses.api_addresses, request_timeout_s=1.0)
+        # Reads need a credential (DESIGN.md §11): the runtime's admin token.
+        self.controller = ControllerClient(
+            runtime.addresses.api_addresses, runtime.token(), request_timeout_s=1.0
+        )
 
     async def close(self) -> None:
         await self.controller.close()

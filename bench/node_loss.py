@@ -125,7 +125,7 @@ def run_rounds(
         connect_timeout_ms=500,
         discovery_timeout_ms=1_000,
     )
-    token = env.controllers.token_file.read_text().strip()
+    token = env.controllers.client_credential(env.namespace, name)  # the producers' role
     queues = list(range(producers))
     results: list[dict[str, Any]] = []
 

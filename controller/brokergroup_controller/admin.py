@@ -25,13 +25,18 @@ TOKEN_ENV = "BROKERGROUP_TOKEN"
 #: local runtime's controller addresses by default.
 LOCAL_DIR_ENV = "BROKERGROUP_LOCAL_DIR"
 LOCAL_DIR_DEFAULT = "~/.brokergroup/local"
-_MUTATING = frozenset({"elect-master", "clean-broker-data"})
+# Every command needs a credential (reads too, DESIGN.md §11).
+
+
+def local_runtime_file(name: str) -> str:
+    """A file of the local runtime's directory (`brokergroup local up`)."""
+    local_dir = os.environ.get(LOCAL_DIR_ENV) or LOCAL_DIR_DEFAULT
+    return os.path.join(os.path.expanduser(local_dir), name)
 
 
 def token_search_path() -> list[str]:
-    """Where a token is looked for when --token-file is not given, in order."""
-    local_dir = os.environ.get(LOCAL_DIR_ENV) or LOCAL_DIR_DEFAULT
-    return [f"${TOKEN_ENV}", os.path.join(os.path.expanduser(local_dir), "token")]
+    """Where the admin token is looked for when --token-file is not given, in order."""
+    return [f"${TOKEN_ENV}", local_runtime_file("token")]
 
 
 def resolve_token(token_file: str | None) -> str | None:
@@ -164,7 +169,7 @@ async def _record_events(client: ControllerClient, args: argparse.Namespace, out
 async def _run(args: argparse.Namespace, out: TextIO) -> int:
     addresses = api.split_addresses(args.controller_addresses)
     token = resolve_token(args.token_file)
-    if token is None and args.admin_command in _MUTATING:
+    if token is None:
         looked = ", ".join(token_search_path())
         sys.stderr.write(
             f"brokergroup admin {args.admin_command}: no controller API token found (looked at "

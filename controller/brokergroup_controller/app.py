@@ -1,7 +1,7 @@
 """The controller's aiohttp application and process entry: the endpoint table
-(path → parser → handler, docs/architecture.md), the route wrapper (auth before
-the body is read, validation, forwarding to the leader, metrics), health and
-metrics pages, and `serve` for `brokergroup controller`."""
+(path → parser → handler, docs/architecture.md), the route wrapper
+(authentication before the body is read, validation, access rules, forwarding
+to the leader, metrics), health and metrics pages (open, no credential), and `serve` for `brokergroup controller`."""
 
 from __future__ import annotations
 
@@ -98,8 +98,8 @@ def _route(
         leader_api = service.leader_api()
         try:
             body = b""
+            service.auth.authenticate(request)
             if endpoint.method == "POST":
-                service.check_token(request)
                 body = await request.read()
                 try:
                     data = json.loads(body) if body else None
@@ -110,10 +110,14 @@ def _route(
             else:
                 data = dict(request.query)
             parsed = endpoint.parse(data)
+            service.auth.authorize(request, endpoint.name, parsed, None)
             await service.wait_leader_current()
             if not service.is_leader():
                 response = await service.forward(request, body)
             else:
+                service.auth.authorize(
+                    request, endpoint.name, parsed, lambda: service.registered_addresses(parsed)
+                )
                 result = await handler(request, parsed)
                 result.setdefault("code", ErrorCode.SUCCESS.value)
                 response = _json(200, result, leader_api)
@@ -157,6 +161,10 @@ def create_app(
         app.router.add_route(endpoint.method, endpoint.path, _route(service, endpoint))
 
     async def raft(request: web.Request) -> web.Response:
+        try:
+            service.auth.authenticate(request)
+        except _Reply as reply:
+            return _json(reply.status, reply.body, service.leader_api())
         return _json(200, service.raft_body(), service.leader_api())
 
     async def metrics(request: web.Request) -> web.Response:

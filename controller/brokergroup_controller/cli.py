@@ -37,7 +37,16 @@ def register(subparsers: Any) -> None:
         default=None,
         help="address to bind the Raft port (default: this node's own host in --peers)",
     )
-    controller.add_argument("--token-file", help="file holding the bearer token for POSTs")
+    controller.add_argument(
+        "--admin-token-file",
+        "--token-file",
+        dest="token_file",
+        help="file holding the admin credential (the operator's and `brokergroup admin`'s)",
+    )
+    controller.add_argument(
+        "--broker-credential-root-file",
+        help="file holding the root secret broker and client credentials are derived from",
+    )
     controller.add_argument(
         "--raft-password-file",
         help="file holding the Raft port's shared secret (frames authenticated before decoding)",
@@ -125,6 +134,28 @@ def register(subparsers: Any) -> None:
         "--poll-timeout-ms", type=int, default=2000, help="long-poll timeout per request"
     )
     common(p)
+    p = commands.add_parser(
+        "derive-credential",
+        help="print a group's broker or client credential (from the root; no controller call)",
+        description="The broker or client credential of (clusterName, brokerName), derived "
+        "from the root the controllers hold, as the operator and the local runtime derive "
+        "it. Write it to a 0600 file and pass that as a broker's or producer's "
+        "--controller-token-file (docs/security.md).",
+    )
+    broker_set(p)
+    p.add_argument("--role", choices=["broker", "client"], required=True)
+    p.add_argument("--root-file", required=True, help="file holding the broker credential root")
+    p.set_defaults(func=_derive_credential)
+
+
+def _derive_credential(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from brokergroup_controller.credentials import Role, derive_credential
+
+    root = Path(args.root_file).read_text().strip()
+    print(derive_credential(root, Role(args.role), args.cluster_name, args.broker_name))
+    return 0
 
 
 def _run_controller(args: argparse.Namespace) -> int:
@@ -150,6 +181,7 @@ def _run_controller(args: argparse.Namespace) -> int:
             raft_bind_address=args.raft_bind_address,
             token_file=args.token_file,
             raft_password_file=args.raft_password_file,
+            broker_credential_root_file=args.broker_credential_root_file,
             insecure_no_auth=args.insecure_no_auth,
             remoting_port=args.remoting_port,
             remoting_credentials_file=args.remoting_credentials_file,

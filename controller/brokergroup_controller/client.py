@@ -134,7 +134,7 @@ class ControllerClient:
         # answers once; any other POST is sent again only if it never left.
         retry_safe = method == "GET" or idempotent or (body is not None and "requestId" in body)
         headers = {}
-        if self._token is not None and method == "POST":
+        if self._token is not None:  # reads need a credential too (DESIGN.md §11)
             headers["Authorization"] = f"Bearer {self._token}"
         query = None if params is None else {k: str(v) for k, v in params.items()}
         budget_s = self._timeout_s + extra_timeout_s

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+from brokergroup_controller.credentials import CredentialKeys
 from brokergroup_controller.raft_settings import RaftSettings, parse_peers
 
 DEFAULT_API_PORT = 9878
@@ -38,7 +39,12 @@ class ControllerConfig:
     """Bind host of the Raft port; None = the host of this node's own peer address.
     Never all interfaces (DESIGN.md §11): the Raft port is internal."""
     token: str | None = None
-    """Bearer token for every POST; None only with insecure_no_auth."""
+    """The admin credential (operator, `brokergroup admin`): may call everything.
+    None only with insecure_no_auth."""
+    broker_credential_root: str | None = None
+    """Root secret that broker and client credentials are derived from
+    (credentials.py: HMAC of clusterName/brokerName); only controllers and the
+    operator hold it. None only with insecure_no_auth."""
     raft_password: str | None = None
     """Shared secret of the Raft port (pysyncobj `password`: every frame is a Fernet
     token, authenticated before it is unpickled); None only with insecure_no_auth."""
@@ -89,6 +95,13 @@ class ControllerConfig:
         host = raft_address.rsplit(":", 1)[0]
         return f"{host}:{self.api_port}"
 
+    def credential_keys(self) -> CredentialKeys | None:
+        """What API credentials are checked against; None = insecure_no_auth."""
+        if self.insecure_no_auth:
+            return None
+        assert self.token is not None and self.broker_credential_root is not None
+        return CredentialKeys(self.token, self.broker_credential_root)
+
     def raft_settings(self) -> RaftSettings:
         return RaftSettings(
             self_address=self.self_address,
@@ -121,12 +134,29 @@ class ControllerConfig:
             raise ValueError(f"namesrvPort {self.namesrv_port} is not a TCP port (0: off)")
         if self.namesrv_port and self.namesrv_port in (self.api_port, self.remoting_port):
             raise ValueError(f"namesrvPort {self.namesrv_port} is already the API or remoting port")
-        if self.insecure_no_auth and (self.token is not None or self.raft_password is not None):
-            raise ValueError("--insecure-no-auth cannot be combined with a token or Raft password")
+        if self.insecure_no_auth and (
+            self.token is not None
+            or self.raft_password is not None
+            or self.broker_credential_root is not None
+        ):
+            raise ValueError("--insecure-no-auth cannot be combined with a token or other secret")
         if self.token is None and not self.insecure_no_auth:
             raise ValueError("a token is required (--token-file) unless --insecure-no-auth")
         if self.token is not None and not self.token.strip():
             raise ValueError("the token file is empty")
+        if self.broker_credential_root is None and not self.insecure_no_auth:
+            raise ValueError(
+                "a broker credential root is required (--broker-credential-root-file) "
+                "unless --insecure-no-auth"
+            )
+        if self.broker_credential_root is not None and len(self.broker_credential_root) < 16:
+            raise ValueError("the broker credential root file must hold at least 16 characters")
+        if (
+            self.token is not None
+            and self.broker_credential_root is not None
+            and self.token.strip() == self.broker_credential_root.strip()
+        ):
+            raise ValueError("the admin token and the broker credential root must differ")
         if self.raft_password is None and not self.insecure_no_auth:
             raise ValueError(
                 "a Raft password is required (--raft-password-file) unless --insecure-no-auth"
@@ -153,7 +183,9 @@ def _camel(name: str) -> str:
 
 _CONFIG_FIELDS = {_camel(f.name): f for f in fields(ControllerConfig)}
 # Identity and secrets come from flags and files, never from controller.json.
-_FILE_ONLY_EXCLUDED = {"token", "raftPassword", "nodeId", "peers", "namesrvKeyFile"}
+_FILE_ONLY_EXCLUDED = {
+    "token", "brokerCredentialRoot", "raftPassword", "nodeId", "peers", "namesrvKeyFile",
+}  # fmt: skip
 
 
 def config_from_sources(
@@ -216,6 +248,7 @@ def load_config(
     raft_bind_address: str | None = None,
     token_file: str | None = None,
     raft_password_file: str | None = None,
+    broker_credential_root_file: str | None = None,
     insecure_no_auth: bool = False,
     remoting_port: int | None = None,
     remoting_credentials_file: str | None = None,
@@ -235,6 +268,11 @@ def load_config(
     )
     if namesrv_key_file:
         _read_namesrv_keys(namesrv_key_file)  # a broken key file stops start-up here
+    root = (
+        read_secret_file(broker_credential_root_file, "broker credential root")
+        if broker_credential_root_file
+        else None
+    )
     return config_from_sources(
         file_values,
         {
@@ -246,6 +284,7 @@ def load_config(
             "raft_bind_address": raft_bind_address,
             "token": token,
             "raft_password": raft_password,
+            "broker_credential_root": root,
             "insecure_no_auth": insecure_no_auth or None,
             "remoting_port": remoting_port,
             "remoting_credentials_file": remoting_credentials_file

@@ -30,6 +30,7 @@ class ErrorCode(StrEnum):
     # Transport / service.
     BAD_REQUEST = "BAD_REQUEST"
     UNAUTHORIZED = "UNAUTHORIZED"
+    FORBIDDEN = "FORBIDDEN"
     NOT_LEADER = "NOT_LEADER"
     COMMIT_TIMEOUT = "COMMIT_TIMEOUT"
     INTERNAL_ERROR = "INTERNAL_ERROR"
@@ -39,6 +40,7 @@ _HTTP_STATUS: dict[ErrorCode, int] = {
     ErrorCode.SUCCESS: 200,
     ErrorCode.BAD_REQUEST: 400,
     ErrorCode.UNAUTHORIZED: 401,
+    ErrorCode.FORBIDDEN: 403,
     ErrorCode.BROKER_SET_NOT_FOUND: 404,
     ErrorCode.NOT_LEADER: 503,
     ErrorCode.COMMIT_TIMEOUT: 503,

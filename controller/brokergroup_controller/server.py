@@ -5,13 +5,16 @@ Theory of operation
 Every node serves the same API. A request is handled in this order, so a
 rejected request never changes anything:
 
-1. `POST` needs `Authorization: Bearer <token>` (401, compared in constant time).
-2. The body or query is parsed and type-checked (400 naming the field).
+1. Every API request (not /healthz, /readyz, /metrics) needs a bearer
+   credential: the admin token or a group's broker or client credential
+   (api_auth.py; 401, checked from the header alone).
+2. The body or query is parsed and type-checked (400 naming the field), then
+   the credential's role and group are checked against it (403).
 3. A follower forwards the request verbatim to the leader's API address (the
    leader's `--peers` host with the API port) and relays the answer; if it
    cannot, it answers 503 NOT_LEADER with the leader it knows. A forwarded
    request is never forwarded again.
-4. The leader decides with its liveness view (`liveness.Liveness`, local,
+4. The leader checks a broker's address rules (api_auth.py, 403), decides with its liveness view (`liveness.Liveness`, local,
    not replicated), proposes an event through Raft, and answers with the
    applied result; rule rejections are 409 with the `ErrorCode`.
 
@@ -26,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -35,6 +37,7 @@ from typing import Any
 from aiohttp import ClientError, ClientSession, ClientTimeout, web
 
 from brokergroup_controller import api, takeover
+from brokergroup_controller.api_auth import ApiAuth
 from brokergroup_controller.config import (
     DEFAULT_API_PORT,
     DEFAULT_RAFT_PORT,
@@ -104,6 +107,7 @@ class ControllerService(Endpoints):
             election_retry_max_ms=config.election_retry_max_ms,
         )
         self.metrics = _Metrics()
+        self.auth = ApiAuth(config.credential_keys(), config.raft_password)
         self._session: ClientSession | None = None
         self._changed: asyncio.Condition | None = None
         self._was_leader = False
@@ -183,20 +187,18 @@ class ControllerService(Endpoints):
 
     # -- request plumbing
 
-    def check_token(self, request: web.Request) -> None:
-        if self.config.insecure_no_auth:
-            return
-        expected = self.config.token or ""
-        header = request.headers.get("Authorization", "")
-        scheme, _, provided = header.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(
-            provided.strip().encode(), expected.strip().encode()
-        ):
-            raise _reject(
-                ErrorCode.UNAUTHORIZED,
-                "missing or wrong bearer token: send 'Authorization: Bearer <token>' "
-                "with the controller's token",
-            )
+    def registered_addresses(self, parsed: dict[str, Any]) -> dict[int, str]:
+        """BrokerId → registered address of the parsed request's group (for api_auth)."""
+        if "heartbeat" in parsed:
+            key = (parsed["heartbeat"].cluster_name, parsed["heartbeat"].broker_name)
+        elif "clusterName" in parsed:
+            key = (parsed["clusterName"], parsed["brokerName"])
+        else:
+            return {}
+        broker_set = self._snapshot(*key)
+        if broker_set is None:
+            return {}
+        return {broker_id: record.address for broker_id, record in broker_set.brokers.items()}
 
     async def forward(self, request: web.Request, body: bytes) -> web.Response:
         """Relay the request to the leader; 503 NOT_LEADER if that is impossible."""
@@ -213,6 +215,7 @@ class ControllerService(Endpoints):
         headers = {FORWARDED_HEADER: self.config.self_address, "Content-Type": "application/json"}
         if "Authorization" in request.headers:
             headers["Authorization"] = request.headers["Authorization"]
+        headers.update(self.auth.forwarding_headers(request))
         timeout_s = self.config.forward_timeout_ms / 1000
         if request.path == "/v1/watch":
             timeout_s += (

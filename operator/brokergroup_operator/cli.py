@@ -95,6 +95,7 @@ def run_operator_command(args: argparse.Namespace) -> int:
     memo = kopf.Memo(
         runtime=Runtime(settings=settings, kube=kube, namespaces=tuple(namespaces)),
         peering_lifetime_s=args.peering_lifetime,
+        clusterwide=clusterwide,
     )
     kopf.run(
         registry=registry,

@@ -67,6 +67,7 @@ from brokergroup_operator.planner import (
     plan_roll,
     plan_scale,
 )
+from brokergroup_operator.release_secret import OperatorSecrets, ReleaseSecretError
 from brokergroup_operator.resources import (
     API_GROUP,
     OBSOLETE_SERVICES,
@@ -113,9 +114,44 @@ class Runtime:
     groups: dict[GroupKey, GroupMemory] = field(default_factory=dict)
     namespaces: tuple[str, ...] = ()
     """The namespaces this operator watches (empty: every namespace)."""
+    secrets: OperatorSecrets | None = field(default=None, repr=False)
+    """The admin token, broker credential root and HA secret (None until loaded)."""
+    secrets_problem: str | None = None
+    """Why they could not be loaded (the groups say so: Ready=False, SecretMissing)."""
+
+    async def ensure_secrets(self) -> str | None:
+        """Load the secrets once: the release Secret (created once when the chart
+        brings none, never rotated) or the files. Retried by every pass until it
+        works; returns the problem, None when loaded."""
+        if self.secrets is not None:
+            return None
+        ref = None
+        try:
+            ref = self.settings.release_secret_ref()
+            if ref is None:
+                self.secrets = self.settings.secrets_from_files()
+                if self.secrets is None:
+                    raise SettingsError(
+                        "no BROKERGROUP_RELEASE_SECRET and no BROKERGROUP_TOKEN_FILE"
+                    )
+            else:
+                data = await self.kube.ensure_release_secret(
+                    *ref, self.settings.release_secret_managed
+                )
+                self.secrets = OperatorSecrets.from_release_data(data)
+        except (ReleaseSecretError, SettingsError) as exc:
+            where = "its secret files" if ref is None else f"the release Secret {'/'.join(ref)}"
+            self.secrets_problem = f"the operator could not create or read {where}: {exc}"
+            log.warning("%s", self.secrets_problem)
+            return self.secrets_problem
+        self.secrets_problem = None
+        return None
+
+    def context(self, body: Mapping[str, Any]) -> GroupContext:
+        return context_of(body, self.settings, self.secrets)
 
     def controller(self, addresses: tuple[str, ...]) -> ControllerClient:
-        token = self.settings.read_token()
+        token = self.secrets.admin_token if self.secrets else None
         key = (addresses, token)
         if key not in self.clients:
             self.clients[key] = ControllerClient(
@@ -142,7 +178,9 @@ def now_iso() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def context_of(body: Mapping[str, Any], settings: OperatorSettings) -> GroupContext:
+def context_of(
+    body: Mapping[str, Any], settings: OperatorSettings, secrets: OperatorSecrets | None = None
+) -> GroupContext:
     meta = body.get("metadata") or {}
     return GroupContext(
         name=str(meta["name"]),
@@ -151,7 +189,7 @@ def context_of(body: Mapping[str, Any], settings: OperatorSettings) -> GroupCont
         spec=dict(body.get("spec") or {}),
         default_image=settings.image,
         controller_addresses=settings.controller_addresses,
-        secret_name=settings.secret_name,
+        secrets=secrets,
         restarted_at=str((meta.get("annotations") or {}).get(RESTARTED_AT_ANNOTATION) or ""),
     )
 
@@ -168,7 +206,8 @@ async def read_view(client: ControllerClient, ctx: GroupContext) -> GroupView | 
 
 async def reconcile_group(rt: Runtime, body: Mapping[str, Any], post: PostEvent) -> None:
     """One pass; passes of one group never overlap (one disruptive step at a time)."""
-    ctx = context_of(body, rt.settings)
+    await rt.ensure_secrets()
+    ctx = rt.context(body)
     async with rt.memory((ctx.namespace, ctx.name)).lock:
         await _reconcile(rt, ctx, body, post)
 
@@ -358,17 +397,12 @@ async def _reconcile(
 
 async def why_blocked(rt: Runtime, ctx: GroupContext) -> tuple[str, str] | None:
     """(reason, message) when the group cannot run as specified, else None."""
+    if rt.secrets_problem is not None:
+        return ("SecretMissing", f"{rt.secrets_problem}. Broker pods cannot start")
     try:
         ctx.validate()
     except SpecError as exc:
         return ("InvalidSpec", str(exc))
-    if await rt.kube.secret_exists(ctx.namespace, ctx.secret) is False:
-        return (
-            "SecretMissing",
-            f"Secret {ctx.secret} (keys api-token, ha-secret) does not exist in namespace "
-            f"{ctx.namespace}: broker pods cannot start. Create it there, or set "
-            "spec.controller.secretName",
-        )
     return None
 
 
@@ -568,8 +602,12 @@ async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> Non
 
         env_settings = OperatorSettings.from_env(os.environ)
         memo.runtime = Runtime(settings=env_settings, kube=Kube(load_kube_config()))
+    await runtime_of(memo).ensure_secrets()  # a problem is retried and reported per group
     settings.persistence.finalizer = FINALIZER
     settings.peering.lifetime = int(getattr(memo, "peering_lifetime_s", 15))
+    # Named namespaces need no watch of CRDs and namespaces (cluster-wide reads
+    # the chart's namespaced RBAC does not grant): kopf serves the named ones.
+    settings.scanning.disabled = not getattr(memo, "clusterwide", True)
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 60
     settings.networking.request_timeout = 30
@@ -639,7 +677,8 @@ async def group_deleted(
     for at most cleanup_timeout_s (ownership.cleanup_step); then release anyway."""
     ns = str(namespace)
     rt = runtime_of(memo)
-    ctx = context_of(body, rt.settings)
+    await rt.ensure_secrets()  # the admin token cleans the group's ids
+    ctx = rt.context(body)
     pods_left, ids_cleaned, problem = 0, False, None
     try:
         await rt.kube.delete_stateful_set(ns, name)
@@ -708,7 +747,7 @@ async def follow_controller(
 async def wait_for_change(
     rt: Runtime, body: Mapping[str, Any], mem: GroupMemory, stopped: kopf.DaemonStopped
 ) -> None:
-    ctx = context_of(body, rt.settings)
+    ctx = rt.context(body)
     view = mem.view
     waiters: list[Awaitable[Any]] = [mem.wake.wait(), stopped.wait(rt.settings.resync_s)]
     if view is not None:
@@ -763,7 +802,7 @@ async def pod_event(
             try:
                 owner = await rt.kube.read_group(ns, group)
                 if owns(rt.settings.operator_id, owner.get("spec") or {}):
-                    addresses = context_of(owner, rt.settings).addresses
+                    addresses = rt.context(owner).addresses
             except Exception as exc:
                 log.warning("cannot read BrokerGroup %s/%s: %s", ns, group, exc)
         if addresses:

@@ -11,7 +11,9 @@ one idempotent call however often a handler runs.
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
+import secrets
 import threading
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -21,6 +23,11 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 
+from brokergroup_operator.release_secret import (
+    MANAGED_LABEL,
+    ReleaseSecretError,
+    plan_release_secret,
+)
 from brokergroup_operator.resources import API_GROUP
 
 FIELD_MANAGER = "brokergroup-operator"
@@ -86,6 +93,58 @@ class Kube:
 
         await asyncio.to_thread(call)
 
+    async def ensure_release_secret(
+        self, namespace: str, name: str, managed: bool
+    ) -> dict[str, str]:
+        """The release Secret's decoded data, after creating it or adding missing keys
+        (release_secret.py; present values are never changed). Two operator replicas
+        may race: a create that finds the Secret, or a patch whose resourceVersion
+        moved, reads again."""
+
+        def call() -> dict[str, str]:
+            for _attempt in range(5):
+                secret: Any
+                try:
+                    secret = self.core.read_namespaced_secret(name, namespace)
+                except ApiException as exc:
+                    if exc.status != 404:
+                        raise
+                    secret = None
+                data = (
+                    None
+                    if secret is None
+                    else {k: base64.b64decode(v).decode() for k, v in (secret.data or {}).items()}
+                )
+                key, value = MANAGED_LABEL
+                plan = plan_release_secret(data, managed, lambda: secrets.token_urlsafe(32))
+                if not plan.add:
+                    assert data is not None
+                    return data
+                try:
+                    if plan.create:
+                        body = client.V1Secret(
+                            metadata=client.V1ObjectMeta(name=name, labels={key: value}),
+                            type="Opaque",
+                            string_data=dict(plan.add),
+                        )
+                        self.core.create_namespaced_secret(namespace, body)
+                    else:
+                        assert secret is not None
+                        patch = {
+                            "metadata": {"resourceVersion": secret.metadata.resource_version},
+                            "stringData": dict(plan.add),
+                        }
+                        self.core.patch_namespaced_secret(name, namespace, patch)
+                except ApiException as exc:
+                    if exc.status != 409:
+                        raise
+            raise ReleaseSecretError("it kept changing under us (5 attempts)")
+
+        try:
+            return await asyncio.to_thread(call)
+        except ApiException as exc:  # e.g. 403: the RBAC does not let this identity
+            raise ReleaseSecretError(f"{exc.status} {exc.reason}") from exc
+
     async def list_pods(self, namespace: str, selector: str) -> list[dict[str, Any]]:
         def call() -> list[dict[str, Any]]:
             result = self.core.list_namespaced_pod(namespace, label_selector=selector)
@@ -138,11 +197,6 @@ class Kube:
             namespace,
             propagation_policy="Background",
         )
-
-    async def secret_exists(self, namespace: str, name: str) -> bool | None:
-        """True/False, or None when this identity may not read it (then nobody knows)."""
-        found = await _presence(self.core.read_namespaced_secret, name, namespace)
-        return None if found is None else found is not False
 
     async def deployment_exists(self, namespace: str, name: str) -> bool | None:
         """False when gone or being deleted; None when this identity may not look."""

@@ -4,7 +4,9 @@ StatefulSet `<bg>` (Parallel pod management, OnDelete updates: the
 operator, not the StatefulSet controller, decides which pod restarts next;
 preferred anti-affinity spreads the brokers over nodes unless the spec sets
 its own affinity), headless Service `<bg>-headless`, client Service `<bg>`
-(role=master), ConfigMap `<bg>-config` (broker.json),
+(role=master), ConfigMap `<bg>-config` (broker.json), Secret
+`<bg>-credentials` (the group's broker and client credentials and the HA
+secret, unless spec.controller.secretName names the user's own),
 PodDisruptionBudget `<bg>` and NetworkPolicy `<bg>` (HA port only from the
 group's own pods). Every object carries the group's labels and an owner
 reference to the BrokerGroup, so deleting the group garbage-collects them.
@@ -15,10 +17,12 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from brokergroup_controller.api import INCARNATION_ENV
+from brokergroup_controller.credentials import Role as CredentialRole
+from brokergroup_controller.credentials import derive_credential
 from brokergroup_operator.model import (
     BROKER_CONTAINER,
     CLIENT_PORT,
@@ -28,11 +32,14 @@ from brokergroup_operator.model import (
     Role,
     group_labels,
 )
+from brokergroup_operator.release_secret import HA_SECRET_KEY, OperatorSecrets
 
 API_GROUP = "brokergroup.io"
 API_VERSION = "brokergroup.io/v1alpha1"
 KIND = "BrokerGroup"
 SECRETS_DIR = "/etc/brokergroup/secrets"
+BROKER_CREDENTIAL_KEY = "broker-credential"
+CLIENT_CREDENTIAL_KEY = "client-credential"
 CONFIG_DIR = "/etc/brokergroup/config"
 DATA_DIR = "/data"
 CONFIG_HASH_ANNOTATION = "brokergroup.io/config-hash"
@@ -115,7 +122,8 @@ class GroupContext:
     spec: Mapping[str, Any]
     default_image: str
     controller_addresses: tuple[str, ...]
-    secret_name: str
+    secrets: OperatorSecrets | None = field(default=None, repr=False)
+    """The operator's secrets, for the group Secret it manages (None: it manages none)."""
     restarted_at: str = ""
     """The BrokerGroup's RESTARTED_AT_ANNOTATION ("" if none)."""
 
@@ -129,8 +137,15 @@ class GroupContext:
         return tuple(own) or self.controller_addresses
 
     @property
+    def own_secret(self) -> str | None:
+        """spec.controller.secretName: a Secret the user manages (keys broker-credential, ha-secret)."""
+        name = (self.spec.get("controller") or {}).get("secretName")
+        return str(name) if name else None
+
+    @property
     def secret(self) -> str:
-        return str((self.spec.get("controller") or {}).get("secretName") or self.secret_name)
+        """The Secret broker pods mount: the user's, or the one the operator manages."""
+        return self.own_secret or f"{self.name}-credentials"
 
     @property
     def replicas(self) -> int:
@@ -168,9 +183,16 @@ class GroupContext:
                 "no controller addresses: set spec.controller.addresses or the operator's "
                 "BROKERGROUP_CONTROLLER_ADDRESSES"
             )
-        if not self.secret:
+        if self.own_secret is None and (
+            self.secrets is None
+            or self.secrets.broker_credential_root is None
+            or self.secrets.ha_secret is None
+        ):
             raise SpecError(
-                "no Secret: set spec.controller.secretName or the operator's BROKERGROUP_SECRET_NAME"
+                "no broker credential: set spec.controller.secretName (a Secret with keys "
+                "broker-credential and ha-secret) or give the operator its release Secret "
+                "(BROKERGROUP_RELEASE_SECRET) or BROKERGROUP_BROKER_CREDENTIAL_ROOT_FILE and "
+                "BROKERGROUP_HA_SECRET_FILE"
             )
 
 
@@ -226,7 +248,7 @@ def broker_command(ctx: GroupContext) -> list[str]:
         "--controller-addresses",
         ",".join(ctx.addresses),
         "--controller-token-file",
-        f"{SECRETS_DIR}/api-token",
+        f"{SECRETS_DIR}/{BROKER_CREDENTIAL_KEY}",
         "--ha-secret-file",
         f"{SECRETS_DIR}/ha-secret",
         "--bind-address",
@@ -298,6 +320,8 @@ def stateful_set(ctx: GroupContext, replicas: int) -> dict[str, Any]:
     if spec.get("resources"):
         container["resources"] = dict(spec["resources"])
     pod_spec: dict[str, Any] = {
+        # A broker never talks to Kubernetes: no ServiceAccount token in its pods.
+        "automountServiceAccountToken": False,
         "containers": [container],
         "terminationGracePeriodSeconds": 30,
         "securityContext": {"runAsNonRoot": True, "runAsUser": 10001, "fsGroup": 10001},
@@ -307,9 +331,10 @@ def stateful_set(ctx: GroupContext, replicas: int) -> dict[str, Any]:
                 "name": "secrets",
                 "secret": {
                     "secretName": ctx.secret,
+                    # The group's broker credential and the HA secret; nothing else.
                     "items": [
-                        {"key": "api-token", "path": "api-token"},
-                        {"key": "ha-secret", "path": "ha-secret"},
+                        {"key": BROKER_CREDENTIAL_KEY, "path": BROKER_CREDENTIAL_KEY},
+                        {"key": HA_SECRET_KEY, "path": HA_SECRET_KEY},
                     ],
                     "defaultMode": 0o400,
                 },
@@ -440,9 +465,37 @@ def network_policy(ctx: GroupContext) -> dict[str, Any]:
     }
 
 
+def group_secret(ctx: GroupContext) -> dict[str, Any] | None:
+    """The group's own Secret: its derived broker and client credentials (cluster
+    name = namespace, as the broker command says) and the HA secret. None when
+    the user brings spec.controller.secretName."""
+    if ctx.own_secret is not None:
+        return None
+    secrets = ctx.secrets
+    assert secrets is not None and secrets.broker_credential_root and secrets.ha_secret
+    root = secrets.broker_credential_root
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _meta(ctx, ctx.secret),
+        "type": "Opaque",
+        "stringData": {
+            BROKER_CREDENTIAL_KEY: derive_credential(
+                root, CredentialRole.BROKER, ctx.namespace, ctx.name
+            ),
+            CLIENT_CREDENTIAL_KEY: derive_credential(
+                root, CredentialRole.CLIENT, ctx.namespace, ctx.name
+            ),
+            HA_SECRET_KEY: secrets.ha_secret,
+        },
+    }
+
+
 def owned_objects(ctx: GroupContext, replicas: int) -> list[dict[str, Any]]:
     """Everything the group owns, in the order to apply them."""
+    secret = group_secret(ctx)
     return [
+        *([] if secret is None else [secret]),
         config_map(ctx),
         *services(ctx),
         disruption_budget(ctx),

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from brokergroup_controller.api import split_addresses
+from brokergroup_operator.release_secret import OperatorSecrets
 
 
 class SettingsError(ValueError):
@@ -18,9 +19,19 @@ class OperatorSettings:
     controller_addresses: tuple[str, ...] = ()
     """BROKERGROUP_CONTROLLER_ADDRESSES: controller API host:port list."""
     token_file: Path | None = None
-    """BROKERGROUP_TOKEN_FILE: the controller API bearer token (a file, never a value)."""
-    secret_name: str = ""
-    """BROKERGROUP_SECRET_NAME: Secret with api-token and ha-secret broker pods mount."""
+    """BROKERGROUP_TOKEN_FILE: the controller's admin token (a file, never a value)."""
+    broker_credential_root_file: Path | None = None
+    """BROKERGROUP_BROKER_CREDENTIAL_ROOT_FILE: the root each group's broker and client
+    credentials are derived from (a file)."""
+    ha_secret_file: Path | None = None
+    """BROKERGROUP_HA_SECRET_FILE: the HA secret every group's Secret carries (a file)."""
+    release_secret: str = ""
+    """BROKERGROUP_RELEASE_SECRET: `namespace/name` of the chart's release Secret; the
+    operator creates it if absent (never rotates it) and reads the three secrets
+    above from it instead of files (release_secret.py)."""
+    release_secret_managed: bool = True
+    """BROKERGROUP_RELEASE_SECRET_MANAGED: false when the user brought the release
+    Secret (the chart's secrets.existingSecret): then it is read, never written."""
     image: str = ""
     """BROKERGROUP_IMAGE: broker image when a BrokerGroup names none."""
     resync_s: float = 5.0
@@ -67,7 +78,11 @@ class OperatorSettings:
                 split_addresses(env.get("BROKERGROUP_CONTROLLER_ADDRESSES", ""))
             ),
             token_file=Path(token) if token else None,
-            secret_name=env.get("BROKERGROUP_SECRET_NAME", ""),
+            broker_credential_root_file=_path(env, "BROKERGROUP_BROKER_CREDENTIAL_ROOT_FILE"),
+            ha_secret_file=_path(env, "BROKERGROUP_HA_SECRET_FILE"),
+            release_secret=env.get("BROKERGROUP_RELEASE_SECRET", ""),
+            release_secret_managed=env.get("BROKERGROUP_RELEASE_SECRET_MANAGED", "true").lower()
+            != "false",
             image=env.get("BROKERGROUP_IMAGE", ""),
             resync_s=resync,
             operator_id=env.get("BROKERGROUP_OPERATOR_ID", ""),
@@ -76,14 +91,45 @@ class OperatorSettings:
         )
 
     def read_token(self) -> str | None:
-        if self.token_file is None:
+        return _read(self.token_file, "BROKERGROUP_TOKEN_FILE")
+
+    def release_secret_ref(self) -> tuple[str, str] | None:
+        """(namespace, name) of BROKERGROUP_RELEASE_SECRET, or None."""
+        if not self.release_secret:
             return None
-        try:
-            return self.token_file.read_text().strip() or None
-        except OSError as exc:
+        namespace, _, name = self.release_secret.partition("/")
+        if not namespace or not name:
             raise SettingsError(
-                f"cannot read BROKERGROUP_TOKEN_FILE {self.token_file}: {exc}"
-            ) from exc
+                f"BROKERGROUP_RELEASE_SECRET must be namespace/name, got {self.release_secret!r}"
+            )
+        return namespace, name
+
+    def secrets_from_files(self) -> OperatorSecrets | None:
+        """The secrets from their files (None without an admin token file)."""
+        token = self.read_token()
+        if token is None:
+            return None
+        return OperatorSecrets(
+            admin_token=token,
+            broker_credential_root=_read(
+                self.broker_credential_root_file, "BROKERGROUP_BROKER_CREDENTIAL_ROOT_FILE"
+            ),
+            ha_secret=_read(self.ha_secret_file, "BROKERGROUP_HA_SECRET_FILE"),
+        )
+
+
+def _path(env: Mapping[str, str], name: str) -> Path | None:
+    value = env.get(name) or None
+    return None if value is None else Path(value)
+
+
+def _read(path: Path | None, variable: str) -> str | None:
+    if path is None:
+        return None
+    try:
+        return path.read_text().strip() or None
+    except OSError as exc:
+        raise SettingsError(f"cannot read {variable} {path}: {exc}") from exc
 
 
 def _seconds(env: Mapping[str, str], name: str, default: str) -> float:

@@ -34,6 +34,8 @@ from typing import Any, TypeVar
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+from brokergroup_controller.credentials import Role, derive_credential
+
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 GROUP, VERSION, PLURAL = "brokergroup.io", "v1alpha1", "brokergroups"
@@ -77,6 +79,10 @@ class Controllers:
         raft_password = self.root / "raft-password"
         raft_password.write_text(secrets.token_hex(16))
         raft_password.chmod(0o600)
+        self.broker_credential_root_file.write_text(secrets.token_hex(16))
+        self.broker_credential_root_file.chmod(0o600)
+        self.ha_secret_file.write_text(secrets.token_hex(16))
+        self.ha_secret_file.chmod(0o600)
         for n, host in enumerate(self.hosts, 1):
             log = open(self.root / f"controller-{n}.log", "ab")  # noqa: SIM115
             self.procs.append(
@@ -92,8 +98,10 @@ class Controllers:
                         host,
                         "--data-dir",
                         str(self.root / f"controller-{n}"),
-                        "--token-file",
+                        "--admin-token-file",
                         str(self.token_file),
+                        "--broker-credential-root-file",
+                        str(self.broker_credential_root_file),
                         "--raft-password-file",
                         str(raft_password),
                     ],
@@ -103,12 +111,30 @@ class Controllers:
             )
         wait_for("a controller leader", lambda: self.raft_leader(), 30)
 
-    def raft_leader(self) -> str | None:
+    @property
+    def broker_credential_root_file(self) -> Path:
+        return self.root / "broker-credential-root"
+
+    @property
+    def ha_secret_file(self) -> Path:
+        return self.root / "ha-secret"
+
+    def client_credential(self, cluster_name: str, broker_name: str) -> str:
+        """A group's client credential (producers, consumers), as the operator derives it."""
+        root = self.broker_credential_root_file.read_text().strip()
+        return derive_credential(root, Role.CLIENT, cluster_name, broker_name)
+
+    def _get(self, url: str) -> Any:
+        """A controller read with the admin token (reads need a credential too)."""
         import urllib.request
 
+        headers = {"Authorization": f"Bearer {self.token_file.read_text().strip()}"}
+        return urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=1.0)
+
+    def raft_leader(self) -> str | None:
         for host in self.hosts:
             try:
-                with urllib.request.urlopen(f"http://{host}:9878/v1/raft", timeout=0.5) as r:
+                with self._get(f"http://{host}:9878/v1/raft") as r:
                     leader = json.loads(r.read()).get("leader")
                     if leader:
                         return str(leader)
@@ -117,12 +143,10 @@ class Controllers:
         return None
 
     def replica_info(self, namespace: str, name: str) -> dict[str, Any]:
-        import urllib.request
-
         for host in self.hosts:
             url = f"http://{host}:9878/v1/replica-info?clusterName={namespace}&brokerName={name}"
             try:
-                with urllib.request.urlopen(url, timeout=1.0) as r:
+                with self._get(url) as r:
                     return dict(json.loads(r.read()))
             except OSError:
                 continue
@@ -212,17 +236,6 @@ class OperatorEnv:
 
     def start(self, operators: int = 1) -> None:
         self.controllers.start()
-        self.core.create_namespaced_secret(
-            self.namespace,
-            {
-                "metadata": {"name": "bg-secrets"},
-                "stringData": {
-                    "api-token": self.controllers.token_file.read_text(),
-                    "ha-secret": secrets.token_hex(16),
-                    "raft-password": secrets.token_hex(16),
-                },
-            },
-        )
         for i in range(operators):
             self.add_operator(i)
 
@@ -230,7 +243,10 @@ class OperatorEnv:
         return {
             "BROKERGROUP_CONTROLLER_ADDRESSES": self.controllers.addresses,
             "BROKERGROUP_TOKEN_FILE": str(self.controllers.token_file),
-            "BROKERGROUP_SECRET_NAME": "bg-secrets",
+            "BROKERGROUP_BROKER_CREDENTIAL_ROOT_FILE": str(
+                self.controllers.broker_credential_root_file
+            ),
+            "BROKERGROUP_HA_SECRET_FILE": str(self.controllers.ha_secret_file),
             "BROKERGROUP_IMAGE": "brokergroup:dev",
             "BROKERGROUP_RESYNC_SECONDS": "2",
         }

@@ -3,13 +3,17 @@
 - `helm lint` passes; the chart's crds/ are byte-for-byte the repo's crds/.
 - `helm template` with several value sets renders what the values say: the
   operator's RBAC is exactly the list in docs/kubernetes.md, pods run
-  non-root with a read-only root filesystem, the Secret holds the three
-  secrets (or is not rendered with existingSecret), the controller peers are
+  non-root with a read-only root filesystem, the controllers mount the
+  admin token and the broker credential root, the controller peers are
   stable DNS names for every replica, the Raft port is reachable only from
   controller pods; values.schema.json refuses bad values.
-- On the cluster tier (a real API server): `helm install`, then `helm
-  upgrade` keeps the generated secrets, `helm uninstall` removes the
-  workloads and keeps the Secret (its resource policy).
+- `helm template` renders no secret values and twice gives the same bytes
+  (GitOps tools never rotate anything); named watch namespaces get a Role
+  and RoleBinding each and nothing cluster-wide.
+- On the cluster tier (a real API server): `helm install`; the operator
+  creates the release Secret; `helm upgrade` and an operator restart keep
+  it; `helm uninstall` removes the workloads and leaves the Secret (never
+  part of the release).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import pytest
 import yaml
 
 from tests.cluster.conftest import K8sCluster
+from tests.cluster.operator_env import wait_for
 from tests.cluster.tier.paths import ROOT, k8s_bin_dir, missing_reason
 
 pytestmark = pytest.mark.cluster
@@ -30,25 +35,45 @@ pytestmark = pytest.mark.cluster
 CHART = ROOT / "charts" / "brokergroup"
 
 EXPECTED_RULES = [
-    {"apiGroups": ["brokergroup.io"], "resources": ["brokergroups"],
-     "verbs": ["get", "list", "watch", "patch"]},
-    {"apiGroups": ["brokergroup.io"], "resources": ["brokergroups/status"],
-     "verbs": ["get", "patch"]},
-    {"apiGroups": [""], "resources": ["pods"],
-     "verbs": ["get", "list", "watch", "patch", "delete"]},
-    {"apiGroups": [""], "resources": ["services", "configmaps"],
-     "verbs": ["get", "list", "watch", "create", "patch", "delete"]},
-    {"apiGroups": ["apps"], "resources": ["statefulsets"],
-     "verbs": ["get", "list", "watch", "create", "patch", "delete"]},
-    {"apiGroups": ["policy"], "resources": ["poddisruptionbudgets"],
-     "verbs": ["get", "list", "watch", "create", "patch", "delete"]},
-    {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"],
-     "verbs": ["get", "list", "watch", "create", "patch", "delete"]},
+    {
+        "apiGroups": ["brokergroup.io"],
+        "resources": ["brokergroups"],
+        "verbs": ["get", "list", "watch", "patch"],
+    },
+    {
+        "apiGroups": ["brokergroup.io"],
+        "resources": ["brokergroups/status"],
+        "verbs": ["get", "patch"],
+    },
+    {
+        "apiGroups": [""],
+        "resources": ["pods"],
+        "verbs": ["get", "list", "watch", "patch", "delete"],
+    },
+    {
+        "apiGroups": [""],
+        "resources": ["services", "configmaps"],
+        "verbs": ["get", "list", "watch", "create", "patch", "delete"],
+    },
+    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "patch"]},
+    {
+        "apiGroups": ["apps"],
+        "resources": ["statefulsets"],
+        "verbs": ["get", "list", "watch", "create", "patch", "delete"],
+    },
+    {
+        "apiGroups": ["policy"],
+        "resources": ["poddisruptionbudgets"],
+        "verbs": ["get", "list", "watch", "create", "patch", "delete"],
+    },
+    {
+        "apiGroups": ["networking.k8s.io"],
+        "resources": ["networkpolicies"],
+        "verbs": ["get", "list", "watch", "create", "patch", "delete"],
+    },
     {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create"]},
-    {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["rel-brokergroup-secrets"],
-     "verbs": ["get"]},
-    {"apiGroups": ["apps"], "resources": ["deployments"],
-     "resourceNames": ["rel-brokergroup-operator"], "verbs": ["get", "delete"]},
+]
+CLUSTER_ONLY_RULES = [
     {"apiGroups": ["kopf.dev"], "resources": ["kopfpeerings", "clusterkopfpeerings"],
      "verbs": ["get", "list", "watch", "patch", "create"]},
     {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
@@ -86,17 +111,60 @@ def test_lint_and_crds_match_the_repo() -> None:
     )
 
 
+NAMESPACED_RULES = [
+    *EXPECTED_RULES,
+    {"apiGroups": ["kopf.dev"], "resources": ["kopfpeerings"],
+     "verbs": ["get", "list", "watch", "patch", "create"]},
+]  # fmt: skip
+RELEASE_RULES = [
+    {"apiGroups": [""], "resources": ["secrets"],
+     "resourceNames": ["rel-brokergroup-secrets"], "verbs": ["get", "patch"]},
+    {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
+    {"apiGroups": ["apps"], "resources": ["deployments"],
+     "resourceNames": ["rel-brokergroup-operator"], "verbs": ["get", "delete"]},
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+]  # fmt: skip
+
+
+def _rbac(objs: dict[tuple[str, str], dict[str, Any]]) -> list[tuple[str, str, str]]:
+    return sorted(
+        (kind, name, str(d["metadata"].get("namespace", "")))
+        for (kind, name), d in objs.items()
+        if kind in ("Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding")
+    )
+
+
 def test_default_render() -> None:
     objs = _render()
-    role = objs[("ClusterRole", "rel-brokergroup-operator")]
-    assert role["rules"] == EXPECTED_RULES
-    binding = objs[("ClusterRoleBinding", "rel-brokergroup-operator")]
-    assert binding["subjects"] == [
+    # The default scope is the release namespace: a Role there, nothing cluster-wide.
+    assert _rbac(objs) == [
+        ("Role", "rel-brokergroup-operator", "mq"),
+        ("Role", "rel-brokergroup-release", "mq"),
+        ("RoleBinding", "rel-brokergroup-operator", "mq"),
+        ("RoleBinding", "rel-brokergroup-release", "mq"),
+    ]
+    assert objs[("Role", "rel-brokergroup-operator")]["rules"] == NAMESPACED_RULES
+    assert objs[("Role", "rel-brokergroup-release")]["rules"] == RELEASE_RULES
+    for name in ("rel-brokergroup-operator", "rel-brokergroup-release"):
+        assert objs[("RoleBinding", name)]["subjects"] == [
+            {"kind": "ServiceAccount", "name": "rel-brokergroup", "namespace": "mq"}
+        ]
+    wide = _render("operator.clusterWide=true")
+    assert wide[("ClusterRole", "rel-brokergroup-operator")]["rules"] == [
+        *EXPECTED_RULES,
+        *CLUSTER_ONLY_RULES,
+    ]
+    assert wide[("ClusterRoleBinding", "rel-brokergroup-operator")]["subjects"] == [
         {"kind": "ServiceAccount", "name": "rel-brokergroup", "namespace": "mq"}
     ]
-    secret = objs[("Secret", "rel-brokergroup-secrets")]
-    assert sorted(secret["data"]) == ["api-token", "ha-secret", "raft-password"]
-    assert all(len(base64.b64decode(v)) >= 32 for v in secret["data"].values())
+    assert ("Role", "rel-brokergroup-operator") not in wide
+    assert wide[("Role", "rel-brokergroup-release")]["rules"] == RELEASE_RULES
+    brought = _render("secrets.existingSecret=mine")[("Role", "rel-brokergroup-release")]
+    assert {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]} not in brought[
+        "rules"
+    ]
+    # No secret values are rendered: the operator creates the release Secret.
+    assert [k for k in objs if k[0] == "Secret"] == []
     operator = objs[("Deployment", "rel-brokergroup-operator")]
     sts = objs[("StatefulSet", "rel-brokergroup-controller")]
     assert operator["spec"]["replicas"] == 2 and sts["spec"]["replicas"] == 3
@@ -114,10 +182,21 @@ def test_default_render() -> None:
         for i in range(3)
     ]
     assert env["BROKERGROUP_CONTROLLER_ADDRESSES"] == ",".join(apis)
-    assert env["BROKERGROUP_SECRET_NAME"] == "rel-brokergroup-secrets"
+    assert env["BROKERGROUP_RELEASE_SECRET"] == "mq/rel-brokergroup-secrets"
+    assert env["BROKERGROUP_RELEASE_SECRET_MANAGED"] == "true"
+    assert "volumes" not in operator["spec"]["template"]["spec"] or all(
+        "secret" not in v for v in operator["spec"]["template"]["spec"]["volumes"]
+    )
     script = sts["spec"]["template"]["spec"]["containers"][0]["command"][2]
     peers = ",".join(a.replace(":9878", ":9880") for a in apis)
     assert f"--peers {peers}" in script and "--raft-password-file" in script
+    assert "--admin-token-file /etc/brokergroup/secrets/api-token" in script
+    root = "/etc/brokergroup/secrets/broker-credential-root"
+    assert f"--broker-credential-root-file {root}" in script
+    (secrets_volume,) = [v for v in sts["spec"]["template"]["spec"]["volumes"] if "secret" in v]
+    assert [i["key"] for i in secrets_volume["secret"]["items"]] == [
+        "api-token", "broker-credential-root", "raft-password",
+    ]  # fmt: skip
     assert objs[("Service", "rel-brokergroup-controller")]["spec"]["publishNotReadyAddresses"]
     policy = objs[("NetworkPolicy", "rel-brokergroup-controller")]
     raft_rule = next(r for r in policy["spec"]["ingress"] if r["ports"][0]["port"] == 9880)
@@ -171,6 +250,41 @@ def test_default_render_scopes_spreads_and_exposes_the_operator() -> None:
     assert wide["metadata"]["annotations"]["brokergroup.io/watch-namespaces"] == "*"
 
 
+def test_repeated_renders_are_identical() -> None:
+    """GitOps tools (Argo CD, Flux) render with `helm template` on every sync: a
+    render that differed (a random secret) would rotate it each time."""
+    args = ["template", "rel", str(CHART), "--namespace", "mq"]
+    assert _helm(*args).stdout == _helm(*args).stdout
+    named = [*args, "--set", "operator.watchNamespaces={a,b}"]
+    assert _helm(*named).stdout == _helm(*named).stdout
+
+
+def test_named_namespaces_get_a_role_and_binding_each_and_nothing_cluster_wide() -> None:
+    args = ["template", "rel", str(CHART), "--namespace", "mq",
+            "--set", "operator.watchNamespaces={a,b}"]  # fmt: skip
+    docs = [d for d in yaml.safe_load_all(_helm(*args).stdout) if d]
+    rbac = sorted(
+        (d["kind"], d["metadata"]["name"], d["metadata"].get("namespace", ""))
+        for d in docs
+        if d["kind"] in ("Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding")
+    )
+    assert rbac == [
+        ("Role", "rel-brokergroup-operator", "a"),
+        ("Role", "rel-brokergroup-operator", "b"),
+        ("Role", "rel-brokergroup-release", "mq"),
+        ("RoleBinding", "rel-brokergroup-operator", "a"),
+        ("RoleBinding", "rel-brokergroup-operator", "b"),
+        ("RoleBinding", "rel-brokergroup-release", "mq"),
+    ]
+    for d in docs:
+        if d["kind"] == "Role" and d["metadata"]["name"] == "rel-brokergroup-operator":
+            assert d["rules"] == NAMESPACED_RULES
+        if d["kind"] == "RoleBinding":
+            assert d["subjects"] == [
+                {"kind": "ServiceAccount", "name": "rel-brokergroup", "namespace": "mq"}
+            ]
+
+
 def test_value_sets() -> None:
     objs = _render(
         "secrets.existingSecret=mine", "rbac.create=false", "networkPolicy.enabled=false",
@@ -178,6 +292,7 @@ def test_value_sets() -> None:
     )  # fmt: skip
     kinds = sorted(k for k, _ in objs)
     assert "Secret" not in kinds and "ClusterRole" not in kinds and "NetworkPolicy" not in kinds
+    assert "Role" not in kinds
     sts = objs[("StatefulSet", "rel-brokergroup-controller")]
     assert sts["spec"]["replicas"] == 5
     assert sts["spec"]["template"]["spec"]["containers"][0]["command"][2].count(":9880") == 5
@@ -185,7 +300,9 @@ def test_value_sets() -> None:
     command = operator["containers"][0]["command"]
     assert command[2:6] == ["--namespace", "a", "--namespace", "b"]
     assert "--all-namespaces" not in command
-    assert operator["volumes"][0]["secret"]["secretName"] == "mine"
+    env = {e["name"]: e.get("value") for e in operator["containers"][0]["env"]}
+    assert env["BROKERGROUP_RELEASE_SECRET"] == "mq/mine"
+    assert env["BROKERGROUP_RELEASE_SECRET_MANAGED"] == "false"
 
 
 @pytest.mark.parametrize(
@@ -199,6 +316,7 @@ def test_schema_refuses_bad_values(bad: str) -> None:
 
 def test_install_upgrade_uninstall_on_the_tier(k8s_cluster: K8sCluster) -> None:
     from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
 
     namespace = f"chart-{uuid.uuid4().hex[:6]}"
     k8s_cluster.kubectl("create", "namespace", namespace)
@@ -207,12 +325,39 @@ def test_install_upgrade_uninstall_on_the_tier(k8s_cluster: K8sCluster) -> None:
     installed = k8s_cluster.helm("install", "bg", str(CHART), "-n", namespace)
     assert "STATUS: deployed" in installed.stdout, installed.stderr
     assert "kubectl -n" in installed.stdout  # NOTES.txt tells what to run next
-    before = core.read_namespaced_secret("bg-brokergroup-secrets", namespace).data
-    assert sorted(before) == ["api-token", "ha-secret", "raft-password"]
+
+    def release_secret() -> dict[str, str] | None:
+        try:
+            return core.read_namespaced_secret("bg-brokergroup-secrets", namespace).data
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    # The operator creates it at its start (the chart renders no values).
+    before = wait_for("the operator to create the release Secret", release_secret, 120)
+    assert sorted(before) == ["api-token", "broker-credential-root", "ha-secret", "raft-password"]
+    assert all(len(base64.b64decode(v)) >= 32 for v in before.values())
     assert apps.read_namespaced_stateful_set("bg-brokergroup-controller", namespace)
     k8s_cluster.helm("upgrade", "bg", str(CHART), "-n", namespace, "--set", "operator.replicas=1")
     after = core.read_namespaced_secret("bg-brokergroup-secrets", namespace).data
     assert after == before, "helm upgrade must keep the generated secrets"
+    # A restarted operator finds the Secret and changes nothing.
+    for pod in core.list_namespaced_pod(
+        namespace, label_selector="app.kubernetes.io/component=operator"
+    ).items:
+        core.delete_namespaced_pod(pod.metadata.name, namespace)
+    wait_for(
+        "a new operator pod running",
+        lambda: [
+            p for p in core.list_namespaced_pod(
+                namespace, label_selector="app.kubernetes.io/component=operator"
+            ).items
+            if p.status.phase == "Running" and p.metadata.deletion_timestamp is None
+        ] or None,
+        120,
+    )  # fmt: skip
+    assert core.read_namespaced_secret("bg-brokergroup-secrets", namespace).data == before
     deployment = apps.read_namespaced_deployment("bg-brokergroup-operator", namespace)
     assert deployment.spec.replicas == 1
     k8s_cluster.helm("uninstall", "bg", "-n", namespace)

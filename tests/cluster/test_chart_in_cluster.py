@@ -19,6 +19,7 @@ driven through the faults DESIGN.md §5 names:
 
 from __future__ import annotations
 
+import base64
 import json
 import urllib.request
 import uuid
@@ -28,6 +29,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from tests.cluster.conftest import K8sCluster
 from tests.cluster.operator_env import OperatorEnv, acked_keys, apply_crds, wait_for
@@ -60,10 +62,27 @@ class InClusterEnv(OperatorEnv):
             key=lambda p: p.metadata.name,
         )
 
+    def admin_token(self) -> str | None:
+        """The release Secret's admin token, once the operator has created it; kept
+        in the token file `produce`/`consume` pass (controller reads need one)."""
+        try:
+            data = self.core.read_namespaced_secret(
+                f"{RELEASE}-brokergroup-secrets", self.namespace
+            ).data
+        except ApiException:
+            return None
+        token = base64.b64decode(data["api-token"]).decode()
+        self.controllers.token_file.write_text(token)
+        return token
+
     def raft(self, pod: Any) -> dict[str, Any] | None:
+        token = self.admin_token()
+        if token is None:
+            return None
         try:
             url = f"http://{pod.status.pod_ip}:9878/v1/raft"
-            with urllib.request.urlopen(url, timeout=1) as response:
+            request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+            with urllib.request.urlopen(request, timeout=1) as response:
                 return dict(json.loads(response.read()))
         except OSError:
             return None

@@ -1,15 +1,20 @@
 """The operator under the chart's RBAC (issue 11 item 5), on the cluster tier.
 
-The chart's ServiceAccount, ClusterRole and ClusterRoleBinding are rendered by
-`helm template` and applied; the operator then runs with a token of that
+The chart's ServiceAccount, Roles and RoleBindings (the default scope: the
+release namespace, nothing cluster-wide) are rendered by `helm template` and
+applied; the operator then runs with a token of that
 ServiceAccount (TokenRequest, as a pod would get) and must bring a 3-replica
 BrokerGroup to Available with a labelled master — so the RBAC is enough for
-its job — while the same identity is refused what it does not need (Secrets,
-nodes, Deployments, RBAC objects, pod exec).
+its job — while the same identity is refused what it does not need (reading
+Secrets, nodes, Deployments, RBAC objects, pod exec, anything in another
+namespace). The broker pods it made
+mount no ServiceAccount token and only their group's Secret, which holds the
+group's broker credential and never the admin token (DESIGN.md §11).
 """
 
 from __future__ import annotations
 
+import base64
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -18,6 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from brokergroup_controller.credentials import Role, derive_credential
 from tests.cluster.conftest import K8sCluster
 from tests.cluster.operator_env import OperatorEnv, apply_crds
 from tests.cluster.tier.paths import ROOT
@@ -33,6 +39,8 @@ ALLOWED = [
     ("create", "networkpolicies.networking.k8s.io"),
     ("create", "events"),
     ("create", "kopfpeerings.kopf.dev"),
+    ("create", "secrets"),
+    ("patch", "secrets"),
 ]
 REFUSED = [
     ("get", "secrets"),
@@ -59,7 +67,8 @@ def operator_identity(k8s_cluster: K8sCluster, tmp_path: Path) -> Iterator[tuple
     manifest.write_text(rendered)
     k8s_cluster.kubectl("apply", "-n", namespace, "-f", str(manifest))
     kinds = sorted(d["kind"] for d in yaml.safe_load_all(rendered) if d)
-    assert kinds == ["ClusterRole", "ClusterRoleBinding", "ServiceAccount"]
+    # The default scope is the release namespace: Roles there, nothing cluster-wide.
+    assert kinds == ["Role", "Role", "RoleBinding", "RoleBinding", "ServiceAccount"]
     token = k8s_cluster.kubectl(
         "create", "token", "bg-brokergroup", "-n", namespace, "--duration", "1h"
     ).stdout.strip()
@@ -94,6 +103,8 @@ def test_the_operator_does_its_job_under_the_charts_rbac_and_nothing_more(
         assert _can_i(k8s_cluster, kubeconfig, namespace, *check), check
     for check in REFUSED:
         assert not _can_i(k8s_cluster, kubeconfig, namespace, *check), check
+    for check in ALLOWED:  # namespaced RBAC: nothing outside the watched namespace
+        assert not _can_i(k8s_cluster, kubeconfig, "default", *check), ("default", check)
 
     (tmp_path / "env").mkdir()
     env = OperatorEnv(
@@ -108,5 +119,41 @@ def test_the_operator_does_its_job_under_the_charts_rbac_and_nothing_more(
         master = env.master_pod("orders")
         assert master is not None
         assert group["status"]["master"]["pod"] == master.metadata.name
+        assert_brokers_hold_only_their_groups_credential(env, "orders")
     finally:
         env.close()
+
+
+def assert_brokers_hold_only_their_groups_credential(env: OperatorEnv, group: str) -> None:
+    """DESIGN.md §11 as the API server admitted the pods: no ServiceAccount token
+    volume (automountServiceAccountToken false), one Secret volume, the group's
+    own, with its broker credential and the HA secret; the admin token and the
+    credential root are in no Secret of the namespace the operator wrote."""
+    admin_token = env.controllers.token_file.read_text().strip()
+    root = env.controllers.broker_credential_root_file.read_text().strip()
+    pods = env.pods(group)
+    assert len(pods) == 3
+    for pod in pods:
+        assert pod.spec.automount_service_account_token is False
+        mounted = [
+            (v.name, v.secret.secret_name, [(i.key, i.path) for i in v.secret.items])
+            for v in pod.spec.volumes
+            if v.secret is not None
+        ]
+        assert mounted == [
+            (
+                "secrets",
+                f"{group}-credentials",
+                [("broker-credential", "broker-credential"), ("ha-secret", "ha-secret")],
+            )
+        ], pod.metadata.name
+        projected = [v.name for v in pod.spec.volumes if v.projected is not None]
+        assert projected == [], (pod.metadata.name, projected)
+        for container in pod.spec.containers:
+            mounts = [m.mount_path for m in container.volume_mounts or []]
+            assert not any(m.startswith("/var/run/secrets") for m in mounts), mounts
+    secret = env.core.read_namespaced_secret(f"{group}-credentials", env.namespace)
+    data = {k: base64.b64decode(v).decode() for k, v in secret.data.items()}
+    assert sorted(data) == ["broker-credential", "client-credential", "ha-secret"]
+    assert data["broker-credential"] == derive_credential(root, Role.BROKER, env.namespace, group)
+    assert admin_token not in data.values() and root not in data.values()

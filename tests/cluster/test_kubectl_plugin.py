@@ -20,6 +20,7 @@ whose pods the tier's node runs). In order:
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -132,7 +133,7 @@ def test_kubectl_brokergroup(env: OperatorEnv, tmp_path: Path) -> None:
     assert {
         "brokergroup.json", "status.txt", "events.json", "objects/pods.json",
         "objects/statefulsets.json", "objects/services.json", "objects/configmaps.json",
-        "secrets/bg-secrets.json",
+        "secrets/orders-credentials.json",
     } <= set(members), sorted(members)  # fmt: skip
     assert sorted(p for p in members if p.startswith("logs/")) == [
         f"logs/orders-{i}/broker.log" for i in range(3)
@@ -142,8 +143,12 @@ def test_kubectl_brokergroup(env: OperatorEnv, tmp_path: Path) -> None:
     assert json.loads(members["brokergroup.json"])["metadata"]["name"] == "orders"
     reasons = {e["reason"] for e in json.loads(members["events.json"])}
     assert {"Switchover", "SwitchoverRefused", "RollingUpdate"} <= reasons, reasons
-    token = env.controllers.token_file.read_text().strip()
-    assert [p for p, text in members.items() if token in text] == []
-    assert json.loads(members["secrets/bg-secrets.json"])["data"] == {
-        "api-token": "<redacted>", "ha-secret": "<redacted>", "raft-password": "<redacted>",
+    # The group's credentials (the operator's Secret, all the pods hold) nowhere.
+    secret = env.core.read_namespaced_secret("orders-credentials", env.namespace)
+    values = [base64.b64decode(v).decode() for v in secret.data.values()]
+    assert len(values) == 3
+    assert [p for p, text in members.items() for v in values if v in text] == []
+    assert json.loads(members["secrets/orders-credentials.json"])["data"] == {
+        "broker-credential": "<redacted>", "client-credential": "<redacted>",
+        "ha-secret": "<redacted>",
     }  # fmt: skip

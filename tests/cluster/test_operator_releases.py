@@ -9,8 +9,8 @@
   group on the way out (an OperatorUninstalled Warning Event says so).
 - With the operator as a process (tests/cluster/operator_env.py):
   `kubectl wait --for=condition=Ready bg/x` returns; after a roll
-  status.currentRevision is the new revision; a group whose Secret is
-  missing says so in Ready and an Event; deleting a group whose controller
+  status.currentRevision is the new revision; a group whose release Secret
+  the operator cannot create or read says so in Ready and an Event; deleting a group whose controller
   is gone ends after the cleanup timeout with a CleanupIncomplete Event.
 """
 
@@ -113,7 +113,7 @@ def test_two_releases_do_not_fight_and_uninstall_lets_go(
     assert mine is not None and mine[0].startswith(
         f"a-brokergroup-controller-0.a-brokergroup-controller.{ns_a}."
     )
-    assert mine[1] == "a-brokergroup-secrets"
+    assert mine[1] == "orders-credentials"  # the group's own, written by the operator
 
     installed = _install(k8s_cluster, "b", ns_b)
     assert "STATUS: deployed" in installed.stdout, installed.stderr
@@ -214,7 +214,16 @@ def test_kubectl_wait_ready_and_current_revision_after_a_roll(
 
 
 def test_a_group_without_its_secret_says_so(env: OperatorEnv) -> None:  # noqa: F811
-    env.create_group("orders", 1, controller={"secretName": "not-there"})
+    """The release Secret is the user's (secrets.existingSecret) and missing: the
+    operator may not create it, so no group can get its credentials. The group
+    says so (Ready=False SecretMissing, one Event); once the Secret exists the
+    next pass reads it and writes the group's own `<name>-credentials`."""
+    _restart_operator(
+        env,
+        BROKERGROUP_RELEASE_SECRET=f"{env.namespace}/not-there",
+        BROKERGROUP_RELEASE_SECRET_MANAGED="false",
+    )
+    env.create_group("orders", 1)
     group = wait_for(
         "Ready=False SecretMissing",
         lambda: (
@@ -224,13 +233,34 @@ def test_a_group_without_its_secret_says_so(env: OperatorEnv) -> None:  # noqa: 
         ),
         60,
     )
-    assert "Secret not-there (keys api-token, ha-secret) does not exist" in next(
-        c["message"] for c in group["status"]["conditions"] if c["type"] == "Ready"
-    )
+    message = next(c["message"] for c in group["status"]["conditions"] if c["type"] == "Ready")
+    assert (
+        f"the operator could not create or read the release Secret {env.namespace}/not-there: "
+        "it does not exist and was brought by the user"
+    ) in message, message
     reasons = wait_for(
         "a SecretMissing Event", lambda: [r for r, _ in env.group_events("orders")] or None, 30
     )
     assert reasons.count("SecretMissing") == 1, reasons
+    keys = ("api-token", "broker-credential-root", "raft-password", "ha-secret")
+    env.core.create_namespaced_secret(
+        env.namespace,
+        client.V1Secret(
+            metadata=client.V1ObjectMeta(name="not-there"),
+            string_data={k: uuid.uuid4().hex for k in keys},
+        ),
+    )
+
+    def credentials() -> Any:
+        try:
+            return env.core.read_namespaced_secret("orders-credentials", env.namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    secret = wait_for("the group's own Secret", credentials, 60)
+    assert sorted(secret.data) == ["broker-credential", "client-credential", "ha-secret"]
 
 
 def test_delete_ends_when_the_controller_is_gone(env: OperatorEnv) -> None:  # noqa: F811

@@ -32,6 +32,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
+from brokergroup_controller.credentials import Role, derive_credential
 from tests.integration.controller_harness import ControllerCluster, terminate_all, wait_or_kill
 
 CLIENT_PORT = 10911
@@ -108,6 +109,14 @@ class BrokerGroupHarness:
         self.ha_secret_file = self.base_dir / "ha-secret"
         self.ha_secret_file.parent.mkdir(parents=True, exist_ok=True)
         self.ha_secret_file.write_text(f"ha-secret-of-block-{block}-for-tests\n")
+        # Brokers hold their group's credential only, never the admin token (§11).
+        self.broker_credential_file = self.base_dir / "broker-credential"
+        self.broker_credential_file.write_text(
+            derive_credential(
+                self.controllers.broker_credential_root, Role.BROKER, CLUSTER, BROKER_NAME
+            )
+            + "\n"
+        )
         self._next_host = 10
         self.brokers: dict[int, BrokerProcess] = {}
         for slot in range(replicas):
@@ -141,7 +150,7 @@ class BrokerGroupHarness:
             "--controller-addresses",
             ",".join(self.controllers.api_addresses),
             "--controller-token-file",
-            str(self.controllers.token_file),
+            str(self.broker_credential_file),
             "--ha-secret-file",
             str(self.ha_secret_file),
             "--bind-address",

@@ -119,6 +119,9 @@ class ControllerCluster:
         self.raft_password = f"raft-password-of-{token}"
         self.raft_password_file = self.base_dir / "raft-password"
         self.raft_password_file.write_text(self.raft_password + "\n")
+        self.broker_credential_root = f"broker-credential-root-of-{token}"
+        self.broker_credential_root_file = self.base_dir / "broker-credential-root"
+        self.broker_credential_root_file.write_text(self.broker_credential_root + "\n")
         self.config_file: Path | None = None
         if config:
             self.config_file = self.base_dir / "controller.json"
@@ -180,6 +183,8 @@ class ControllerCluster:
                 str(self.token_file),
                 "--raft-password-file",
                 str(self.raft_password_file),
+                "--broker-credential-root-file",
+                str(self.broker_credential_root_file),
             ]
         if self.config_file is not None:
             cmd += ["--config", str(self.config_file)]

@@ -41,6 +41,7 @@ def _config(tmp_path: Path, host: str, peers: tuple[str, ...] | None = None) -> 
         data_dir=str(tmp_path / "data"),
         bind_address=host,
         token="api-token",
+        broker_credential_root="broker-credential-root-of-this-test",
         raft_password="raft-secret-of-this-test",
         remoting_port=0,
     )

@@ -113,6 +113,7 @@ async def controller(tmp_path: Path) -> AsyncIterator[Factory]:
             data_dir=str(tmp_path / "data"),
             bind_address=host,
             token=TOKEN,
+            broker_credential_root="retry-test-broker-credential-root",
             raft_password="retry-test-raft-password",
         )
         node = SlowFirstProposal(config.raft_settings(), slow_type, where)

@@ -24,6 +24,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from brokergroup_controller import api
+from brokergroup_controller.api_auth import origin_proof
 from brokergroup_controller.app import SERVICE_KEY, create_app
 from brokergroup_controller.client import ControllerClient, ControllerUnavailable
 from brokergroup_controller.errors import ControllerError, ErrorCode
@@ -34,6 +35,7 @@ from brokergroup_controller.state import ControllerState
 
 TOKEN = "s3cret"
 RAFT_PASSWORD = "raft-secret-of-this-test"
+BROKER_CREDENTIAL_ROOT = "broker-credential-root-of-this-test"
 C, B = "DefaultCluster", "broker-a"
 _hosts = itertools.count(1)
 
@@ -45,6 +47,7 @@ def _config(tmp_path: Path, host: str, **kw: Any) -> ControllerConfig:
         data_dir=str(tmp_path / "data"),
         bind_address=host,
         token=TOKEN,
+        broker_credential_root=BROKER_CREDENTIAL_ROOT,
         raft_password=RAFT_PASSWORD,
         **kw,
     )
@@ -74,6 +77,11 @@ async def node_and_client(
 
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def get(client: TestClient[Any, Any], path: str, **kw: Any) -> Any:
+    """GET with the admin credential (reads need one too, DESIGN.md §11)."""
+    return client.get(path, headers=kw.pop("headers", AUTH), **kw)
 
 
 async def post(
@@ -184,9 +192,10 @@ async def test_missing_or_wrongly_typed_field_is_400_naming_it(
 
 async def test_bad_query_parameters_are_400(node_and_client: Any) -> None:
     _, client = node_and_client
-    response = await client.get("/v1/next-broker-id", params={"clusterName": C})
+    response = await get(client, "/v1/next-broker-id", params={"clusterName": C})
     assert response.status == 400 and "'brokerName'" in (await response.json())["message"]
-    response = await client.get(
+    response = await get(
+        client,
         "/v1/watch",
         params={
             "clusterName": C,
@@ -226,7 +235,9 @@ async def test_rule_rejections_are_409_with_codes_and_leave_state_unchanged(
         assert state_of(node) == before, code
     status, reply = await post(client, "/v1/brokers/apply-id", cases[0][1])
     assert reply["nextBrokerId"] == 4  # the BROKER_ID_INVALID body tells where to go next
-    response = await client.get("/v1/replica-info", params={"clusterName": C, "brokerName": "nope"})
+    response = await get(
+        client, "/v1/replica-info", params={"clusterName": C, "brokerName": "nope"}
+    )
     assert response.status == 404 and (await response.json())["code"] == "BROKER_SET_NOT_FOUND"
 
 
@@ -328,7 +339,7 @@ async def test_replica_info_names_a_dead_master_and_says_it_is_not_alive(
              "syncStateSet": [1, 2], "syncStateSetEpoch": 1}  # fmt: skip
     assert (await post(client, "/v1/sync-state-set/alter", alter))[0] == 200
     query = {"clusterName": C, "brokerName": B}
-    alive = await (await client.get("/v1/replica-info", params=query)).json()
+    alive = await (await get(client, "/v1/replica-info", params=query)).json()
     assert (alive["masterBrokerId"], alive["masterAlive"], alive["masterTakeoverWaitMs"]) == (
         1, True, 0,
     )  # fmt: skip
@@ -346,7 +357,7 @@ async def test_replica_info_names_a_dead_master_and_says_it_is_not_alive(
         1, "10.0.0.1:10911", False,
     )  # fmt: skip
     assert reply["masterEpoch"] == 1
-    async with ControllerClient([str(client.make_url("/")).rstrip("/")]) as cc:
+    async with ControllerClient([str(client.make_url("/")).rstrip("/")], TOKEN) as cc:
         info = await cc.replica_info(C, B)
     assert info.master_broker_id == 1 and not info.master_alive
     assert info.live_master_broker_id is None and info.live_master_address is None
@@ -361,7 +372,7 @@ async def test_replica_info_names_a_dead_master_and_says_it_is_not_alive(
     assert status == 200
     deadline = time.monotonic() + 10
     while True:  # the retry of the waiting election is due after its backoff
-        after = await (await client.get("/v1/replica-info", params=query)).json()
+        after = await (await get(client, "/v1/replica-info", params=query)).json()
         if after["masterBrokerId"] != 1 or time.monotonic() > deadline:
             break
         await asyncio.sleep(0.05)
@@ -406,7 +417,7 @@ async def test_an_election_whose_commit_timed_out_still_holds_the_new_master(
     )
     assert status == 200
     query = {"clusterName": C, "brokerName": B}
-    info = await (await client.get("/v1/replica-info", params=query)).json()
+    info = await (await get(client, "/v1/replica-info", params=query)).json()
     assert (info["masterBrokerId"], info["masterEpoch"]) == (2, 2)
     assert info["masterTakeoverWaitMs"] > 20_000
 
@@ -490,10 +501,10 @@ async def test_watch_returns_on_epoch_change_or_timeout(node_and_client: Any) ->
         "timeoutMs": 100,
     }
     started = time.monotonic()
-    response = await client.get("/v1/watch", params=params)
+    response = await get(client, "/v1/watch", params=params)
     assert response.status == 200 and (await response.json())["masterEpoch"] == 1
     assert time.monotonic() - started >= 0.09
-    waiter = asyncio.ensure_future(client.get("/v1/watch", params={**params, "timeoutMs": 10000}))
+    waiter = asyncio.ensure_future(get(client, "/v1/watch", params={**params, "timeoutMs": 10000}))
     await asyncio.sleep(0.1)
     assert not waiter.done()
     await post(
@@ -529,7 +540,7 @@ async def test_health_ready_metrics_and_raft(node_and_client: Any) -> None:
     text = await (await client.get("/metrics")).text()
     assert "brokergroup_controller_requests_total" in text
     assert "brokergroup_controller_raft_is_leader 1.0" in text
-    raft = await (await client.get("/v1/raft")).json()
+    raft = await (await get(client, "/v1/raft")).json()
     assert raft["isLeader"] and raft["nodeId"] == 1 and raft["leader"] == raft["self"]
     assert set(raft) >= {
         "nodeId",
@@ -619,7 +630,13 @@ async def test_follower_that_cannot_forward_answers_503_with_the_leader(tmp_path
         assert body["leader"] == "127.0.3.250:9878"
         status, body = await post(client, "/v1/brokers/register", {"clusterName": C}, headers={})
         assert status == 401  # auth is checked before anything else, even on followers
-        response = await client.get("/v1/groups", headers={"X-Brokergroup-Forwarded-By": "x"})
+        forged = {**AUTH, "X-Brokergroup-Forwarded-By": "x", "X-Brokergroup-Origin": "10.0.0.1"}
+        response = await get(client, "/v1/groups", headers=forged)
+        assert response.status == 401  # only a node can say where a request came from
+        proof = origin_proof(RAFT_PASSWORD, "10.0.0.1", "GET", "/v1/groups", AUTH["Authorization"])
+        response = await get(
+            client, "/v1/groups", headers={**forged, "X-Brokergroup-Origin-Proof": proof}
+        )
         assert response.status == 503  # never forwarded twice
 
 
@@ -632,6 +649,7 @@ def test_config_defaults_and_relationships(tmp_path: Path) -> None:
         "peers": "h1:9880,h2:9880,h3:9880",
         "data_dir": str(tmp_path),
         "token": "t",
+        "broker_credential_root": BROKER_CREDENTIAL_ROOT,
         "raft_password": RAFT_PASSWORD,
     }
     config = config_from_sources({}, base)
@@ -650,6 +668,10 @@ def test_config_defaults_and_relationships(tmp_path: Path) -> None:
         ({"raftPassword": "in-the-file-is-refused"}, {}, "raftPassword"),
         ({}, {"raft_password": None}, "Raft password is required"),
         ({}, {"raft_password": "short"}, "at least 16"),
+        ({"brokerCredentialRoot": "in-the-file-is-refused"}, {}, "brokerCredentialRoot"),
+        ({}, {"broker_credential_root": None}, "broker credential root is required"),
+        ({}, {"broker_credential_root": "short"}, "at least 16"),
+        ({}, {"token": BROKER_CREDENTIAL_ROOT}, "must differ"),
         ({}, {"raft_bind_address": "0.0.0.0"}, "all interfaces"),
         ({}, {"insecure_no_auth": True}, "cannot be combined"),
         ({}, {"peers": "h1:9880,h1:9880"}, "duplicate"),

@@ -82,7 +82,7 @@ def pod(
     return {
         "metadata": {"name": name, "labels": labels},
         "spec": {"containers": [{"name": "broker"}],
-                 "volumes": [{"name": "secrets", "secret": {"secretName": "bg-secrets"}}]},
+                 "volumes": [{"name": "secrets", "secret": {"secretName": "orders-credentials"}}]},
         "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
                    "containerStatuses": [{"name": "broker", "restartCount": 1}]},
     }  # fmt: skip
@@ -335,7 +335,7 @@ def test_restart_writes_the_annotation_and_follows_the_roll() -> None:
 
 # ---------------------------------------------------------------- report
 
-TOKEN = "s3cr3t-api-token-0123"
+TOKEN = "bg1.broker.c2hvcA.b3JkZXJz.s3cr3t-mac-0123"
 HA = "ha-secret-abcdef"
 
 
@@ -362,7 +362,7 @@ class ReportApi(FakeApi):
     def read_secret(self, name: str) -> dict[str, Any]:
         import base64
 
-        data = {"api-token": TOKEN, "ha-secret": HA}
+        data = {"broker-credential": TOKEN, "ha-secret": HA}
         return {"metadata": {"name": name, "annotations": {
                     "kubectl.kubernetes.io/last-applied-configuration": json.dumps(data)}},
                 "type": "Opaque",
@@ -380,14 +380,14 @@ def test_report_members_with_secrets_redacted(tmp_path: Path) -> None:
     members = archive_members(found, "r")
     assert sorted(members) == sorted(
         ["r/brokergroup.json", "r/status.txt", "r/objects/pods.json", "r/events.json",
-         "r/errors.txt", "r/secrets/bg-secrets.json"]
+         "r/errors.txt", "r/secrets/orders-credentials.json"]
         + [f"r/objects/{k}.json" for k in ("statefulsets", "controllerrevisions", "services",
             "configmaps", "persistentvolumeclaims", "poddisruptionbudgets")]
         + [f"r/logs/orders-{i}/broker{p}.log" for i in range(3) for p in ("", ".previous")]
     )  # fmt: skip
     assert members["r/logs/orders-0/broker.log"] == f"orders-0 current: token={REDACTED}\n"
-    secret = json.loads(members["r/secrets/bg-secrets.json"])
-    assert secret["data"] == {"api-token": REDACTED, "ha-secret": REDACTED}
+    secret = json.loads(members["r/secrets/orders-credentials.json"])
+    assert secret["data"] == {"broker-credential": REDACTED, "ha-secret": REDACTED}
     assert secret["metadata"]["annotations"] == {}
     assert not [p for p, text in members.items() if TOKEN in text or HA in text]
     path = tmp_path / "report.tar.gz"

@@ -23,6 +23,8 @@ from brokergroup_cli.local.state import (
     read_state,
     write_state,
 )
+from brokergroup_cli.local.supervisor import prepare_dir
+from brokergroup_controller.credentials import CredentialKeys, Principal, Role, authenticate
 
 
 def test_defaults_follow_the_address_plan(tmp_path: Path) -> None:
@@ -92,7 +94,8 @@ def test_controller_argv(tmp_path: Path) -> None:
         "--peers", "127.0.1.1:9880,127.0.1.2:9880,127.0.1.3:9880",
         "--data-dir", str(tmp_path / "controllers" / "2"),
         "--api-port", "9878", "--bind-address", "127.0.1.2",
-        "--token-file", str(tmp_path / "token"),
+        "--admin-token-file", str(tmp_path / "token"),
+        "--broker-credential-root-file", str(tmp_path / "broker-credential-root"),
         "--raft-password-file", str(tmp_path / "raft-password"),
         "--namesrv-key-file", str(tmp_path / "namesrv-keys.json"),
         "--namesrv-port", "9876",
@@ -111,11 +114,43 @@ def test_broker_argv_binds_and_advertises_its_own_address(tmp_path: Path) -> Non
         "bg", "broker", "--cluster-name", "DefaultCluster", "--broker-name", "broker-a",
         "--data-dir", str(tmp_path / "brokers" / "1"),
         "--controller-addresses", "127.0.1.1:9878,127.0.1.2:9878,127.0.1.3:9878",
-        "--controller-token-file", str(tmp_path / "token"),
+        "--controller-token-file", str(tmp_path / "broker-credential"),
         "--ha-secret-file", str(tmp_path / "ha-secret"),
         "--bind-address", "127.0.0.13", "--advertise-address", "127.0.0.13",
         "--client-port", "10911", "--set", "heartbeatIntervalMs=200",
     ]  # fmt: skip
+
+
+def test_up_generates_the_admin_token_and_the_groups_broker_and_client_credentials(
+    tmp_path: Path,
+) -> None:
+    """DESIGN.md §11: brokers get their group's broker credential only; the admin
+    token and the root stay with the controllers and the CLI; each file is
+    created once (0600) and kept, the derived ones recomputed from the root."""
+    config = build_config(tmp_path, 3, ["local.launcher=bg"])
+    layout = Layout(tmp_path)
+    prepare_dir(config, layout)
+    files = {p.name: p.read_text().strip() for p in tmp_path.iterdir() if p.is_file()}
+    keys = CredentialKeys(files["token"], files["broker-credential-root"])
+    group = ("DefaultCluster", "broker-a")
+    assert authenticate(f"Bearer {files['token']}", keys) == Principal(Role.ADMIN)
+    assert authenticate(f"Bearer {files['broker-credential']}", keys) == Principal(
+        Role.BROKER, group
+    )
+    assert authenticate(f"Bearer {files['client-credential']}", keys) == Principal(
+        Role.CLIENT, group
+    )
+    secret_names = ["broker-credential", "broker-credential-root", "client-credential",
+                    "ha-secret", "raft-password", "token"]  # fmt: skip
+    assert sorted(n for n in files if n not in ("config.json",)) == secret_names
+    assert {oct((tmp_path / n).stat().st_mode & 0o777) for n in secret_names} == {"0o600"}
+    prepare_dir(config, layout)  # a second `up` keeps every value
+    assert {n: (tmp_path / n).read_text().strip() for n in secret_names} == {
+        n: files[n] for n in secret_names
+    }
+    broker = broker_argv(config, layout, 0, "127.0.0.10")
+    for secret in ("token", "broker-credential-root", "client-credential", "raft-password"):
+        assert str(tmp_path / secret) not in broker
 
 
 def test_state_file_round_trip_and_stopped(tmp_path: Path) -> None:

@@ -23,6 +23,12 @@ from brokergroup_controller.client import ControllerUnavailable
 from brokergroup_operator import handlers
 from brokergroup_operator.handlers import Runtime, reconcile_group
 from brokergroup_operator.model import SWITCHOVER_ANNOTATION
+from brokergroup_operator.release_secret import (
+    RELEASE_SECRET_KEYS,
+    OperatorSecrets,
+    ReleaseSecretError,
+    plan_release_secret,
+)
 from brokergroup_operator.settings import OperatorSettings
 
 
@@ -33,10 +39,17 @@ class FakeKube:
         self.calls: list[tuple[Any, ...]] = []
         self.status: dict[str, Any] | None = None
         self.group: dict[str, Any] = {}
-        self.secret: bool | None = True
+        self.release_secret: dict[str, str] | None = None
+        self.release_secret_forbidden = False
 
-    async def secret_exists(self, ns: str, name: str) -> bool | None:
-        return self.secret
+    async def ensure_release_secret(self, ns: str, name: str, managed: bool) -> dict[str, str]:
+        """What Kube.ensure_release_secret does, on a dict (the same pure plan)."""
+        if self.release_secret_forbidden:
+            raise ReleaseSecretError("403 Forbidden")
+        plan = plan_release_secret(self.release_secret, managed, lambda: f"random-{name}")
+        self.release_secret = {**(self.release_secret or {}), **plan.add}
+        self.calls.append(("release-secret", f"{ns}/{name}", sorted(plan.add)))
+        return dict(self.release_secret)
 
     async def delete_service(self, ns: str, name: str) -> None:
         self.calls.append(("delete-service", name))
@@ -166,8 +179,9 @@ def group(
 
 
 def runtime(kube: FakeKube, controller: FakeController) -> Runtime:
-    settings = OperatorSettings(controller_addresses=("c:9878",), secret_name="s", image="img")
-    rt = Runtime(settings=settings, kube=kube)  # type: ignore[arg-type]
+    settings = OperatorSettings(controller_addresses=("c:9878",), image="img")
+    secrets = OperatorSecrets("admin-token", "broker-credential-root-0123", "ha-secret")
+    rt = Runtime(settings=settings, kube=kube, secrets=secrets)  # type: ignore[arg-type]
     rt.controller = lambda addresses: controller  # type: ignore[method-assign,assignment,return-value]
     return rt
 
@@ -183,6 +197,7 @@ async def test_new_group_applies_everything_and_writes_status() -> None:
     ctl = FakeController(info(1))
     await reconcile_group(runtime(kube, ctl), group(), events)
     assert [c for c in kube.calls if c[0] == "apply"] == [
+        ("apply", "Secret", "bg-credentials"),
         ("apply", "ConfigMap", "bg-config"),
         ("apply", "Service", "bg-headless"),
         ("apply", "Service", "bg"),
@@ -358,16 +373,22 @@ async def test_delete_gives_up_after_the_cleanup_timeout_and_says_what_is_left(
 
 
 async def test_a_group_that_cannot_run_says_why_on_the_object() -> None:
-    """Issue 22 item 2: a missing Secret (or a bad spec) used to mean pods silently
-    Pending (or a daemon that stopped); now Ready=False with the reason, one Event."""
+    """Issue 22 item 2 with issue 17 item 4: when the operator cannot create or
+    read the release Secret (here its RBAC refuses), no group can get its
+    credentials: Ready=False, SecretMissing, one Event, nothing applied; the
+    next pass tries again and the group recovers once the Secret can be read."""
     kube = FakeKube([], None)
-    kube.secret = False
+    kube.release_secret_forbidden = True
     events = Events()
     rt = runtime(kube, FakeController(info(1)))
+    rt.secrets = None
+    rt.settings = OperatorSettings(
+        controller_addresses=("c:9878",), image="img", release_secret="mq/rel-secrets"
+    )
     await reconcile_group(rt, group(), events)
     message = (
-        "Secret s (keys api-token, ha-secret) does not exist in namespace ns: broker pods "
-        "cannot start. Create it there, or set spec.controller.secretName"
+        "the operator could not create or read the release Secret mq/rel-secrets: "
+        "403 Forbidden. Broker pods cannot start"
     )
     assert events == [("Warning", "SecretMissing", message)]
     assert [c for c in kube.calls if c[0] == "apply"] == []
@@ -385,6 +406,17 @@ async def test_a_group_that_cannot_run_says_why_on_the_object() -> None:
     bad["spec"]["config"] = {"maxPullMessages": "lots"}
     await reconcile_group(rt, bad, events)
     assert events[1] == (
+        "Warning",
+        "SecretMissing",
+        message,
+    )
+    # Allowed again: the release Secret is created (every key, once) and the group runs.
+    kube.release_secret_forbidden = False
+    await reconcile_group(rt, group(status=kube.status), events)
+    assert ("release-secret", "mq/rel-secrets", sorted(RELEASE_SECRET_KEYS)) in kube.calls
+    assert ("apply", "Secret", "bg-credentials") in kube.calls
+    await reconcile_group(rt, bad, events)
+    assert events[-1] == (
         "Warning",
         "InvalidSpec",
         "spec.config.maxPullMessages must be a number, got 'lots'",

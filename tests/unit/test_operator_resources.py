@@ -20,7 +20,9 @@ import pytest
 import yaml
 
 from brokergroup_broker.core.config import BrokerConfig, camel
+from brokergroup_controller.credentials import CredentialKeys, Principal, Role, authenticate
 from brokergroup_operator.model import group_labels
+from brokergroup_operator.release_secret import OperatorSecrets
 from brokergroup_operator.resources import (
     CONFIG_FIELDS,
     CONFIG_TYPES,
@@ -95,6 +97,9 @@ def test_crd_names_subresources_and_columns() -> None:
     ]
 
 
+SECRETS = OperatorSecrets("admin-token-of-test", "broker-credential-root-of-test", "ha-of-test")
+
+
 def _ctx(**spec: object) -> GroupContext:
     base = {"replicas": 3, "ha": {"minInSyncReplicas": 2}, "storage": {"size": "1Gi"}}
     base.update(spec)
@@ -105,13 +110,14 @@ def _ctx(**spec: object) -> GroupContext:
         base,
         "brokergroup:dev",
         ("ctl-0:9878", "ctl-1:9878"),
-        "bg-secrets",
+        SECRETS,
     )
 
 
 def test_owned_objects_are_labelled_and_owned() -> None:
     objects = owned_objects(_ctx(), 3)
     assert [(o["kind"], o["metadata"]["name"]) for o in objects] == [
+        ("Secret", "orders-credentials"),
         ("ConfigMap", "orders-config"),
         ("Service", "orders-headless"),
         ("Service", "orders"),
@@ -132,11 +138,48 @@ def test_owned_objects_are_labelled_and_owned() -> None:
     services = {o["metadata"]["name"]: o["spec"] for o in objects if o["kind"] == "Service"}
     assert services["orders"]["selector"]["brokergroup.io/role"] == "master"
     assert services["orders-headless"]["clusterIP"] == "None"
-    policy = objects[4]["spec"]["ingress"]
+    policy = next(o for o in objects if o["kind"] == "NetworkPolicy")["spec"]["ingress"]
     assert policy[0] == {
         "from": [{"podSelector": {"matchLabels": group_labels("orders")}}],
         "ports": [{"port": 10912, "protocol": "TCP"}],
     }
+
+
+def test_broker_pods_get_their_groups_credential_only_and_no_service_account_token() -> None:
+    """DESIGN.md §11: the admin token and the root never reach a broker pod; the
+    pod mounts its group's Secret (broker credential + HA secret) and no
+    ServiceAccount token; the credential is the group's (cluster = namespace)."""
+    objects = owned_objects(_ctx(), 3)
+    rendered = json.dumps(objects)
+    assert SECRETS.admin_token not in rendered
+    assert SECRETS.broker_credential_root not in rendered
+    secret = objects[0]
+    assert sorted(secret["stringData"]) == ["broker-credential", "client-credential", "ha-secret"]
+    keys = CredentialKeys(SECRETS.admin_token, SECRETS.broker_credential_root or "")
+    group = ("prod", "orders")
+    data = secret["stringData"]
+    assert authenticate(f"Bearer {data['broker-credential']}", keys) == Principal(
+        Role.BROKER, group
+    )
+    assert authenticate(f"Bearer {data['client-credential']}", keys) == Principal(
+        Role.CLIENT, group
+    )
+    pod = objects[-1]["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is False
+    assert "serviceAccountName" not in pod
+    (volume,) = [v for v in pod["volumes"] if "secret" in v]
+    assert volume["secret"]["secretName"] == "orders-credentials"
+    assert volume["secret"]["items"] == [
+        {"key": "broker-credential", "path": "broker-credential"},
+        {"key": "ha-secret", "path": "ha-secret"},
+    ]
+    command = pod["containers"][0]["command"]
+    token_file = command[command.index("--controller-token-file") + 1]
+    assert token_file == "/etc/brokergroup/secrets/broker-credential"
+    # The user's own Secret: no Secret rendered, the pods mount it instead.
+    own = owned_objects(_ctx(controller={"secretName": "mine"}), 3)
+    assert [o["kind"] for o in own].count("Secret") == 0
+    assert own[-1]["spec"]["template"]["spec"]["volumes"][1]["secret"]["secretName"] == "mine"
 
 
 def test_stateful_set_and_broker_command() -> None:
@@ -178,7 +221,7 @@ def test_stateful_set_and_broker_command() -> None:
     assert args.controller_addresses == "ctl-0:9878,ctl-1:9878"
     assert args.advertise_address == "$(POD_IP)"
     config = json.loads(
-        owned_objects(_ctx(config={"flushDiskType": "ASYNC_FLUSH"}), 3)[0]["data"]["broker.json"]
+        owned_objects(_ctx(config={"flushDiskType": "ASYNC_FLUSH"}), 3)[1]["data"]["broker.json"]
     )
     assert config == {"minInSyncReplicas": 2, "flushDiskType": "ASYNC_FLUSH"}
 
@@ -257,7 +300,7 @@ def test_typed_config_reaches_broker_json_as_typed_values() -> None:
     config = {"maxPullMessages": 64, "diskFullRatio": 0.9, "enableSlaveActingMaster": False}
     ctx = _ctx(config=config)
     ctx.validate()
-    body = json.loads(owned_objects(ctx, 3)[0]["data"]["broker.json"])
+    body = json.loads(owned_objects(ctx, 3)[1]["data"]["broker.json"])
     assert body == {"minInSyncReplicas": 2, **config}
     from brokergroup_broker.core.config import config_from_mapping
 
@@ -285,9 +328,13 @@ def test_crd_name_rules_fit_every_derived_name() -> None:
     rules = _crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["x-kubernetes-validations"]
     assert rules[0]["rule"] == "self.metadata.name.size() <= 52"
     longest = "a" * 52
-    objects = owned_objects(GroupContext(longest, "ns", "u", {}, "img", ("c:1",), "s"), 16)
-    names = [o["metadata"]["name"] for o in objects] + [f"{longest}-15", f"{longest}-1234567890"]
+    objects = owned_objects(GroupContext(longest, "ns", "u", {}, "img", ("c:1",), SECRETS), 16)
+    names = [o["metadata"]["name"] for o in objects if o["kind"] != "Secret"]
+    names += [f"{longest}-15", f"{longest}-1234567890"]
     assert max(len(n) for n in names) == 63
+    # A Secret's name is a DNS-1123 subdomain (≤ 253), not a label.
+    (secret,) = [o for o in objects if o["kind"] == "Secret"]
+    assert len(secret["metadata"]["name"]) == 64
 
 
 def test_brokers_spread_over_nodes_unless_the_spec_says_otherwise() -> None:

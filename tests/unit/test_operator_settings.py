@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from brokergroup_operator.release_secret import OperatorSecrets
 from brokergroup_operator.resources import GroupContext, SpecError
 from brokergroup_operator.settings import OperatorSettings, SettingsError
 
@@ -20,14 +21,14 @@ def test_from_env_and_token_file(tmp_path: Path) -> None:
         {
             "BROKERGROUP_CONTROLLER_ADDRESSES": "ctl-0:9878, ctl-1:9878,,",
             "BROKERGROUP_TOKEN_FILE": str(token),
-            "BROKERGROUP_SECRET_NAME": "bg-secrets",
+            "BROKERGROUP_RELEASE_SECRET": "mq/bg-secrets",
             "BROKERGROUP_IMAGE": "brokergroup:1",
             "BROKERGROUP_RESYNC_SECONDS": "2.5",
         }
     )
     assert settings.controller_addresses == ("ctl-0:9878", "ctl-1:9878")
-    assert (settings.secret_name, settings.image, settings.resync_s) == (
-        "bg-secrets",
+    assert (settings.release_secret_ref(), settings.image, settings.resync_s) == (
+        ("mq", "bg-secrets"),
         "brokergroup:1",
         2.5,
     )
@@ -58,6 +59,7 @@ def test_missing_token_file_names_the_variable(tmp_path: Path) -> None:
 
 
 def test_group_overrides_and_missing_defaults() -> None:
+    secrets = OperatorSecrets("admin", "root-of-broker-credentials", "ha")
     ctx = GroupContext(
         "g",
         "ns",
@@ -65,14 +67,17 @@ def test_group_overrides_and_missing_defaults() -> None:
         {"controller": {"addresses": ["a:1"], "secretName": "own"}, "image": "img:2"},
         "img:1",
         ("d:1",),
-        "default",
     )
     assert (ctx.addresses, ctx.secret, ctx.image) == (("a:1",), "own", "img:2")
-    ctx = GroupContext("g", "ns", "u", {}, "img:1", ("d:1",), "default")
-    assert (ctx.addresses, ctx.secret, ctx.image, ctx.replicas) == (("d:1",), "default", "img:1", 3)
+    ctx.validate()  # the user's own Secret: the operator needs no root for it
+    ctx = GroupContext("g", "ns", "u", {}, "img:1", ("d:1",), secrets)
+    assert (ctx.addresses, ctx.secret, ctx.image, ctx.replicas) == (
+        ("d:1",), "g-credentials", "img:1", 3,
+    )  # fmt: skip
+    assert "root-of-broker-credentials" not in repr(ctx)
     with pytest.raises(SpecError, match="no controller addresses"):
-        GroupContext("g", "ns", "u", {}, "img", (), "s").validate()
-    with pytest.raises(SpecError, match="no Secret"):
-        GroupContext("g", "ns", "u", {}, "img", ("d:1",), "").validate()
+        GroupContext("g", "ns", "u", {}, "img", (), secrets).validate()
+    with pytest.raises(SpecError, match="no broker credential"):
+        GroupContext("g", "ns", "u", {}, "img", ("d:1",)).validate()
     with pytest.raises(SpecError, match="no image"):
-        GroupContext("g", "ns", "u", {}, "", ("d:1",), "s").validate()
+        GroupContext("g", "ns", "u", {}, "", ("d:1",), secrets).validate()

@@ -9,6 +9,7 @@ once, although an annotation does not change the object's generation.
 from __future__ import annotations
 
 from brokergroup_operator.handlers import context_of, reconcile_group
+from brokergroup_operator.release_secret import OperatorSecrets
 from brokergroup_operator.resources import owned_objects
 from brokergroup_operator.settings import OperatorSettings
 from tests.unit.test_operator_handlers import (
@@ -22,12 +23,15 @@ from tests.unit.test_operator_handlers import (
 )
 
 RESTARTED_AT = "kubectl.kubernetes.io/restartedAt"
-SETTINGS = OperatorSettings(controller_addresses=("c:9878",), secret_name="s", image="img")
+SETTINGS = OperatorSettings(controller_addresses=("c:9878",), image="img")
+SECRETS = OperatorSecrets("admin-token", "broker-credential-root-0123", "ha-secret")
 
 
 def _template_annotations(body: dict[str, object]) -> dict[str, str]:
     sts = next(
-        o for o in owned_objects(context_of(body, SETTINGS), 3) if o["kind"] == "StatefulSet"
+        o
+        for o in owned_objects(context_of(body, SETTINGS, SECRETS), 3)
+        if o["kind"] == "StatefulSet"
     )
     return dict(sts["spec"]["template"]["metadata"]["annotations"])
 

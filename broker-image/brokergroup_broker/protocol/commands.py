@@ -36,6 +36,7 @@ from brokergroup_broker.protocol.consumer import Consumer
 from brokergroup_broker.protocol.messages import BrokerError, ProduceMessage, PulledMessage
 from brokergroup_broker.protocol.producer import Producer
 from brokergroup_broker.store.message import body_crc
+from brokergroup_controller.admin import local_runtime_file
 
 _FAILURES = (
     BrokerError,
@@ -48,9 +49,16 @@ _FAILURES = (
 
 
 def _token(args: argparse.Namespace) -> str | None:
+    """The controller credential: --controller-token-file, $BROKERGROUP_CONTROLLER_TOKEN,
+    else the local runtime's client credential (reads of its group only), if any."""
     if args.controller_token_file:
         return Path(args.controller_token_file).read_text().strip() or None
-    return os.environ.get("BROKERGROUP_CONTROLLER_TOKEN") or None
+    if os.environ.get("BROKERGROUP_CONTROLLER_TOKEN"):
+        return os.environ["BROKERGROUP_CONTROLLER_TOKEN"]
+    try:
+        return Path(local_runtime_file("client-credential")).read_text().strip() or None
+    except OSError:
+        return None
 
 
 def _client_config(args: argparse.Namespace) -> ClientConfig:

@@ -76,3 +76,36 @@ podAntiAffinity:
             app.kubernetes.io/instance: {{ $root.Release.Name }}
             app.kubernetes.io/component: {{ $component }}
 {{- end -}}
+
+{{/* The operator's rules on namespaced objects, the same in each Role and in the
+ClusterRole. Secrets: create and (server-side apply) patch each group's
+<group>-credentials; no get or list (docs/security.md says what patch still allows). */}}
+{{- define "brokergroup.operatorRules" -}}
+- apiGroups: ["brokergroup.io"]
+  resources: ["brokergroups"]
+  verbs: ["get", "list", "watch", "patch"]
+- apiGroups: ["brokergroup.io"]
+  resources: ["brokergroups/status"]
+  verbs: ["get", "patch"]
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["get", "list", "watch", "patch", "delete"]
+- apiGroups: [""]
+  resources: ["services", "configmaps"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["create", "patch"]
+- apiGroups: ["apps"]
+  resources: ["statefulsets"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+- apiGroups: ["policy"]
+  resources: ["poddisruptionbudgets"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+- apiGroups: ["networking.k8s.io"]
+  resources: ["networkpolicies"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+- apiGroups: ["", "events.k8s.io"]
+  resources: ["events"]
+  verbs: ["create"]
+{{- end -}}

@@ -437,7 +437,7 @@ async def run_schedule(
             progress(f"skipping {fault}: {reason}")
     if not await _wait_healthy(rt, rt.brokers, schedule.healthy_timeout_s):
         raise LocalRuntimeError("the group never became healthy")
-    token = rt.token()
+    token = rt.client_credential()  # clients read their group only (DESIGN.md §11)
     config = ClientConfig(
         retry_max_attempts=1,
         request_timeout_ms=schedule.op_timeout_ms,

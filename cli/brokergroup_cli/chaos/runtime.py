@@ -129,7 +129,12 @@ class LocalRuntime:
         self._mounts.append(path)
 
     def token(self) -> str:
+        """The admin credential (status reads, faults that clean or elect)."""
         return (self.root / "token").read_text().strip()
+
+    def client_credential(self) -> str:
+        """The group's client credential: what producers and consumers use."""
+        return (self.root / "client-credential").read_text().strip()
 
     def state(self) -> RuntimeState:
         state = read_state(self.root / "state.json")
@@ -169,10 +174,11 @@ class LocalRuntime:
     def broker_status(self, host: str) -> dict[str, object] | None:
         return self._get_json(f"http://{host}:{BROKER_CLIENT_PORT + 2}/v1/status")
 
-    @staticmethod
-    def _get_json(url: str, timeout_s: float = 1.0) -> dict[str, object] | None:
+    def _get_json(self, url: str, timeout_s: float = 1.0) -> dict[str, object] | None:
+        # The admin credential: controller reads need one (brokers ignore it).
+        request = urllib.request.Request(url, headers={"Authorization": f"Bearer {self.token()}"})
         try:
-            with urllib.request.urlopen(url, timeout=timeout_s) as response:
+            with urllib.request.urlopen(request, timeout=timeout_s) as response:
                 body = json.loads(response.read())
         except (OSError, ValueError):
             return None

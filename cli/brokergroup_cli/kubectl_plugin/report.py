@@ -76,9 +76,10 @@ class Collected:
 
 
 def secret_names(group: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> list[str]:
-    names = {
-        str(v) for v in [((group.get("spec") or {}).get("controller") or {}).get("secretName")] if v
-    }
+    """The group's credential Secret (its own, or `<name>-credentials` the operator
+    writes) and every Secret a pod mounts."""
+    own = ((group.get("spec") or {}).get("controller") or {}).get("secretName")
+    names = {str(own or f"{(group.get('metadata') or {}).get('name')}-credentials")}
     for pod in pods:
         for volume in (pod.get("spec") or {}).get("volumes") or []:
             secret = volume.get("secret") or {}

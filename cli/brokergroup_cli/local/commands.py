@@ -241,6 +241,13 @@ def cmd_supervise(args: argparse.Namespace) -> int:
 # --- status -----------------------------------------------------------------------
 
 
+def _admin_token(layout: Layout) -> str | None:
+    try:
+        return layout.token_file.read_text().strip() or None
+    except OSError:
+        return None  # status then shows the controllers' 401 as a problem line
+
+
 def _snapshot(layout: Layout) -> StatusSnapshot:
     config, state = _load(layout)
     alive = {(c.kind.value, c.index): is_alive(c.pid, c.start_ticks) for c in state.children()}
@@ -248,7 +255,7 @@ def _snapshot(layout: Layout) -> StatusSnapshot:
 
     async def take() -> StatusSnapshot:
         async with aiohttp.ClientSession() as session:
-            return await Prober(config, session).snapshot(
+            return await Prober(config, session, _admin_token(layout)).snapshot(
                 state, process_alive=alive, supervisor_alive=supervisor_alive, now_ms=wall_ms()
             )
 
@@ -359,6 +366,9 @@ def _purge(layout: Layout) -> int:
         shutil.rmtree(layout.root / sub, ignore_errors=True)
     for path in (
         layout.token_file,
+        layout.broker_credential_root_file,
+        layout.broker_credential_file,
+        layout.client_credential_file,
         layout.config_file,
         layout.controller_config_file,
         layout.state_file,

@@ -2,7 +2,14 @@
 
 Files under DIR (`--dir`, default ~/.brokergroup/local):
 
-    token                    bearer token of the controllers' mutating API (0600)
+    token                    the admin credential of the controllers' API (0600):
+                             `brokergroup admin` and the supervisor use it
+    broker-credential-root   root secret broker and client credentials are
+                             derived from (0600); only the controllers read it
+    broker-credential        the group's broker credential (derived, 0600):
+                             the only credential brokers get
+    client-credential        the group's client credential (derived, 0600):
+                             reads of this group, for produce/consume
     raft-password            shared secret of the controllers' Raft port (0600)
     ha-secret                HMAC key brokers prove on the HA port (0600)
     namesrv-keys.json        accessKey/secretKey of RocketMQ clients on the name server (0600)
@@ -22,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from brokergroup_cli.local.config import LocalConfig
+from brokergroup_controller.credentials import Role
 
 
 @dataclass(frozen=True)
@@ -31,6 +39,18 @@ class Layout:
     @property
     def token_file(self) -> Path:
         return self.root / "token"
+
+    @property
+    def broker_credential_root_file(self) -> Path:
+        return self.root / "broker-credential-root"
+
+    @property
+    def broker_credential_file(self) -> Path:
+        return self.root / "broker-credential"
+
+    @property
+    def client_credential_file(self) -> Path:
+        return self.root / "client-credential"
 
     @property
     def raft_password_file(self) -> Path:
@@ -47,7 +67,20 @@ class Layout:
     @property
     def secret_files(self) -> tuple[Path, ...]:
         """Every secret the runtime generates once and keeps (DESIGN.md §11)."""
-        return (self.token_file, self.raft_password_file, self.ha_secret_file)
+        return (
+            self.token_file,
+            self.broker_credential_root_file,
+            self.raft_password_file,
+            self.ha_secret_file,
+        )
+
+    def derived_credentials(self, config: LocalConfig) -> dict[Path, tuple[Role, str, str]]:
+        """Files holding the group's derived credentials: path → (role, cluster, broker)."""
+        group = (config.cluster_name, config.broker_name)
+        return {
+            self.broker_credential_file: (Role.BROKER, *group),
+            self.client_credential_file: (Role.CLIENT, *group),
+        }
 
     @property
     def config_file(self) -> Path:
@@ -102,8 +135,10 @@ def controller_argv(config: LocalConfig, layout: Layout, node_id: int) -> list[s
         str(config.controller_api_port),
         "--bind-address",
         config.controller_hosts[node_id - 1],
-        "--token-file",
+        "--admin-token-file",
         str(layout.token_file),
+        "--broker-credential-root-file",
+        str(layout.broker_credential_root_file),
         "--raft-password-file",
         str(layout.raft_password_file),
         "--namesrv-key-file",
@@ -130,7 +165,7 @@ def broker_argv(config: LocalConfig, layout: Layout, slot: int, host: str) -> li
         "--controller-addresses",
         ",".join(config.controller_api_addresses),
         "--controller-token-file",
-        str(layout.token_file),
+        str(layout.broker_credential_file),
         "--ha-secret-file",
         str(layout.ha_secret_file),
         "--bind-address",

@@ -18,15 +18,21 @@ from brokergroup_cli.local.status import StatusSnapshot, build_snapshot
 
 
 class Prober:
-    def __init__(self, config: LocalConfig, session: aiohttp.ClientSession) -> None:
+    def __init__(
+        self, config: LocalConfig, session: aiohttp.ClientSession, admin_token: str | None
+    ) -> None:
+        """`admin_token`: the runtime's admin credential (controller reads need one)."""
         self._config = config
         self._session = session
+        self._headers = {} if admin_token is None else {"Authorization": f"Bearer {admin_token}"}
         self._timeout = aiohttp.ClientTimeout(total=config.http_timeout_ms / 1000)
 
     async def _get(
         self, url: str, params: Mapping[str, str] | None = None
     ) -> tuple[int, dict[str, Any] | None]:
-        async with self._session.get(url, params=params, timeout=self._timeout) as response:
+        async with self._session.get(
+            url, params=params, headers=self._headers, timeout=self._timeout
+        ) as response:
             try:
                 body = await response.json(content_type=None)
             except ValueError:

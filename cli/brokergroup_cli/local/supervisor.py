@@ -54,6 +54,7 @@ from brokergroup_cli.local.procs import process_start_ticks
 from brokergroup_cli.local.state import ChildKind, ChildRecord, Phase, RuntimeState, write_state
 from brokergroup_cli.local.status import StatusSnapshot
 from brokergroup_controller.api import INCARNATION_ENV
+from brokergroup_controller.credentials import derive_credential
 
 log = logging.getLogger(__name__)
 #: How long a gone broker's inactive report is retried (no controller leader answering).
@@ -78,11 +79,16 @@ def prepare_dir(config: LocalConfig, layout: Layout) -> None:
         layout.broker_data_dir(slot).mkdir(parents=True, exist_ok=True)
     for secret_file in layout.secret_files:
         if not secret_file.exists():
-            fd = os.open(secret_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            with os.fdopen(fd, "w") as f:
-                f.write(secrets.token_urlsafe(32) + "\n")
+            _write_secret(secret_file, secrets.token_urlsafe(32))
     if not layout.namesrv_key_file.exists():
         write_namesrv_keys(layout)
+    # Derived from the root each time: the same value while the root is kept.
+    root = layout.broker_credential_root_file.read_text().strip()
+    for path, (role, cluster, broker) in layout.derived_credentials(config).items():
+        credential = derive_credential(root, role, cluster, broker)
+        if not path.exists() or path.read_text().strip() != credential:
+            path.unlink(missing_ok=True)
+            _write_secret(path, credential)
     layout.config_file.write_text(json.dumps(config.to_json(), indent=2) + "\n")
     if config.controller_settings:
         layout.controller_config_file.write_text(
@@ -93,9 +99,14 @@ def prepare_dir(config: LocalConfig, layout: Layout) -> None:
 def write_namesrv_keys(layout: Layout) -> None:
     """The RocketMQ client key pair (AclClientRPCHook's AccessKey/SecretKey), once."""
     keys = {"accessKey": "bg" + secrets.token_hex(8), "secretKey": secrets.token_urlsafe(32)}
-    fd = os.open(layout.namesrv_key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    _write_secret(layout.namesrv_key_file, json.dumps(keys))
+
+
+def _write_secret(path: Path, value: str) -> None:
+    """A new file readable by its owner only (never briefly wider)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as f:
-        f.write(json.dumps(keys) + "\n")
+        f.write(value + "\n")
 
 
 @dataclass
@@ -365,7 +376,7 @@ class Supervisor:
         broker_tasks: list[asyncio.Task[None]] = []
         stop_watch = asyncio.create_task(self._forward_stop(stop))
         async with aiohttp.ClientSession() as session:
-            self._prober = Prober(self._config, session)
+            self._prober = Prober(self._config, session, self._token)
             try:
                 controller_tasks = [
                     asyncio.create_task(self._supervise_slot(s)) for s in self._controllers

@@ -49,6 +49,8 @@ RESPONSE_CODE_OF: Mapping[ErrorCode, ResponseCode] = {
     ErrorCode.BROKER_STILL_ALIVE: ResponseCode.CONTROLLER_INVALID_CLEAN_BROKER_METADATA,
     ErrorCode.BAD_REQUEST: ResponseCode.CONTROLLER_INVALID_REQUEST,
     ErrorCode.UNAUTHORIZED: ResponseCode.NO_PERMISSION,
+    # A valid credential whose role or group may not do this (access.decide).
+    ErrorCode.FORBIDDEN: ResponseCode.NO_PERMISSION,
     ErrorCode.NOT_LEADER: ResponseCode.CONTROLLER_NOT_LEADER,
     # Outcome unknown (the entry may still commit): a broker retries on its next round.
     ErrorCode.COMMIT_TIMEOUT: ResponseCode.SYSTEM_BUSY,

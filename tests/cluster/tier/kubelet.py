@@ -112,6 +112,8 @@ def image_env(home: Path) -> dict[str, str]:
 _VAR = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
 #: Mounts the container must see at their real path (fixed paths in client libraries).
 _BIND_PREFIXES = ("/var/run/secrets/", "/run/secrets/")
+#: A pod that could not start (e.g. its Secret does not exist yet) is tried again after this.
+POD_START_RETRY_S = 2.0
 
 
 def path_rewriter(mounts: dict[str, str]) -> Any:
@@ -593,6 +595,17 @@ class ProcessKubelet:
                 )  # fmt: skip
             threading.Thread(target=self._run_pod, args=(pod,), daemon=True).start()
 
+    def _retry_pod(self, namespace: str, name: str, uid: str) -> None:
+        if self._stop.is_set():
+            return
+        core = client.CoreV1Api(_api(self.node_kubeconfig))
+        try:
+            pod = core.read_namespaced_pod(name, namespace)
+        except ApiException:
+            return  # gone: nothing to start
+        if pod.metadata.uid == uid:
+            self._on_pod_event("MODIFIED", pod)
+
     def _run_pod(self, pod: Any) -> None:
         api = _api(self.node_kubeconfig)
         core = client.CoreV1Api(api)
@@ -600,6 +613,9 @@ class ProcessKubelet:
             run = self.pods[pod.metadata.uid]
         try:
             run.directory.mkdir(parents=True, exist_ok=True)
+            # Volumes first: a pod that cannot start yet (its Secret is created
+            # later) must not report an IP it gives back (a pod's IP cannot change).
+            volumes = self._materialize(core, pod, run.directory)
             if run.net is None:
                 hostname = pod.spec.hostname or pod.metadata.name
                 subdomain = pod.spec.subdomain
@@ -609,7 +625,6 @@ class ProcessKubelet:
                     else None
                 )
                 run.net = self.network.attach(run.uid, hostname, fqdn, run.namespace)
-            volumes = self._materialize(core, pod, run.directory)
             for spec in pod.spec.containers:
                 run.containers.append(self._prepare(core, pod, run, spec, volumes))
         except Exception as exc:
@@ -619,8 +634,16 @@ class ProcessKubelet:
             self._report(core, run, pod, message=str(exc))
             time.sleep(1)
             with self._lock:
-                self.pods.pop(run.uid, None)  # retried on the next event
+                self.pods.pop(run.uid, None)  # retried on the next event, or below
             self.network.detach(run.uid)
+            # Like a real kubelet retrying a volume it cannot set up yet (a Secret
+            # that another component creates later): try again without waiting
+            # for an event that may never come.
+            retry = threading.Timer(
+                POD_START_RETRY_S, self._retry_pod, args=(run.namespace, run.name, run.uid)
+            )
+            retry.daemon = True
+            retry.start()
             return
         self._supervise(core, run, pod)
 
