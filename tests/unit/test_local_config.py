@@ -141,7 +141,7 @@ def test_up_generates_the_admin_token_and_the_groups_broker_and_client_credentia
         Role.CLIENT, group
     )
     secret_names = ["broker-credential", "broker-credential-root", "client-credential",
-                    "ha-secret", "raft-password", "token"]  # fmt: skip
+                    "ha-secret", "namesrv-keys.json", "raft-password", "token"]  # fmt: skip
     assert sorted(n for n in files if n not in ("config.json",)) == secret_names
     assert {oct((tmp_path / n).stat().st_mode & 0o777) for n in secret_names} == {"0o600"}
     prepare_dir(config, layout)  # a second `up` keeps every value
