@@ -50,8 +50,10 @@ def register_body() -> bytes:
     return json.dumps({"topicConfigSerializeWrapper": wrapper, "filterServerList": []}).encode()
 
 
-def http_json(url: str, timeout_s: float) -> dict[str, Any]:
-    with urllib.request.urlopen(url, timeout=timeout_s) as response:
+def http_json(url: str, token: str, timeout_s: float) -> dict[str, Any]:
+    """A controller read: reads need a credential too (the admin token of the runtime)."""
+    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(req, timeout=timeout_s) as response:
         data: dict[str, Any] = json.loads(response.read())
         return data
 
@@ -70,6 +72,7 @@ async def broker_addrs(namesrv: str, credentials: Credentials) -> dict[str, str]
 
 
 async def scenario(runtime: Runtime, status: dict[str, Any]) -> None:
+    token = (runtime.root / "token").read_text().strip()
     credentials = Credentials(status["accessKey"], status["secretKey"])
     nodes = status["namesrvAddress"].split(";")
     master_id = status["master"]["brokerId"]
@@ -104,7 +107,7 @@ async def scenario(runtime: Runtime, status: dict[str, Any]) -> None:
         for node in nodes:
             assert await broker_addrs(node, credentials) == expected
 
-        raft = http_json(f"http://{nodes[0].split(':')[0]}:{API_PORT}/v1/raft", 5)
+        raft = http_json(f"http://{nodes[0].split(':')[0]}:{API_PORT}/v1/raft", token, 5)
         leader_host = raft["leader"].split(":")[0]
         epoch, set_epoch = status["masterEpoch"], status["syncStateSetEpoch"]
 
@@ -120,7 +123,7 @@ async def scenario(runtime: Runtime, status: dict[str, Any]) -> None:
                 f"&masterEpoch={epoch}&syncStateSetEpoch={set_epoch}&timeoutMs=5000"
             )
             info = await asyncio.to_thread(
-                http_json, f"http://{leader_host}:{API_PORT}/v1/watch?{query}", 10
+                http_json, f"http://{leader_host}:{API_PORT}/v1/watch?{query}", token, 10
             )
             if info["masterEpoch"] > status["masterEpoch"] and info["masterBrokerId"] not in (
                 None,

@@ -17,6 +17,7 @@ them to every broker, and serves them back in order with their content.
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -61,10 +62,18 @@ def _settled(runtime: Runtime) -> dict[str, Any] | None:
     return s
 
 
-def _produce(topic: str, count: int, prefix: str) -> tuple[int, dict[str, Any] | str]:
+def _env(runtime: Runtime) -> dict[str, str]:
+    """The CLI finds this runtime's client credential (reads need one) as a user's would."""
+    return {**os.environ, "BROKERGROUP_LOCAL_DIR": str(runtime.root)}
+
+
+def _produce(
+    runtime: Runtime, topic: str, count: int, prefix: str
+) -> tuple[int, dict[str, Any] | str]:
     result = brokergroup(
         "produce", *GROUP, "--topic", topic, "--count", str(count), "--batch", "8",
         "--size", "64", "--key-prefix", prefix, "--retry-deadline-ms", "3000", "--json",
+        env=_env(runtime),
     )  # fmt: skip
     try:
         return result.returncode, json.loads(result.stdout.strip().splitlines()[-1])
@@ -78,12 +87,14 @@ def test_every_bad_topic_is_refused_and_the_group_keeps_serving(runtime: Runtime
     before = wait_for("three in-sync brokers", lambda: _settled(runtime), 60, runtime)
 
     for name, topic in REJECTED.items():
-        code, summary = _produce(topic, 4, f"{name}-")
+        code, summary = _produce(runtime, topic, 4, f"{name}-")
         assert code != 0 and isinstance(summary, dict), (name, summary)
         assert summary["acked"] == 0 and summary["failed"] == 4, (name, summary)
         assert summary["firstError"]["code"] == "TOPIC_INVALID", (name, summary)
         assert "[%|a-zA-Z0-9_-]" in summary["firstError"]["message"], (name, summary)
-        consumed = brokergroup("consume", *GROUP, "--topic", topic, "--from-beginning")
+        consumed = brokergroup(
+            "consume", *GROUP, "--topic", topic, "--from-beginning", env=_env(runtime)
+        )
         assert consumed.returncode != 0, (name, consumed.stdout)
         assert "TOPIC_INVALID" in consumed.stderr or "topic" in consumed.stderr, consumed.stderr
 
@@ -95,7 +106,7 @@ def test_every_bad_topic_is_refused_and_the_group_keeps_serving(runtime: Runtime
         b["maxOffset"] for b in before["brokers"]
     ], after_refusals
 
-    code, summary = _produce("orders_v1", 40, "good-")
+    code, summary = _produce(runtime, "orders_v1", 40, "good-")
     assert code == 0 and isinstance(summary, dict) and summary["acked"] == 40, summary
     settled = wait_for("the good topic on every broker", lambda: _settled(runtime), 60, runtime)
     assert settled["brokers"][0]["maxOffset"] > before["brokers"][0]["maxOffset"]
@@ -103,7 +114,7 @@ def test_every_bad_topic_is_refused_and_the_group_keeps_serving(runtime: Runtime
 
     consumed = brokergroup(
         "consume", *GROUP, "--topic", "orders_v1", "--from-beginning", "--json",
-        "--max-messages", "40",
+        "--max-messages", "40", env=_env(runtime),
     )  # fmt: skip
     assert consumed.returncode == 0, consumed.stderr
     rows = [json.loads(line) for line in consumed.stdout.splitlines() if line.strip()]
