@@ -253,12 +253,16 @@ def stock_brokers(java: Java, controllers: KeyedControllers) -> Iterator[dict[st
         deadline = time.monotonic() + 180
         registered = False
         while time.monotonic() < deadline and all(p.poll() is None for p in procs):
-            info = json.loads(
-                asyncio.run(
-                    namesrv_call(f"127.0.{BLOCK}.1:9876", RequestCode.GET_BROKER_CLUSTER_INFO)
-                )
-            )
-            if set(info["brokerAddrTable"]) == set(brokers):
+            # A broker registers with the three nodes concurrently: wait for every node.
+            tables = [
+                json.loads(
+                    asyncio.run(
+                        namesrv_call(f"127.0.{BLOCK}.{n}:9876", RequestCode.GET_BROKER_CLUSTER_INFO)
+                    )
+                )["brokerAddrTable"]
+                for n in (1, 2, 3)
+            ]
+            if all(set(table) == set(brokers) for table in tables):
                 registered = True
                 break
             time.sleep(1)
