@@ -50,9 +50,18 @@ start() {
   sysctl -qw net.ipv4.ip_forward=1
   [ -d /lib/modules ] || { mkdir /lib/modules && touch "$S/made-lib-modules"; }
   log "starting dockerd on $SOCK (data root $S/data)"
-  setsid dockerd -H "$SOCK" --data-root "$S/data" --exec-root "$S/exec" --pidfile "$S/dockerd.pid" \
-    --add-runtime nosysres="$KIND_HERE/runc-nosysres" --default-runtime nosysres \
-    >"$S/dockerd.log" 2>&1 </dev/null &
+  # The daemon outlives this script: it must not inherit our descriptors beyond 0-2 (a
+  # caller's `flock LOCKFILE make e2e` would otherwise stay locked for dockerd's lifetime).
+  (
+    for fd in /proc/self/fd/*; do
+      fd=${fd##*/}
+      [ "$fd" -gt 2 ] 2>/dev/null && eval "exec $fd>&-" 2>/dev/null
+    done
+    exec setsid dockerd -H "$SOCK" --data-root "$S/data" --exec-root "$S/exec" \
+      --pidfile "$S/dockerd.pid" \
+      --add-runtime nosysres="$KIND_HERE/runc-nosysres" --default-runtime nosysres \
+      >"$S/dockerd.log" 2>&1 </dev/null
+  ) &
   local i
   for i in $(seq 60); do
     DOCKER_HOST=$SOCK docker info >/dev/null 2>&1 && break
