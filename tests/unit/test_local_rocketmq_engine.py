@@ -63,7 +63,8 @@ def test_a_stock_broker_runs_in_controller_mode_under_the_runtime(tmp_path: Path
     assert p["controllerAddr"] == "127.0.1.1:9879;127.0.1.2:9879;127.0.1.3:9879"
     assert p["namesrvAddr"] == "127.0.1.1:9876;127.0.1.2:9876;127.0.1.3:9876"
     assert p["brokerIP1"] == p["brokerIP2"] == p["bindAddress"] == "127.0.0.12"
-    assert (p["listenPort"], p["haListenPort"]) == ("10911", "10912")
+    # RocketMQ binds the HA port on every interface: one per slot.
+    assert (p["listenPort"], p["haListenPort"]) == ("10911", "11012")
     assert p["storePathRootDir"] == str(layout.broker_data_dir(1) / "store")
     assert json.loads(p["innerClientAuthenticationCredentials"]) == keys
     assert p["autoCreateTopicEnable"] == "false"  # --set name=value reaches broker.conf

@@ -34,6 +34,9 @@ from brokergroup_cli.local.rocketmq_stock import (
 )
 
 ENGINE = "rocketmq"
+#: A stock broker's HA port is brokerClientPort + this + slot (11011, 11012, …): RocketMQ binds
+#: it on every interface, so the slots cannot share one port on different addresses.
+HA_PORT_OFFSET = 100
 
 
 def is_rocketmq(config: LocalConfig) -> bool:
@@ -76,6 +79,7 @@ def broker_config(config: LocalConfig, layout: Layout, slot: int, host: str) -> 
         cluster=config.cluster_name,
         name=config.broker_name,
         settings=config.broker_settings,
+        ha_port=config.broker_client_port + HA_PORT_OFFSET + slot,
     )
 
 

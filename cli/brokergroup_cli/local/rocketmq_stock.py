@@ -143,6 +143,10 @@ class StockBrokerConfig:
     name: str = "broker-a"
     settings: tuple[tuple[str, str], ...] = ()
     """Overrides and extra broker.conf lines (last wins)."""
+    ha_port: int = 0
+    """`haListenPort` (0: port + 1). RocketMQ binds it on every interface (DefaultHAService
+    ignores bindAddress), so brokers sharing a machine need different HA ports even on
+    different loopback addresses."""
 
     @property
     def store_dir(self) -> Path:
@@ -171,7 +175,7 @@ class StockBrokerConfig:
             "brokerIP2": self.host,
             "bindAddress": self.host,
             "listenPort": str(self.port),
-            "haListenPort": str(self.port + 1),
+            "haListenPort": str(self.ha_port or self.port + 1),
             "storePathRootDir": str(store),
             "storePathCommitLog": str(store / "commitlog"),
             "mappedFileSizeCommitLog": str(16 * 1024 * 1024),
