@@ -60,6 +60,7 @@ def test_a_stock_broker_runs_in_controller_mode_under_the_runtime(tmp_path: Path
     broker = rocketmq_engine.broker_config(config, layout, 1, "127.0.0.12")
     p = _properties(broker.text())
     assert p["enableControllerMode"] == "true" and p["brokerId"] == "-1"
+    assert p["allAckInSyncStateSet"] == "true"  # acks wait for the whole SyncStateSet
     assert p["controllerAddr"] == "127.0.1.1:9879;127.0.1.2:9879;127.0.1.3:9879"
     assert p["namesrvAddr"] == "127.0.1.1:9876;127.0.1.2:9876;127.0.1.3:9876"
     assert p["brokerIP1"] == p["brokerIP2"] == p["bindAddress"] == "127.0.0.12"
