@@ -63,6 +63,13 @@ def register(subparsers: Any) -> None:
         "or with --detach return once the group has a master.",
     )
     up.add_argument("--brokers", type=int, default=3, help="brokers in the group (default 3)")
+    up.add_argument(
+        "--engine",
+        choices=("builtin", "rocketmq"),
+        default="builtin",
+        help="builtin: this project's brokers; rocketmq: stock RocketMQ 5.3 brokers in "
+        "controller mode (jars from tools/rocketmq/fetch.sh server; docs/rocketmq-compatibility.md)",
+    )
     _dir(up)
     up.add_argument(
         "--detach",

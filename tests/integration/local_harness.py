@@ -55,11 +55,11 @@ class Runtime:
         self._remember()
         return result
 
-    def up(self, brokers: int = 3) -> subprocess.CompletedProcess[str]:
-        args = ["up", "--detach", "--brokers", str(brokers)]
+    def up(self, brokers: int = 3, engine: str = "builtin") -> subprocess.CompletedProcess[str]:
+        args = ["up", "--detach", "--brokers", str(brokers), "--engine", engine]
         for item in self.settings:
             args += ["--set", item]
-        return self.run(*args, timeout_s=120)
+        return self.run(*args, timeout_s=240)
 
     def status(self) -> dict[str, Any]:
         result = self.run("status", "--json")

@@ -12,64 +12,44 @@ the repository; the version it fetched is in server/VERSION). The brokers need a
 only for what controller mode gets from it: a slave learns its master's HA address from its
 registration's answer. Without Java or the jars the tests skip, saying why.
 
+The command lines and broker.conf are the product's (`brokergroup_cli.local.rocketmq_stock`,
+what `local up --engine rocketmq` runs); this harness only starts and signals the processes.
 Each JVM gets -Xmx256m, the serial collector and one loopback address; only processes this
 harness started are signalled, by PID.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
 import signal
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from brokergroup_cli.local.rocketmq_stock import (
+    NAMESRV_MAIN,
+    RocketMQHome,
+    StockBrokerConfig,
+    find_home,
+    java_argv,
+    java_env,
+    mqadmin_argv,
+    namesrv_properties,
+    read_broker_id,
+    tools_yml,
+)
 from brokergroup_remoting.net import Credentials
 
-#: The cache directory's version (tools/rocketmq/fetch.sh); server/VERSION names the servers'.
-VERSION = "5.3.1"
-JVM_OPTIONS = ["-Xms128m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xss512k"]
+__all__ = ["RocketMQHome", "StockBroker", "StockNameServer", "find_home", "mqadmin", "tail"]
 
 
-@dataclass(frozen=True)
-class RocketMQHome:
-    server_lib: Path
-    namesrv_jar: Path
-
-
-def _cache_home() -> Path:
-    root = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    default = Path(root) / "brokergroup" / "rocketmq" / VERSION
-    return Path(os.environ.get("BROKERGROUP_ROCKETMQ_HOME", default))
-
-
-def find_home() -> RocketMQHome | str:
-    """The jars, or why they cannot be used (the skip reason)."""
-    if shutil.which("java") is None:
-        return "java is not installed: stock RocketMQ brokers cannot run"
-    lib = _cache_home() / "server" / "lib"
-    if not (lib / ".complete").exists():
-        return f"RocketMQ {VERSION} server jars not cached in {lib}: run make rocketmq-servers"
-    candidates = sorted(lib.glob("rocketmq-namesrv-*.jar"))
-    if not candidates:
-        return f"no rocketmq-namesrv jar in {lib}: stock brokers need a name server"
-    return RocketMQHome(lib, candidates[-1])
-
-
-def _java(
-    home: RocketMQHome, main: str, args: list[str], *, cwd: Path, log: Path, extra_cp: str = ""
-) -> subprocess.Popen[bytes]:
-    cp = f"{home.server_lib}/*" + (f":{extra_cp}" if extra_cp else "")
-    env = {**os.environ, "ROCKETMQ_HOME": str(cwd)}
+def _java(argv: list[str], *, cwd: Path, log: Path) -> subprocess.Popen[bytes]:
     out = open(log, "ab")  # noqa: SIM115  # the child owns it from here
     try:
         return subprocess.Popen(
-            ["java", *JVM_OPTIONS, f"-Duser.home={cwd}", "-Drocketmq.client.logUseSlf4j=false",
-             "-cp", cp, main, *args],
-            cwd=cwd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+            argv, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env=java_env(cwd),
         )  # fmt: skip
     finally:
         out.close()
@@ -108,11 +88,12 @@ class StockNameServer:
     def start(self) -> None:
         self.base_dir.mkdir(parents=True, exist_ok=True)
         conf = self.base_dir / "namesrv.conf"
-        conf.write_text(f"listenPort={self.port}\nbindAddress={self.host}\n")
-        self.process = _java(
-            self.home, "org.apache.rocketmq.namesrv.NamesrvStartup", ["-c", str(conf)],
-            cwd=self.base_dir, log=self.base_dir / "namesrv.log", extra_cp=str(self.home.namesrv_jar),
+        conf.write_text(namesrv_properties(self.host, self.port))
+        argv = java_argv(
+            self.home, NAMESRV_MAIN, ["-c", str(conf)], user_home=self.base_dir,
+            extra_cp=str(self.home.namesrv_jar),
         )  # fmt: skip
+        self.process = _java(argv, cwd=self.base_dir, log=self.base_dir / "namesrv.log")
 
     def stop(self) -> None:
         _stop(self.process, signal.SIGTERM)
@@ -142,63 +123,29 @@ class StockBroker:
     def log_path(self) -> Path:
         return self.base_dir / "broker.log"
 
-    def config_text(self) -> str:
-        store = self.base_dir / "store"
-        values = {
-            "brokerClusterName": self.cluster,
-            "brokerName": self.name,
-            "brokerId": "-1",
-            "enableControllerMode": "true",
-            "controllerAddr": self.controllers,
-            "namesrvAddr": self.namesrv,
-            "brokerIP1": self.host,
-            # The HA address slaves dial (the name server hands it out); the default is the
-            # machine's first non-loopback address.
-            "brokerIP2": self.host,
-            "bindAddress": self.host,
-            "listenPort": str(self.port),
-            "haListenPort": str(self.port + 1),
-            "storePathRootDir": str(store),
-            "storePathCommitLog": str(store / "commitlog"),
-            "mappedFileSizeCommitLog": str(16 * 1024 * 1024),
-            "timerWheelEnable": "false",
-            "flushDiskType": "ASYNC_FLUSH",
-            # Faster than the defaults so a test sees a failover in seconds, not tens.
-            "brokerHeartbeatInterval": "500",
-            "controllerHeartBeatTimeoutMills": "3000",
-            "syncBrokerMetadataPeriod": "1000",
-            "syncControllerMetadataPeriod": "2000",
-            "checkSyncStateSetPeriod": "1000",
-            # The broker signs what it sends with these (AclClientRPCHook) and first stores
-            # them as a local user, which needs a metadata provider even with
-            # authenticationEnabled=false (AuthenticationMetadataManagerImpl.initUser).
-            "authenticationMetadataProvider": (
-                "org.apache.rocketmq.auth.authentication.provider.LocalAuthenticationMetadataProvider"
-            ),
-            "authConfigPath": str(self.base_dir / "auth"),
-            "innerClientAuthenticationCredentials": json.dumps(
-                {
-                    "accessKey": self.credentials.access_key,
-                    "secretKey": self.credentials.secret_key,
-                },
-                separators=(",", ":"),
-            ),
-            **self.settings,
-        }
-        return "".join(f"{k}={v}\n" for k, v in values.items())
+    def config(self) -> StockBrokerConfig:
+        return StockBrokerConfig(
+            base_dir=self.base_dir,
+            host=self.host,
+            port=self.port,
+            controllers=self.controllers,
+            namesrv=self.namesrv,
+            access_key=self.credentials.access_key,
+            secret_key=self.credentials.secret_key,
+            cluster=self.cluster,
+            name=self.name,
+            settings=tuple(self.settings.items()),
+        )
 
     def start(self) -> None:
         if self.running():
             return
+        config = self.config()
         self.base_dir.mkdir(parents=True, exist_ok=True)
-        conf = self.base_dir / "broker.conf"
-        conf.write_text(self.config_text())
+        config.conf_path.write_text(config.text())
         with open(self.log_path, "ab") as log:
             log.write(f"--- start at {time.time():.3f}\n".encode())
-        self.process = _java(
-            self.home, "org.apache.rocketmq.broker.BrokerStartup", ["-c", str(conf)],
-            cwd=self.base_dir, log=self.log_path,
-        )  # fmt: skip
+        self.process = _java(config.argv(self.home), cwd=self.base_dir, log=self.log_path)
 
     def running(self) -> bool:
         return self.process is not None and self.process.poll() is None
@@ -213,25 +160,16 @@ class StockBroker:
     def broker_id(self) -> int | None:
         """The BrokerId the controller gave it, from the file it persisted
         (store/brokerIdentity: `clusterName#brokerName#brokerId`)."""
-        try:
-            text = (self.base_dir / "store" / "brokerIdentity").read_text().strip()
-        except OSError:
-            return None
-        return int(text.rsplit("#", 1)[1]) if text.count("#") == 2 else None
+        return read_broker_id(self.base_dir / "store")
 
 
 def mqadmin(home: RocketMQHome, base_dir: Path, credentials: Credentials, *args: str) -> str:
     """Run one mqadmin command (MQAdminStartup) signing with `credentials`; its output."""
     conf = base_dir / "conf"
     conf.mkdir(parents=True, exist_ok=True)
-    # AclUtils.getAclRPCHook reads ${ROCKETMQ_HOME}/conf/tools.yml.
-    (conf / "tools.yml").write_text(
-        f"accessKey: {credentials.access_key}\nsecretKey: {credentials.secret_key}\n"
-    )
+    (conf / "tools.yml").write_text(tools_yml(credentials.access_key, credentials.secret_key))
     result = subprocess.run(
-        ["java", *JVM_OPTIONS, f"-Duser.home={base_dir}", "-cp", f"{home.server_lib}/*",
-         "org.apache.rocketmq.tools.command.MQAdminStartup", *args],
-        cwd=base_dir, env={**os.environ, "ROCKETMQ_HOME": str(base_dir)},
+        mqadmin_argv(home, base_dir, list(args)), cwd=base_dir, env=java_env(base_dir),
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     return result.stdout + result.stderr

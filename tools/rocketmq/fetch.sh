@@ -52,4 +52,14 @@ if [ ! -f "$stamp" ]; then
   javac -nowarn -d "$home/classes" -cp "$home/lib/*" "$src" >&2
   touch "$stamp"
 fi
+# The stock producer/consumer of the failover tests and bench/rocketmq_controller.py, in a
+# directory of its own (recompiling one program never deletes the other's classes).
+src="$here/FailoverClient.java"
+mkdir -p "$home/failover-classes"
+stamp="$home/failover-classes/.source-$(sha256sum "$src" | cut -c1-16)"
+if [ ! -f "$stamp" ]; then
+  rm -f "$home/failover-classes"/.source-* "$home/failover-classes"/*.class
+  javac -nowarn -d "$home/failover-classes" -cp "$home/lib/*" "$src" >&2
+  touch "$stamp"
+fi
 echo "$home"

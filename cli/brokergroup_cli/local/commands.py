@@ -22,6 +22,7 @@ from pathlib import Path
 
 import aiohttp
 
+from brokergroup_cli.local import rocketmq_engine
 from brokergroup_cli.local.config import ConfigError, LocalConfig, build_config
 from brokergroup_cli.local.plan import Layout
 from brokergroup_cli.local.probe import Prober
@@ -130,7 +131,11 @@ def _setup_logging(layout: Layout) -> None:
 def cmd_up(args: argparse.Namespace) -> int:
     layout = _layout(args)
     try:
-        config = build_config(layout.root, args.brokers, args.set or [])
+        config = build_config(
+            layout.root, args.brokers, args.set or [], getattr(args, "engine", "builtin")
+        )
+        if rocketmq_engine.is_rocketmq(config):
+            rocketmq_engine.require_home()
         _check_not_running(layout)
         _check_ports_free(config)
         prepare_dir(config, layout)
@@ -160,6 +165,7 @@ async def _foreground(config: LocalConfig, layout: Layout) -> int:
         loop.add_signal_handler(sig, stop.set)
     print(
         f"starting {len(config.controller_hosts)} controllers and {config.broker_count} "
+        f"{'stock RocketMQ ' if rocketmq_engine.is_rocketmq(config) else ''}"
         f"brokers in {layout.root} …",
         flush=True,
     )

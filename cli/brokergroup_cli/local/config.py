@@ -23,6 +23,9 @@ from ipaddress import IPv4Address, IPv4Network
 from pathlib import Path
 from typing import Any
 
+#: What `--engine` accepts: this project's brokers, or stock RocketMQ 5.3 brokers.
+ENGINES = ("builtin", "rocketmq")
+
 #: The local runtime must stay inside this block; tests use 127.0.2.0/24 and above.
 LOCAL_RUNTIME_NETWORK = IPv4Network("127.0.0.0/23")
 
@@ -43,6 +46,13 @@ class LocalConfig:
 
     broker_count: int = 3
     """Brokers in the BrokerGroup (replicas of one broker set)."""
+
+    engine: str = "builtin"
+    """Which brokers run: `builtin` (this project's) or `rocketmq` (stock RocketMQ 5.3
+    brokers in controller mode, `local/rocketmq_engine.py`)."""
+
+    controller_remoting_port: int = 9879
+    """The controllers' RocketMQ remoting port (engine rocketmq: the brokers' controllerAddr)."""
 
     cluster_name: str = "DefaultCluster"
     broker_name: str = "broker-a"
@@ -104,6 +114,8 @@ class LocalConfig:
     controller_settings: tuple[tuple[str, str], ...] = ()
 
     def validate(self) -> None:
+        if self.engine not in ENGINES:
+            raise ConfigError(f"engine {self.engine!r} is not one of {', '.join(ENGINES)}")
         if self.broker_count < 1:
             raise ConfigError(f"--brokers must be at least 1, got {self.broker_count}")
         if len(self.controller_hosts) < 1:
@@ -137,6 +149,7 @@ class LocalConfig:
             ("controllerRaftPort", self.controller_raft_port),
             ("controllerApiPort", self.controller_api_port),
             ("namesrvPort", self.namesrv_port),
+            ("controllerRemotingPort", self.controller_remoting_port),
             ("brokerClientPort", self.broker_client_port),
         ):
             if not 1 <= port <= 65533:
@@ -224,7 +237,8 @@ def _camel(name: str) -> str:
 _SETTABLE: dict[str, dataclasses.Field[Any]] = {
     _camel(f.name): f
     for f in dataclasses.fields(LocalConfig)
-    if f.name not in ("root_dir", "broker_count", "broker_settings", "controller_settings")
+    if f.name
+    not in ("root_dir", "broker_count", "engine", "broker_settings", "controller_settings")
 }
 
 
@@ -253,7 +267,9 @@ def _parse_field(f: dataclasses.Field[Any], key: str, text: str) -> Any:
     raise AssertionError(f"no parser for LocalConfig.{f.name} ({kind})")
 
 
-def build_config(root_dir: Path, broker_count: int, settings: Sequence[str]) -> LocalConfig:
+def build_config(
+    root_dir: Path, broker_count: int, settings: Sequence[str], engine: str = "builtin"
+) -> LocalConfig:
     """`local up` arguments → validated `LocalConfig` (prefix routing above)."""
     local_overrides: dict[str, Any] = {}
     broker_settings: list[tuple[str, str]] = []
@@ -277,6 +293,7 @@ def build_config(root_dir: Path, broker_count: int, settings: Sequence[str]) -> 
     config = LocalConfig(
         root_dir=root_dir.expanduser().resolve(),
         broker_count=broker_count,
+        engine=engine,
         broker_settings=tuple(broker_settings),
         controller_settings=tuple(controller_settings),
         **local_overrides,

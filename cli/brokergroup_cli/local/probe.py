@@ -47,6 +47,8 @@ class Prober:
         return body if status == 200 else None
 
     async def broker_status(self, broker: ChildRecord) -> dict[str, Any] | None:
+        if self._config.engine == "rocketmq":
+            return None  # a stock broker has no /v1/status: the controller's view stands
         url = f"http://{broker.host}:{self._config.broker_http_port()}/v1/status"
         try:
             status, body = await self._get(url)

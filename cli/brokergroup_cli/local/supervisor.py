@@ -40,6 +40,7 @@ from pathlib import Path
 
 import aiohttp
 
+from brokergroup_cli.local import rocketmq_engine
 from brokergroup_cli.local.addresses import AddressPool, AddressPoolExhausted, allocate_host
 from brokergroup_cli.local.backoff import RestartHistory, RestartPolicy, on_exit
 from brokergroup_cli.local.config import LocalConfig
@@ -221,8 +222,12 @@ class Supervisor:
     # --- children ----------------------------------------------------------------
 
     def _argv(self, slot: _Slot) -> list[str]:
+        rocketmq = rocketmq_engine.is_rocketmq(self._config)
         if slot.kind is ChildKind.CONTROLLER:
-            return controller_argv(self._config, self._layout, slot.index)
+            argv = controller_argv(self._config, self._layout, slot.index)
+            if rocketmq:
+                argv += rocketmq_engine.controller_args(self._config, self._layout)
+            return argv
         # Live brokers' addresses, and this slot's old one: a restart always moves.
         in_use = {s.host for s in self._brokers if s.host and (s is slot or s.alive())}
         allocation = allocate_host(self._pool, self._cursor, in_use)
@@ -230,6 +235,8 @@ class Supervisor:
         if slot.host:
             slot.previous_hosts.append(slot.host)
         slot.host = allocation.host
+        if rocketmq:
+            return rocketmq_engine.broker_argv(self._config, self._layout, slot.index, slot.host)
         return broker_argv(self._config, self._layout, slot.index, slot.host)
 
     async def _spawn(self, slot: _Slot) -> None:
@@ -339,6 +346,8 @@ class Supervisor:
             slot = self._brokers[row.slot]
             if row.broker_id is not None and slot.alive():
                 slot.broker_id = row.broker_id
+            elif slot.broker_id is None and rocketmq_engine.is_rocketmq(self._config):
+                slot.broker_id = rocketmq_engine.broker_id(self._layout, slot.index)
             slot.role = row.role if slot.alive() else None
 
     async def _poll_once(self) -> None:

@@ -1,0 +1,95 @@
+"""`local up --engine rocketmq` without JVMs: the engine setting, what the controllers and
+stock brokers are started with (broker.conf, the java command line), and the id a stock
+store holds. The JVM run is tests/integration/test_local_rocketmq_engine.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from brokergroup_cli.local import rocketmq_engine
+from brokergroup_cli.local.config import ConfigError, LocalConfig, build_config
+from brokergroup_cli.local.plan import Layout
+from brokergroup_cli.local.rocketmq_stock import (
+    BROKER_MAIN,
+    RocketMQHome,
+    StockBrokerConfig,
+    read_broker_id,
+)
+from brokergroup_cli.local.supervisor import prepare_dir
+
+
+def _properties(text: str) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in text.splitlines())
+
+
+def test_the_engine_is_builtin_unless_asked_and_must_be_known(tmp_path: Path) -> None:
+    assert build_config(tmp_path, 3, []).engine == "builtin"
+    config = build_config(tmp_path, 3, ["local.controllerRemotingPort=19879"], "rocketmq")
+    assert rocketmq_engine.is_rocketmq(config)
+    assert LocalConfig.from_json(config.to_json()) == config
+    with pytest.raises(ConfigError, match="engine 'kafka' is not one of builtin, rocketmq"):
+        build_config(tmp_path, 3, [], "kafka")
+    with pytest.raises(ConfigError, match="unknown local setting"):
+        build_config(tmp_path, 3, ["local.engine=rocketmq"])  # --engine only
+
+
+def test_controllers_open_the_remoting_port_signed_with_the_runtime_key_pair(
+    tmp_path: Path,
+) -> None:
+    config = build_config(tmp_path, 3, ["local.controllerRemotingPort=19879"], "rocketmq")
+    layout = Layout(tmp_path)
+    assert rocketmq_engine.controller_args(config, layout) == [
+        "--remoting-port",
+        "19879",
+        "--remoting-credentials-file",
+        str(layout.namesrv_key_file),
+    ]
+    assert rocketmq_engine.controller_addr(config) == (
+        "127.0.1.1:19879;127.0.1.2:19879;127.0.1.3:19879"
+    )
+
+
+def test_a_stock_broker_runs_in_controller_mode_under_the_runtime(tmp_path: Path) -> None:
+    config = build_config(tmp_path, 3, ["autoCreateTopicEnable=false"], "rocketmq")
+    layout = Layout(tmp_path)
+    prepare_dir(config, layout)
+    keys = json.loads(layout.namesrv_key_file.read_text())
+    broker = rocketmq_engine.broker_config(config, layout, 1, "127.0.0.12")
+    p = _properties(broker.text())
+    assert p["enableControllerMode"] == "true" and p["brokerId"] == "-1"
+    assert p["allAckInSyncStateSet"] == "true"  # acks wait for the whole SyncStateSet
+    assert p["controllerAddr"] == "127.0.1.1:9879;127.0.1.2:9879;127.0.1.3:9879"
+    assert p["namesrvAddr"] == "127.0.1.1:9876;127.0.1.2:9876;127.0.1.3:9876"
+    assert p["brokerIP1"] == p["brokerIP2"] == p["bindAddress"] == "127.0.0.12"
+    # RocketMQ binds the HA port on every interface: one per slot.
+    assert (p["listenPort"], p["haListenPort"]) == ("10911", "11012")
+    assert p["storePathRootDir"] == str(layout.broker_data_dir(1) / "store")
+    assert json.loads(p["innerClientAuthenticationCredentials"]) == keys
+    assert p["autoCreateTopicEnable"] == "false"  # --set name=value reaches broker.conf
+    home = RocketMQHome(tmp_path / "lib", tmp_path / "lib" / "rocketmq-namesrv-5.3.3.jar")
+    argv = broker.argv(home)
+    assert argv[0] == "java" and argv[-3:] == [BROKER_MAIN, "-c", str(broker.conf_path)]
+    assert f"-Drocketmq.home.dir={layout.broker_data_dir(1)}" in argv
+
+
+def test_a_later_setting_overrides_a_default() -> None:
+    broker = StockBrokerConfig(
+        base_dir=Path("/x"), host="127.0.0.10", port=10911, controllers="c", namesrv="n",
+        access_key="ak1234", secret_key="sk1234", settings=(("brokerHeartbeatInterval", "900"),),
+    )  # fmt: skip
+    assert _properties(broker.text())["brokerHeartbeatInterval"] == "900"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("DefaultCluster#broker-a#2\n", 2), ("DefaultCluster#broker-a", None), ("a#b#x", None)],
+)
+def test_the_broker_id_comes_from_the_store(
+    tmp_path: Path, text: str, expected: int | None
+) -> None:
+    assert read_broker_id(tmp_path) is None
+    (tmp_path / "brokerIdentity").write_text(text)
+    assert read_broker_id(tmp_path) == expected
