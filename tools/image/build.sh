@@ -19,17 +19,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 AUDIT=${AUDIT:-0}
+DOCKERFILE_DIR=broker-image
+BASE_FLAVOUR=
+BASE_PACKAGES=
 if [ "$AUDIT" = 1 ]; then
     IMAGE=${IMAGE:-brokergroup-audit:dev}
     DOCKERFILE_DIR=broker-image/audit
     BASE_FLAVOUR=-jre17
     BASE_PACKAGES=,openjdk-17-jre-headless,procps,tini
-else
-    IMAGE=${IMAGE:-brokergroup:dev}
-    DOCKERFILE_DIR=broker-image
-    BASE_FLAVOUR=
-    BASE_PACKAGES=
 fi
+IMAGE=${IMAGE:-brokergroup:dev}
 BASE_IMAGE=${BASE_IMAGE:-python:3.11-slim}
 PYTHON=${PYTHON:-.venv/bin/python}
 CACHE=${BROKERGROUP_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/brokergroup}/image
