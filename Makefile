@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: up test lint architecture unit integration cluster-tests k8s-tools rocketmq-client rocketmq-servers s3-server cluster cluster-down bench-quick image image-smoke e2e e2e-down clean
+.PHONY: up test lint architecture unit integration cluster-tests k8s-tools rocketmq-client rocketmq-servers s3-server cluster cluster-down bench-quick image audit-image image-smoke e2e e2e-down clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -78,6 +78,11 @@ test: lint k8s-tools rocketmq-client rocketmq-servers s3-server
 # OFFLINE_BASE=1 builds its Debian base here (no registry). tools/image/.
 image: $(STAMP)
 	PYTHON=$(BIN)/python tools/image/build.sh
+
+# The audit image (broker-image/audit/): brokergroup[audit] and a Java 17 runtime, for
+# spark-submit --master k8s://… (docs/audit.md "Kubernetes"); OFFLINE_BASE=1 as above.
+audit-image: $(STAMP)
+	AUDIT=1 PYTHON=$(BIN)/python tools/image/build.sh
 
 # The built image runs a whole group read-only, non-root; every key read back.
 image-smoke:

@@ -530,13 +530,25 @@ class MemorySampler:
         }
 
 
-def scale_audit(root: Path, master: str, cpus: set[int], size: int) -> dict[str, Any]:
+def scale_audit(
+    root: Path,
+    master: str,
+    cpus: set[int],
+    size: int,
+    events: Path,
+    conf: dict[str, str] | None = None,
+) -> dict[str, Any]:
     """One run_audit of the whole store on `master` (session start and a warm-up query
-    not counted): seconds, MB/s, MB/s per core, stages, findings, peak memory."""
+    not counted): seconds, MB/s, MB/s per core, stages, findings, peak memory, and the
+    executors' side of each stage from the session's event log (in `events`)."""
+    from spark_events import newest_event_log, summarize
+
     from brokergroup_audit.job import run_audit
     from brokergroup_audit.session import spark_session
 
-    spark = spark_session(master, app_name=f"bench-audit-scale-{master}")
+    logs_before = set(events.iterdir())
+    spark = spark_session(master, app_name=f"bench-audit-scale-{master}", conf=conf)
+    out: dict[str, Any] = {}
     try:
         warm = Path(tempfile.mkdtemp(prefix="audit-warm-"))
         write_store(warm, 8 << 20)
@@ -551,7 +563,7 @@ def scale_audit(root: Path, master: str, cpus: set[int], size: int) -> dict[str,
             took = time.perf_counter() - began
             cpu = tree_cpu_seconds() - cpu
         s = result.summary
-        return {
+        out = {
             "seconds": round(took, 2),
             "mb_per_s": round(size / 1e6 / took, 1),
             "mb_per_s_per_core": round(size / 1e6 / took / len(cpus), 1),
@@ -564,6 +576,9 @@ def scale_audit(root: Path, master: str, cpus: set[int], size: int) -> dict[str,
         }
     finally:
         spark.stop()
+    log = newest_event_log(events, logs_before)
+    out["executor_side"] = summarize(log) if log is not None else None
+    return out
 
 
 def scale_main(args: argparse.Namespace) -> None:
@@ -579,6 +594,17 @@ def scale_main(args: argparse.Namespace) -> None:
         size = write_scale_store(root, int(args.gib * (1 << 30)), args.groups)
         write_s = time.perf_counter() - began
         stores = root / "stores"
+        # Every session's event log (the Spark UI's stage and task metrics), read back by
+        # spark_events.summarize: spark-defaults.conf is read when pyspark starts the
+        # driver JVM (spark-submit), so it must exist before the first session.
+        events = Path(tempfile.mkdtemp(prefix="audit-scale-events-", dir=args.dir))  # kept
+        conf = root / "conf"
+        conf.mkdir()
+        (conf / "spark-defaults.conf").write_text(
+            f"spark.eventLog.enabled true\nspark.eventLog.dir file://{events}\n"
+            "spark.eventLog.rolling.enabled false\nspark.eventLog.compress false\n"
+        )
+        os.environ["SPARK_CONF_DIR"] = str(conf)
         pin_tree(set(sorted(allowed)[:1]))
         read_bytes, read_s = 0, float("inf")
         for _ in range(2):  # the second pass reads from the page cache if it all fits
@@ -591,16 +617,22 @@ def scale_main(args: argparse.Namespace) -> None:
                         read_bytes += n
             read_s = min(read_s, time.perf_counter() - began)
         assert read_bytes == size, (read_bytes, size)
-        local2 = scale_audit(stores, "local[2]", two_cores, size)
+        local2 = scale_audit(stores, "local[2]", two_cores, size, events)
         with standalone_cluster(root / "spark", workers=2, cores=1, memory="1g") as cluster:
             pin_tree(two_cores)
-            standalone = scale_audit(stores, cluster.url, two_cores, size)
+            standalone = scale_audit(stores, cluster.url, two_cores, size, events)
+            tuned = (
+                scale_audit(stores, cluster.url, two_cores, size, events, conf=args.conf)
+                if args.conf
+                else None
+            )
         assert local2["records"] == standalone["records"], (local2, standalone)
     finally:
         pin_tree(allowed)
         shutil.rmtree(root, ignore_errors=True)
     result: dict[str, Any] = {
         "bytes": size,
+        "event_logs": str(events),
         "groups": args.groups,
         "replicas_per_group": SCALE_REPLICAS,
         "segment_bytes": SEGMENT_BYTES,
@@ -613,6 +645,9 @@ def scale_main(args: argparse.Namespace) -> None:
         "standalone_over_local2_per_core": round(
             standalone["mb_per_s_per_core"] / local2["mb_per_s_per_core"], 3
         ),
+        "standalone_2x1_with_conf": tuned and {"conf": args.conf, **tuned},
+        "standalone_with_conf_over_local2_per_core": tuned
+        and round(tuned["mb_per_s_per_core"] / local2["mb_per_s_per_core"], 3),
         "memory_bound": {
             "driver_memory": "1g (spark.driver.memory default: local[2]'s executors live in it)",
             "executor_memory": "1g (spark.executor.memory default; workers --memory 1g)",
@@ -634,7 +669,15 @@ if __name__ == "__main__":
         p.add_argument("--groups", type=int, default=20)
         p.add_argument("--dir", default=None)
         p.add_argument("--quick", action="store_true", help="0.5 GiB in 4 groups")
+        p.add_argument(
+            "--conf",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help="a further standalone run with these Spark settings (repeatable)",
+        )
         scale_args = p.parse_args()
+        scale_args.conf = dict(c.split("=", 1) for c in scale_args.conf)
         if scale_args.quick:
             scale_args.gib, scale_args.groups = 0.5, 4
         scale_main(scale_args)

@@ -17,14 +17,16 @@ Progress = Callable[[str], None]
 class Stages:
     """Wall seconds per stage of an audit (in the summary, so a slow stage is named)."""
 
-    def __init__(self, progress: Progress) -> None:
+    def __init__(self, progress: Progress, on_start: Progress = lambda _: None) -> None:
         self._progress = progress
+        self._on_start = on_start
         self._seconds: dict[str, float] = {}
         self._current: tuple[str, float] | None = None
 
     def start(self, name: str, text: str | None = None) -> None:
         self._stop()
         self._progress(text or name)
+        self._on_start(name)
         self._current = (name, time.monotonic())
 
     def _stop(self) -> None:

@@ -5,18 +5,24 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 
 from pyspark.sql import SparkSession
 
 from brokergroup_audit.source import CommitLogDataSource
 
 
-def spark_session(master: str = "local[*]", app_name: str = "brokergroup-audit") -> SparkSession:
-    """A session whose Python workers run this interpreter (so they import this package)."""
+def spark_session(
+    master: str = "local[*]",
+    app_name: str = "brokergroup-audit",
+    conf: Mapping[str, str] | None = None,
+) -> SparkSession:
+    """A session whose Python workers run this interpreter (so they import this package);
+    `conf`: further Spark settings (over the ones below)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    spark = (
+    builder = (
         SparkSession.builder.master(master)
         .appName(app_name)
         .config("spark.ui.enabled", "false")
@@ -27,8 +33,10 @@ def spark_session(master: str = "local[*]", app_name: str = "brokergroup-audit")
         .config("spark.sql.inMemoryColumnarStorage.compressed", "false")
         .config("spark.driver.host", os.environ["SPARK_LOCAL_IP"])
         .config("spark.executorEnv.PYSPARK_PYTHON", os.environ["PYSPARK_PYTHON"])
-        .getOrCreate()
     )
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(CommitLogDataSource)
     return spark

@@ -4,8 +4,10 @@
 #      (kind's standard one, or built offline), the cluster;
 #   2. the project image (tools/image/build.sh; OFFLINE_BASE=1 on the offline path), tagged
 #      brokergroup:e2e-<image id> and loaded into the node with `kind load docker-image`;
-#   3. pytest -m e2e tests/e2e (BROKERGROUP_E2E=1): each test installs charts/brokergroup in a
-#      namespace of its own and runs an operator scenario in real containers.
+#   3. the audit image (AUDIT=1 tools/image/build.sh), loaded the same way;
+#   4. pytest -m e2e tests/e2e (BROKERGROUP_E2E=1): each test installs charts/brokergroup in a
+#      namespace of its own and runs an operator scenario in real containers (the audit test:
+#      spark-submit --master k8s://, tools/kind/audit/spark-audit.sh).
 # When no engine can start, the tests run anyway and skip with that reason (exit 0). On a
 # failure the cluster's logs are exported to $KIND_CACHE/cluster/logs. The cluster stays up
 # (for debugging) until `make e2e-down`.
@@ -43,6 +45,16 @@ docker tag brokergroup:e2e-build "$BROKERGROUP_E2E_IMAGE"
 log "kind load docker-image $BROKERGROUP_E2E_IMAGE"
 "$BROKERGROUP_E2E_BIN/kind" load docker-image "$BROKERGROUP_E2E_IMAGE" --name "$BROKERGROUP_E2E_CLUSTER" >&2 \
   || die 1 "kind load docker-image failed"
+# The audit image (brokergroup[audit] and a JRE: tests/e2e/test_audit_k8s.py runs the audit
+# through Spark's Kubernetes scheduler); kind skips the load when the node has that image.
+log "building the audit image"
+AUDIT=1 IMAGE=brokergroup-audit:e2e-build OFFLINE_BASE=$offline PYTHON=$PYTHON "$root/tools/image/build.sh" >&2 \
+  || die 1 "building the audit image failed"
+id=$(docker image inspect -f '{{.Id}}' brokergroup-audit:e2e-build | sed 's/^sha256://' | cut -c1-12)
+export BROKERGROUP_E2E_AUDIT_IMAGE=brokergroup-audit:e2e-$id
+docker tag brokergroup-audit:e2e-build "$BROKERGROUP_E2E_AUDIT_IMAGE"
+"$BROKERGROUP_E2E_BIN/kind" load docker-image "$BROKERGROUP_E2E_AUDIT_IMAGE" --name "$BROKERGROUP_E2E_CLUSTER" >&2 \
+  || die 1 "kind load docker-image (audit image) failed"
 image=$(($(date +%s) - t))
 
 t=$(date +%s)
