@@ -130,6 +130,7 @@ def context_of(
         uid=str(meta.get("uid", "")),
         spec=dict(body.get("spec") or {}),
         default_image=settings.image,
+        default_rocketmq_image=settings.rocketmq_image,
         controller_addresses=settings.controller_addresses,
         secrets=secrets,
         restarted_at=str((meta.get("annotations") or {}).get(RESTARTED_AT_ANNOTATION) or ""),

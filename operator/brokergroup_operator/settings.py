@@ -34,6 +34,9 @@ class OperatorSettings:
     Secret (the chart's secrets.existingSecret): then it is read, never written."""
     image: str = ""
     """BROKERGROUP_IMAGE: broker image when a BrokerGroup names none."""
+    rocketmq_image: str = ""
+    """BROKERGROUP_ROCKETMQ_IMAGE: stock RocketMQ image for groups of spec.engine rocketmq
+    that name none (make image-rocketmq)."""
     resync_s: float = 5.0
     """BROKERGROUP_RESYNC_SECONDS: re-read the controller at least this often
     even when its watch is quiet. Shorter: quicker repair of a missed change;
@@ -84,6 +87,7 @@ class OperatorSettings:
             release_secret_managed=env.get("BROKERGROUP_RELEASE_SECRET_MANAGED", "true").lower()
             != "false",
             image=env.get("BROKERGROUP_IMAGE", ""),
+            rocketmq_image=env.get("BROKERGROUP_ROCKETMQ_IMAGE", ""),
             resync_s=resync,
             operator_id=env.get("BROKERGROUP_OPERATOR_ID", ""),
             cleanup_timeout_s=cleanup,
