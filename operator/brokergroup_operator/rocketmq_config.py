@@ -14,11 +14,13 @@ its environment, so the operator splits its config in two:
   rescheduled pod keeps its BrokerId), `controllerAddr` (every controller node's remoting
   port under its StatefulSet's stable DNS name, never a pod IP), `namesrvAddr` (the name
   server embedded in every controller node: a broker registers with each one, as with
-  RocketMQ name servers), the store on the PVC and the HA settings from spec.ha;
+  RocketMQ name servers) and the HA settings from spec.ha;
 - `per_pod_lines` (appended by `launch_script` when the container starts): the pod's own
   IP as `brokerIP1`/`brokerIP2` (what the controller records and the master Service's
-  endpoint is) and the signing credentials from the group's Secret, which must not sit in
-  a ConfigMap.
+  endpoint is), the signing credentials from the group's Secret, which must not sit in
+  a ConfigMap, and the paths of the pod's volumes (the store on the PVC, the auth store on
+  the emptyDir), which the container's command names (so a runtime that places volumes
+  elsewhere, as the cluster tier's process kubelet does, rewrites them there).
 
 `launch_script` is the whole launcher: four shell lines that write that file to the
 emptyDir and `exec` the JVM (`java_command`); no RocketMQ script runs.
@@ -176,8 +178,6 @@ def broker_properties(
         "namesrvAddr": namesrv_addr(controller_addresses),
         "listenPort": str(LISTEN_PORT),
         "haListenPort": str(HA_LISTEN_PORT),
-        "storePathRootDir": STORE_DIR,
-        "storePathCommitLog": f"{STORE_DIR}/commitlog",
         "mappedFileSizeCommitLog": str(settings.mapped_file_size_commit_log),
         "flushDiskType": settings.flush_disk_type,
         "autoCreateTopicEnable": _bool(settings.auto_create_topic_enable),
@@ -193,7 +193,6 @@ def broker_properties(
         "checkSyncStateSetPeriod": "1000",
         "syncControllerMetadataPeriod": "2000",
         "authenticationMetadataProvider": AUTH_PROVIDER,
-        "authConfigPath": f"{TMP_DIR}/rocketmq-auth",
     }
     for field, name in HA_PROPERTIES.items():
         if field in ha:
@@ -239,9 +238,20 @@ def java_command(heap_size: str, config_path: str) -> list[str]:
     ]
 
 
+def volume_properties() -> dict[str, str]:
+    """Properties naming the pod's volumes: the store (with the brokerIdentity file that
+    keeps the BrokerId) on the PVC, the local auth store on the emptyDir."""
+    return {
+        "storePathRootDir": STORE_DIR,
+        "storePathCommitLog": f"{STORE_DIR}/commitlog",
+        "authConfigPath": f"{TMP_DIR}/rocketmq-auth",
+    }
+
+
 def per_pod_lines() -> list[str]:
     """Shell lines printing the pod's own properties ($POD_IP from the downward API)."""
     return [
+        *(f"echo {key}={value}" for key, value in volume_properties().items()),
         'echo "brokerIP1=$POD_IP"',
         'echo "brokerIP2=$POD_IP"',
         "printf innerClientAuthenticationCredentials=",

@@ -18,7 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from brokergroup_operator.rocketmq_config import MAIN_CLASS, broker_properties, render
+from brokergroup_operator.rocketmq_config import (
+    MAIN_CLASS,
+    broker_properties,
+    render,
+    volume_properties,
+)
 from tests.integration.rocketmq_brokers import JVM_OPTIONS, find_home
 
 #: Fields -p does not print: BrokerIdentity's (BrokerConfig's superclass; -p prints declared
@@ -57,10 +62,13 @@ def test_every_generated_property_reaches_the_stock_brokers_config(tmp_path: Pat
     )
     # Every value differs from the stock default, or this test could not see it missed.
     assert props["flushDiskType"] == "SYNC_FLUSH" and props["allAckInSyncStateSet"] == "true"
-    # The store in tmp_path (-p only reads, but keep the test's files in one place).
-    props["storePathRootDir"] = str(tmp_path / "store")
-    props["storePathCommitLog"] = str(tmp_path / "store" / "commitlog")
-    per_pod = {"brokerIP1": "10.244.0.7", "brokerIP2": "10.244.0.7"}
+    # The launcher's lines, its volumes in tmp_path (-p only reads, but keep the files here).
+    per_pod = {
+        **{k: v.replace("/data", str(tmp_path)).replace("/tmp", str(tmp_path))
+           for k, v in volume_properties().items()},
+        "brokerIP1": "10.244.0.7",
+        "brokerIP2": "10.244.0.7",
+    }  # fmt: skip
     conf = tmp_path / "broker.conf"
     conf.write_text(render(props) + "".join(f"{k}={v}\n" for k, v in per_pod.items()))
     result = subprocess.run(

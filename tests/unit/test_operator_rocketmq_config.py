@@ -58,9 +58,8 @@ def test_controller_mode_with_stable_controller_names_and_every_name_server() ->
         "bg-controller-2.bg-controller.ns.svc.cluster.local:9879"
     )
     assert props["namesrvAddr"] == props["controllerAddr"].replace(":9879", ":9876")
-    # The identity file (brokerIdentity) and the commit log live on the PVC (/data).
-    assert props["storePathRootDir"].startswith("/data/")
-    assert props["storePathCommitLog"].startswith(props["storePathRootDir"] + "/")
+    # Paths are the launcher's (the pod's volumes), not the ConfigMap's.
+    assert not {"storePathRootDir", "storePathCommitLog", "authConfigPath"} & set(props)
 
 
 def test_safe_defaults_differ_from_rocketmqs_where_loss_is_at_stake() -> None:
@@ -189,3 +188,8 @@ def test_launch_script_writes_the_pods_file_and_execs_the_jvm(tmp_path: Path) ->
         '{"accessKey":"ak-123456","secretKey":"sk-abcdef"}'
     )
     assert lines["brokerName"] == "orders"
+    # The identity file (brokerIdentity) and the commit log live on the PVC (/data), the
+    # auth store on the emptyDir: both moved with their volumes, as the kubelet moves them.
+    assert lines["storePathRootDir"] == "/data/rocketmq"  # /data is not moved in this test
+    assert lines["storePathCommitLog"] == "/data/rocketmq/commitlog"
+    assert lines["authConfigPath"] == f"{tmp}/rocketmq-auth"
