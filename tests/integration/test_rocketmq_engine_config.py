@@ -24,7 +24,7 @@ from brokergroup_operator.rocketmq_config import (
     render,
     volume_properties,
 )
-from tests.integration.rocketmq_brokers import JVM_OPTIONS, find_home
+from tests.integration.rocketmq_brokers import find_home
 
 #: Fields -p does not print: BrokerIdentity's (BrokerConfig's superclass; -p prints declared
 #: fields only) and AuthConfig's in 5.3.3's BrokerStartup.
@@ -37,6 +37,8 @@ NOT_PRINTED = {
     "innerClientAuthenticationCredentials",
 }
 PRINTED = re.compile(r" - ([A-Za-z0-9]+)=(.*)$")
+#: -p only prints: a small heap and no JIT tiers are plenty.
+JVM_OPTIONS = ["-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1"]
 
 
 def test_every_generated_property_reaches_the_stock_brokers_config(tmp_path: Path) -> None:
