@@ -33,7 +33,9 @@ STOCK = {
     "engine": "rocketmq",
     # Small: three JVMs share a 2-core machine with the control plane.
     "rocketmq": {"heapSize": "256m", "mappedFileSizeCommitLog": 16 << 20},
-    "ha": {"minInSyncReplicas": 2},
+    # A JVM on a loaded 2-core machine can pause longer than the 2 s default; a pod deletion
+    # is reported by the operator at once, so the failover does not wait for this timeout.
+    "ha": {"minInSyncReplicas": 2, "heartbeatTimeoutMs": 5000},
 }
 
 

@@ -310,7 +310,7 @@ def test_rocketmq_engine_master_pod_deleted(release: Release) -> None:
         pytest.skip(os.environ.get("BROKERGROUP_E2E_ROCKETMQ_SKIP") or "no RocketMQ image loaded")
     name = _unique("rmq")
     release.create_group(
-        name, 3, engine="rocketmq", ha={"minInSyncReplicas": 2},
+        name, 3, engine="rocketmq", ha={"minInSyncReplicas": 2, "heartbeatTimeoutMs": 5000},
         rocketmq={"heapSize": "256m", "mappedFileSizeCommitLog": 16 << 20},
     )  # fmt: skip
     release.wait_available(name, 3, POD_TIMEOUT_S * 2)
