@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: up test lint architecture unit integration cluster-tests k8s-tools rocketmq-client rocketmq-servers s3-server cluster cluster-down bench-quick image audit-image image-smoke e2e e2e-down clean
+.PHONY: up test lint architecture unit integration cluster-tests k8s-tools rocketmq-client rocketmq-servers s3-server cluster cluster-down bench-quick image audit-image image-rocketmq image-smoke e2e e2e-down clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -83,6 +83,11 @@ image: $(STAMP)
 # spark-submit --master k8s://… (docs/audit.md "Kubernetes"); OFFLINE_BASE=1 as above.
 audit-image: $(STAMP)
 	AUDIT=1 PYTHON=$(BIN)/python tools/image/build.sh
+
+# Stock RocketMQ brokers for spec.engine rocketmq: Maven Central jars (rocketmq-servers) on
+# Debian's headless JRE 17, the base built offline with debootstrap. tools/rocketmq/image.sh.
+image-rocketmq:
+	tools/rocketmq/image.sh
 
 # The built image runs a whole group read-only, non-root; every key read back.
 image-smoke:

@@ -63,8 +63,9 @@ def run_operator_command(args: argparse.Namespace) -> int:
     import kopf
     from prometheus_client import start_http_server
 
-    from brokergroup_operator.handlers import Runtime, registry
+    from brokergroup_operator.handlers import registry
     from brokergroup_operator.kube import Kube, load_kube_config
+    from brokergroup_operator.runtime import Runtime
     from brokergroup_operator.settings import OperatorSettings, SettingsError
 
     logging.basicConfig(

@@ -28,6 +28,13 @@ SWITCHOVER_ANNOTATION = "brokergroup.io/switchover-to"
 BROKER_CONTAINER = "broker"
 
 
+class Engine(StrEnum):
+    """spec.engine: which broker a group's pods run."""
+
+    BROKERGROUP = "brokergroup"
+    ROCKETMQ = "rocketmq"
+
+
 class Role(StrEnum):
     MASTER = "master"
     SLAVE = "slave"

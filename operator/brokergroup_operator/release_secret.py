@@ -14,13 +14,17 @@ mounts it, so it cannot wait on itself).
 
 The release Secret holds the admin token (`api-token`, the name it always
 had, so an upgrade keeps the value), the broker credential root, the Raft
-password and the HA secret. Broker pods never see it: each group gets its
-own Secret (`resources.group_secret`) with its derived broker and client
-credentials and the HA secret.
+password, the HA secret and the key pair of the controllers' RocketMQ ports
+(`rocketmq-credentials`, JSON `{"accessKey", "secretKey"}`: the controller
+remoting port and the name server check it; stock RocketMQ brokers sign with it).
+Broker pods never see the Secret: each group gets its own Secret
+(`resources.group_secret`) with its derived broker and client credentials and
+the HA secret, and a group of stock brokers the RocketMQ key pair.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -28,11 +32,13 @@ ADMIN_TOKEN_KEY = "api-token"
 BROKER_CREDENTIAL_ROOT_KEY = "broker-credential-root"
 RAFT_PASSWORD_KEY = "raft-password"
 HA_SECRET_KEY = "ha-secret"
+ROCKETMQ_CREDENTIALS_KEY = "rocketmq-credentials"
 RELEASE_SECRET_KEYS = (
     ADMIN_TOKEN_KEY,
     BROKER_CREDENTIAL_ROOT_KEY,
     RAFT_PASSWORD_KEY,
     HA_SECRET_KEY,
+    ROCKETMQ_CREDENTIALS_KEY,
 )
 #: Set on a release Secret the operator created (for people: the operator trusts
 #: BROKERGROUP_RELEASE_SECRET_MANAGED, not a label anyone could set).
@@ -46,6 +52,8 @@ class OperatorSecrets:
     admin_token: str
     broker_credential_root: str | None = None
     ha_secret: str | None = None
+    rocketmq_credentials: str | None = None
+    """JSON {"accessKey", "secretKey"} of the controllers' RocketMQ ports (None: not given)."""
 
     def __repr__(self) -> str:
         return "OperatorSecrets(<secret>)"
@@ -56,6 +64,7 @@ class OperatorSecrets:
             admin_token=data[ADMIN_TOKEN_KEY],
             broker_credential_root=data[BROKER_CREDENTIAL_ROOT_KEY],
             ha_secret=data[HA_SECRET_KEY],
+            rocketmq_credentials=data.get(ROCKETMQ_CREDENTIALS_KEY) or None,
         )
 
 
@@ -87,11 +96,21 @@ def plan_release_secret(
             f"so the operator does not create it: create it with keys {list(RELEASE_SECRET_KEYS)}"
         )
     if existing is None:
-        return ReleaseSecretPlan(True, {key: new_value() for key in RELEASE_SECRET_KEYS})
+        return ReleaseSecretPlan(True, {key: _value(key, new_value) for key in RELEASE_SECRET_KEYS})
     missing = [key for key in RELEASE_SECRET_KEYS if not existing.get(key)]
     if missing and not managed:
         raise ReleaseSecretError(
             f"the release Secret lacks key(s) {missing} and was not created by the operator; "
             "add them (random values of 32+ characters) or delete the Secret to have it created"
         )
-    return ReleaseSecretPlan(False, {key: new_value() for key in missing})
+    return ReleaseSecretPlan(False, {key: _value(key, new_value) for key in missing})
+
+
+def _value(key: str, new_value: Callable[[], str]) -> str:
+    """A new value for `key`: random, or for the RocketMQ pair two random halves as the
+    JSON both the controller and a stock broker read (one line: it ends up in a properties
+    file)."""
+    if key == ROCKETMQ_CREDENTIALS_KEY:
+        pair = {"accessKey": f"bg-{new_value()[:16]}", "secretKey": new_value()}
+        return json.dumps(pair, separators=(",", ":"))
+    return new_value()

@@ -10,6 +10,13 @@ secret, unless spec.controller.secretName names the user's own),
 PodDisruptionBudget `<bg>` and NetworkPolicy `<bg>` (HA port only from the
 group's own pods). Every object carries the group's labels and an owner
 reference to the BrokerGroup, so deleting the group garbage-collects them.
+
+`spec.engine: rocketmq` changes only what runs in the pods (stock RocketMQ 5.3
+brokers, rocketmq_config.py): the ConfigMap holds broker.conf, the container runs
+the JVM, the Secret carries the controllers' RocketMQ key pair. Names, labels,
+the master Service, the StatefulSet's policies and the broker set's key
+(cluster = namespace, brokerName = group) are the same, so the planners and the
+role labels work on both engines unchanged.
 """
 
 from __future__ import annotations
@@ -23,12 +30,14 @@ from typing import Any
 from brokergroup_controller.api import INCARNATION_ENV
 from brokergroup_controller.credentials import Role as CredentialRole
 from brokergroup_controller.credentials import derive_credential
+from brokergroup_operator import rocketmq_config as rmq
 from brokergroup_operator.model import (
     BROKER_CONTAINER,
     CLIENT_PORT,
     HA_PORT,
     HTTP_PORT,
     LABEL_ROLE,
+    Engine,
     Role,
     group_labels,
 )
@@ -126,10 +135,27 @@ class GroupContext:
     """The operator's secrets, for the group Secret it manages (None: it manages none)."""
     restarted_at: str = ""
     """The BrokerGroup's RESTARTED_AT_ANNOTATION ("" if none)."""
+    default_rocketmq_image: str = ""
+    """The image of stock RocketMQ brokers when a group of engine rocketmq names none."""
+
+    @property
+    def engine(self) -> Engine:
+        """spec.engine (the CRD's default: brokergroup)."""
+        raw = str(self.spec.get("engine") or Engine.BROKERGROUP)
+        try:
+            return Engine(raw)
+        except ValueError:
+            raise SpecError(
+                f"spec.engine must be one of {', '.join(Engine)}, got {raw!r}"
+            ) from None
 
     @property
     def image(self) -> str:
-        return str(self.spec.get("image") or self.default_image)
+        if self.spec.get("image"):
+            return str(self.spec["image"])
+        if self.engine is Engine.ROCKETMQ:
+            return self.default_rocketmq_image
+        return self.default_image
 
     @property
     def addresses(self) -> tuple[str, ...]:
@@ -176,8 +202,19 @@ class GroupContext:
             problem = config_value_error(key, value)
             if problem is not None:
                 raise SpecError(problem)
+        if self.engine is Engine.ROCKETMQ:
+            self._validate_rocketmq()
+        elif self.spec.get("rocketmq"):
+            raise SpecError(
+                "spec.rocketmq holds settings of stock RocketMQ brokers: set spec.engine to rocketmq"
+            )
         if not self.image:
-            raise SpecError("no image: set spec.image or the operator's BROKERGROUP_IMAGE")
+            variable = (
+                "BROKERGROUP_ROCKETMQ_IMAGE"
+                if self.engine is Engine.ROCKETMQ
+                else "BROKERGROUP_IMAGE"
+            )
+            raise SpecError(f"no image: set spec.image or the operator's {variable}")
         if not self.addresses:
             raise SpecError(
                 "no controller addresses: set spec.controller.addresses or the operator's "
@@ -193,6 +230,26 @@ class GroupContext:
                 "broker-credential and ha-secret) or give the operator its release Secret "
                 "(BROKERGROUP_RELEASE_SECRET) or BROKERGROUP_BROKER_CREDENTIAL_ROOT_FILE and "
                 "BROKERGROUP_HA_SECRET_FILE"
+            )
+
+    def _validate_rocketmq(self) -> None:
+        if self.spec.get("config"):
+            raise SpecError(
+                "spec.config holds settings of the built-in broker: stock RocketMQ brokers "
+                "(spec.engine rocketmq) take theirs from spec.rocketmq"
+            )
+        try:
+            rmq.RocketMQSettings.from_spec(self.spec)
+        except rmq.RocketMQSpecError as exc:
+            raise SpecError(str(exc)) from None
+        if self.own_secret is None and (
+            self.secrets is None or self.secrets.rocketmq_credentials is None
+        ):
+            raise SpecError(
+                "no RocketMQ key pair for stock brokers: the release Secret lacks "
+                "rocketmq-credentials (the operator adds it to a Secret it manages; add it to "
+                "your own) or set spec.controller.secretName (keys broker-credential, "
+                "ha-secret and rocketmq-credentials)"
             )
 
 
@@ -224,13 +281,30 @@ def broker_config(ctx: GroupContext) -> dict[str, Any]:
     return config
 
 
+def rocketmq_properties(ctx: GroupContext) -> dict[str, str]:
+    """broker.conf of a group of stock RocketMQ brokers (the same key as the built-in
+    engine's broker command: cluster = namespace, brokerName = group)."""
+    return rmq.broker_properties(
+        cluster_name=ctx.namespace,
+        broker_name=ctx.name,
+        spec=ctx.spec,
+        controller_addresses=ctx.addresses,
+    )
+
+
+def config_data(ctx: GroupContext) -> dict[str, str]:
+    """The ConfigMap's files: broker.json (built-in) or broker.conf (stock RocketMQ)."""
+    if ctx.engine is Engine.ROCKETMQ:
+        return {rmq.CONFIG_KEY: rmq.render(rocketmq_properties(ctx))}
+    return {"broker.json": json.dumps(broker_config(ctx), sort_keys=True, indent=2) + "\n"}
+
+
 def config_map(ctx: GroupContext) -> dict[str, Any]:
-    body = json.dumps(broker_config(ctx), sort_keys=True, indent=2)
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": _meta(ctx, f"{ctx.name}-config"),
-        "data": {"broker.json": body + "\n"},
+        "data": config_data(ctx),
     }
 
 
@@ -271,7 +345,10 @@ def stateful_set(ctx: GroupContext, replicas: int) -> dict[str, Any]:
     when_deleted = "Delete" if storage.get("deleteClaim", True) else "Retain"
     when_scaled = "Delete" if storage.get("deleteClaimOnScaleDown", False) else "Retain"
     config_hash = hashlib.sha256(
-        json.dumps(broker_config(ctx), sort_keys=True).encode()
+        json.dumps(
+            broker_config(ctx) if ctx.engine is Engine.BROKERGROUP else config_data(ctx),
+            sort_keys=True,
+        ).encode()
     ).hexdigest()[:16]
     pod_labels = {**(template.get("labels") or {}), **group_labels(ctx.name)}
     pod_annotations = {**(template.get("annotations") or {}), CONFIG_HASH_ANNOTATION: config_hash}
@@ -319,27 +396,31 @@ def stateful_set(ctx: GroupContext, replicas: int) -> dict[str, Any]:
     }
     if spec.get("resources"):
         container["resources"] = dict(spec["resources"])
+    volumes: list[dict[str, Any]] = [
+        {"name": "config", "configMap": {"name": f"{ctx.name}-config"}},
+        {
+            "name": "secrets",
+            "secret": {
+                "secretName": ctx.secret,
+                # The group's broker credential and the HA secret; nothing else.
+                "items": [
+                    {"key": BROKER_CREDENTIAL_KEY, "path": BROKER_CREDENTIAL_KEY},
+                    {"key": HA_SECRET_KEY, "path": HA_SECRET_KEY},
+                ],
+                "defaultMode": 0o400,
+            },
+        },
+    ]
+    if ctx.engine is Engine.ROCKETMQ:
+        container.update(rocketmq_container(ctx))
+        volumes = rocketmq_volumes(ctx)
     pod_spec: dict[str, Any] = {
         # A broker never talks to Kubernetes: no ServiceAccount token in its pods.
         "automountServiceAccountToken": False,
         "containers": [container],
         "terminationGracePeriodSeconds": 30,
         "securityContext": {"runAsNonRoot": True, "runAsUser": 10001, "fsGroup": 10001},
-        "volumes": [
-            {"name": "config", "configMap": {"name": f"{ctx.name}-config"}},
-            {
-                "name": "secrets",
-                "secret": {
-                    "secretName": ctx.secret,
-                    # The group's broker credential and the HA secret; nothing else.
-                    "items": [
-                        {"key": BROKER_CREDENTIAL_KEY, "path": BROKER_CREDENTIAL_KEY},
-                        {"key": HA_SECRET_KEY, "path": HA_SECRET_KEY},
-                    ],
-                    "defaultMode": 0o400,
-                },
-            },
-        ],
+        "volumes": volumes,
     }
     pod_spec["affinity"] = spread_over_nodes(ctx.name)
     for key in ("affinity", "tolerations", "nodeSelector", "priorityClassName"):
@@ -375,6 +456,58 @@ def stateful_set(ctx: GroupContext, replicas: int) -> dict[str, Any]:
             "volumeClaimTemplates": [claim],
         },
     }
+
+
+def rocketmq_container(ctx: GroupContext) -> dict[str, Any]:
+    """What a stock broker's container has instead of the built-in broker's: the JVM
+    (rocketmq_config.launch_script), its two ports, TCP probes (a stock broker has no
+    HTTP port), its config, key pair and an emptyDir for broker.conf, logs and tmp."""
+    settings = rmq.RocketMQSettings.from_spec(ctx.spec)
+    return {
+        "command": ["sh", "-c", rmq.launch_script(settings.heap_size)],
+        "env": [
+            {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        ],
+        "ports": [
+            {"name": "client", "containerPort": rmq.LISTEN_PORT, "protocol": "TCP"},
+            {"name": "ha", "containerPort": rmq.HA_LISTEN_PORT, "protocol": "TCP"},
+        ],
+        "readinessProbe": {
+            "tcpSocket": {"port": rmq.LISTEN_PORT},
+            "periodSeconds": 2,
+            "failureThreshold": 2,
+        },
+        "livenessProbe": {
+            "tcpSocket": {"port": rmq.LISTEN_PORT},
+            # A JVM broker recovering a large store takes a while to listen.
+            "initialDelaySeconds": 60,
+            "periodSeconds": 10,
+            "failureThreshold": 6,
+        },
+        "volumeMounts": [
+            {"name": "data", "mountPath": DATA_DIR},
+            {"name": "config", "mountPath": rmq.CONFIG_DIR, "readOnly": True},
+            {"name": "secrets", "mountPath": rmq.SECRETS_DIR, "readOnly": True},
+            {"name": "tmp", "mountPath": rmq.TMP_DIR},
+        ],
+    }
+
+
+def rocketmq_volumes(ctx: GroupContext) -> list[dict[str, Any]]:
+    return [
+        {"name": "config", "configMap": {"name": f"{ctx.name}-config"}},
+        {
+            "name": "secrets",
+            "secret": {
+                "secretName": ctx.secret,
+                # The key pair the stock broker signs with; nothing else.
+                "items": [{"key": rmq.CREDENTIALS_KEY, "path": rmq.CREDENTIALS_KEY}],
+                "defaultMode": 0o400,
+            },
+        },
+        {"name": "tmp", "emptyDir": {}},
+    ]
 
 
 def spread_over_nodes(group: str) -> dict[str, Any]:
@@ -414,7 +547,9 @@ def services(ctx: GroupContext) -> list[dict[str, Any]]:
                 "clusterIP": "None",
                 "publishNotReadyAddresses": True,
                 "selector": selector,
-                "ports": _ports(["client", "ha", "http"]),
+                "ports": _ports(
+                    ["client", "ha"] if ctx.engine is Engine.ROCKETMQ else ["client", "ha", "http"]
+                ),
             },
         },
         {
@@ -474,12 +609,17 @@ def group_secret(ctx: GroupContext) -> dict[str, Any] | None:
     secrets = ctx.secrets
     assert secrets is not None and secrets.broker_credential_root and secrets.ha_secret
     root = secrets.broker_credential_root
+    extra = {}
+    if ctx.engine is Engine.ROCKETMQ:
+        assert secrets.rocketmq_credentials is not None
+        extra[rmq.CREDENTIALS_KEY] = secrets.rocketmq_credentials
     return {
         "apiVersion": "v1",
         "kind": "Secret",
         "metadata": _meta(ctx, ctx.secret),
         "type": "Opaque",
         "stringData": {
+            **extra,
             BROKER_CREDENTIAL_KEY: derive_credential(
                 root, CredentialRole.BROKER, ctx.namespace, ctx.name
             ),

@@ -25,6 +25,9 @@ class OperatorSettings:
     credentials are derived from (a file)."""
     ha_secret_file: Path | None = None
     """BROKERGROUP_HA_SECRET_FILE: the HA secret every group's Secret carries (a file)."""
+    rocketmq_credentials_file: Path | None = None
+    """BROKERGROUP_ROCKETMQ_CREDENTIALS_FILE: the controllers' RocketMQ key pair (JSON), which
+    groups of stock brokers sign with (a file)."""
     release_secret: str = ""
     """BROKERGROUP_RELEASE_SECRET: `namespace/name` of the chart's release Secret; the
     operator creates it if absent (never rotates it) and reads the three secrets
@@ -34,6 +37,9 @@ class OperatorSettings:
     Secret (the chart's secrets.existingSecret): then it is read, never written."""
     image: str = ""
     """BROKERGROUP_IMAGE: broker image when a BrokerGroup names none."""
+    rocketmq_image: str = ""
+    """BROKERGROUP_ROCKETMQ_IMAGE: stock RocketMQ image for groups of spec.engine rocketmq
+    that name none (make image-rocketmq)."""
     resync_s: float = 5.0
     """BROKERGROUP_RESYNC_SECONDS: re-read the controller at least this often
     even when its watch is quiet. Shorter: quicker repair of a missed change;
@@ -80,10 +86,12 @@ class OperatorSettings:
             token_file=Path(token) if token else None,
             broker_credential_root_file=_path(env, "BROKERGROUP_BROKER_CREDENTIAL_ROOT_FILE"),
             ha_secret_file=_path(env, "BROKERGROUP_HA_SECRET_FILE"),
+            rocketmq_credentials_file=_path(env, "BROKERGROUP_ROCKETMQ_CREDENTIALS_FILE"),
             release_secret=env.get("BROKERGROUP_RELEASE_SECRET", ""),
             release_secret_managed=env.get("BROKERGROUP_RELEASE_SECRET_MANAGED", "true").lower()
             != "false",
             image=env.get("BROKERGROUP_IMAGE", ""),
+            rocketmq_image=env.get("BROKERGROUP_ROCKETMQ_IMAGE", ""),
             resync_s=resync,
             operator_id=env.get("BROKERGROUP_OPERATOR_ID", ""),
             cleanup_timeout_s=cleanup,
@@ -115,6 +123,9 @@ class OperatorSettings:
                 self.broker_credential_root_file, "BROKERGROUP_BROKER_CREDENTIAL_ROOT_FILE"
             ),
             ha_secret=_read(self.ha_secret_file, "BROKERGROUP_HA_SECRET_FILE"),
+            rocketmq_credentials=_read(
+                self.rocketmq_credentials_file, "BROKERGROUP_ROCKETMQ_CREDENTIALS_FILE"
+            ),
         )
 
 

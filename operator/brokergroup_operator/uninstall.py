@@ -7,7 +7,7 @@ delete bg` and namespace deletion hang. The hook runs first, while the
 ServiceAccount still exists: it deletes the operator's Deployment and waits
 (bounded) until its pods are gone; each operator, exiting with its
 Deployment gone, removes its finalizer from its groups
-(handlers.let_go_if_uninstalled).
+(lifecycle.let_go_if_uninstalled).
 """
 
 from __future__ import annotations

@@ -83,6 +83,11 @@ class Controllers:
         self.broker_credential_root_file.chmod(0o600)
         self.ha_secret_file.write_text(secrets.token_hex(16))
         self.ha_secret_file.chmod(0o600)
+        # The RocketMQ ports' key pair (remoting port and name server; stock brokers sign
+        # with it), as the chart's release Secret holds it.
+        pair = {"accessKey": f"bg-{secrets.token_hex(8)}", "secretKey": secrets.token_hex(16)}
+        self.rocketmq_credentials_file.write_text(json.dumps(pair, separators=(",", ":")))
+        self.rocketmq_credentials_file.chmod(0o600)
         for n, host in enumerate(self.hosts, 1):
             log = open(self.root / f"controller-{n}.log", "ab")  # noqa: SIM115
             self.procs.append(
@@ -104,6 +109,10 @@ class Controllers:
                         str(self.broker_credential_root_file),
                         "--raft-password-file",
                         str(raft_password),
+                        "--remoting-credentials-file",
+                        str(self.rocketmq_credentials_file),
+                        "--namesrv-key-file",
+                        str(self.rocketmq_credentials_file),
                     ],
                     stdout=log,
                     stderr=subprocess.STDOUT,
@@ -118,6 +127,10 @@ class Controllers:
     @property
     def ha_secret_file(self) -> Path:
         return self.root / "ha-secret"
+
+    @property
+    def rocketmq_credentials_file(self) -> Path:
+        return self.root / "rocketmq-credentials"
 
     def client_credential(self, cluster_name: str, broker_name: str) -> str:
         """A group's client credential (producers, consumers), as the operator derives it."""
@@ -247,7 +260,11 @@ class OperatorEnv:
                 self.controllers.broker_credential_root_file
             ),
             "BROKERGROUP_HA_SECRET_FILE": str(self.controllers.ha_secret_file),
+            "BROKERGROUP_ROCKETMQ_CREDENTIALS_FILE": str(
+                self.controllers.rocketmq_credentials_file
+            ),
             "BROKERGROUP_IMAGE": "brokergroup:dev",
+            "BROKERGROUP_ROCKETMQ_IMAGE": "brokergroup-rocketmq:5.3.3",
             "BROKERGROUP_RESYNC_SECONDS": "2",
         }
 

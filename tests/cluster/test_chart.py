@@ -195,7 +195,7 @@ def test_default_render() -> None:
     assert f"--broker-credential-root-file {root}" in script
     (secrets_volume,) = [v for v in sts["spec"]["template"]["spec"]["volumes"] if "secret" in v]
     assert [i["key"] for i in secrets_volume["secret"]["items"]] == [
-        "api-token", "broker-credential-root", "raft-password",
+        "api-token", "broker-credential-root", "raft-password", "rocketmq-credentials",
     ]  # fmt: skip
     assert objs[("Service", "rel-brokergroup-controller")]["spec"]["publishNotReadyAddresses"]
     policy = objs[("NetworkPolicy", "rel-brokergroup-controller")]
@@ -336,7 +336,9 @@ def test_install_upgrade_uninstall_on_the_tier(k8s_cluster: K8sCluster) -> None:
 
     # The operator creates it at its start (the chart renders no values).
     before = wait_for("the operator to create the release Secret", release_secret, 120)
-    assert sorted(before) == ["api-token", "broker-credential-root", "ha-secret", "raft-password"]
+    assert sorted(before) == [
+        "api-token", "broker-credential-root", "ha-secret", "raft-password", "rocketmq-credentials",
+    ]  # fmt: skip
     assert all(len(base64.b64decode(v)) >= 32 for v in before.values())
     assert apps.read_namespaced_stateful_set("bg-brokergroup-controller", namespace)
     k8s_cluster.helm("upgrade", "bg", str(CHART), "-n", namespace, "--set", "operator.replicas=1")

@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -247,7 +248,13 @@ def test_a_group_without_its_secret_says_so(env: OperatorEnv) -> None:  # noqa: 
         env.namespace,
         client.V1Secret(
             metadata=client.V1ObjectMeta(name="not-there"),
-            string_data={k: uuid.uuid4().hex for k in keys},
+            string_data={
+                **{k: uuid.uuid4().hex for k in keys},
+                # The controllers' RocketMQ key pair (issue 20 item 4): JSON, not a token.
+                "rocketmq-credentials": json.dumps(
+                    {"accessKey": "bg-user-pair", "secretKey": uuid.uuid4().hex}
+                ),
+            },
         ),
     )
 

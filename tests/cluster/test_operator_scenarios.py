@@ -502,6 +502,26 @@ CEL_CASES = [
         "spec.config.enableSlaveActingMaster in body must be of type boolean",
     ),
     ({"config": {"flushDiskType": 1}}, "spec.config.flushDiskType in body must be of type string"),
+    # Issue 20 item 4: spec.engine and the stock brokers' settings.
+    ({"engine": "kafka"}, 'spec.engine: Unsupported value: "kafka"'),
+    ({"rocketmq": {"heapSize": "1g"}}, "spec.rocketmq holds settings of stock RocketMQ brokers"),
+    (
+        {"engine": "rocketmq", "config": {"maxTopics": 5}},
+        "spec.config holds settings of the built-in broker",
+    ),
+    (
+        {"engine": "rocketmq", "rocketmq": {"flushDiskType": "SOMETIMES"}},
+        'spec.rocketmq.flushDiskType: Unsupported value: "SOMETIMES"',
+    ),
+    (
+        {"engine": "rocketmq", "rocketmq": {"heapSize": "1g -XX:+X"}},
+        "spec.rocketmq.heapSize in body should match",
+    ),
+    (
+        {"engine": "rocketmq", "rocketmq": {"mappedFileSizeCommitLog": 4096}},
+        "spec.rocketmq.mappedFileSizeCommitLog in body should be greater than or equal to 1048576",
+    ),
+    ({"engine": "rocketmq", "rocketmq": {"bogus": 1}}, 'unknown field "spec.rocketmq.bogus"'),
 ]
 
 
@@ -626,3 +646,45 @@ def test_operator_in_process_with_kopf_runner(
     assert runner.exit_code == 0, runner.output
     assert runner.exception is None
     assert "Handler 'group_deleted' succeeded" in runner.output
+
+
+def test_engine_is_immutable_and_rocketmq_settings_default(crds_applied: str) -> None:
+    """Issue 20 item 4: the two engines' stores differ, so a group cannot switch."""
+    from kubernetes import client, config
+
+    custom = client.CustomObjectsApi(config.new_client_from_config(config_file=crds_applied))
+    name = f"eng-{uuid.uuid4().hex[:6]}"
+    body = {
+        "apiVersion": "brokergroup.io/v1alpha1",
+        "kind": "BrokerGroup",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"engine": "rocketmq", "rocketmq": {}},
+    }
+    created = custom.create_namespaced_custom_object(
+        "brokergroup.io", "v1alpha1", "default", "brokergroups", body
+    )
+    try:
+        assert created["spec"]["rocketmq"] == {
+            "autoCreateTopicEnable": False,
+            "flushDiskType": "SYNC_FLUSH",
+            "mappedFileSizeCommitLog": 1073741824,
+            "heapSize": "1g",
+            "topicQueueNums": 8,
+        }
+        plain = custom.create_namespaced_custom_object(
+            "brokergroup.io", "v1alpha1", "default", "brokergroups",
+            {**body, "metadata": {"name": f"{name}-b", "namespace": "default"}, "spec": {}},
+            dry_run="All",
+        )  # fmt: skip
+        assert plain["spec"]["engine"] == "brokergroup"
+        for patch in ({"spec": {"engine": "brokergroup"}}, {"spec": {"engine": None}}):
+            with pytest.raises(ApiException) as exc:
+                custom.patch_namespaced_custom_object(
+                    "brokergroup.io", "v1alpha1", "default", "brokergroups", name, patch
+                )
+            assert exc.value.status == 422
+            assert "spec.engine is immutable" in json.loads(exc.value.body)["message"]
+    finally:
+        custom.delete_namespaced_custom_object(
+            "brokergroup.io", "v1alpha1", "default", "brokergroups", name
+        )

@@ -49,6 +49,8 @@ class KindCluster:
     image: str
     path: str
     node_image: str
+    rocketmq_image: str = ""
+    """The stock RocketMQ image e2e.sh loaded ("" if it could not build one)."""
 
     @classmethod
     def from_env(cls) -> KindCluster | None:
@@ -63,6 +65,7 @@ class KindCluster:
             image=env["BROKERGROUP_E2E_IMAGE"],
             path=env.get("BROKERGROUP_E2E_PATH", "?"),
             node_image=env.get("BROKERGROUP_E2E_NODE_IMAGE", "?"),
+            rocketmq_image=env.get("BROKERGROUP_E2E_ROCKETMQ_IMAGE", ""),
         )
 
     def run(
@@ -113,7 +116,15 @@ class Release(OperatorEnv):
         self._crash = None
         self.controllers = ChartControllers(self)  # type: ignore[assignment]
         repository, _, tag = cluster.image.rpartition(":")
-        self.image_values = ("--set", f"image.repository={repository}", "--set", f"image.tag={tag}")
+        self.image_values: tuple[str, ...] = (
+            "--set", f"image.repository={repository}", "--set", f"image.tag={tag}",
+        )  # fmt: skip
+        if cluster.rocketmq_image:
+            repository, _, tag = cluster.rocketmq_image.rpartition(":")
+            self.image_values += (
+                "--set", f"rocketmqImage.repository={repository}",
+                "--set", f"rocketmqImage.tag={tag}",
+            )  # fmt: skip
 
     # ------------------------------------------------------------ lifecycle
 

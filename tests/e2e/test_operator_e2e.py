@@ -21,6 +21,7 @@ through the group's client Service (role=master). Checked by content:
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -282,3 +283,68 @@ def test_scale_3_5_3(release: Release, tmp_path: Path) -> None:
     assert "Switchover" in reasons and "BrokerIdsCleaned" in reasons
     acked += _write(release, name, "T", tmp_path, "s3b-")
     _assert_exactly(release, name, "T", acked)
+
+
+def _master_service_ips(release: Release, service: str) -> set[str]:
+    """The ready addresses the group's client Service routes to (its EndpointSlices)."""
+    from kubernetes import client
+
+    slices = client.DiscoveryV1Api(release.api).list_namespaced_endpoint_slice(
+        release.namespace, label_selector=f"kubernetes.io/service-name={service}"
+    )
+    return {
+        address
+        for s in slices.items
+        for e in s.endpoints or []
+        if e.conditions is None or e.conditions.ready
+        for address in e.addresses or []
+    }
+
+
+def test_rocketmq_engine_master_pod_deleted(release: Release) -> None:
+    """Issue 20 items 4-5: stock RocketMQ 5.3 brokers (the image make image-rocketmq builds)
+    under the chart's controllers; the master pod deleted → a SyncStateSet member elected and
+    labelled master, the master Service follows it, the old pod returns as a slave with its
+    BrokerId (its brokerIdentity file on the PVC)."""
+    if not release.cluster.rocketmq_image:
+        pytest.skip(os.environ.get("BROKERGROUP_E2E_ROCKETMQ_SKIP") or "no RocketMQ image loaded")
+    name = _unique("rmq")
+    release.create_group(
+        name, 3, engine="rocketmq", ha={"minInSyncReplicas": 2, "heartbeatTimeoutMs": 5000},
+        rocketmq={"heapSize": "256m", "mappedFileSizeCommitLog": 16 << 20},
+    )  # fmt: skip
+    release.wait_available(name, 3, POD_TIMEOUT_S * 2)
+    pods = release.pods(name)
+    assert {c.image for p in pods for c in p.spec.containers} == {release.cluster.rocketmq_image}
+    assert all(
+        c.security_context.read_only_root_filesystem and c.security_context.run_as_non_root
+        for p in pods
+        for c in p.spec.containers
+    )
+    old = release.master_pod(name)
+    assert old is not None
+    old_name, old_id, old_ip = old.metadata.name, old.metadata.labels[BROKER_ID], old.status.pod_ip
+    assert wait_for(
+        "svc on the master", lambda: _master_service_ips(release, name) == {old_ip}, 60, 0.5
+    )
+    status = release.group(name)["status"]
+    in_sync, epoch = set(status["syncStateSet"]), status["masterEpoch"]
+    release.delete_pod(old_name)
+
+    def new_master() -> Any:
+        pod = release.master_pod(name)
+        return pod if pod is not None and pod.metadata.labels[BROKER_ID] != old_id else None
+
+    pod = wait_for("a new master labelled", new_master, FAILOVER_S, 0.5)
+    assert int(pod.metadata.labels[BROKER_ID]) in in_sync
+    new_ip = pod.status.pod_ip
+    assert wait_for(
+        "the master Service on the new master",
+        lambda: _master_service_ips(release, name) == {new_ip},
+        FAILOVER_S,
+        0.5,
+    )
+    group = release.wait_available(name, 3, POD_TIMEOUT_S * 2)
+    assert group["status"]["masterEpoch"] > epoch
+    role, broker_id, ip = release.labelled(name)[old_name]
+    assert (role, broker_id) == ("slave", old_id) and ip != old_ip

@@ -50,3 +50,26 @@ def test_make_targets_call_the_project_scripts() -> None:
     for script in ("build.sh", "smoke.sh"):
         path = ROOT / "tools" / "image" / script
         assert path.stat().st_mode & 0o111, f"{script} is not executable"
+
+
+def test_the_rocketmq_image_is_jdk_only_non_root_and_built_from_its_context() -> None:
+    """Issue 20 item 4: stock jars from the build context (Maven Central, cached by
+    fetch.sh) on the debootstrap JRE base; no RocketMQ scripts, no downloads, uid 10001."""
+    text = re.sub(r"\\\n", " ", (ROOT / "broker-image" / "rocketmq.Dockerfile").read_text())
+    ins = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line and not line.startswith("#"):
+            word, _, rest = line.partition(" ")
+            ins.append((word.upper(), rest.strip()))
+    users = [rest for word, rest in ins if word == "USER"]
+    assert users == ["10001:10001"]
+    entrypoint = next(rest for word, rest in ins if word == "ENTRYPOINT")
+    assert entrypoint.startswith('["java"') and "BrokerStartup" in entrypoint
+    assert not re.search(r"mqbroker|runbroker|\.sh\b", " ".join(rest for _, rest in ins))
+    runs = " ".join(rest for word, rest in ins if word == "RUN")
+    assert not re.search(r"\b(curl|wget|apt-get|mvn)\b", runs)
+    assert ("COPY", "lib/ /opt/rocketmq/lib/") in ins
+    makefile = (ROOT / "Makefile").read_text()
+    assert "image-rocketmq:\n\ttools/rocketmq/image.sh" in makefile
+    assert (ROOT / "tools" / "rocketmq" / "image.sh").stat().st_mode & 0o111

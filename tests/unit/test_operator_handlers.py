@@ -21,14 +21,15 @@ import pytest
 from brokergroup_controller.api import BrokerLiveness, ReplicaInfo
 from brokergroup_controller.client import ControllerUnavailable
 from brokergroup_operator import handlers
-from brokergroup_operator.handlers import Runtime, reconcile_group
 from brokergroup_operator.model import SWITCHOVER_ANNOTATION
+from brokergroup_operator.reconcile import reconcile_group
 from brokergroup_operator.release_secret import (
     RELEASE_SECRET_KEYS,
     OperatorSecrets,
     ReleaseSecretError,
     plan_release_secret,
 )
+from brokergroup_operator.runtime import Runtime
 from brokergroup_operator.settings import OperatorSettings
 
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from brokergroup_controller.api import ReplicaInfo
 from brokergroup_controller.client import ControllerUnavailable
-from brokergroup_operator.handlers import reconcile_group
 from brokergroup_operator.model import SWITCHOVER_ANNOTATION
+from brokergroup_operator.reconcile import reconcile_group
 from tests.unit.test_operator_handlers import (
     Events,
     FakeController,

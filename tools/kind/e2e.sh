@@ -55,6 +55,19 @@ export BROKERGROUP_E2E_AUDIT_IMAGE=brokergroup-audit:e2e-$id
 docker tag brokergroup-audit:e2e-build "$BROKERGROUP_E2E_AUDIT_IMAGE"
 "$BROKERGROUP_E2E_BIN/kind" load docker-image "$BROKERGROUP_E2E_AUDIT_IMAGE" --name "$BROKERGROUP_E2E_CLUSTER" >&2 \
   || die 1 "kind load docker-image (audit image) failed"
+# The stock RocketMQ image of spec.engine rocketmq (tools/rocketmq/image.sh: the cached Maven
+# Central jars on a debootstrap JRE base). Its scenario skips with the reason when it cannot
+# be built here (no Java/Maven for the jars).
+log "building the RocketMQ image"
+if IMAGE=brokergroup-rocketmq:e2e-build "$root/tools/rocketmq/image.sh" >&2; then
+  rid=$(docker image inspect -f '{{.Id}}' brokergroup-rocketmq:e2e-build | sed 's/^sha256://' | cut -c1-12)
+  export BROKERGROUP_E2E_ROCKETMQ_IMAGE=brokergroup-rocketmq:e2e-$rid
+  docker tag brokergroup-rocketmq:e2e-build "$BROKERGROUP_E2E_ROCKETMQ_IMAGE"
+  "$BROKERGROUP_E2E_BIN/kind" load docker-image "$BROKERGROUP_E2E_ROCKETMQ_IMAGE" --name "$BROKERGROUP_E2E_CLUSTER" >&2 \
+    || die 1 "kind load docker-image $BROKERGROUP_E2E_ROCKETMQ_IMAGE failed"
+else
+  export BROKERGROUP_E2E_ROCKETMQ_SKIP="the RocketMQ image could not be built here (tools/rocketmq/image.sh, see above)"
+fi
 image=$(($(date +%s) - t))
 
 t=$(date +%s)

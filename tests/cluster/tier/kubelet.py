@@ -21,7 +21,8 @@ installation, not an image:
   (files), projected (service-account token from the TokenRequest API, the
   kube-root-ca.crt ConfigMap, downward API), emptyDir; every mountPath that
   appears as a whole path in the command, args and env (also inside an
-  `sh -c` script) is rewritten to the host directory, and mounts under
+  `sh -c` script) is rewritten to the host directory (so is the RocketMQ image's
+  /opt/rocketmq, to the cached stock jars: paths.image_paths), and mounts under
   /var/run/secrets are bind-mounted in the
   container's mount namespace (the kubernetes client's in-cluster config reads
   fixed paths there); KUBERNETES_SERVICE_HOST/PORT name the `kubernetes`
@@ -76,7 +77,7 @@ from kubernetes.client.exceptions import ApiException
 
 from tests.cluster.tier.controlplane import NODE_NAME
 from tests.cluster.tier.logserver import LogServer
-from tests.cluster.tier.paths import VENV_BIN
+from tests.cluster.tier.paths import VENV_BIN, image_paths
 from tests.cluster.tier.podnet import (
     CLUSTER_DOMAIN,
     DNS_SERVICE_IP,
@@ -659,7 +660,8 @@ class ProcessKubelet:
                 else:
                     mounts[m.mount_path] = source
 
-        host_path = path_rewriter(mounts)
+        # The image's own files first: a volume mounted over an image path wins.
+        host_path = path_rewriter({**image_paths(), **mounts})
 
         fields = {
             "status.podIP": run.ip,

@@ -12,6 +12,20 @@ BUILD_SCRIPT = ROOT / "tools" / "k8s" / "build.sh"
 BIN_DIR_SCRIPT = ROOT / "tools" / "k8s" / "bin-dir.sh"
 #: The "image" of every pod: this installation's console scripts.
 VENV_BIN = Path(sys.executable).parent
+#: Where the RocketMQ image (broker-image/rocketmq.Dockerfile) keeps the stock jars.
+ROCKETMQ_IN_IMAGE = "/opt/rocketmq"
+
+
+def image_paths() -> dict[str, str]:
+    """Image paths a pod's command may name, mapped to their copy on this machine: the
+    RocketMQ image's /opt/rocketmq (lib/ = the jars `tools/rocketmq/fetch.sh server`
+    caches), so a stock broker's `java -cp /opt/rocketmq/lib/*` runs here as in the image."""
+    import os
+
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    home = Path(os.environ.get("BROKERGROUP_ROCKETMQ_HOME", f"{cache}/brokergroup/rocketmq/5.3.1"))
+    server = home / "server"
+    return {ROCKETMQ_IN_IMAGE: str(server)} if (server / "lib" / ".complete").exists() else {}
 
 
 def k8s_bin_dir() -> Path:
