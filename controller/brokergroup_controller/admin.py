@@ -143,8 +143,7 @@ async def _record_events(client: ControllerClient, args: argparse.Namespace, out
                     args.poll_timeout_ms,
                 )  # fmt: skip
             except ControllerUnavailable:
-                await asyncio.sleep(0.2)  # leader change: keep trying
-                continue
+                continue  # the client already re-sent it for its whole budget: watch again
             emit(info)
 
     tasks: dict[tuple[str, str], asyncio.Task[None]] = {}

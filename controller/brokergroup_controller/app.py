@@ -62,30 +62,90 @@ class _Endpoint:
 
 
 _ENDPOINTS = (
-    _Endpoint("next_broker_id", "GET", "/v1/next-broker-id", query_key, lambda s: s.next_broker_id),
     _Endpoint(
-        "apply_broker_id", "POST", "/v1/brokers/apply-id", parse_apply, lambda s: s.apply_broker_id
+        "next_broker_id",
+        "GET",
+        "/v1/next-broker-id",
+        query_key,
+        lambda s: s.endpoints.next_broker_id,
     ),
     _Endpoint(
-        "register", "POST", "/v1/brokers/register", parse_register, lambda s: s.register_broker
+        "apply_broker_id",
+        "POST",
+        "/v1/brokers/apply-id",
+        parse_apply,
+        lambda s: s.endpoints.apply_broker_id,
     ),
-    _Endpoint("heartbeat", "POST", "/v1/brokers/heartbeat", parse_heartbeat, lambda s: s.heartbeat),
     _Endpoint(
-        "inactive", "POST", "/v1/brokers/inactive", parse_inactive, lambda s: s.report_inactive
+        "register",
+        "POST",
+        "/v1/brokers/register",
+        parse_register,
+        lambda s: s.endpoints.register_broker,
+    ),
+    _Endpoint(
+        "heartbeat",
+        "POST",
+        "/v1/brokers/heartbeat",
+        parse_heartbeat,
+        lambda s: s.endpoints.heartbeat,
+    ),
+    _Endpoint(
+        "inactive",
+        "POST",
+        "/v1/brokers/inactive",
+        parse_inactive,
+        lambda s: s.endpoints.report_inactive,
     ),
     _Endpoint(
         "alter_sync_state_set",
         "POST",
         "/v1/sync-state-set/alter",
         parse_alter,
-        lambda s: s.alter_sync_state_set,
+        lambda s: s.endpoints.alter_sync_state_set,
     ),
-    _Endpoint("elect_master", "POST", "/v1/elect-master", parse_elect, lambda s: s.elect_master),
-    _Endpoint("clean", "POST", "/v1/brokers/clean", parse_clean, lambda s: s.clean_broker_data),
-    _Endpoint("replica_info", "GET", "/v1/replica-info", query_key, lambda s: s.get_replica_info),
-    _Endpoint("groups", "GET", "/v1/groups", parse_none, lambda s: s.groups),
-    _Endpoint("watch", "GET", "/v1/watch", parse_watch, lambda s: s.watch),
+    _Endpoint(
+        "elect_master", "POST", "/v1/elect-master", parse_elect, lambda s: s.endpoints.elect_master
+    ),
+    _Endpoint(
+        "clean", "POST", "/v1/brokers/clean", parse_clean, lambda s: s.endpoints.clean_broker_data
+    ),
+    _Endpoint(
+        "replica_info", "GET", "/v1/replica-info", query_key, lambda s: s.endpoints.get_replica_info
+    ),
+    _Endpoint("groups", "GET", "/v1/groups", parse_none, lambda s: s.endpoints.groups),
+    _Endpoint("watch", "GET", "/v1/watch", parse_watch, lambda s: s.endpoints.watch),
 )
+
+
+def raft_body(service: ControllerService) -> dict[str, Any]:
+    """GET /v1/raft: this node's view of the Raft group."""
+    status = service.node.status()
+    return {
+        "code": ErrorCode.SUCCESS.value,
+        "nodeId": service.config.node_id,
+        "self": status.self_address,
+        "leader": status.leader,
+        "leaderApi": service.leader_api(),
+        "term": status.term,
+        "commitIndex": status.commit_index,
+        "lastApplied": status.last_applied,
+        "leaderCommitIndex": status.leader_commit_index,
+        "isLeader": status.is_leader,
+        "hasQuorum": status.has_quorum,
+        "ready": status.caught_up,
+        "logEntries": status.log_entries,
+        "members": [
+            {
+                "address": member,
+                "api": service.config.api_address_of(member),
+                "self": member == status.self_address,
+                "connected": member == status.self_address or member in status.connected,
+                "leader": member == status.leader,
+            }
+            for member in status.members
+        ],
+    }
 
 
 def _route(
@@ -165,7 +225,7 @@ def create_app(
             service.auth.authenticate(request)
         except _Reply as reply:
             return _json(reply.status, reply.body, service.leader_api())
-        return _json(200, service.raft_body(), service.leader_api())
+        return _json(200, raft_body(service), service.leader_api())
 
     async def metrics(request: web.Request) -> web.Response:
         status = node.status()

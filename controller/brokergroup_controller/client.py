@@ -12,6 +12,10 @@ out, the leader changed) gets that first answer — a committed
 AlterSyncStateSet or ElectMaster is never turned into
 FENCED_SYNC_STATE_SET_EPOCH or MASTER_STILL_EXIST by its own retry.
 
+This is the one place that re-sends a controller request: callers (the
+broker's controller link, the operator, the admin CLI, the local runtime's
+supervisor) call once and act on the answer or on `ControllerUnavailable`.
+
 Failure handling, by what the caller does next:
 - `errors.ControllerError(code, message, **details)`: the controller
   answered and refused (4xx/409). Never retried here.
@@ -118,7 +122,7 @@ class ControllerClient:
             )
         return self._session
 
-    async def _request(
+    async def request(
         self,
         method: str,
         path: str,
@@ -129,10 +133,12 @@ class ControllerClient:
         only: str | None = None,
         idempotent: bool = False,
     ) -> dict[str, Any]:
+        """One API call under the client's retry policy (the module doc; `may_resend`).
+        The typed methods below all come here; so may a caller with an endpoint
+        they do not cover. `idempotent`: re-sending it can do no harm (the
+        liveness reports); `only`: this node, no other."""
         session = self._get_session()
-        # Re-sending is safe for reads, idempotent reports, and ids the controller
-        # answers once; any other POST is sent again only if it never left.
-        retry_safe = method == "GET" or idempotent or (body is not None and "requestId" in body)
+        retry_safe = may_resend(method, body, idempotent=idempotent)
         headers = {}
         if self._token is not None:  # reads need a credential too (DESIGN.md §11)
             headers["Authorization"] = f"Bearer {self._token}"
@@ -209,7 +215,7 @@ class ControllerClient:
     # -------------------------------------------------------------- identity
 
     async def get_next_broker_id(self, cluster_name: str, broker_name: str) -> int:
-        body = await self._request(
+        body = await self.request(
             "GET", "/v1/next-broker-id", params=_key(cluster_name, broker_name)
         )
         return int(body["nextBrokerId"])
@@ -223,7 +229,7 @@ class ControllerClient:
         address: str,
     ) -> int:
         """The applied BrokerId; ControllerError BROKER_ID_INVALID carries `nextBrokerId`."""
-        body = await self._request(
+        body = await self.request(
             "POST",
             "/v1/brokers/apply-id",
             body={
@@ -239,7 +245,7 @@ class ControllerClient:
     async def register_broker(
         self, cluster_name: str, broker_name: str, broker_id: int, address: str
     ) -> api.ReplicaInfo:
-        body = await self._request(
+        body = await self.request(
             "POST",
             "/v1/brokers/register",
             body={
@@ -254,7 +260,7 @@ class ControllerClient:
     # -------------------------------------------------------------- liveness
 
     async def heartbeat(self, hb: api.BrokerHeartbeat) -> api.ReplicaInfo:
-        body = await self._request(
+        body = await self.request(
             "POST", "/v1/brokers/heartbeat", body=hb.to_json(), idempotent=True
         )
         return api.ReplicaInfo.from_json(body)
@@ -276,7 +282,7 @@ class ControllerClient:
         the broker start the report is about (a pod uid); the controller
         ignores it once it hears another. `symptom_only`: not ready, not
         ended: it counts only once the broker's heartbeats stop too."""
-        body = await self._request(
+        body = await self.request(
             "POST",
             "/v1/brokers/inactive",
             body={
@@ -302,7 +308,7 @@ class ControllerClient:
         sync_state_set: Iterable[int],
         sync_state_set_epoch: int,
     ) -> tuple[frozenset[int], int]:
-        body = await self._request(
+        body = await self.request(
             "POST",
             "/v1/sync-state-set/alter",
             body={
@@ -332,7 +338,7 @@ class ControllerClient:
             payload["trigger"] = "admin"
         else:
             payload["trigger"] = "broker"
-        body = await self._request("POST", "/v1/elect-master", body=payload)
+        body = await self.request("POST", "/v1/elect-master", body=payload)
         return api.ReplicaInfo.from_json(body)
 
     async def clean_broker_data(
@@ -349,19 +355,17 @@ class ControllerClient:
         }
         if broker_ids is not None:
             payload["brokerIds"] = sorted(set(broker_ids))
-        body = await self._request("POST", "/v1/brokers/clean", body=payload)
+        body = await self.request("POST", "/v1/brokers/clean", body=payload)
         return [int(x) for x in body["removed"]]
 
     # -------------------------------------------------------------- reads
 
     async def replica_info(self, cluster_name: str, broker_name: str) -> api.ReplicaInfo:
-        body = await self._request(
-            "GET", "/v1/replica-info", params=_key(cluster_name, broker_name)
-        )
+        body = await self.request("GET", "/v1/replica-info", params=_key(cluster_name, broker_name))
         return api.ReplicaInfo.from_json(body)
 
     async def groups(self) -> list[api.ReplicaInfo]:
-        body = await self._request("GET", "/v1/groups")
+        body = await self.request("GET", "/v1/groups")
         return [api.ReplicaInfo.from_json(g) for g in body["groups"]]
 
     async def watch(
@@ -373,7 +377,7 @@ class ControllerClient:
         timeout_ms: int,
     ) -> api.ReplicaInfo:
         """Long-poll: returns once either epoch is above the given one, else at timeout."""
-        body = await self._request(
+        body = await self.request(
             "GET",
             "/v1/watch",
             params={
@@ -388,7 +392,14 @@ class ControllerClient:
 
     async def raft_status(self, address: str | None = None) -> dict[str, Any]:
         """`GET /v1/raft` of one node (`address`), or of whichever node answers."""
-        return await self._request("GET", "/v1/raft", only=address)
+        return await self.request("GET", "/v1/raft", only=address)
+
+
+def may_resend(method: str, body: dict[str, Any] | None, *, idempotent: bool = False) -> bool:
+    """Whether a request whose answer was lost may be sent again: reads, idempotent
+    reports, and requests carrying a requestId (the controller answers an id once).
+    Any other POST is sent again only if it certainly never left (connect failed)."""
+    return method == "GET" or idempotent or (body is not None and "requestId" in body)
 
 
 def new_request_id() -> str:

@@ -32,6 +32,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any
 
 from aiohttp import ClientError, ClientSession, ClientTimeout, web
@@ -65,6 +66,7 @@ from brokergroup_controller.state import (
     ApplyResult,
     BrokerSet,
     ControllerState,
+    ElectMaster,
     Event,
     RequestKey,
 )
@@ -72,17 +74,12 @@ from brokergroup_controller.state import (
 log = logging.getLogger(__name__)
 
 
-# ---------------------------------------------------------------- metrics
-
-
-# ---------------------------------------------------------------- responses
-
-
 # ---------------------------------------------------------------- the service
 
 
-class ControllerService(Endpoints):
-    """The leader's request handling plus forwarding; one per node."""
+class ControllerService:
+    """The node's service core (state helpers, request ids, takeover, liveness loop) plus
+    forwarding; one per node. It implements `endpoints.LeaderService` for its handlers."""
 
     def __init__(
         self,
@@ -114,6 +111,7 @@ class ControllerService(Endpoints):
         self._heartbeat_transports: dict[tuple[str, str, int], asyncio.BaseTransport] = {}
         self._background: set[asyncio.Task[Any]] = set()
         self._tick_now: asyncio.Event | None = None
+        self.endpoints = Endpoints(self)
 
     # -- lifecycle
 
@@ -195,7 +193,7 @@ class ControllerService(Endpoints):
             key = (parsed["clusterName"], parsed["brokerName"])
         else:
             return {}
-        broker_set = self._snapshot(*key)
+        broker_set = self.snapshot(*key)
         if broker_set is None:
             return {}
         return {broker_id: record.address for broker_id, record in broker_set.brokers.items()}
@@ -252,11 +250,11 @@ class ControllerService(Endpoints):
 
     # -- state helpers (leader)
 
-    def _snapshot(self, cluster: str, name: str) -> BrokerSet | None:
+    def snapshot(self, cluster: str, name: str) -> BrokerSet | None:
         return self.node.read(lambda s: s.snapshot(cluster, name))
 
-    def _require_set(self, cluster: str, name: str) -> BrokerSet:
-        broker_set = self._snapshot(cluster, name)
+    def require_set(self, cluster: str, name: str) -> BrokerSet:
+        broker_set = self.snapshot(cluster, name)
         if broker_set is None:
             raise _reject(
                 ErrorCode.BROKER_SET_NOT_FOUND,
@@ -264,8 +262,8 @@ class ControllerService(Endpoints):
             )
         return broker_set
 
-    def _require_registered(self, cluster: str, name: str, broker_id: int) -> BrokerSet:
-        broker_set = self._snapshot(cluster, name)
+    def require_registered(self, cluster: str, name: str, broker_id: int) -> BrokerSet:
+        broker_set = self.snapshot(cluster, name)
         if broker_set is None or broker_id not in broker_set.brokers:
             raise _reject(
                 ErrorCode.NEED_TO_BE_REGISTERED,
@@ -335,18 +333,18 @@ class ControllerService(Endpoints):
         remaining = self.takeover_remaining(broker_set, now)
         return self.liveness.grace_remaining_ms(now) if remaining is None else remaining[1]
 
-    def _info_body(self, cluster: str, name: str) -> dict[str, Any]:
-        broker_set = self._require_set(cluster, name)
+    def info_body(self, cluster: str, name: str) -> dict[str, Any]:
+        broker_set = self.require_set(cluster, name)
         return {"code": ErrorCode.SUCCESS.value, **self.replica_info(broker_set).to_json()}
 
-    async def _propose(self, event: Event) -> dict[str, Any]:
+    async def propose(self, event: Event) -> dict[str, Any]:
         try:
             result = await self.node.propose(event, self.config.commit_timeout_ms / 1000)
         except ControllerError as exc:
             raise _reject(exc.code, exc.message, leader=self.leader_api()) from exc
         return _details_or_reject(result)
 
-    async def _once(
+    async def once(
         self,
         request_key: RequestKey | None,
         decide_and_propose: Callable[[], Awaitable[dict[str, Any]]],
@@ -376,7 +374,39 @@ class ControllerService(Endpoints):
         result = self.node.read(lambda s: s.answer_of(request_key))
         return None if result is None else _details_or_reject(result)
 
-    # -- endpoints (leader side; input already validated)
+    def with_takeover(self, broker_set: BrokerSet, event: ElectMaster, now: int) -> ElectMaster:
+        """The leader's takeover decision, carried by the event so that `apply`
+        stores it even if this request gives up on the commit (takeover.py)."""
+        old = broker_set.master_broker_id
+        new = event.new_master_broker_id
+        replaced = None if old == new else old  # a restarted master renews its own epoch
+        old_wait = (
+            0
+            if replaced is None
+            else self.liveness.takeover_wait_ms(
+                (*broker_set.key, replaced),
+                now,
+                new_master_in_sync_state_set=new in broker_set.sync_state_set,
+            )
+        )
+        previous_old, previous_left = self.takeover_remaining(broker_set, now) or (None, 0)
+        whose, wait = takeover.combine_waits(previous_old, previous_left, replaced, old_wait)
+        decided_at = self.wall_clock_ms()
+        # This node saw the decision now: its answers count from here.
+        self._takeover_seen[broker_set.key] = ((broker_set.master_epoch + 1, decided_at), now)
+        return replace(
+            event,
+            takeover_old_master_broker_id=whose,
+            takeover_wait_ms=wait,
+            decided_at_ms=decided_at,
+        )
+
+    def track_connection(self, key: tuple[str, str, int], transport: asyncio.BaseTransport) -> None:
+        self._heartbeat_transports[key] = transport
+
+    def state_changed(self) -> asyncio.Condition:
+        assert self._changed is not None, "start() first"
+        return self._changed
 
     # -- liveness loop (leader)
 
@@ -415,7 +445,7 @@ class ControllerService(Endpoints):
     async def _controller_election(self, key: tuple[str, str]) -> None:
         succeeded = False
         try:
-            broker_set = self._snapshot(*key)
+            broker_set = self.snapshot(*key)
             if broker_set is None:
                 succeeded = True
                 return
@@ -425,7 +455,7 @@ class ControllerService(Endpoints):
                 log.warning(
                     "master %s/%s:%d is inactive (%s): electing at once", *key, master, reason
                 )
-            await self._elect(
+            await self.endpoints.elect(
                 broker_set,
                 ElectionRequest(
                     trigger=ElectionTrigger.CONTROLLER,
@@ -452,12 +482,6 @@ def _details_or_reject(result: ApplyResult) -> dict[str, Any]:
     if not result.ok:
         raise _reject(result.code, result.message, **result.details)
     return result.details
-
-
-# ---------------------------------------------------------------- endpoint table
-
-
-# ---------------------------------------------------------------- process entry
 
 
 __all__ = [

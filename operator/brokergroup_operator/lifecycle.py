@@ -34,14 +34,22 @@ FINALIZER = "brokergroup.io/cleanup"
 
 
 async def apply_owned(
-    rt: Runtime, ctx: GroupContext, body: Mapping[str, Any], mem: GroupMemory, *, replicas: int
+    rt: Runtime,
+    ctx: GroupContext,
+    body: Mapping[str, Any],
+    mem: GroupMemory,
+    *,
+    replicas: int,
+    sts_exists: bool,
 ) -> None:
-    """Apply the owned objects when they may differ from what was applied last."""
+    """Apply the owned objects when they may differ from what was applied last
+    (or the StatefulSet is missing)."""
     generation = int((body.get("metadata") or {}).get("generation") or 0)
     # A restart request is an annotation: the generation stays.
     applied_key = (generation, replicas, ctx.restarted_at)
     if (
-        mem.applied == applied_key
+        sts_exists
+        and mem.applied == applied_key
         and time.monotonic() - mem.applied_at <= rt.settings.apply_interval_s
     ):
         return

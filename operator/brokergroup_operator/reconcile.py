@@ -80,7 +80,7 @@ async def _reconcile(
         rt, ctx, controller, mem, view, pods, sts, known_broker_ids(previous), post, acted=acted
     )
 
-    await apply_owned(rt, ctx, body, mem, replicas=step.replicas)
+    await apply_owned(rt, ctx, body, mem, replicas=step.replicas, sts_exists=sts is not None)
 
     await write_status(rt, ctx, body, mem, pods, sts, previous, view, step.waiting, post)
     master_found(mem, view)

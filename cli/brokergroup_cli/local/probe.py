@@ -1,5 +1,6 @@
-"""HTTP I/O of the local runtime: read the controllers and brokers, report a
-dead broker. Plain aiohttp against the documented API (docs/architecture.md),
+"""HTTP I/O of the local runtime's status view: read the controllers and
+brokers (reports of a dead broker go through the controller client,
+supervisor.py). Plain aiohttp against the documented API (docs/architecture.md),
 every request bounded by `httpTimeoutMs`; a failed source becomes a
 "problem" line in the snapshot, never an exception.
 """
@@ -112,30 +113,3 @@ class Prober:
     async def controller_leader_ready(self, controllers: Sequence[ChildRecord]) -> bool:
         answers = await asyncio.gather(*(self.raft(c) for c in controllers))
         return any(a and a.get("isLeader") for a in answers)
-
-    async def report_inactive(
-        self, token: str, broker_id: int, reason: str, incarnation: str = ""
-    ) -> bool:
-        """POST /v1/brokers/inactive to any controller (followers forward)."""
-        body = {
-            "clusterName": self._config.cluster_name,
-            "brokerName": self._config.broker_name,
-            "brokerId": broker_id,
-            "reason": reason,
-            "processGone": True,  # the supervisor saw the exit status
-            "incarnation": incarnation,  # the start it saw end, not the next one
-        }
-        headers = {"Authorization": f"Bearer {token}"}
-        for address in self._config.controller_api_addresses:
-            try:
-                async with self._session.post(
-                    f"http://{address}/v1/brokers/inactive",
-                    json=body,
-                    headers=headers,
-                    timeout=self._timeout,
-                ) as response:
-                    if response.status < 300:
-                        return True
-            except (aiohttp.ClientError, TimeoutError, OSError):
-                continue
-        return False

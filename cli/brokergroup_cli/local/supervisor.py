@@ -55,11 +55,13 @@ from brokergroup_cli.local.procs import process_start_ticks
 from brokergroup_cli.local.state import ChildKind, ChildRecord, Phase, RuntimeState, write_state
 from brokergroup_cli.local.status import StatusSnapshot
 from brokergroup_controller.api import INCARNATION_ENV
+from brokergroup_controller.client import ControllerClient, ControllerUnavailable
 from brokergroup_controller.credentials import derive_credential
+from brokergroup_controller.errors import ControllerError
 
 log = logging.getLogger(__name__)
-#: How long a gone broker's inactive report is retried (no controller leader answering).
-_REPORT_RETRY_MS = 2_000
+#: The controller client's budget for a gone broker's inactive report (no leader answering).
+_REPORT_BUDGET_MS = 2_000
 
 
 def wall_ms() -> int:
@@ -196,6 +198,7 @@ class Supervisor:
         ]
         self._token = ""
         self._prober: Prober | None = None
+        self._controller: ControllerClient | None = None
         self.latest_snapshot: StatusSnapshot | None = None
 
     # --- state file ------------------------------------------------------------
@@ -304,24 +307,40 @@ class Supervisor:
     async def _report_gone(self, slot: _Slot, code: int | None) -> None:
         """DESIGN.md §2.3: the supervisor reports a gone process so the election
         does not wait for a heartbeat timeout."""
-        if not self._config.report_inactive or slot.broker_id is None or self._prober is None:
+        if not self._config.report_inactive or slot.broker_id is None or not self._token:
             return
         reason = f"local supervisor: broker process on {slot.host} exited (code {code})"
-        # The controller leader may have died with the broker: retry while a new
-        # one is elected (~0.5 s), or the election waits out a heartbeat timeout.
-        # Bounded and before the restart, so it can never hit the next incarnation.
-        deadline = monotonic_ms() + _REPORT_RETRY_MS
-        attempts = 1
-        report = (self._token, slot.broker_id, reason, slot.incarnation)
-        ok = await self._prober.report_inactive(*report)
-        while not ok and monotonic_ms() < deadline and not self._stopping.is_set():
-            await asyncio.sleep(0.1)
-            attempts += 1
-            ok = await self._prober.report_inactive(*report)
-        log.info(
-            "reported broker %d inactive: %s (%d attempts)",
-            slot.broker_id, "ok" if ok else "failed", attempts,
-        )  # fmt: skip
+        # The controller leader may have died with the broker: the client re-sends
+        # this idempotent report (its one retry policy) while a new one is elected
+        # (~0.5 s), or the election would wait out a heartbeat timeout. Bounded by
+        # its budget and before the restart, so it can never hit the next incarnation.
+        try:
+            await self._controller_client().report_inactive(
+                self._config.cluster_name,
+                self._config.broker_name,
+                slot.broker_id,
+                reason,
+                process_gone=True,  # the supervisor saw the exit status
+                incarnation=slot.incarnation,  # the start it saw end, not the next one
+            )
+            outcome = "ok"
+        except (ControllerError, ControllerUnavailable) as exc:
+            outcome = f"failed: {exc}"
+        log.info("reported broker %d inactive: %s", slot.broker_id, outcome)
+
+    def _controller_client(self) -> ControllerClient:
+        if self._controller is None:
+            self._controller = ControllerClient(
+                self._config.controller_api_addresses,
+                self._token,
+                request_timeout_s=_REPORT_BUDGET_MS / 1000,
+            )
+        return self._controller
+
+    async def _close_controller_client(self) -> None:
+        if self._controller is not None:
+            await self._controller.close()
+            self._controller = None
 
     async def _terminate(self, slots: list[_Slot], tasks: list[asyncio.Task[None]]) -> None:
         for slot in slots:
@@ -414,6 +433,7 @@ class Supervisor:
                 write_state(self._layout.state_file, final)
                 with contextlib.suppress(FileNotFoundError):
                     self._layout.pid_file.unlink()
+                await self._close_controller_client()
                 log.info("stopped")
 
     async def _forward_stop(self, stop: asyncio.Event) -> None:

@@ -174,7 +174,7 @@ class ControllerRemoting:
         return key
 
     def _info(self, key: BrokerSetKey) -> api.ReplicaInfo:
-        return self.service.replica_info(self.service._require_set(*key))
+        return self.service.replica_info(self.service.require_set(*key))
 
     # -- handlers
 
@@ -199,14 +199,14 @@ class ControllerRemoting:
         body = wire.heartbeat_request(fields)
         if self.service.is_leader():
             hb: api.BrokerHeartbeat = body["heartbeat"]
-            await self.service.accept_heartbeat(hb, conn.transport)
+            await self.service.endpoints.accept_heartbeat(hb, conn.transport)
             self._remoting_brokers.add((hb.cluster_name, hb.broker_name, hb.broker_id))
         # A follower drops it: the broker sends every heartbeat to every node.
         return response_to(cmd, ResponseCode.SUCCESS, "Heart beat success")
 
     async def _next_broker_id(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         q = wire.next_broker_id_request(cmd.fields())
-        answer = await self.service.next_broker_id(None, q)
+        answer = await self.service.endpoints.next_broker_id(None, q)
         fields = {
             "clusterName": q["clusterName"],
             "brokerName": q["brokerName"],
@@ -216,13 +216,13 @@ class ControllerRemoting:
 
     async def _apply_broker_id(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         b = wire.apply_broker_id_request(cmd.fields())
-        await self.service.apply_broker_id(None, b)
+        await self.service.endpoints.apply_broker_id(None, b)
         fields = {"clusterName": b["clusterName"], "brokerName": b["brokerName"]}
         return response_to(cmd, ResponseCode.SUCCESS, fields=fields)
 
     async def _register(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         b = wire.register_request(cmd.fields())
-        info = api.ReplicaInfo.from_json(await self.service.register_broker(None, b))
+        info = api.ReplicaInfo.from_json(await self.service.endpoints.register_broker(None, b))
         fields = {
             "clusterName": b["clusterName"],
             "brokerName": b["brokerName"],
@@ -236,7 +236,7 @@ class ControllerRemoting:
         fields = cmd.fields()
         key = self._key(fields.get("brokerName"))
         b = wire.alter_request(fields, cmd.body, key)
-        answer = await self.service.alter_sync_state_set(None, b)
+        answer = await self.service.endpoints.alter_sync_state_set(None, b)
         epoch = int(answer["syncStateSetEpoch"])
         body = wire.sync_state_set_json(answer["syncStateSet"], epoch)
         return response_to(
@@ -259,7 +259,7 @@ class ControllerRemoting:
                 "those itself when a master goes inactive; name a brokerId"
             )
         try:
-            info = api.ReplicaInfo.from_json(await self.service.elect_master(None, b))
+            info = api.ReplicaInfo.from_json(await self.service.endpoints.elect_master(None, b))
             code = ResponseCode.SUCCESS
             remark = None
         except _Reply as reply:
@@ -299,7 +299,7 @@ class ControllerRemoting:
     async def _clean(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         fields = cmd.fields()
         key = self._key(fields.get("brokerName"), fields.get("clusterName"))
-        await self.service.clean_broker_data(None, wire.clean_request(fields, key))
+        await self.service.endpoints.clean_broker_data(None, wire.clean_request(fields, key))
         return response_to(cmd, ResponseCode.SUCCESS)
 
     async def _get_config(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
@@ -353,7 +353,7 @@ class ControllerRemoting:
         task.add_done_callback(self._tasks.discard)
 
     async def _notify_set(self, key: BrokerSetKey) -> None:
-        broker_set = self.service._snapshot(*key)
+        broker_set = self.service.snapshot(*key)
         if broker_set is None:
             return
         info = self.service.replica_info(broker_set)
