@@ -115,7 +115,7 @@ from brokergroup_broker.store.consumer_offsets import ConsumerOffsetSnapshot
 from brokergroup_broker.store.errors import StoreError
 from brokergroup_broker.store.identity import IdentityFiles
 from brokergroup_controller.api import BrokerHeartbeat
-from brokergroup_remoting.net import ServerAuth
+from brokergroup_remoting.keys import server_auth
 
 log = logging.getLogger(__name__)
 
@@ -269,7 +269,7 @@ class Broker:
             on_new_topic=link.topics_changed if link is not None else lambda _t: None,
         )
         creds = s.remoting_credentials
-        auth = None if creds is None else ServerAuth({creds.access_key: creds.secret_key}.get)
+        auth = None if creds is None else server_auth(creds)
         self._remoting = RemotingFrontServer(front, auth)
         await self._remoting.start(s.bind_address, s.remoting_port)
         log.info("RocketMQ remoting port on %s:%d", s.bind_address, s.remoting_port)
