@@ -311,7 +311,9 @@ SERVED = [
     RequestCode.UPDATE_CONSUMER_OFFSET, RequestCode.HEART_BEAT, RequestCode.UNREGISTER_CLIENT,
     RequestCode.GET_CONSUMER_LIST_BY_GROUP, RequestCode.GET_MAX_OFFSET, RequestCode.GET_MIN_OFFSET,
     RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, RequestCode.GET_EARLIEST_MSG_STORETIME,
-    RequestCode.LOCK_BATCH_MQ, RequestCode.UNLOCK_BATCH_MQ,
+    RequestCode.LOCK_BATCH_MQ, RequestCode.UNLOCK_BATCH_MQ, RequestCode.CONSUMER_SEND_MSG_BACK,
+    RequestCode.VIEW_MESSAGE_BY_ID, RequestCode.GET_ALL_TOPIC_CONFIG,
+    RequestCode.UPDATE_AND_CREATE_TOPIC,
 ]  # fmt: skip
 
 
@@ -337,6 +339,7 @@ def test_random_headers_on_every_served_code_are_answered_without_harm(
                 assert (answer.is_response and answer.code != ResponseCode.SUCCESS) or code in (
                     RequestCode.HEART_BEAT, RequestCode.UNREGISTER_CLIENT,
                     RequestCode.LOCK_BATCH_MQ, RequestCode.UNLOCK_BATCH_MQ,
+                    RequestCode.GET_ALL_TOPIC_CONFIG, RequestCode.UPDATE_AND_CREATE_TOPIC,
                 )  # fmt: skip
                 # The connection goes on.
                 again = await p.ask(request(RequestCode.GET_CONSUMER_LIST_BY_GROUP, 0,
@@ -349,3 +352,25 @@ def test_random_headers_on_every_served_code_are_answered_without_harm(
 
         asyncio.run(run())
         assert s.max_offset == 0
+
+
+async def test_created_and_retry_topics_are_served_before_their_first_record(
+    port: Port, store: MessageStore
+) -> None:
+    answer = await port.ask(request(RequestCode.UPDATE_AND_CREATE_TOPIC, 0,
+                                    {"topic": "Created", "writeQueueNums": "8"}))  # fmt: skip
+    assert answer.code == ResponseCode.SUCCESS
+    heartbeat = {"clientID": "c1", "consumerDataSet": [{"groupName": "g",
+                 "messageModel": "CLUSTERING"}]}  # fmt: skip
+    await port.ask(request(RequestCode.HEART_BEAT, 0, {}, json.dumps(heartbeat).encode()))
+    answer = await port.ask(request(RequestCode.GET_ALL_TOPIC_CONFIG, 0, None))
+    table = json.loads(answer.body)["topicConfigTable"]
+    # Capped at defaultTopicQueueNums (4): the produce path's queue choice is bounded by it.
+    assert table["Created"]["writeQueueNums"] == 4
+    assert table["%RETRY%g"]["writeQueueNums"] == 1
+    answer = await port.ask(request(RequestCode.UPDATE_AND_CREATE_TOPIC, 0, {"topic": "a b"}))
+    assert answer.code == ResponseCode.SYSTEM_ERROR  # the topic rule
+    # A send-back or a view of an offset that holds nothing is refused, nothing is stored.
+    answer = await port.ask(request(RequestCode.VIEW_MESSAGE_BY_ID, 0, {"offset": "0"}))
+    assert answer.code != ResponseCode.SUCCESS
+    assert store.max_offset == 0
