@@ -496,7 +496,11 @@ class RemotingFront:
                 self._declare(wire.RETRY_GROUP_TOPIC_PREFIX + group, 1)
         if consumers:
             self._watch(conn)
-        return response_to(cmd, ResponseCode.SUCCESS, None, {"isSupportHeartBeatV2": "false"})
+        # The client records the answer's version as the broker's (MQClientAPIImpl): answer
+        # with its own, so no version-gated path takes this broker for an older one.
+        return response_to(
+            cmd, ResponseCode.SUCCESS, None, {"isSupportHeartBeatV2": "false"}, version=cmd.version
+        )
 
     def _watch(self, conn: Connection) -> None:
         """Forget a connection's consumers when it closes (ClientHousekeepingService)."""
