@@ -252,8 +252,9 @@ async def test_an_unconfirmed_broker_refuses_sends_with_the_not_master_code(
         assert "no confirmed role" in (answer.remark or "")
     pull = {"consumerGroup": "g", "topic": "TopicA", "queueId": "0", "queueOffset": "0",
             "maxMsgNums": "32", "sysFlag": "0", "commitOffset": "0"}  # fmt: skip
-    answer = await port.ask(request(RequestCode.PULL_MESSAGE, 0, pull))
-    assert answer.code == ResponseCode.SERVICE_NOT_AVAILABLE, answer
+    for code in (RequestCode.PULL_MESSAGE, RequestCode.LITE_PULL_MESSAGE):
+        answer = await port.ask(request(code, 0, pull))
+        assert answer.code == ResponseCode.SERVICE_NOT_AVAILABLE, answer
     assert store.max_offset == 0
 
 
@@ -307,7 +308,7 @@ async def test_bad_signature_and_unknown_codes_are_answered_and_harm_nothing(
 
 SERVED = [
     RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE,
-    RequestCode.PULL_MESSAGE, RequestCode.QUERY_CONSUMER_OFFSET,
+    RequestCode.PULL_MESSAGE, RequestCode.LITE_PULL_MESSAGE, RequestCode.QUERY_CONSUMER_OFFSET,
     RequestCode.UPDATE_CONSUMER_OFFSET, RequestCode.HEART_BEAT, RequestCode.UNREGISTER_CLIENT,
     RequestCode.GET_CONSUMER_LIST_BY_GROUP, RequestCode.GET_MAX_OFFSET, RequestCode.GET_MIN_OFFSET,
     RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, RequestCode.GET_EARLIEST_MSG_STORETIME,

@@ -128,6 +128,9 @@ class RemotingFront:
             RequestCode.SEND_MESSAGE_V2: self.send_message,
             RequestCode.SEND_BATCH_MESSAGE: self.send_message,
             RequestCode.PULL_MESSAGE: self.pull_message,
+            # DefaultLitePullConsumer's pulls (PullSysFlag litePull bit): the same header and
+            # answer; RocketMQ's PullMessageProcessor serves both.
+            RequestCode.LITE_PULL_MESSAGE: self.pull_message,
             RequestCode.QUERY_CONSUMER_OFFSET: self.query_consumer_offset,
             RequestCode.UPDATE_CONSUMER_OFFSET: self.update_consumer_offset,
             RequestCode.HEART_BEAT: self.heart_beat,
