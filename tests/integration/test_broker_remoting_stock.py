@@ -6,12 +6,12 @@ server; `local status --json` gives `namesrvAddress`, `accessKey`, `secretKey`. 
 DefaultMQProducer (AclClientRPCHook with that pair) sends to a topic that does not exist yet
 (auto-created on first send in the local runtime; tests/integration/namesrv_java/
 NamesrvClient.java); the route names the master's remoting address as brokerId 0 and a send
-signed with a wrong secret is refused. A stock DefaultLitePullConsumer should then receive
-every message with its body: marked xfail, since in the one run so far it received none
-(open). Skips, saying why, where Java or the jars are missing.
+signed with a wrong secret is refused. A stock DefaultLitePullConsumer receives every
+message with its body (its pulls are LITE_PULL_MESSAGE). Skips, saying why, where Java or
+the jars are missing.
 
-Before the remoting port existed the same producer failed: the name server had no route
-for the topic and no broker to create it on ("No route info of this topic").
+Before the remoting port existed no broker registered with the name server, so the wait for
+TBW102's route timed out; before LITE_PULL_MESSAGE was served the consumer received 0 of 20.
 """
 
 from __future__ import annotations
@@ -154,11 +154,6 @@ def test_stock_producer_sends_through_local_up(java: Java, runtime: Runtime) -> 
     assert wrong.returncode != 0
 
 
-@pytest.mark.xfail(
-    reason="the first run received 0 of 20: the lite pull consumer pulls with "
-    "LITE_PULL_MESSAGE (361), which the port did not serve; served now, not re-run yet",
-    strict=False,
-)
 def test_stock_lite_pull_consumer_receives_every_message(java: Java, runtime: Runtime) -> None:
     namesrv, ak, sk, _ = up_and_wait(runtime)
     sent = java.client("produce", namesrv, ak, sk, TOPIC, str(COUNT))
