@@ -71,7 +71,10 @@ def log(message: str) -> None:
 
 
 class FailoverLog:
-    """The failover mode's result log: `ok|err <currentTimeMillis> ...` per send."""
+    """The failover mode's result log: `ok|err <currentTimeMillis> ...` per send, stamped when
+    the send returned. One thread sends one message at a time, so a send started when the line
+    before it was stamped: a SEND_OK counts after a kill only if its send started after it (a
+    send in flight at the kill may still be answered by the old master)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -81,14 +84,19 @@ class FailoverLog:
             text = self.path.read_text()
         except OSError:
             return None
+        started = None
         for line in text.splitlines():
             parts = line.split("\t")
+            if len(parts) < 3:
+                continue
             if (
-                len(parts) >= 3
-                and parts[:1] + parts[2:3] == ["ok", "SEND_OK"]
-                and int(parts[1]) > t_ms
+                parts[0] == "ok"
+                and parts[2] == "SEND_OK"
+                and started is not None
+                and started > t_ms
             ):
                 return int(parts[1])
+            started = int(parts[1])
         return None
 
 
@@ -236,7 +244,10 @@ def run_side(side: Any, args: argparse.Namespace, work: Path) -> dict[str, Any]:
                 seconds = (first - t_kill) / 1000
             except TimeoutError:
                 first, seconds = None, None
-            trials.append({"kill": kill + 1, "victim": victim, "firstSendOkS": seconds})
+            trials.append(
+                {"kill": kill + 1, "victim": victim, "killedAtMs": t_kill, "firstSendOkMs": first,
+                 "firstSendOkS": seconds}
+            )  # fmt: skip
             log(
                 f"{side.name} kill {kill + 1}/{args.kills}: {victim}, first SEND_OK after {seconds} s"
             )
