@@ -117,7 +117,11 @@ def test_broker_argv_binds_and_advertises_its_own_address(tmp_path: Path) -> Non
         "--controller-token-file", str(tmp_path / "broker-credential"),
         "--ha-secret-file", str(tmp_path / "ha-secret"),
         "--bind-address", "127.0.0.13", "--advertise-address", "127.0.0.13",
-        "--client-port", "10911", "--set", "heartbeatIntervalMs=200",
+        "--client-port", "10911",
+        "--remoting-key-file", str(tmp_path / "namesrv-keys.json"),
+        "--namesrv-addresses", "127.0.1.1:9876;127.0.1.2:9876;127.0.1.3:9876",
+        "--set", "autoCreateTopicEnable=true",
+        "--set", "heartbeatIntervalMs=200",
     ]  # fmt: skip
 
 

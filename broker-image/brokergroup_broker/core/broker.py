@@ -103,11 +103,19 @@ from brokergroup_broker.core.role_core import RoleCore
 from brokergroup_broker.core.role_transitions import RoleTransitions
 from brokergroup_broker.core.store_faults import StoreFaults
 from brokergroup_broker.protocol.server import BrokerProtocolServer, ServerConfig
+from brokergroup_broker.remoting_front import (
+    FrontSettings,
+    NameServerLink,
+    Registration,
+    RemotingFront,
+    RemotingFrontServer,
+)
 from brokergroup_broker.store import FlushDiskType, GroupCommitService, MessageStore
 from brokergroup_broker.store.consumer_offsets import ConsumerOffsetSnapshot
 from brokergroup_broker.store.errors import StoreError
 from brokergroup_broker.store.identity import IdentityFiles
 from brokergroup_controller.api import BrokerHeartbeat
+from brokergroup_remoting.net import ServerAuth
 
 log = logging.getLogger(__name__)
 
@@ -153,6 +161,8 @@ class Broker:
         self._tasks: list[asyncio.Task[None]] = []
         self._server: BrokerProtocolServer | None = None
         self._http: StatusServer | None = None
+        self._remoting: RemotingFrontServer | None = None
+        self._namesrv_link: NameServerLink | None = None
         self._session: aiohttp.ClientSession | None = None
 
     # ================================================================ lifecycle
@@ -210,6 +220,8 @@ class Broker:
                 ),
             )
             await self._server.start(s.bind_address, s.client_port)
+            if s.remoting_port is not None:
+                await self._start_remoting(parts)
             parts.session.offer(info, None)
             for coro in (
                 parts.session.heartbeat_loop(),
@@ -224,6 +236,46 @@ class Broker:
             await self._stopping.wait()
         finally:
             await self._shutdown()
+
+    async def _start_remoting(self, parts: BrokerParts) -> None:
+        """The RocketMQ remoting port over the same produce path, and its name server link."""
+        s, config = self.settings, self.config
+        assert s.remoting_port is not None
+        link: NameServerLink | None = None
+        if s.namesrv_addresses:
+            link = NameServerLink(
+                s.namesrv_addresses,
+                Registration(
+                    cluster_name=s.cluster_name,
+                    broker_name=s.broker_name,
+                    broker_id=parts.broker_id,
+                    broker_addr=f"{s.advertise_address}:{s.remoting_port}",
+                    ha_server_addr=f"{s.advertise_address}:{s.ha_port}",
+                    auto_create_topic=config.auto_create_topic_enable,
+                    default_queue_nums=config.default_topic_queue_nums,
+                ),
+                parts.produce.topic_queue_counts,
+                s.remoting_credentials,
+            )
+        front = RemotingFront(
+            parts.produce,
+            FrontSettings(
+                cluster_name=s.cluster_name,
+                broker_name=s.broker_name,
+                store_host=(s.advertise_address, s.client_port),
+                auto_create_topic=config.auto_create_topic_enable,
+                max_batch_messages=config.max_send_batch_messages,
+            ),
+            on_new_topic=link.topics_changed if link is not None else lambda _t: None,
+        )
+        creds = s.remoting_credentials
+        auth = None if creds is None else ServerAuth({creds.access_key: creds.secret_key}.get)
+        self._remoting = RemotingFrontServer(front, auth)
+        await self._remoting.start(s.bind_address, s.remoting_port)
+        log.info("RocketMQ remoting port on %s:%d", s.bind_address, s.remoting_port)
+        if link is not None:
+            self._namesrv_link = link
+            self._spawn(link.run())
 
     def _wire(
         self, broker_id: int, store: MessageStore, http: aiohttp.ClientSession
@@ -312,6 +364,10 @@ class Broker:
         if self._server is not None:
             # Open produces get the server's grace period to be acknowledged.
             await self._server.stop()
+        if self._remoting is not None:
+            await self._remoting.close()
+        if self._namesrv_link is not None:
+            await self._namesrv_link.close()
         if parts is not None:
             parts.transitions.stop_writes(AckOutcome.NOT_MASTER)
         for task in self._tasks:

@@ -25,6 +25,7 @@ from brokergroup_broker.store import (
 )
 from brokergroup_broker.topics import topic_error
 from brokergroup_controller.api import ReplicaInfo
+from brokergroup_remoting.net import Credentials
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +74,13 @@ class BrokerSettings:
     client_port: int = 10911
     ha_secret: bytes | None = field(default=None, repr=False)
     """The group's HA secret (`--ha-secret-file`); None only with `--insecure-no-ha-auth`."""
+    remoting_port: int | None = None
+    """The RocketMQ remoting port for stock clients (None: not served)."""
+    remoting_credentials: Credentials | None = field(default=None, repr=False)
+    """The AccessKey/SecretKey pair the remoting port checks and the name server link signs
+    with; None with the port open means unsigned requests are taken (dev only)."""
+    namesrv_addresses: tuple[str, ...] = ()
+    """Name servers the remoting port is registered with (REGISTER_BROKER)."""
     incarnation: str = ""
     """Which start of this broker this is, sent in every heartbeat: the pod's
     uid in Kubernetes, the local supervisor's per-start token, else a random

@@ -57,6 +57,30 @@ def register(subparsers: Any) -> None:
         help="address registered with the controller (default: the bind address)",
     )
     parser.add_argument("--client-port", type=int, default=10911)
+    parser.add_argument(
+        "--remoting-port",
+        type=int,
+        default=None,
+        help="RocketMQ remoting port for stock clients (default: client port + 3); open only "
+        "with --remoting-key-file or --insecure-no-remoting-auth",
+    )
+    parser.add_argument(
+        "--remoting-key-file",
+        type=Path,
+        default=None,
+        help='JSON {"accessKey", "secretKey"}: the pair stock clients sign with '
+        "(AclClientRPCHook), also used to register with the name servers",
+    )
+    parser.add_argument(
+        "--insecure-no-remoting-auth",
+        action="store_true",
+        help="dev only: a remoting port that takes unsigned requests",
+    )
+    parser.add_argument(
+        "--namesrv-addresses",
+        default="",
+        help="name servers to register the remoting port with (host:9876, ';' or ',' separated)",
+    )
     parser.add_argument("--config", type=Path, default=None, help="broker.json (camelCase)")
     parser.add_argument(
         "--set",
@@ -121,6 +145,23 @@ def run_broker_command(args: argparse.Namespace) -> int:
             )
             return 2
         advertise = args.bind_address
+    remoting_credentials = None
+    if args.remoting_key_file is not None:
+        from brokergroup_remoting.keys import read_key_file
+
+        try:
+            remoting_credentials = read_key_file(str(args.remoting_key_file))
+        except (OSError, ValueError) as exc:
+            print(f"brokergroup broker: --remoting-key-file: {exc}", file=sys.stderr)
+            return 2
+    remoting_on = remoting_credentials is not None or args.insecure_no_remoting_auth
+    namesrv = tuple(
+        a.strip() for a in str(args.namesrv_addresses).replace(";", ",").split(",") if a.strip()
+    )
+    if namesrv and not remoting_on:
+        print("brokergroup broker: --namesrv-addresses needs the remoting port "
+              "(--remoting-key-file)", file=sys.stderr)  # fmt: skip
+        return 2
     settings = BrokerSettings(
         cluster_name=args.cluster_name,
         broker_name=args.broker_name,
@@ -133,6 +174,13 @@ def run_broker_command(args: argparse.Namespace) -> int:
         advertise_address=advertise,
         client_port=args.client_port,
         ha_secret=ha_secret,
+        remoting_port=(
+            (args.remoting_port if args.remoting_port is not None else args.client_port + 3)
+            if remoting_on
+            else None
+        ),
+        remoting_credentials=remoting_credentials,
+        namesrv_addresses=namesrv,
         # Set by whoever started this process (pod uid, local supervisor).
         incarnation=os.environ.get(INCARNATION_ENV) or uuid.uuid4().hex,
     )

@@ -138,6 +138,11 @@ class BrokerConfig:
     max_send_batch_messages: int = 1024
     """Upper bound of messages in one produce batch."""
 
+    auto_create_topic_enable: bool = False
+    """RocketMQ remoting port: create a topic on its first send (RocketMQ's
+    autoCreateTopicEnable; the name servers learn it at once). On in the local runtime;
+    off elsewhere so a mistyped topic fails (TOPIC_NOT_EXIST) instead of existing."""
+
     def __post_init__(self) -> None:
         for spec in dataclasses.fields(self):
             value = getattr(self, spec.name)

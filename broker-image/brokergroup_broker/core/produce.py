@@ -35,6 +35,7 @@ from brokergroup_broker.protocol.messages import (
     ProduceMessage,
     PulledMessage,
     PullResult,
+    RecordPull,
     RequestCode,
     Response,
     ResponseCode,
@@ -59,6 +60,16 @@ class ProduceAndPull(RequestHandler, Protocol):
     the produce fast path (protocol/handler.py)."""
 
     def start_send_batch(self, batch: SendBatch, reply: Callable[[Response], None]) -> None: ...
+
+    async def pull_records(
+        self, topic: str, queue_id: int, queue_offset: int, max_count: int
+    ) -> RecordPull: ...
+
+    async def store_timestamp_at(
+        self, topic: str, queue_id: int, queue_offset: int
+    ) -> int | None: ...
+
+    def topic_queue_counts(self) -> dict[str, int]: ...
 
 
 class ProducePath:
@@ -149,9 +160,13 @@ class ProducePath:
                 batch.bodies,
                 batch.store_properties(),
                 store_host=host,
-                born_host=host,
+                born_host=host if batch.born_host is None else batch.born_host,
                 now_ms=born,
                 flush=False if committer is not None else None,
+                flag=batch.flag,
+                sys_flag=batch.sys_flag,
+                born_timestamp_ms=batch.born_timestamp_ms,
+                reconsume_times=batch.reconsume_times,
             )
         except TopicNotStorable as exc:
             raise BrokerError(ResponseCode.TOPIC_INVALID, str(exc)) from exc
@@ -257,6 +272,37 @@ class ProducePath:
         )
         next_offset = pulled[-1].queue_offset + 1 if pulled else queue_offset
         return PullResult(pulled, next_offset, low, high)
+
+    async def pull_records(
+        self, topic: str, queue_id: int, queue_offset: int, max_count: int
+    ) -> RecordPull:
+        """`pull_messages` with each record's bytes as stored: the same role check and
+        confirmOffset bound."""
+        _require_valid_topic(topic)
+        self._role.require_readable()
+        store = self._store
+        confirm = self._replication.confirm_offset()
+        low, high = store.queue_offset_range(topic, queue_id, confirm)
+        if queue_offset < low or queue_offset >= high:
+            return RecordPull((), queue_offset, low, high)
+        limit = max(1, min(max_count, self._config.max_pull_messages))
+        got = store.get_records(topic, queue_id, queue_offset, limit, confirm)
+        next_offset = got[-1][0].queue_offset + 1 if got else queue_offset
+        return RecordPull(tuple(raw for _, raw in got), next_offset, low, high)
+
+    async def store_timestamp_at(self, topic: str, queue_id: int, queue_offset: int) -> int | None:
+        """storeTimestamp of the record at `queue_offset` (None if not readable there)."""
+        _require_valid_topic(topic)
+        self._role.require_readable()
+        got = self._store.get_records(
+            topic, queue_id, queue_offset, 1, self._replication.confirm_offset(), raw=False
+        )
+        return got[0][0].store_timestamp_ms if got else None
+
+    def topic_queue_counts(self) -> dict[str, int]:
+        """Every topic this store holds, with its queue count (a name server registration)."""
+        default = self._config.default_topic_queue_nums
+        return {t: max(n, default) for t, n in self._store.queues.topics().items()}
 
     async def query_offsets(self, topic: str, queue_id: int) -> tuple[int, int]:
         _require_valid_topic(topic)

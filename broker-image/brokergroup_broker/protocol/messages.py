@@ -216,6 +216,12 @@ class SendBatch:
     queue_id: int | None
     bodies: Sequence[bytes | memoryview]
     extras: Sequence[tuple[str | None, str | None, Mapping[str, str]] | None] | None = None
+    #: What a RocketMQ producer sets itself (the remoting front end); kept in the record.
+    flag: int = 0
+    sys_flag: int = 0
+    born_timestamp_ms: int | None = None
+    born_host: tuple[str, int] | None = None
+    reconsume_times: int = 0
 
     def __len__(self) -> int:
         return len(self.bodies)
@@ -356,3 +362,14 @@ Response = (
     | ConsumerOffsetResult
     | ErrorResponse
 )
+
+
+@dataclass(frozen=True)
+class RecordPull:
+    """A pull's records exactly as stored (the RocketMQ front end sends them unchanged),
+    with the queue offsets a PULL_MESSAGE answer carries."""
+
+    records: tuple[bytes, ...]
+    next_offset: int
+    min_offset: int
+    max_offset: int

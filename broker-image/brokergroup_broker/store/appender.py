@@ -123,9 +123,13 @@ class Appender:
         now_ms: int,
         flag: int = 0,
         flush: bool | None = None,
+        born_timestamp_ms: int | None = None,
+        sys_flag: int = 0,
+        reconsume_times: int = 0,
     ) -> EncodedRun:
         """`put_messages` for a batch of one topic and queue (the produce hot path):
-        born timestamp = store timestamp = `now_ms`, one born host. Same validation,
+        store timestamp = `now_ms`, born timestamp the same unless given (a RocketMQ
+        producer sends its own), one born host, flag and sysFlag. Same validation,
         durability and `flush` contract as `put_messages`; returns where each message
         went (`EncodedRun`: physical offsets, sizes, first queue offset)."""
         self._health.check_writable()
@@ -141,7 +145,7 @@ class Appender:
                 bodies,
                 properties,
                 flag=flag,
-                born_timestamp_ms=now_ms,
+                born_timestamp_ms=now_ms if born_timestamp_ms is None else born_timestamp_ms,
                 born_host=born_host,
                 start_offset=start,
                 segment_bytes=self._commitlog.segment_bytes,
@@ -149,6 +153,8 @@ class Appender:
                 store_timestamp_ms=now_ms,
                 first_queue_offset=self._queues.next_queue_offset((topic, queue_id)),
                 max_message_bytes=self._config.max_message_bytes,
+                sys_flag=sys_flag,
+                reconsume_times=reconsume_times,
             )
             end = run.end_offset
             if bodies:

@@ -351,6 +351,10 @@ class ConsumeQueueSet:
         """Highest queue id seen + 1 (0 for an unknown topic)."""
         return self._queue_counts.get(topic, 0)
 
+    def topics(self) -> dict[str, int]:
+        """Every topic with its queue count (highest queue id seen + 1)."""
+        return dict(self._queue_counts)
+
     def first_mismatch(self, index: Iterable[RecordIndex]) -> RecordIndex | None:
         """The first record whose queue offset does not continue its queue (None if all do)."""
         expected: dict[tuple[str, int], int] = {}

@@ -70,6 +70,22 @@ class Reader:
     ) -> list[StoredMessage]:
         """Messages from `queue_offset` on, stopping before the first record that ends after
         `max_physical_offset` (confirmOffset) or after what is servable (module docstring)."""
+        return [msg for msg, _ in self.get_records(
+            topic, queue_id, queue_offset, max_count, max_physical_offset, raw=False
+        )]  # fmt: skip
+
+    def get_records(
+        self,
+        topic: str,
+        queue_id: int,
+        queue_offset: int,
+        max_count: int,
+        max_physical_offset: int,
+        *,
+        raw: bool = True,
+    ) -> list[tuple[StoredMessage, bytes]]:
+        """`get_messages`, each with its record's bytes exactly as stored (a RocketMQ pull
+        sends them unchanged); `raw=False` leaves the bytes empty."""
         with self._locks.write:
             self._health.check_open()
             cq = self._queues.get(topic, queue_id)
@@ -89,10 +105,12 @@ class Reader:
                 if off + size > bound:
                     break
                 usable += 1
-            return self._read_records(entries[:usable])
+            return self._read_records(entries[:usable], raw)
 
-    def _read_records(self, entries: list[tuple[int, int, int]]) -> list[StoredMessage]:
-        out: list[StoredMessage] = []
+    def _read_records(
+        self, entries: list[tuple[int, int, int]], raw: bool
+    ) -> list[tuple[StoredMessage, bytes]]:
+        out: list[tuple[StoredMessage, bytes]] = []
         i = 0
         seg_bytes = self._commitlog.segment_bytes
         while i < len(entries):
@@ -115,7 +133,8 @@ class Reader:
                         off, f"consume queue entry ({off}, {size}) points at record "
                         f"({msg.physical_offset}, {msg.size})",
                     )  # fmt: skip
-                out.append(msg)
+                start = off - first
+                out.append((msg, bytes(data[start : start + size]) if raw else b""))
             i = j + 1
         return out
 

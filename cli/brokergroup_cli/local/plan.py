@@ -174,6 +174,14 @@ def broker_argv(config: LocalConfig, layout: Layout, slot: int, host: str) -> li
         host,
         "--client-port",
         str(config.broker_client_port),
+        # The RocketMQ remoting port (client port + 3), signed with the name server's pair,
+        # registered with every name server; topics are created on first send locally.
+        "--remoting-key-file",
+        str(layout.namesrv_key_file),
+        "--namesrv-addresses",
+        config.namesrv_address,
+        "--set",
+        "autoCreateTopicEnable=true",
     ]
     for key, value in config.broker_settings:
         argv += ["--set", f"{key}={value}"]

@@ -1,0 +1,467 @@
+"""The broker's RocketMQ remoting front end: one handler per request code, over the one
+produce/pull path (`ProduceAndPull`, core/produce.py).
+
+Theory of operation: the transport (`brokergroup_remoting.net`) has already checked the
+request's AccessKey/SecretKey signature and its code before a handler here runs. A handler
+decodes its header with `wire` (a bad field → SYSTEM_ERROR with the reason, as RocketMQ
+answers a RemotingCommandException; nothing is stored), calls the produce path, and turns
+its answer or its `BrokerError` into RocketMQ's response (`wire.SEND_CODE_OF`). Sends go
+through `start_send_batch`, so the commit rule, masterEpoch fencing, lease and admission
+are the same as for the project's own protocol: a RocketMQ SEND_OK means what our SUCCESS
+means. Pulls send the records exactly as the store holds them (RocketMQ's v1 layout), up to
+confirmOffset; a pull with the suspend flag waits for new records (long polling) by
+re-reading the queue's offsets every `pull_poll_ms`, at most its suspendTimeoutMillis.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from brokergroup_broker.protocol.messages import (
+    NO_CONSUMER_OFFSET,
+    BrokerError,
+    ErrorResponse,
+    RecordPull,
+    Response,
+    SendBatch,
+    SendRunResult,
+)
+from brokergroup_broker.remoting_front import wire
+from brokergroup_broker.remoting_front.clients import ConsumerGroups, QueueLocks
+from brokergroup_remoting import RemotingCommand, RequestCode, ResponseCode
+from brokergroup_remoting.command import response_to
+from brokergroup_remoting.net import Connection, Handler
+
+log = logging.getLogger(__name__)
+
+#: MessageConst: properties a send may carry that need features not built here.
+_DELAY_PROPERTIES = ("DELAY", "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS")
+_MAX_HEARTBEAT_GROUPS = 1024
+
+
+def _mono_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+class ProduceAndPull(Protocol):
+    """What this front end calls of the broker's one produce/pull path
+    (`core.produce.ProducePath` implements it; the broker package's layering keeps this
+    package from importing `core`)."""
+
+    def start_send_batch(self, batch: SendBatch, reply: Callable[[Response], None]) -> None: ...
+
+    async def pull_records(
+        self, topic: str, queue_id: int, queue_offset: int, max_count: int
+    ) -> RecordPull: ...
+
+    async def store_timestamp_at(
+        self, topic: str, queue_id: int, queue_offset: int
+    ) -> int | None: ...
+
+    def topic_queue_counts(self) -> dict[str, int]: ...
+
+    async def query_offsets(self, topic: str, queue_id: int) -> tuple[int, int]: ...
+
+    async def commit_consumer_offset(
+        self, group: str, topic: str, queue_id: int, offset: int
+    ) -> None: ...
+
+    async def query_consumer_offset(self, group: str, topic: str, queue_id: int) -> int: ...
+
+
+@dataclass(frozen=True)
+class FrontSettings:
+    """What the front end needs of the broker's settings."""
+
+    cluster_name: str
+    broker_name: str
+    store_host: tuple[str, int]
+    """The address records are stored with (offset message ids are built from it)."""
+    auto_create_topic: bool = False
+    """Create a topic on its first send (RocketMQ's autoCreateTopicEnable): on in the local
+    runtime, off by default elsewhere (a typo'd topic then fails instead of existing)."""
+    max_batch_messages: int = 1024
+    pull_poll_ms: int = 20
+    """How often a suspended pull looks for new records: the added delivery latency."""
+    max_suspend_ms: int = 30_000
+    """Upper bound of a pull's suspendTimeoutMillis (the stock consumer asks 15 s)."""
+
+
+class RemotingFront:
+    """Request handlers of the broker's remoting port; `handlers` is what the server serves."""
+
+    def __init__(
+        self,
+        produce: ProduceAndPull,
+        settings: FrontSettings,
+        *,
+        on_new_topic: Callable[[str], None] = lambda _topic: None,
+        clock_ms: Callable[[], int] = _mono_ms,
+    ) -> None:
+        self._produce = produce
+        self._settings = settings
+        self._on_new_topic = on_new_topic
+        self._clock_ms = clock_ms
+        self.consumers = ConsumerGroups()
+        self.locks = QueueLocks()
+        self._watched: dict[int, asyncio.Task[None]] = {}
+        table: dict[int, Callable[[RemotingCommand, Connection], Awaitable[RemotingCommand]]] = {
+            RequestCode.SEND_MESSAGE: self.send_message,
+            RequestCode.SEND_MESSAGE_V2: self.send_message,
+            RequestCode.SEND_BATCH_MESSAGE: self.send_message,
+            RequestCode.PULL_MESSAGE: self.pull_message,
+            RequestCode.QUERY_CONSUMER_OFFSET: self.query_consumer_offset,
+            RequestCode.UPDATE_CONSUMER_OFFSET: self.update_consumer_offset,
+            RequestCode.HEART_BEAT: self.heart_beat,
+            RequestCode.UNREGISTER_CLIENT: self.unregister_client,
+            RequestCode.GET_CONSUMER_LIST_BY_GROUP: self.get_consumer_list,
+            RequestCode.GET_MAX_OFFSET: self.get_max_offset,
+            RequestCode.GET_MIN_OFFSET: self.get_min_offset,
+            RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: self.search_offset,
+            RequestCode.GET_EARLIEST_MSG_STORETIME: self.earliest_store_time,
+            RequestCode.LOCK_BATCH_MQ: self.lock_batch,
+            RequestCode.UNLOCK_BATCH_MQ: self.unlock_batch,
+        }
+        self.handlers: dict[int, Handler] = {
+            int(code): self._guarded(handler) for code, handler in table.items()
+        }
+
+    def _guarded(
+        self, handler: Callable[[RemotingCommand, Connection], Awaitable[RemotingCommand]]
+    ) -> Handler:
+        async def run(cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+            try:
+                return await handler(cmd, conn)
+            except wire.BadHeader as exc:
+                log.info("remoting: code %d from %s refused: %s", cmd.code, conn.peer, exc)
+                return response_to(cmd, ResponseCode.SYSTEM_ERROR, str(exc))
+            except BrokerError as exc:
+                return response_to(cmd, wire.READ_CODE_OF[exc.code], exc.message)
+
+        return run
+
+    # ------------------------------------------------------------------ sends
+
+    async def send_message(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        req = wire.send_request(cmd.fields(), v2=cmd.code != RequestCode.SEND_MESSAGE)
+        if req.sys_flag & wire.TRANSACTION_TYPE_MASK:
+            return response_to(
+                cmd,
+                ResponseCode.MESSAGE_ILLEGAL,
+                "transactional messages are not supported by brokergroup "
+                "(docs/rocketmq-compatibility.md)",
+            )
+        if any(req.properties.get(p) not in (None, "", "0") for p in _DELAY_PROPERTIES):
+            return response_to(
+                cmd,
+                ResponseCode.MESSAGE_ILLEGAL,
+                "scheduled (delayed/timer) messages are not supported by brokergroup "
+                "(docs/rocketmq-compatibility.md)",
+            )
+        new_topic = req.topic not in self._produce.topic_queue_counts()
+        if new_topic and not self._settings.auto_create_topic:
+            return response_to(
+                cmd,
+                ResponseCode.TOPIC_NOT_EXIST,
+                f"topic[{req.topic}] not exist, apply first please! "
+                "(autoCreateTopicEnable is off on this broker)",
+            )
+        if cmd.code == RequestCode.SEND_BATCH_MESSAGE or req.batch:
+            inner = wire.decode_batch_body(cmd.body, max_messages=self._settings.max_batch_messages)
+            if any(m.flag != inner[0].flag for m in inner):
+                return response_to(
+                    cmd, ResponseCode.MESSAGE_ILLEGAL, "a batch's messages must share one flag"
+                )
+            bodies = [m.body for m in inner]
+            props = [{**req.properties, **m.properties} for m in inner]
+            flag = inner[0].flag
+        else:
+            if not cmd.body:
+                return response_to(cmd, ResponseCode.MESSAGE_ILLEGAL, "the message body is empty")
+            bodies, props, flag = [cmd.body], [req.properties], req.flag
+        batch = SendBatch(
+            req.topic,
+            req.queue_id if req.queue_id >= 0 else None,
+            bodies,
+            [(None, None, p) for p in props],
+            flag=flag,
+            sys_flag=req.sys_flag,
+            born_timestamp_ms=req.born_timestamp_ms,
+            born_host=_host_port(conn.peer),
+            reconsume_times=req.reconsume_times,
+        )
+        response = await self._send(batch)
+        if isinstance(response, ErrorResponse):
+            return response_to(cmd, wire.SEND_CODE_OF[response.code], response.message)
+        assert isinstance(response, SendRunResult)
+        if new_topic:
+            self._on_new_topic(req.topic)
+        ids = ",".join(
+            wire.offset_message_id(self._settings.store_host, p) for p in response.physical_offsets
+        )
+        return response_to(
+            cmd,
+            ResponseCode.SUCCESS,
+            None,
+            {
+                "msgId": ids,
+                "queueId": str(response.queue_id),
+                "queueOffset": str(response.first_queue_offset),
+                "MSG_REGION": "DefaultRegion",
+                "TRACE_ON": "true",
+            },
+        )
+
+    async def _send(self, batch: SendBatch, cmd_code: int = 0) -> Response:
+        """Through the one produce path; a refusal before the append comes back as an
+        ErrorResponse too."""
+        future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+
+        def reply(response: Response) -> None:
+            if not future.done():
+                future.set_result(response)
+
+        try:
+            self._produce.start_send_batch(batch, reply)
+        except BrokerError as exc:
+            return ErrorResponse(cmd_code, exc.code, exc.message, exc.master_address)
+        return await future
+
+    # ------------------------------------------------------------------ pulls
+
+    async def pull_message(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        req = wire.pull_request(cmd.fields())
+        if req.sys_flag & wire.PULL_FLAG_COMMIT_OFFSET and req.commit_offset >= 0:
+            # A slave keeps no offsets of its own; the pull is still served.
+            with contextlib.suppress(BrokerError):
+                await self._produce.commit_consumer_offset(
+                    req.consumer_group, req.topic, req.queue_id, req.commit_offset
+                )
+        wait_ms = (
+            min(req.suspend_timeout_ms, self._settings.max_suspend_ms)
+            if req.sys_flag & wire.PULL_FLAG_SUSPEND
+            else 0
+        )
+        deadline = self._clock_ms() + wait_ms
+        while True:
+            got = await self._produce.pull_records(
+                req.topic, req.queue_id, req.queue_offset, max(1, req.max_msg_nums)
+            )
+            if got.records:
+                return self._pull_answer(cmd, ResponseCode.SUCCESS, got.next_offset, got,
+                                         b"".join(got.records))  # fmt: skip
+            if req.queue_offset < got.min_offset or req.queue_offset > got.max_offset:
+                moved = got.min_offset if req.queue_offset < got.min_offset else got.max_offset
+                return self._pull_answer(cmd, ResponseCode.PULL_OFFSET_MOVED, moved, got)
+            if self._clock_ms() >= deadline:
+                return self._pull_answer(cmd, ResponseCode.PULL_NOT_FOUND, req.queue_offset, got)
+            await asyncio.sleep(self._settings.pull_poll_ms / 1000)
+
+    @staticmethod
+    def _pull_answer(
+        cmd: RemotingCommand,
+        code: int,
+        next_offset: int,
+        got: RecordPull,
+        body: bytes = b"",
+    ) -> RemotingCommand:
+        min_offset, max_offset = got.min_offset, got.max_offset
+        return response_to(
+            cmd,
+            code,
+            None,
+            {
+                "suggestWhichBrokerId": "0",
+                "nextBeginOffset": str(next_offset),
+                "minOffset": str(min_offset),
+                "maxOffset": str(max_offset),
+            },
+            body,
+        )
+
+    # ------------------------------------------------------------------ consumer offsets
+
+    async def query_consumer_offset(
+        self, cmd: RemotingCommand, conn: Connection
+    ) -> RemotingCommand:
+        fields = cmd.fields()
+        ref = wire.queue_ref(fields, group="consumerGroup")
+        assert ref.group is not None
+        offset = await self._produce.query_consumer_offset(ref.group, ref.topic, ref.queue_id)
+        if offset != NO_CONSUMER_OFFSET:
+            return response_to(cmd, ResponseCode.SUCCESS, None, {"offset": str(offset)})
+        # ConsumerManageProcessor: a new group starts at 0 while the queue still begins at 0.
+        low, _ = await self._produce.query_offsets(ref.topic, ref.queue_id)
+        if fields.get("setZeroIfNotFound", "true").lower() != "false" and low == 0:
+            return response_to(cmd, ResponseCode.SUCCESS, None, {"offset": "0"})
+        return response_to(
+            cmd, ResponseCode.QUERY_NOT_FOUND, "Not found, maybe this group consumer boot first"
+        )
+
+    async def update_consumer_offset(
+        self, cmd: RemotingCommand, conn: Connection
+    ) -> RemotingCommand:
+        fields = cmd.fields()
+        ref = wire.queue_ref(fields, group="consumerGroup")
+        assert ref.group is not None
+        offset = wire.integer(fields, "commitOffset", low=0, high=(1 << 63) - 1)
+        await self._produce.commit_consumer_offset(ref.group, ref.topic, ref.queue_id, offset)
+        return response_to(cmd, ResponseCode.SUCCESS)
+
+    async def get_max_offset(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        ref = wire.queue_ref(cmd.fields())
+        _, high = await self._produce.query_offsets(ref.topic, ref.queue_id)
+        return response_to(cmd, ResponseCode.SUCCESS, None, {"offset": str(high)})
+
+    async def get_min_offset(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        ref = wire.queue_ref(cmd.fields())
+        low, _ = await self._produce.query_offsets(ref.topic, ref.queue_id)
+        return response_to(cmd, ResponseCode.SUCCESS, None, {"offset": str(low)})
+
+    async def search_offset(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        """The first queue offset whose record was stored at or after `timestamp` (the
+        queue's end when none was): a binary search over store timestamps, which grow with
+        the queue offset on one master (the log is appended in order)."""
+        fields = cmd.fields()
+        ref = wire.queue_ref(fields)
+        timestamp = wire.integer(fields, "timestamp", low=-(1 << 63), high=(1 << 63) - 1)
+        low, high = await self._produce.query_offsets(ref.topic, ref.queue_id)
+        while low < high:
+            mid = (low + high) // 2
+            stored = await self._produce.store_timestamp_at(ref.topic, ref.queue_id, mid)
+            if stored is None or stored >= timestamp:
+                high = mid
+            else:
+                low = mid + 1
+        return response_to(cmd, ResponseCode.SUCCESS, None, {"offset": str(low)})
+
+    async def earliest_store_time(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        ref = wire.queue_ref(cmd.fields())
+        low, high = await self._produce.query_offsets(ref.topic, ref.queue_id)
+        stored = (
+            await self._produce.store_timestamp_at(ref.topic, ref.queue_id, low)
+            if low < high
+            else None
+        )
+        return response_to(
+            cmd, ResponseCode.SUCCESS, None, {"timestamp": str(-1 if stored is None else stored)}
+        )
+
+    # ------------------------------------------------------------------ clients
+
+    async def heart_beat(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        data = _json_object(cmd.body, "HeartbeatData")
+        client_id = data.get("clientID")
+        if not isinstance(client_id, str) or not client_id:
+            raise wire.BadHeader("HeartbeatData has no clientID")
+        consumers = data.get("consumerDataSet") or []
+        if not isinstance(consumers, list) or len(consumers) > _MAX_HEARTBEAT_GROUPS:
+            raise wire.BadHeader("HeartbeatData's consumerDataSet is not a list of groups")
+        now = self._clock_ms()
+        for consumer in consumers:
+            group = consumer.get("groupName") if isinstance(consumer, dict) else None
+            if not isinstance(group, str) or not group:
+                raise wire.BadHeader("a consumer in HeartbeatData has no groupName")
+            if not self.consumers.heartbeat(group, client_id, id(conn), now):
+                return response_to(cmd, ResponseCode.SYSTEM_BUSY, "too many consumers")
+        if consumers:
+            self._watch(conn)
+        return response_to(cmd, ResponseCode.SUCCESS, None, {"isSupportHeartBeatV2": "false"})
+
+    def _watch(self, conn: Connection) -> None:
+        """Forget a connection's consumers when it closes (ClientHousekeepingService)."""
+        key = id(conn)
+        if key in self._watched:
+            return
+
+        async def watch() -> None:
+            try:
+                await conn.wait_closed()
+            finally:
+                self.consumers.drop_connection(key)
+                self._watched.pop(key, None)
+
+        self._watched[key] = asyncio.ensure_future(watch())
+
+    async def unregister_client(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        fields = cmd.fields()
+        client_id = wire.text(fields, "clientID")
+        group = wire.optional_text(fields, "consumerGroup")
+        if group is not None:
+            self.consumers.unregister(group, client_id)
+        return response_to(cmd, ResponseCode.SUCCESS)
+
+    async def get_consumer_list(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        group = wire.text(cmd.fields(), "consumerGroup")
+        members = self.consumers.members(group, self._clock_ms())
+        if not members:
+            return response_to(
+                cmd, ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {group}"
+            )
+        return response_to(
+            cmd, ResponseCode.SUCCESS, None, None, _json_bytes({"consumerIdList": members})
+        )
+
+    async def lock_batch(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        data = _json_object(cmd.body, "LockBatchRequestBody")
+        group, client_id, queues = _lock_body(data)
+        held = self.locks.lock([(group, *q) for q in queues], client_id, self._clock_ms())
+        ok = [{"topic": t, "brokerName": b, "queueId": i} for _, t, b, i in held]
+        return response_to(cmd, ResponseCode.SUCCESS, None, None, _json_bytes({"lockOKMQSet": ok}))
+
+    async def unlock_batch(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        data = _json_object(cmd.body, "UnlockBatchRequestBody")
+        group, client_id, queues = _lock_body(data)
+        self.locks.unlock([(group, *q) for q in queues], client_id)
+        return response_to(cmd, ResponseCode.SUCCESS)
+
+    async def close(self) -> None:
+        for task in list(self._watched.values()):
+            task.cancel()
+
+
+def _lock_body(data: dict[str, object]) -> tuple[str, str, list[tuple[str, str, int]]]:
+    """LockBatchRequestBody / UnlockBatchRequestBody: group, clientId, mqSet."""
+    group, client_id, mq_set = data.get("consumerGroup"), data.get("clientId"), data.get("mqSet")
+    if not isinstance(group, str) or not group or not isinstance(client_id, str) or not client_id:
+        raise wire.BadHeader("a lock request needs consumerGroup and clientId")
+    if not isinstance(mq_set, list) or len(mq_set) > 10_000:
+        raise wire.BadHeader("a lock request's mqSet is not a list of queues")
+    queues: list[tuple[str, str, int]] = []
+    for mq in mq_set:
+        topic = mq.get("topic") if isinstance(mq, dict) else None
+        broker = mq.get("brokerName") if isinstance(mq, dict) else None
+        queue_id = mq.get("queueId") if isinstance(mq, dict) else None
+        if not (isinstance(topic, str) and isinstance(broker, str) and type(queue_id) is int):
+            raise wire.BadHeader("a queue in mqSet needs topic, brokerName and queueId")
+        queues.append((topic, broker, queue_id))
+    return group, client_id, queues
+
+
+def _json_object(body: bytes, what: str) -> dict[str, object]:
+    try:
+        data = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        raise wire.BadHeader(f"the body is not {what} JSON") from None
+    if not isinstance(data, dict):
+        raise wire.BadHeader(f"the body is not a {what} JSON object")
+    return data
+
+
+def _json_bytes(obj: object) -> bytes:
+    return json.dumps(obj, separators=(",", ":")).encode("utf-8")
+
+
+def _host_port(peer: str) -> tuple[str, int] | None:
+    host, _, port = peer.rpartition(":")
+    try:
+        return host.strip("[]"), int(port)
+    except ValueError:
+        return None

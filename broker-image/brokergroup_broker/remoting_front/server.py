@@ -1,0 +1,27 @@
+"""The broker's remoting port: `RemotingFront`'s handlers on `brokergroup_remoting.net`, which
+checks every request's AccessKey/SecretKey signature before a handler decodes anything."""
+
+from __future__ import annotations
+
+from brokergroup_broker.remoting_front.front import RemotingFront
+from brokergroup_remoting.net import RemotingServer, ServerAuth
+
+#: RocketMQ's broker listenPort; here the default is the client port + 3 (see cli_broker).
+ROCKETMQ_LISTEN_PORT = 10911
+
+
+class RemotingFrontServer:
+    def __init__(self, front: RemotingFront, auth: ServerAuth | None) -> None:
+        self.front = front
+        self._server = RemotingServer(front.handlers, auth=auth, name="broker-remoting")
+
+    @property
+    def port(self) -> int:
+        return self._server.port
+
+    async def start(self, host: str, port: int) -> None:
+        await self._server.start(host, port)
+
+    async def close(self) -> None:
+        await self._server.close()
+        await self.front.close()

@@ -1,0 +1,311 @@
+"""RocketMQ remoting requests of the broker port, decoded and bounded (pure).
+
+Field names and numbers are apache/rocketmq 5.3.x facts: SendMessageRequestHeader (SEND_MESSAGE,
+full names) and SendMessageRequestHeaderV2 (SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE, one letter
+each: a producerGroup, b topic, c defaultTopic, d defaultTopicQueueNums, e queueId, f sysFlag,
+g bornTimestamp, h flag, i properties, j reconsumeTimes, k unitMode, l maxReconsumeTimes,
+m batch, n brokerName), PullMessageRequestHeader, the consumer-offset headers,
+MessageDecoder (properties string, batch body, offset message id). Every decoder raises
+`BadHeader` naming the field and why; the front end answers it and the store is untouched.
+The mapping of the one produce path's refusals to RocketMQ response codes is here too.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import struct
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from brokergroup_broker.protocol.messages import ResponseCode as BrokerCode
+from brokergroup_remoting import ResponseCode
+
+#: MessageDecoder: name and value separators of the properties string.
+NAME_VALUE_SEPARATOR = "\x01"
+PROPERTY_SEPARATOR = "\x02"
+#: MessageSysFlag.TRANSACTION_PREPARED_TYPE / COMMIT / ROLLBACK (bits 2-3).
+TRANSACTION_TYPE_MASK = 0x3 << 2
+#: PullSysFlag bits.
+PULL_FLAG_COMMIT_OFFSET = 0x1
+PULL_FLAG_SUSPEND = 0x2
+#: MixAll: retry and dead-letter topic prefixes.
+RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
+DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
+#: The default topic a producer routes a new topic by (TopicValidator.AUTO_CREATE_TOPIC_KEY_TOPIC).
+AUTO_CREATE_TOPIC_KEY = "TBW102"
+#: PermName: read 4, write 2, inherit 1.
+PERM_READ, PERM_WRITE, PERM_INHERIT = 4, 2, 1
+
+_MAX_NAME_BYTES = 255
+_MAX_PROPERTIES_BYTES = 32767  # the record's properties length is a short
+_INT32 = (-(1 << 31), (1 << 31) - 1)
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+class BadHeader(ValueError):
+    """A header field or body a stock client would not send; the text says which and why."""
+
+
+def text(fields: Mapping[str, str], name: str, *, max_bytes: int = _MAX_NAME_BYTES) -> str:
+    value = fields.get(name)
+    if value is None or value == "":
+        raise BadHeader(f"the header field {name} is missing")
+    if len(value.encode("utf-8", "surrogatepass")) > max_bytes:
+        raise BadHeader(f"the header field {name} is over {max_bytes} bytes")
+    return value
+
+
+def optional_text(
+    fields: Mapping[str, str], name: str, *, max_bytes: int = _MAX_NAME_BYTES
+) -> str | None:
+    return text(fields, name, max_bytes=max_bytes) if fields.get(name) else None
+
+
+def integer(fields: Mapping[str, str], name: str, *, low: int, high: int) -> int:
+    raw = fields.get(name)
+    if raw is None or raw == "":
+        raise BadHeader(f"the header field {name} is missing")
+    return _parse_int(name, raw, low, high)
+
+
+def optional_integer(
+    fields: Mapping[str, str], name: str, default: int, *, low: int, high: int
+) -> int:
+    raw = fields.get(name)
+    return default if raw is None or raw == "" else _parse_int(name, raw, low, high)
+
+
+def _parse_int(name: str, raw: str, low: int, high: int) -> int:
+    if len(raw) > 21 or not raw.lstrip("-").isdigit():
+        raise BadHeader(f"the header field {name} is not a number: {raw[:32]!r}")
+    value = int(raw)
+    if not low <= value <= high:
+        raise BadHeader(f"the header field {name} is {value}, outside [{low}, {high}]")
+    return value
+
+
+def boolean(fields: Mapping[str, str], name: str) -> bool:
+    # Boolean.parseBoolean: "true" in any case is true, anything else false.
+    return fields.get(name, "").lower() == "true"
+
+
+def decode_properties(raw: str | None) -> dict[str, str]:
+    """MessageDecoder.string2messageProperties: `name\\x01value\\x02`…; a pair without the
+    name separator is skipped, as Java skips it."""
+    if not raw:
+        return {}
+    if len(raw.encode("utf-8", "surrogatepass")) > _MAX_PROPERTIES_BYTES:
+        raise BadHeader(f"the message properties are over {_MAX_PROPERTIES_BYTES} bytes")
+    out: dict[str, str] = {}
+    for pair in raw.split(PROPERTY_SEPARATOR):
+        name, sep, value = pair.partition(NAME_VALUE_SEPARATOR)
+        if sep and name:
+            out[name] = value
+    return out
+
+
+def encode_properties(props: Mapping[str, str]) -> str:
+    return "".join(f"{k}{NAME_VALUE_SEPARATOR}{v}{PROPERTY_SEPARATOR}" for k, v in props.items())
+
+
+@dataclass(frozen=True)
+class SendRequest:
+    """SendMessageRequestHeader(V2), whichever names it came in."""
+
+    producer_group: str
+    topic: str
+    default_topic: str
+    default_topic_queue_nums: int
+    queue_id: int
+    sys_flag: int
+    born_timestamp_ms: int
+    flag: int
+    properties: dict[str, str]
+    reconsume_times: int
+    max_reconsume_times: int | None
+    batch: bool
+
+
+_V2_NAMES = {
+    "producerGroup": "a",
+    "topic": "b",
+    "defaultTopic": "c",
+    "defaultTopicQueueNums": "d",
+    "queueId": "e",
+    "sysFlag": "f",
+    "bornTimestamp": "g",
+    "flag": "h",
+    "properties": "i",
+    "reconsumeTimes": "j",
+    "maxReconsumeTimes": "l",
+    "batch": "m",
+}
+
+
+def send_request(fields: Mapping[str, str], *, v2: bool) -> SendRequest:
+    """The send header of SEND_MESSAGE (`v2=False`) or SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE."""
+    if v2:
+        fields = {long: fields[short] for long, short in _V2_NAMES.items() if short in fields}
+    return SendRequest(
+        producer_group=text(fields, "producerGroup"),
+        topic=text(fields, "topic", max_bytes=127),
+        default_topic=optional_text(fields, "defaultTopic") or AUTO_CREATE_TOPIC_KEY,
+        default_topic_queue_nums=optional_integer(
+            fields, "defaultTopicQueueNums", 4, low=0, high=1024
+        ),
+        queue_id=integer(fields, "queueId", low=-1, high=_INT32[1]),
+        sys_flag=integer(fields, "sysFlag", low=_INT32[0], high=_INT32[1]),
+        born_timestamp_ms=integer(fields, "bornTimestamp", low=0, high=_INT64[1]),
+        flag=integer(fields, "flag", low=_INT32[0], high=_INT32[1]),
+        properties=decode_properties(fields.get("properties")),
+        reconsume_times=optional_integer(fields, "reconsumeTimes", 0, low=0, high=_INT32[1]),
+        max_reconsume_times=(
+            optional_integer(fields, "maxReconsumeTimes", 0, low=_INT32[0], high=_INT32[1])
+            if fields.get("maxReconsumeTimes")
+            else None
+        ),
+        batch=boolean(fields, "batch"),
+    )
+
+
+@dataclass(frozen=True)
+class BatchMessage:
+    flag: int
+    body: bytes
+    properties: dict[str, str]
+
+
+_BATCH_PREFIX = struct.Struct(">iiiii")  # totalSize, magic, bodyCRC, flag, bodyLength
+
+
+def decode_batch_body(body: bytes, *, max_messages: int) -> list[BatchMessage]:
+    """MessageDecoder.encodeMessages' layout, one after another: int totalSize, int magic,
+    int bodyCRC, int flag, int bodyLength, body, short propertiesLength, properties."""
+    out: list[BatchMessage] = []
+    pos = 0
+    while pos < len(body):
+        if len(out) >= max_messages:
+            raise BadHeader(f"the batch holds more than {max_messages} messages")
+        if len(body) - pos < _BATCH_PREFIX.size:
+            raise BadHeader(f"the batch body is cut inside message {len(out)}")
+        total, _magic, _crc, flag, body_len = _BATCH_PREFIX.unpack_from(body, pos)
+        end = pos + total
+        start = pos + _BATCH_PREFIX.size
+        if total < _BATCH_PREFIX.size + 2 or end > len(body) or body_len < 0:
+            raise BadHeader(f"message {len(out)} of the batch has a bad length ({total})")
+        if start + body_len + 2 > end:
+            raise BadHeader(f"message {len(out)} of the batch has a bad body length ({body_len})")
+        msg_body = body[start : start + body_len]
+        (props_len,) = struct.unpack_from(">h", body, start + body_len)
+        props_start = start + body_len + 2
+        if props_len < 0 or props_start + props_len != end:
+            raise BadHeader(f"message {len(out)} of the batch has a bad properties length")
+        try:
+            props_text = body[props_start:end].decode("utf-8")
+        except UnicodeDecodeError:
+            raise BadHeader(f"message {len(out)} of the batch has non-UTF-8 properties") from None
+        out.append(BatchMessage(flag, msg_body, decode_properties(props_text)))
+        pos = end
+    if not out:
+        raise BadHeader("the batch holds no message")
+    return out
+
+
+def offset_message_id(store_host: tuple[str, int], physical_offset: int) -> str:
+    """MessageDecoder.createMessageId: store host address, port and commit log offset,
+    upper-case hex (what SendResult.offsetMsgId and VIEW_MESSAGE_BY_ID use)."""
+    packed = ipaddress.ip_address(store_host[0]).packed
+    return (packed + struct.pack(">iq", store_host[1], physical_offset)).hex().upper()
+
+
+def decode_message_id(msg_id: str) -> tuple[str, int, int]:
+    """(host, port, commit log offset) of an offset message id; BadHeader if it is not one."""
+    try:
+        raw = bytes.fromhex(msg_id)
+    except ValueError:
+        raise BadHeader(f"message id {msg_id[:40]!r} is not hex") from None
+    if len(raw) not in (16, 28):
+        raise BadHeader(f"message id {msg_id[:40]!r} is not 16 or 28 bytes")
+    host = str(ipaddress.ip_address(raw[:-12]))
+    port, offset = struct.unpack(">iq", raw[-12:])
+    return host, port, offset
+
+
+@dataclass(frozen=True)
+class PullRequest:
+    consumer_group: str
+    topic: str
+    queue_id: int
+    queue_offset: int
+    max_msg_nums: int
+    sys_flag: int
+    commit_offset: int
+    suspend_timeout_ms: int
+
+
+def pull_request(fields: Mapping[str, str]) -> PullRequest:
+    return PullRequest(
+        consumer_group=text(fields, "consumerGroup"),
+        topic=text(fields, "topic", max_bytes=127),
+        queue_id=integer(fields, "queueId", low=0, high=_INT32[1]),
+        queue_offset=integer(fields, "queueOffset", low=0, high=_INT64[1]),
+        max_msg_nums=integer(fields, "maxMsgNums", low=0, high=_INT32[1]),
+        sys_flag=integer(fields, "sysFlag", low=_INT32[0], high=_INT32[1]),
+        commit_offset=integer(fields, "commitOffset", low=-1, high=_INT64[1]),
+        suspend_timeout_ms=optional_integer(
+            fields, "suspendTimeoutMillis", 0, low=0, high=_INT64[1]
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class QueueRef:
+    """A (topic, queueId) a request names, with its group if it has one."""
+
+    topic: str
+    queue_id: int
+    group: str | None = None
+
+
+def queue_ref(fields: Mapping[str, str], *, group: str | None = None) -> QueueRef:
+    return QueueRef(
+        topic=text(fields, "topic", max_bytes=127),
+        queue_id=integer(fields, "queueId", low=0, high=_INT32[1]),
+        group=None if group is None else text(fields, group),
+    )
+
+
+def crc32_body(body: bytes) -> int:
+    """UtilAll.crc32: CRC32 with the sign bit cleared."""
+    return zlib.crc32(body) & 0x7FFFFFFF
+
+
+#: The one produce path's refusals as RocketMQ answers a send. A broker that may not take
+#: writes (a slave, a fenced or unconfirmed master, a store that refuses writes) answers
+#: SERVICE_NOT_AVAILABLE, as RocketMQ's store does for a slave's putMessage: the stock
+#: producer retries another broker, and a route refresh names the new master.
+SEND_CODE_OF: dict[BrokerCode, ResponseCode] = {
+    BrokerCode.NOT_MASTER: ResponseCode.SERVICE_NOT_AVAILABLE,
+    BrokerCode.FENCED: ResponseCode.SERVICE_NOT_AVAILABLE,
+    BrokerCode.READ_ONLY: ResponseCode.SERVICE_NOT_AVAILABLE,
+    BrokerCode.STORE_NOT_WRITABLE: ResponseCode.SERVICE_NOT_AVAILABLE,
+    # RocketMQ answers IN_SYNC_REPLICAS_NOT_ENOUGH with SYSTEM_ERROR (a producer retries it).
+    BrokerCode.IN_SYNC_REPLICAS_NOT_ENOUGH: ResponseCode.SYSTEM_ERROR,
+    # Appended but not acknowledged by the SyncStateSet: SendStatus.FLUSH_SLAVE_TIMEOUT, so
+    # the application sees "not SEND_OK" and the producer does not send it twice.
+    BrokerCode.SLAVE_TIMEOUT: ResponseCode.FLUSH_SLAVE_TIMEOUT,
+    BrokerCode.SYSTEM_BUSY: ResponseCode.SYSTEM_BUSY,
+    BrokerCode.TOPIC_NOT_FOUND: ResponseCode.TOPIC_NOT_EXIST,
+    BrokerCode.TOPIC_INVALID: ResponseCode.MESSAGE_ILLEGAL,
+    BrokerCode.BAD_REQUEST: ResponseCode.MESSAGE_ILLEGAL,
+    BrokerCode.SYSTEM_ERROR: ResponseCode.SYSTEM_ERROR,
+    BrokerCode.SUCCESS: ResponseCode.SUCCESS,
+}
+
+#: The same for reads and offsets: a slave or unconfirmed broker is not available to them.
+READ_CODE_OF: dict[BrokerCode, ResponseCode] = {
+    **SEND_CODE_OF,
+    BrokerCode.TOPIC_INVALID: ResponseCode.SYSTEM_ERROR,
+    BrokerCode.BAD_REQUEST: ResponseCode.SYSTEM_ERROR,
+}
