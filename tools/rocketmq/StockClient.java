@@ -254,7 +254,6 @@ public class StockClient {
             c.setNamesrvAddr(opt("namesrv", "127.0.0.1:9876"));
             c.setInstanceName("stock-client-" + ProcessHandle.current().pid());
             c.setConsumeFromWhere(from);
-            c.setAutoCommit(false);
             c.subscribe(topic, "*");
             c.start();
             try {
@@ -264,11 +263,9 @@ public class StockClient {
                         lines.add(received(m));
                         got.incrementAndGet();
                     }
-                    if (!batch.isEmpty()) {
-                        last.set(System.currentTimeMillis());
-                        c.commitSync();
-                    }
+                    if (!batch.isEmpty()) last.set(System.currentTimeMillis());
                 }
+                c.commitSync();  // what was polled is consumed; shutdown persists it to the broker
             } finally {
                 c.shutdown();
             }
