@@ -115,6 +115,7 @@ def wait_for(check: Callable[[], Any], timeout_s: float, what: str, poll_s: floa
 
 class RocketMQSide:
     name = "rocketmq"
+    verify_consumer = "lite"
 
     def __init__(self, work: Path) -> None:
         self.group = RocketMQGroup(work / "group")
@@ -150,6 +151,9 @@ class RocketMQSide:
 
 class BrokergroupSide:
     name = "brokergroup"
+    # The broker port's first version serves push consumers; a lite pull consumer receives
+    # nothing from it yet (tests/integration/test_stock_client_local.py).
+    verify_consumer = "push"
 
     def __init__(self, work: Path) -> None:
         from brokergroup_cli.chaos.runtime import Addresses, LocalRuntime
@@ -219,7 +223,12 @@ def run_side(side: Any, args: argparse.Namespace, work: Path) -> dict[str, Any]:
         out[label] = summary
         acks.append(path)
     verify_load = client.run(
-        "verify", topic=LOAD_TOPIC, acks=",".join(map(str, acks)), idle_s=30, timeout_s=900
+        "verify",
+        topic=LOAD_TOPIC,
+        acks=",".join(map(str, acks)),
+        idle_s=30,
+        timeout_s=900,
+        consumer=side.verify_consumer,
     )[-1]
     log(f"{side.name} verify load: {verify_load}")
 
@@ -260,9 +269,14 @@ def run_side(side: Any, args: argparse.Namespace, work: Path) -> dict[str, Any]:
         except Exception:
             sender.kill()
             sender.wait()
-    verify_fo = client.run("verify", topic=FAILOVER_TOPIC, acks=fo_acks, idle_s=30, timeout_s=900)[
-        -1
-    ]
+    verify_fo = client.run(
+        "verify",
+        topic=FAILOVER_TOPIC,
+        acks=fo_acks,
+        idle_s=30,
+        timeout_s=900,
+        consumer=side.verify_consumer,
+    )[-1]
     log(f"{side.name} verify failover: {verify_fo}")
     times = [t["firstSendOkS"] for t in trials if t["firstSendOkS"] is not None]
     out |= {

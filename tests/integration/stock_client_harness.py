@@ -30,6 +30,13 @@ from tools.rocketmq.stock_client import CLIENT_JVM, StockClient, build, missing,
 #: The local runtime creates topics on first send (autoCreateTopicEnable); every test
 #: still uses its own topic and consumer group.
 UP_TIMEOUT_S = 120.0
+#: Addresses of their own (the ports stay local_harness's), so these tests and another
+#: helper's local runtime on the default test addresses do not collide.
+STOCK_SETTINGS = (
+    "local.controllerHosts=127.0.1.71,127.0.1.72,127.0.1.73",
+    "local.brokerFirstHost=127.0.1.80",
+    "local.brokerLastHost=127.0.1.89",
+)
 
 
 @dataclass
@@ -96,7 +103,7 @@ def require_stock_client() -> Path:
 @contextmanager
 def stock_runtime(root: Path) -> Iterator[StockRuntime]:
     classes = require_stock_client()
-    with local_runtime(root / "local") as rt:
+    with local_runtime(root / "local", STOCK_SETTINGS) as rt:
         up = rt.up()
         assert up.returncode == 0, f"local up failed:\n{up.stdout}\n{up.stderr}\n{rt.logs()}"
         status = rt.status()

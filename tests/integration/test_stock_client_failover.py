@@ -1,11 +1,11 @@
 """A master SIGKILL under load with the stock RocketMQ 5.3.1 client at its default settings
-(issue 19 item 6): every SEND_OK message is consumed afterwards, and a consumer group's
-committed offsets survive the failover.
+(issue 19 item 6): every SEND_OK message is consumed afterwards, and an orderly push consumer
+group's committed offsets survive the failover.
 
 `brokergroup local up`; tools/rocketmq/StockClient.java's failover mode sends sync messages in
 one thread throughout and records every SEND_OK (msgId, body id); the master is SIGKILLed by
 PID twice (waiting for a SEND_OK after each kill and for the group to be whole again in
-between); then a DefaultLitePullConsumer reads the topic from the first offset and every
+between); then a DefaultMQPushConsumer of a new group reads the topic from the first offset and every
 acknowledged msgId must come back with its body (compared by msgId and body, not by count).
 No timing is asserted here: bench/rocketmq_client.py measures how long the client waited.
 
@@ -59,9 +59,9 @@ def run_failover(rt: StockRuntime, tmp_path: Path) -> None:
     client = rt.client
     # Offsets: a group consumes part of a topic before the kills and the rest after.
     before = [m for m in client.run("send", kind="sync", topic="StockFoOffsets", count=40)][:-1]
-    first = client.run("consume", kind="lite", topic="StockFoOffsets", group="fo-off", count=15)[
-        :-1
-    ]
+    first = client.run(
+        "consume", kind="orderly", topic="StockFoOffsets", group="fo-off", count=15, idle_s=60
+    )[:-1]
     assert len(first) >= 15
 
     acks, log, stop = tmp_path / "fo.acks", tmp_path / "fo.log", tmp_path / "fo.stop"
@@ -84,12 +84,12 @@ def run_failover(rt: StockRuntime, tmp_path: Path) -> None:
         except subprocess.TimeoutExpired:
             sender.kill()
             sender.wait()
-    summary = client.run("verify", topic="StockFailover", acks=acks, idle_s=30)[-1]
+    summary = client.run("verify", topic="StockFailover", acks=acks, idle_s=30, consumer="push")[-1]
     assert summary["acked"] > 0, summary
     assert (summary["lost"], summary["badBody"]) == (0, 0), summary
 
     second = client.run(
-        "consume", kind="lite", topic="StockFoOffsets", group="fo-off", count=40, idle_s=15
+        "consume", kind="orderly", topic="StockFoOffsets", group="fo-off", count=40, idle_s=15
     )[:-1]
     again = {m["msgId"] for m in first} & {m["msgId"] for m in second}
     assert not again, f"consumed again after the failover: {sorted(again)}"

@@ -57,7 +57,7 @@ import org.apache.rocketmq.remoting.RPCHook;
  *             msg/s and p99 of send calls; every SEND_OK msgId/queue/offset to acks
  *   failover  seconds=S acks=FILE log=FILE   one thread of sync sends; a line per result
  *             (ok/err with currentTimeMillis), flushed, so the driver sees SEND_OK after a kill
- *   verify    acks=FILE[,FILE...] idle_s=S   a lite pull consumer from the first offset
+ *   verify    acks=FILE[,FILE...] idle_s=S [consumer=lite|push]   a new group from the first offset
  *             reads the topic; every acked message must come back with its body
  */
 public class StockClient {
@@ -466,30 +466,58 @@ public class StockClient {
         Set<String> seen = new HashSet<>();
         Set<String> badBody = new HashSet<>();
         long received = 0, msgIdDiffers = 0;
-        DefaultLitePullConsumer c = new DefaultLitePullConsumer(opt("group", "stock-client-verify-" + System.nanoTime()), hook());
-        c.setNamesrvAddr(opt("namesrv", "127.0.0.1:9876"));
-        c.setInstanceName("stock-client-" + ProcessHandle.current().pid());
-        c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
-        c.setPullBatchSize(256);
-        c.subscribe(topic, "*");
-        c.start();
-        try {
-            while (seen.size() < acked.size() && System.currentTimeMillis() - last < idleMs) {
-                List<MessageExt> batch = c.poll(1000);
-                for (MessageExt m : batch) {
-                    received++;
-                    String id = bodyId(m.getBody());
-                    String msgId = acked.get(id);
-                    if (msgId == null) continue;
-                    if (!msgId.equals(m.getMsgId())) msgIdDiffers++;
-                    if (Arrays.equals(m.getBody(), body(id, size))) seen.add(id);
-                    else badBody.add(id);
-                }
-                if (!batch.isEmpty()) last = System.currentTimeMillis();
+        String group = opt("group", "stock-client-verify-" + System.nanoTime());
+        AtomicLong lastSeen = new AtomicLong(last);
+        AtomicLong receivedCount = new AtomicLong(), differs = new AtomicLong();
+        java.util.function.Consumer<MessageExt> check = m -> {
+            synchronized (seen) {
+                receivedCount.incrementAndGet();
+                lastSeen.set(System.currentTimeMillis());
+                String id = bodyId(m.getBody());
+                String msgId = acked.get(id);
+                if (msgId == null) return;
+                if (!msgId.equals(m.getMsgId())) differs.incrementAndGet();
+                if (Arrays.equals(m.getBody(), body(id, size))) seen.add(id);
+                else badBody.add(id);
             }
-        } finally {
+        };
+        if (opt("consumer", "lite").equals("push")) {
+            // A DefaultMQPushConsumer of a new group from the first offset (concurrent).
+            DefaultMQPushConsumer c = new DefaultMQPushConsumer(group, hook(), new AllocateMessageQueueAveragely());
+            c.setNamesrvAddr(opt("namesrv", "127.0.0.1:9876"));
+            c.setInstanceName("stock-client-" + ProcessHandle.current().pid());
+            c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+            c.subscribe(topic, "*");
+            c.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
+                msgs.forEach(check);
+                return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+            });
+            c.start();
+            while (true) {
+                synchronized (seen) {
+                    if (seen.size() >= acked.size() || System.currentTimeMillis() - lastSeen.get() >= idleMs) break;
+                }
+                Thread.sleep(100);
+            }
             c.shutdown();
+        } else {
+            DefaultLitePullConsumer c = new DefaultLitePullConsumer(group, hook());
+            c.setNamesrvAddr(opt("namesrv", "127.0.0.1:9876"));
+            c.setInstanceName("stock-client-" + ProcessHandle.current().pid());
+            c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+            c.setPullBatchSize(256);
+            c.subscribe(topic, "*");
+            c.start();
+            try {
+                while (seen.size() < acked.size() && System.currentTimeMillis() - lastSeen.get() < idleMs) {
+                    c.poll(1000).forEach(check);
+                }
+            } finally {
+                c.shutdown();
+            }
         }
+        received = receivedCount.get();
+        msgIdDiffers = differs.get();
         List<String> lost = new ArrayList<>();
         for (Map.Entry<String, String> e : acked.entrySet()) if (!seen.contains(e.getKey())) lost.add(e.getValue() + "/" + e.getKey());
         StringBuilder sample = new StringBuilder("[");
