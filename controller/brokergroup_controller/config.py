@@ -84,7 +84,7 @@ class ControllerConfig:
     namesrv_bind_address: str | None = None
     """Bind host of the name server; None = the HTTP API's bind address."""
     namesrv_key_file: str | None = None
-    """JSON file with the clients' accessKey/secretKey (namesrv_keys.py); without it the
+    """JSON file with the clients' accessKey/secretKey (brokergroup_remoting.keys); without it the
     name server runs only under insecure_no_auth."""
 
     @property
@@ -296,6 +296,6 @@ def load_config(
 
 
 def _read_namesrv_keys(path: str) -> None:
-    from brokergroup_controller.namesrv_keys import read_key_file
+    from brokergroup_remoting.keys import read_key_file
 
-    read_key_file(path)
+    read_key_file(path, "name server key file")

@@ -8,9 +8,10 @@ the file and the field, never the secret.
 
 from __future__ import annotations
 
+import hmac
 import json
 
-from brokergroup_remoting.net import Credentials
+from brokergroup_remoting.net import Credentials, ServerAuth
 
 #: Shortest key stock tools accept (AclUtils: at least 6 characters).
 MIN_KEY_CHARS = 6
@@ -35,3 +36,13 @@ def read_key_file(path: str, what: str = "remoting key file") -> Credentials:
             )
         pair.append(value.strip())
     return Credentials(pair[0], pair[1])
+
+
+def server_auth(credentials: Credentials) -> ServerAuth:
+    """Requests must be signed with this key pair (AclClientRPCHook), checked before decoding."""
+
+    def secret_for(access_key: str) -> str | None:
+        known = hmac.compare_digest(access_key.encode(), credentials.access_key.encode())
+        return credentials.secret_key if known else None
+
+    return ServerAuth(secret_for=secret_for)

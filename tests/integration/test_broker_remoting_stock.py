@@ -118,11 +118,10 @@ def route(namesrv: str, creds: Credentials, topic: str) -> dict[str, object] | N
 def test_stock_client_sends_and_consumes_through_local_up(java: Java, runtime: Runtime) -> None:
     assert runtime.up().returncode == 0, runtime.logs()
     status = wait_for(
-        "a master",
+        "three brokers in the SyncStateSet",
         lambda: (
-            (s if any(b.get("role") == "MASTER" for b in s["brokers"]) else None)
-            if (s := runtime.status())
-            else None
+            ((s := runtime.status())["master"] is not None and len(s["syncStateSet"]) == 3 and s)
+            or None
         ),
         60,
         runtime,
@@ -148,8 +147,7 @@ def test_stock_client_sends_and_consumes_through_local_up(java: Java, runtime: R
     assert data is not None
     brokers = data["brokerDatas"]
     assert isinstance(brokers, list) and len(brokers) == 1
-    master = next(b for b in runtime.status()["brokers"] if b.get("role") == "MASTER")
-    host = str(master["address"]).rsplit(":", 1)[0]
+    host = str(status["master"]["address"]).rsplit(":", 1)[0]
     assert brokers[0]["brokerAddrs"]["0"] == f"{host}:{20911 + 3}"
 
     # A wrong secret is refused (the name server and the broker port both check it).

@@ -24,9 +24,9 @@ import pytest
 from brokergroup_controller.errors import ErrorCode
 from brokergroup_controller.raft_node import ControllerRaftNode
 from brokergroup_controller.rocketmq_front import ControllerRemoting, server_auth, wire
-from brokergroup_controller.rocketmq_front.keys import read_remoting_credentials
 from brokergroup_controller.server import ControllerConfig, ControllerService
 from brokergroup_remoting import RemotingCommand, RequestCode, ResponseCode, request, response_to
+from brokergroup_remoting.keys import read_key_file as read_remoting_credentials
 from brokergroup_remoting.net import Connection, Credentials, RemotingClient, RemotingServer
 
 KEYS = Credentials("rocketmq-broker", "broker-secret-of-this-test")
@@ -521,11 +521,11 @@ def test_a_broker_name_in_two_clusters_needs_the_cluster() -> None:
 
 def test_the_credentials_file_is_checked_without_echoing_the_secret(tmp_path: Path) -> None:
     path = tmp_path / "keys.json"
-    path.write_text('{"accessKey": "ak", "secretKey": "sk-value"}')
-    assert read_remoting_credentials(str(path)) == Credentials("ak", "sk-value")
+    path.write_text('{"accessKey": "akey01", "secretKey": "sk-value"}')
+    assert read_remoting_credentials(str(path)) == Credentials("akey01", "sk-value")
     assert "sk-value" not in repr(read_remoting_credentials(str(path)))
-    path.write_text('{"accessKey": "ak", "secretKey": ""}')
-    with pytest.raises(ValueError, match="secretKey is missing"):
+    path.write_text('{"accessKey": "akey01", "secretKey": ""}')
+    with pytest.raises(ValueError, match="secretKey must be a string"):
         read_remoting_credentials(str(path))
     path.write_text("sk-value")
     with pytest.raises(ValueError) as info:

@@ -1,4 +1,4 @@
-"""The name server's key file (namesrv_keys.py) and its place in the controller's start-up.
+"""The name server's key file (brokergroup_remoting.keys, the one reader) and its place in the controller's start-up.
 
 A key file that is not JSON, lacks a key or holds a short one stops the controller at
 configuration time with a message naming the file and the field, never the secret.
@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from brokergroup_controller.config import load_config
-from brokergroup_controller.namesrv_keys import read_key_file
+from brokergroup_remoting.keys import read_key_file
+from brokergroup_remoting.net import Credentials
 
 SECRET = "the-secret-key-value"
 
@@ -50,7 +51,7 @@ def test_a_bad_key_file_is_refused_without_showing_the_secret(
 def test_the_key_pair_and_the_port_reach_the_config(tmp_path: Path) -> None:
     path = tmp_path / "keys.json"
     path.write_text(json.dumps({"accessKey": "nsAccessKey", "secretKey": SECRET}))
-    assert read_key_file(str(path)) == {"nsAccessKey": SECRET}
+    assert read_key_file(str(path)) == Credentials("nsAccessKey", SECRET)
     config = load_config(
         config_path=None,
         node_id=1,

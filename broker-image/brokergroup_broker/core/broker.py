@@ -115,7 +115,7 @@ from brokergroup_broker.store.consumer_offsets import ConsumerOffsetSnapshot
 from brokergroup_broker.store.errors import StoreError
 from brokergroup_broker.store.identity import IdentityFiles
 from brokergroup_controller.api import BrokerHeartbeat
-from brokergroup_remoting.net import ServerAuth
+from brokergroup_remoting.keys import server_auth
 
 log = logging.getLogger(__name__)
 
@@ -241,9 +241,20 @@ class Broker:
         """The RocketMQ remoting port over the same produce path, and its name server link."""
         s, config = self.settings, self.config
         assert s.remoting_port is not None
-        link: NameServerLink | None = None
+        front = RemotingFront(
+            parts.produce,
+            FrontSettings(
+                cluster_name=s.cluster_name,
+                broker_name=s.broker_name,
+                store_host=s.store_host,
+                auto_create_topic=config.auto_create_topic_enable,
+                default_queue_nums=config.default_topic_queue_nums,
+                max_batch_messages=config.max_send_batch_messages,
+            ),
+            on_new_topic=self._topics_changed,
+        )
         if s.namesrv_addresses:
-            link = NameServerLink(
+            self._namesrv_link = NameServerLink(
                 s.namesrv_addresses,
                 Registration(
                     cluster_name=s.cluster_name,
@@ -254,28 +265,20 @@ class Broker:
                     auto_create_topic=config.auto_create_topic_enable,
                     default_queue_nums=config.default_topic_queue_nums,
                 ),
-                parts.produce.topic_queue_counts,
+                front.topics,
                 s.remoting_credentials,
             )
-        front = RemotingFront(
-            parts.produce,
-            FrontSettings(
-                cluster_name=s.cluster_name,
-                broker_name=s.broker_name,
-                store_host=(s.advertise_address, s.client_port),
-                auto_create_topic=config.auto_create_topic_enable,
-                max_batch_messages=config.max_send_batch_messages,
-            ),
-            on_new_topic=link.topics_changed if link is not None else lambda _t: None,
-        )
         creds = s.remoting_credentials
-        auth = None if creds is None else ServerAuth({creds.access_key: creds.secret_key}.get)
+        auth = None if creds is None else server_auth(creds)
         self._remoting = RemotingFrontServer(front, auth)
         await self._remoting.start(s.bind_address, s.remoting_port)
         log.info("RocketMQ remoting port on %s:%d", s.bind_address, s.remoting_port)
-        if link is not None:
-            self._namesrv_link = link
-            self._spawn(link.run())
+        if self._namesrv_link is not None:
+            self._spawn(self._namesrv_link.run())
+
+    def _topics_changed(self, topic: str) -> None:
+        if self._namesrv_link is not None:
+            self._namesrv_link.topics_changed(topic)
 
     def _wire(
         self, broker_id: int, store: MessageStore, http: aiohttp.ClientSession

@@ -99,6 +99,13 @@ class BrokerSettings:
         return f"{self.advertise_address}:{self.client_port}"
 
     @property
+    def store_host(self) -> tuple[str, int]:
+        """The address records are stored with (storeHost): the RocketMQ remoting address when
+        that port is served, as RocketMQ stores its listen address, so a stock client's
+        offset message id leads to the port that can answer VIEW_MESSAGE_BY_ID."""
+        return (self.advertise_address, self.remoting_port or self.client_port)
+
+    @property
     def ha_port(self) -> int:
         return self.client_port + 1
 

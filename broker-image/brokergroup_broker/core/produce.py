@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import struct
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
@@ -51,6 +52,8 @@ from brokergroup_broker.store.errors import (
     StoreNotWritable,
     TopicNotStorable,
 )
+from brokergroup_broker.store.message import MESSAGE_MAGIC_CODE, StoredMessage
+from brokergroup_broker.store.message_scan import decode_record
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +71,8 @@ class ProduceAndPull(RequestHandler, Protocol):
     async def store_timestamp_at(
         self, topic: str, queue_id: int, queue_offset: int
     ) -> int | None: ...
+
+    async def message_at(self, physical_offset: int) -> tuple[StoredMessage, bytes] | None: ...
 
     def topic_queue_counts(self) -> dict[str, int]: ...
 
@@ -150,7 +155,7 @@ class ProducePath:
         now = self._check_send(len(batch))
         store = self._store
         chosen = self._choose_queue(batch.topic, batch.queue_id)
-        host = (self._settings.advertise_address, self._settings.client_port)
+        host = self._settings.store_host
         born = wall_ms()
         committer = self._committer
         try:
@@ -298,6 +303,25 @@ class ProducePath:
             topic, queue_id, queue_offset, 1, self._replication.confirm_offset(), raw=False
         )
         return got[0][0].store_timestamp_ms if got else None
+
+    async def message_at(self, physical_offset: int) -> tuple[StoredMessage, bytes] | None:
+        """The record starting at `physical_offset` with its bytes, if it is one a consumer
+        may read (below confirmOffset); None otherwise."""
+        self._role.require_readable()
+        store = self._store
+        bound = min(self._replication.confirm_offset(), store.max_offset)
+        if not store.min_offset <= physical_offset < bound:
+            return None
+        head = store.read_bytes(physical_offset, 8)
+        if len(head) < 8:
+            return None
+        size, magic = struct.unpack(">ii", head)
+        if magic != MESSAGE_MAGIC_CODE or size <= 8 or physical_offset + size > bound:
+            return None
+        raw = store.read_bytes(physical_offset, size)
+        if len(raw) != size:
+            return None
+        return decode_record(raw, 0), raw
 
     def topic_queue_counts(self) -> dict[str, int]:
         """Every topic this store holds, with its queue count (a name server registration)."""

@@ -35,6 +35,8 @@ from brokergroup_broker.protocol.messages import (
 )
 from brokergroup_broker.remoting_front import wire
 from brokergroup_broker.remoting_front.clients import ConsumerGroups, QueueLocks
+from brokergroup_broker.store.message import StoredMessage
+from brokergroup_broker.topics import topic_error
 from brokergroup_remoting import RemotingCommand, RequestCode, ResponseCode
 from brokergroup_remoting.command import response_to
 from brokergroup_remoting.net import Connection, Handler
@@ -44,6 +46,7 @@ log = logging.getLogger(__name__)
 #: MessageConst: properties a send may carry that need features not built here.
 _DELAY_PROPERTIES = ("DELAY", "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS")
 _MAX_HEARTBEAT_GROUPS = 1024
+_MAX_DECLARED_TOPICS = 10_000
 
 
 def _mono_ms() -> int:
@@ -67,6 +70,8 @@ class ProduceAndPull(Protocol):
 
     def topic_queue_counts(self) -> dict[str, int]: ...
 
+    async def message_at(self, physical_offset: int) -> tuple[StoredMessage, bytes] | None: ...
+
     async def query_offsets(self, topic: str, queue_id: int) -> tuple[int, int]: ...
 
     async def commit_consumer_offset(
@@ -87,6 +92,9 @@ class FrontSettings:
     auto_create_topic: bool = False
     """Create a topic on its first send (RocketMQ's autoCreateTopicEnable): on in the local
     runtime, off by default elsewhere (a typo'd topic then fails instead of existing)."""
+    default_queue_nums: int = 4
+    """Queues of a created topic (UPDATE_AND_CREATE_TOPIC asks for more: capped here, since
+    the produce path's queue choice is bounded by defaultTopicQueueNums)."""
     max_batch_messages: int = 1024
     pull_poll_ms: int = 20
     """How often a suspended pull looks for new records: the added delivery latency."""
@@ -111,6 +119,9 @@ class RemotingFront:
         self._clock_ms = clock_ms
         self.consumers = ConsumerGroups()
         self.locks = QueueLocks()
+        #: Topics that exist before their first record: retry topics of the consumer groups
+        #: that heartbeat here and UPDATE_AND_CREATE_TOPIC's; name → queue count.
+        self.declared: dict[str, int] = {}
         self._watched: dict[int, asyncio.Task[None]] = {}
         table: dict[int, Callable[[RemotingCommand, Connection], Awaitable[RemotingCommand]]] = {
             RequestCode.SEND_MESSAGE: self.send_message,
@@ -126,6 +137,10 @@ class RemotingFront:
             RequestCode.GET_MIN_OFFSET: self.get_min_offset,
             RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: self.search_offset,
             RequestCode.GET_EARLIEST_MSG_STORETIME: self.earliest_store_time,
+            RequestCode.CONSUMER_SEND_MSG_BACK: self.send_back,
+            RequestCode.VIEW_MESSAGE_BY_ID: self.view_message,
+            RequestCode.GET_ALL_TOPIC_CONFIG: self.all_topic_config,
+            RequestCode.UPDATE_AND_CREATE_TOPIC: self.create_topic,
             RequestCode.LOCK_BATCH_MQ: self.lock_batch,
             RequestCode.UNLOCK_BATCH_MQ: self.unlock_batch,
         }
@@ -165,8 +180,11 @@ class RemotingFront:
                 "scheduled (delayed/timer) messages are not supported by brokergroup "
                 "(docs/rocketmq-compatibility.md)",
             )
-        new_topic = req.topic not in self._produce.topic_queue_counts()
-        if new_topic and not self._settings.auto_create_topic:
+        new_topic = req.topic not in self.topics()
+        group_topic = req.topic.startswith(
+            (wire.RETRY_GROUP_TOPIC_PREFIX, wire.DLQ_GROUP_TOPIC_PREFIX)
+        )
+        if new_topic and not self._settings.auto_create_topic and not group_topic:
             return response_to(
                 cmd,
                 ResponseCode.TOPIC_NOT_EXIST,
@@ -233,6 +251,107 @@ class RemotingFront:
         except BrokerError as exc:
             return ErrorResponse(cmd_code, exc.code, exc.message, exc.master_address)
         return await future
+
+    def topics(self) -> dict[str, int]:
+        """Every topic this broker serves: declared ones and the store's."""
+        return {**self.declared, **self._produce.topic_queue_counts()}
+
+    def _declare(self, topic: str, queues: int) -> None:
+        if topic in self.declared or topic in self._produce.topic_queue_counts():
+            return
+        if len(self.declared) >= _MAX_DECLARED_TOPICS:
+            raise wire.BadHeader(f"over {_MAX_DECLARED_TOPICS} topics declared without records")
+        self.declared[topic] = queues
+        self._on_new_topic(topic)
+
+    async def send_back(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        """CONSUMER_SEND_MSG_BACK: the message at `offset` again, to %RETRY%<group>, or to
+        %DLQ%<group> once it was reconsumed maxReconsumeTimes times (or delayLevel < 0).
+        Through the one produce path. Redelivery is immediate: the retry delay levels need
+        scheduled messages, which are not supported."""
+        fields = cmd.fields()
+        offset = wire.integer(fields, "offset", low=0, high=(1 << 63) - 1)
+        group = wire.text(fields, "group")
+        delay_level = wire.optional_integer(
+            fields, "delayLevel", 0, low=-(1 << 31), high=(1 << 31) - 1
+        )
+        max_times = wire.optional_integer(
+            fields,
+            "maxReconsumeTimes",
+            wire.DEFAULT_MAX_RECONSUME_TIMES,
+            low=-1,
+            high=(1 << 31) - 1,
+        )
+        if max_times < 0:
+            max_times = wire.DEFAULT_MAX_RECONSUME_TIMES
+        found = await self._produce.message_at(offset)
+        if found is None:
+            return response_to(
+                cmd, ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {offset}"
+            )
+        msg, _ = found
+        props = dict(msg.properties)
+        props.setdefault(wire.PROPERTY_RETRY_TOPIC, msg.topic)
+        origin = (
+            fields.get("originMsgId")
+            or props.get("UNIQ_KEY")
+            or wire.offset_message_id(msg.store_host, msg.physical_offset)
+        )
+        props.setdefault(wire.PROPERTY_ORIGIN_MESSAGE_ID, origin)
+        dead = delay_level < 0 or msg.reconsume_times >= max_times
+        topic = (wire.DLQ_GROUP_TOPIC_PREFIX if dead else wire.RETRY_GROUP_TOPIC_PREFIX) + group
+        new_topic = topic not in self.topics()
+        batch = SendBatch(
+            topic,
+            0,
+            [msg.body],
+            [(None, None, props)],
+            flag=msg.flag,
+            sys_flag=msg.sys_flag & ~wire.TRANSACTION_TYPE_MASK,
+            born_timestamp_ms=msg.born_timestamp_ms,
+            born_host=msg.born_host,
+            reconsume_times=msg.reconsume_times + 1,
+        )
+        response = await self._send(batch)
+        if isinstance(response, ErrorResponse):
+            return response_to(cmd, wire.SEND_CODE_OF[response.code], response.message)
+        if new_topic:
+            self.declared.pop(topic, None)
+            self._on_new_topic(topic)
+        return response_to(cmd, ResponseCode.SUCCESS)
+
+    async def view_message(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        """VIEW_MESSAGE_BY_ID: the record at the commit log `offset`, exactly as stored."""
+        offset = wire.integer(cmd.fields(), "offset", low=0, high=(1 << 63) - 1)
+        found = await self._produce.message_at(offset)
+        if found is None:
+            return response_to(
+                cmd, ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {offset}"
+            )
+        return response_to(cmd, ResponseCode.SUCCESS, None, None, found[1])
+
+    async def all_topic_config(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        """GET_ALL_TOPIC_CONFIG: TopicConfigSerializeWrapper of every topic served here."""
+        table = {
+            name: wire.topic_config(name, queues) for name, queues in sorted(self.topics().items())
+        }
+        body = {
+            "topicConfigTable": table,
+            "dataVersion": {"stateVersion": 0, "timestamp": 0, "counter": 0},
+        }
+        return response_to(cmd, ResponseCode.SUCCESS, None, None, _json_bytes(body))
+
+    async def create_topic(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        """UPDATE_AND_CREATE_TOPIC: the topic is routable at once and stored on its first send."""
+        fields = cmd.fields()
+        topic = wire.text(fields, "topic", max_bytes=127)
+        error = topic_error(topic)
+        if error is not None:
+            return response_to(cmd, ResponseCode.SYSTEM_ERROR, error)
+        wanted = wire.optional_integer(fields, "writeQueueNums", 0, low=0, high=1024)
+        self._declare(topic, max(1, min(wanted or self._settings.default_queue_nums,
+                                         self._settings.default_queue_nums)))  # fmt: skip
+        return response_to(cmd, ResponseCode.SUCCESS)
 
     # ------------------------------------------------------------------ pulls
 
@@ -371,9 +490,17 @@ class RemotingFront:
                 raise wire.BadHeader("a consumer in HeartbeatData has no groupName")
             if not self.consumers.heartbeat(group, client_id, id(conn), now):
                 return response_to(cmd, ResponseCode.SYSTEM_BUSY, "too many consumers")
+            # A clustering consumer also consumes its group's retry topic: make it routable
+            # (RocketMQ creates it on heartbeat too).
+            if consumer.get("messageModel", "CLUSTERING") == "CLUSTERING":
+                self._declare(wire.RETRY_GROUP_TOPIC_PREFIX + group, 1)
         if consumers:
             self._watch(conn)
-        return response_to(cmd, ResponseCode.SUCCESS, None, {"isSupportHeartBeatV2": "false"})
+        # The client records the answer's version as the broker's (MQClientAPIImpl): answer
+        # with its own, so no version-gated path takes this broker for an older one.
+        return response_to(
+            cmd, ResponseCode.SUCCESS, None, {"isSupportHeartBeatV2": "false"}, version=cmd.version
+        )
 
     def _watch(self, conn: Connection) -> None:
         """Forget a connection's consumers when it closes (ClientHousekeepingService)."""

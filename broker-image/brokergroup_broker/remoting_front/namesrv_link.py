@@ -26,6 +26,7 @@ from brokergroup_broker.remoting_front.wire import (
     PERM_READ,
     PERM_WRITE,
     crc32_body,
+    topic_config,
 )
 from brokergroup_remoting import RequestCode, ResponseCode
 from brokergroup_remoting.command import request
@@ -51,17 +52,17 @@ class Registration:
 def register_body(reg: Registration, topics: Mapping[str, int], counter: int, now_ms: int) -> bytes:
     """RegisterBrokerBody (uncompressed JSON): topic configs and a DataVersion (pure)."""
     table = {
-        name: _topic_config(name, queues, PERM_READ | PERM_WRITE)
+        name: topic_config(name, queues, PERM_READ | PERM_WRITE)
         for name, queues in sorted(topics.items())
     }
     # The system topics a RocketMQ broker always registers (TopicConfigManager): a name
     # server refuses a first registration of one topic, and mqadmin lists these.
-    table[SELF_TEST_TOPIC] = _topic_config(SELF_TEST_TOPIC, 1, PERM_READ | PERM_WRITE)
-    table[reg.cluster_name] = _topic_config(reg.cluster_name, 1, PERM_INHERIT)
-    table[reg.broker_name] = _topic_config(reg.broker_name, 1, PERM_INHERIT)
+    table[SELF_TEST_TOPIC] = topic_config(SELF_TEST_TOPIC, 1, PERM_READ | PERM_WRITE)
+    table[reg.cluster_name] = topic_config(reg.cluster_name, 1, PERM_INHERIT)
+    table[reg.broker_name] = topic_config(reg.broker_name, 1, PERM_INHERIT)
     if reg.auto_create_topic:
         # A producer routes a topic the name server does not know by this one (TBW102).
-        table[AUTO_CREATE_TOPIC_KEY] = _topic_config(
+        table[AUTO_CREATE_TOPIC_KEY] = topic_config(
             AUTO_CREATE_TOPIC_KEY, reg.default_queue_nums, PERM_READ | PERM_WRITE | PERM_INHERIT
         )
     body = {
@@ -72,19 +73,6 @@ def register_body(reg: Registration, topics: Mapping[str, int], counter: int, no
         "filterServerList": [],
     }
     return json.dumps(body, separators=(",", ":")).encode("utf-8")
-
-
-def _topic_config(name: str, queues: int, perm: int) -> dict[str, object]:
-    return {
-        "topicName": name,
-        "readQueueNums": queues,
-        "writeQueueNums": queues,
-        "perm": perm,
-        "topicFilterType": "SINGLE_TAG",
-        "topicSysFlag": 0,
-        "order": False,
-        "attributes": {},
-    }
 
 
 def register_fields(reg: Registration, body: bytes) -> dict[str, str]:

@@ -32,6 +32,11 @@ PULL_FLAG_SUSPEND = 0x2
 #: MixAll: retry and dead-letter topic prefixes.
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
+#: MessageConst properties a sent-back message carries.
+PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
+PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+#: SubscriptionGroupConfig's retryMaxTimes default (maxReconsumeTimes -1 means this).
+DEFAULT_MAX_RECONSUME_TIMES = 16
 #: The default topic a producer routes a new topic by (TopicValidator.AUTO_CREATE_TOPIC_KEY_TOPIC).
 AUTO_CREATE_TOPIC_KEY = "TBW102"
 #: PermName: read 4, write 2, inherit 1.
@@ -309,3 +314,17 @@ READ_CODE_OF: dict[BrokerCode, ResponseCode] = {
     BrokerCode.TOPIC_INVALID: ResponseCode.SYSTEM_ERROR,
     BrokerCode.BAD_REQUEST: ResponseCode.SYSTEM_ERROR,
 }
+
+
+def topic_config(name: str, queues: int, perm: int = PERM_READ | PERM_WRITE) -> dict[str, object]:
+    """TopicConfig as RocketMQ serializes it (registrations, GET_ALL_TOPIC_CONFIG)."""
+    return {
+        "topicName": name,
+        "readQueueNums": queues,
+        "writeQueueNums": queues,
+        "perm": perm,
+        "topicFilterType": "SINGLE_TAG",
+        "topicSysFlag": 0,
+        "order": False,
+        "attributes": {},
+    }

@@ -6,8 +6,8 @@ import logging
 
 from brokergroup_controller.config import ControllerConfig
 from brokergroup_controller.namesrv.server import NameServer, managed_groups
-from brokergroup_controller.namesrv_keys import read_key_file
 from brokergroup_controller.raft_node import ControllerRaftNode
+from brokergroup_remoting.keys import read_key_file, server_auth
 from brokergroup_remoting.net import ServerAuth
 
 log = logging.getLogger(__name__)
@@ -22,8 +22,9 @@ async def start_name_server(
     if config.namesrv_port == 0:
         return None
     if config.namesrv_key_file is not None:
-        keys = read_key_file(config.namesrv_key_file)
-        auth: ServerAuth | None = ServerAuth(secret_for=keys.get)
+        auth: ServerAuth | None = server_auth(
+            read_key_file(config.namesrv_key_file, "name server key file")
+        )
     elif config.insecure_no_auth:
         auth = None
     else:

@@ -4,26 +4,15 @@ RocketMQ 5 broker in controller mode runs under this controller."""
 
 from __future__ import annotations
 
-import hmac
 import logging
 
 from brokergroup_controller.config import ControllerConfig
 from brokergroup_controller.rocketmq_front.front import ControllerRemoting
-from brokergroup_controller.rocketmq_front.keys import read_remoting_credentials
 from brokergroup_controller.server import ControllerService
-from brokergroup_remoting.net import Credentials, ServerAuth
+from brokergroup_remoting.keys import read_key_file, server_auth
+from brokergroup_remoting.net import Credentials
 
 log = logging.getLogger(__name__)
-
-
-def server_auth(credentials: Credentials) -> ServerAuth:
-    """Requests must be signed with this key pair (AclClientRPCHook), checked before decoding."""
-
-    def secret_for(access_key: str) -> str | None:
-        known = hmac.compare_digest(access_key.encode(), credentials.access_key.encode())
-        return credentials.secret_key if known else None
-
-    return ServerAuth(secret_for=secret_for)
 
 
 async def start_remoting_front(
@@ -35,7 +24,7 @@ async def start_remoting_front(
         return None
     credentials: Credentials | None = None
     if config.remoting_credentials_file:
-        credentials = read_remoting_credentials(config.remoting_credentials_file)
+        credentials = read_key_file(config.remoting_credentials_file, "remoting credentials file")
     elif not config.insecure_no_auth:
         log.warning(
             "RocketMQ remoting port %d stays closed: give --remoting-credentials-file "
@@ -59,4 +48,4 @@ async def start_remoting_front(
     return front
 
 
-__all__ = ["ControllerRemoting", "read_remoting_credentials", "server_auth", "start_remoting_front"]
+__all__ = ["ControllerRemoting", "server_auth", "start_remoting_front"]
