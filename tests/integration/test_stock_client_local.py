@@ -131,11 +131,6 @@ def test_consumer_offsets_survive_a_consumer_restart(rt: StockRuntime) -> None:
     assert {m["msgId"] for m in first} | {m["msgId"] for m in second} == {m["msgId"] for m in sends}
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="failed at brokerport 26b3a43 (CONSUMER_SEND_MSG_BACK served) while the DLQ was "
-    "read by lite pull; not run since the DLQ is read by a push consumer",
-)
 def test_refused_message_goes_through_retry_to_dlq(rt: StockRuntime) -> None:
     sends = messages(rt.client.run("send", kind="sync", topic="StockRetry", count=2, run="rt"))
     lines = rt.client.run(
