@@ -1,0 +1,216 @@
+"""The stock RocketMQ 5.3.1 Java client and mqadmin against `brokergroup local up`
+(issue 19 item 6), with nothing but the routes and key pair `local status --json` shows.
+
+One local runtime for the module (three controllers serving the name server, three brokers).
+tools/rocketmq/StockClient.java (rocketmq-client, default settings, AclClientRPCHook) sends
+sync, async, oneway and batch messages with keys, tags and user properties; a
+DefaultMQPushConsumer (concurrent and orderly) and a DefaultLitePullConsumer each receive every
+one, compared field by field (body, keys, tags, properties, msgId), and in queue-offset order
+per queue where the consumer promises order (orderly, lite pull). Consumer offsets survive a
+consumer restart; a message a consumer keeps refusing goes through %RETRY% to %DLQ%;
+mqadmin's clusterList, topicList, topicRoute, updateTopic, consumerProgress, queryMsgById and
+queryMsgByKey answer from the runtime.
+
+Skips, saying why, without Java or the cached jars (`make rocketmq-client`). Against a broker
+without the RocketMQ remoting port every test fails: the client finds no route or cannot send
+("No route info of this topic" / "connect to ... failed").
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from tests.integration.stock_client_harness import StockRuntime, stock_runtime
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
+
+#: Against brokerport da82690 and 26b3a43 a DefaultLitePullConsumer received nothing (twice, also with
+#: autoCommit at its default) while both push consumers received everything; the same lite
+#: pull consumer reads every message from stock RocketMQ 5.3 (bench/rocketmq_client.py's verify).
+LITE = pytest.mark.xfail(
+    strict=False,
+    reason="lite pull receives nothing from brokerport da82690 and 26b3a43 (push consumers do)",
+)
+
+#: Request codes the broker's remoting port does not serve yet (brokerport at 26b3a43).
+MISSING = "the broker's remoting port does not serve {} yet (brokerport 26b3a43)"
+
+
+@pytest.fixture(scope="module")
+def rt(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StockRuntime]:
+    with stock_runtime(tmp_path_factory.mktemp("stock-client")) as runtime:
+        yield runtime
+
+
+def content(m: dict[str, Any]) -> tuple[str, str, str, str]:
+    return (m["body"], m["keys"], m["tags"], json.dumps(m["props"], sort_keys=True))
+
+
+def messages(lines: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [x for x in lines if "summary" not in x]
+
+
+def in_queue_order(received: list[dict[str, Any]]) -> dict[int, list[int]]:
+    """Per queue, the queue offsets in the order they were delivered."""
+    order: dict[int, list[int]] = defaultdict(list)
+    for m in received:
+        order[m["queueId"]].append(m["queueOffset"])
+    return order
+
+
+@pytest.fixture(scope="module")
+def sent(rt: StockRuntime) -> list[dict[str, Any]]:
+    """20 messages of each kind on StockSends (keys, tags tag0-2, properties seq and run)."""
+    out: list[dict[str, Any]] = []
+    for kind in ("sync", "async", "oneway", "batch"):
+        lines = rt.client.run("send", kind=kind, topic="StockSends", count=20, run=kind)
+        summary = lines[-1]
+        assert summary["sent"] == 20, summary
+        if kind != "oneway":
+            assert summary["sendOk"] == 20, lines
+        out += messages(lines)
+    return out
+
+
+def test_sends_of_every_kind_are_acknowledged_with_distinct_positions(
+    sent: list[dict[str, Any]],
+) -> None:
+    acked = [m for m in sent if m["status"] == "SEND_OK"]
+    assert len(acked) == 60  # sync, async, batch; oneway has no answer
+    positions = [(m["queueId"], m["queueOffset"]) for m in acked]
+    assert len(set(positions)) == len(positions), "two SEND_OKs name the same queue offset"
+    assert len({m["msgId"] for m in sent}) == 80
+
+
+@pytest.mark.parametrize("kind", [pytest.param("lite", marks=LITE), "orderly", "concurrent"])
+def test_consumer_receives_every_message_whole_and_in_queue_order(
+    rt: StockRuntime, sent: list[dict[str, Any]], kind: str
+) -> None:
+    lines = rt.client.run(
+        "consume", kind=kind, topic="StockSends", group=f"stock-{kind}", count=80, idle_s=30
+    )
+    received = messages(lines)
+    assert sorted(map(content, received)) == sorted(map(content, sent))
+    for m in received:
+        assert base64.b64decode(m["body"]).startswith(m["keys"].removeprefix("key-").encode())
+    # Each message is where its SEND_OK said, under the msgId it was sent with (also a
+    # batch's: a stock 5.3 broker would give all of a batch's messages the batch's UNIQ_KEY).
+    found = {m["body"]: (m["msgId"], m["queueId"], m["queueOffset"]) for m in received}
+    for m in sent:
+        if m["status"] == "SEND_OK":
+            assert found[m["body"]] == (m["msgId"], m["queueId"], m["queueOffset"]), m
+        else:
+            assert found[m["body"]][0] == m["msgId"], m
+    if kind != "concurrent":  # a concurrent consumer promises no order
+        for queue, offsets in in_queue_order(received).items():
+            assert offsets == sorted(offsets), f"queue {queue} delivered out of order: {offsets}"
+
+
+@LITE
+def test_consumer_offsets_survive_a_consumer_restart(rt: StockRuntime) -> None:
+    sends = messages(rt.client.run("send", kind="sync", topic="StockOffsets", count=40, run="off"))
+    first = messages(
+        rt.client.run("consume", kind="lite", topic="StockOffsets", group="stock-off", count=15)
+    )
+    assert len(first) >= 15
+    second = messages(
+        rt.client.run(
+            "consume", kind="lite", topic="StockOffsets", group="stock-off", count=40, idle_s=15
+        )
+    )
+    again = {m["msgId"] for m in first} & {m["msgId"] for m in second}
+    assert not again, f"consumed again after a restart: {sorted(again)}"
+    assert {m["msgId"] for m in first} | {m["msgId"] for m in second} == {m["msgId"] for m in sends}
+
+
+def test_refused_message_goes_through_retry_to_dlq(rt: StockRuntime) -> None:
+    sends = messages(rt.client.run("send", kind="sync", topic="StockRetry", count=2, run="rt"))
+    lines = rt.client.run(
+        "retry", topic="StockRetry", group="stock-retry", count=2, max_reconsume=1, idle_s=90
+    )
+    deliveries = messages(lines)
+    by_body: dict[str, list[int]] = defaultdict(list)
+    for d in deliveries:
+        by_body[d["body"]].append(d["reconsumeTimes"])
+    for m in sends:
+        # First from StockRetry, then once more from %RETRY%stock-retry.
+        assert sorted(by_body[m["body"]])[:2] == [0, 1], by_body
+    dlq = messages(
+        rt.client.run(
+            "consume",
+            kind="concurrent",
+            topic="%DLQ%stock-retry",
+            group="stock-dlq",
+            count=2,
+            idle_s=60,
+        )
+    )
+    assert sorted(m["body"] for m in dlq) == sorted(m["body"] for m in sends)
+    assert {m["keys"] for m in dlq} == {m["keys"] for m in sends}
+
+
+def test_mqadmin_reads_cluster_topics_and_routes(
+    rt: StockRuntime, sent: list[dict[str, Any]]
+) -> None:
+    master = rt.wait_healthy()["master"]["address"]
+
+    out = rt.mqadmin("clusterList")
+    assert "DefaultCluster" in out and "broker-a" in out, out
+
+    out = rt.mqadmin("topicList")
+    assert "StockSends" in out, out
+
+    # fastjson prints brokerAddrs with bare integer keys: {0:"host:port"}.
+    out = rt.mqadmin("topicRoute", "-t", "StockSends")
+    masters = re.findall(r'\b0\s*:\s*"([0-9.]+):\d+"', out)
+    assert masters == [master.rsplit(":", 1)[0]], out
+
+
+def test_mqadmin_update_topic(rt: StockRuntime) -> None:
+    out = rt.mqadmin(
+        "updateTopic", "-c", "DefaultCluster", "-t", "StockAdminTopic", "-r", "3", "-w", "3"
+    )
+    assert "success" in out, out
+    out = rt.mqadmin("topicRoute", "-t", "StockAdminTopic")
+    assert '"readQueueNums":3' in out.replace(" ", ""), out
+
+
+@pytest.mark.xfail(strict=True, reason=MISSING.format("GET_CONSUME_STATS (208)"))
+def test_mqadmin_consumer_progress(rt: StockRuntime, sent: list[dict[str, Any]]) -> None:
+    rt.client.run("consume", kind="orderly", topic="StockSends", group="stock-progress", count=80)
+    out = rt.mqadmin("consumerProgress", "-g", "stock-progress")
+    assert "StockSends" in out, out
+    diff = re.search(r"Diff Total:\s*(\d+)", out)
+    assert diff is not None and int(diff.group(1)) == 0, out
+
+
+@pytest.mark.xfail(
+    strict=False,
+    reason="fails at brokerport 26b3a43, which serves VIEW_MESSAGE_BY_ID: not looked into",
+)
+def test_mqadmin_query_msg_by_id(rt: StockRuntime, sent: list[dict[str, Any]]) -> None:
+    one = next(m for m in sent if m["status"] == "SEND_OK")
+    out = rt.mqadmin("queryMsgById", "-i", one["msgId"])
+    assert one["keys"] in out and "StockSends" in out, out
+
+
+@pytest.mark.xfail(strict=True, reason=MISSING.format("QUERY_MESSAGE (12)"))
+def test_mqadmin_query_msg_by_key(rt: StockRuntime, sent: list[dict[str, Any]]) -> None:
+    one = next(m for m in sent if m["status"] == "SEND_OK")
+    out = rt.mqadmin("queryMsgByKey", "-t", "StockSends", "-k", one["keys"])
+    assert one["msgId"] in out, out
+
+
+def test_unsigned_client_is_refused(rt: StockRuntime) -> None:
+    """Without the key pair the stock client gets no SEND_OK: the ports authenticate."""
+    unsigned = replace(rt.client, access_key="", secret_key="", work=rt.work / "unsigned")
+    with pytest.raises(RuntimeError, match="StockClient send exited 1"):
+        unsigned.run("send", kind="sync", topic="StockSends", count=1, run="unsigned")
