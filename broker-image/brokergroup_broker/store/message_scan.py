@@ -52,7 +52,6 @@ from .record_layout import (
     body_length_at,
     lengths_add_up,
     record_start_ok,
-    size_fits,
 )
 
 __all__ = ["ScanResult", "ScanStop", "decode_record", "decode_records", "scan_records"]
@@ -70,6 +69,10 @@ _BODY_AT = {
     bits: body_length_at(0, bits) + 4
     for bits in (0, BORNHOST_V6_FLAG, STOREHOSTADDRESS_V6_FLAG, _HOST_FLAGS)
 }
+#: The common record's fixed part in one read: `_THROUGH_SYS_FLAG`'s fields, then
+#: bodyLength where IPv4 hosts put it (a record with an IPv6 host reads it again).
+_COMMON_HEAD = struct.Struct(f">iiii4xqqi{_BODY_AT[0] - 4 - THROUGH_SYS_FLAG_BYTES}xi")
+assert _COMMON_HEAD.size == _BODY_AT[0]
 
 
 @dataclass(frozen=True)
@@ -99,7 +102,10 @@ def scan_records(
     limit = max_record_bytes if max_record_bytes is not None else segment_bytes
     records: list[RecordIndex] = []
     append = records.append
-    head = _THROUGH_SYS_FLAG.unpack_from
+    head = _COMMON_HEAD.unpack_from
+    head_bytes = _COMMON_HEAD.size  # fewer bytes than the smallest record
+    i32 = _I32.unpack_from
+    i16 = _I16.unpack_from
     view = memoryview(buf)
     raw_buf = buf if isinstance(buf, bytes) else bytes(buf)  # slices of bytes are bytes
     new_index = tuple.__new__  # RecordIndex(...) runs a Python-level __new__
@@ -108,40 +114,52 @@ def scan_records(
     topics: dict[bytes, str] = {}
     pos = 0
     while True:
-        if n - pos >= THROUGH_SYS_FLAG_BYTES:
-            total, magic, crc, queue_id, queue_offset, phys_field, sys_flag = head(buf, pos)
+        while n - pos >= head_bytes:
+            # One record, judged by record_layout's rules; anything else goes to _classify.
+            # The reads are `_lengths`', inline (this loop runs once per record).
+            total, magic, crc, queue_id, queue_offset, phys_field, sys_flag, body_len = head(
+                buf, pos
+            )
             phys = base_offset + pos
-            segment_end = phys - phys % segment_bytes + segment_bytes
             end = pos + total
-            if (
+            if not (
                 magic == MESSAGE_MAGIC_CODE
                 and end <= n
-                and record_start_ok(total, phys_field, phys, segment_end, limit)
+                and record_start_ok(
+                    total, phys_field, phys, phys - phys % segment_bytes + segment_bytes, limit
+                )
             ):
-                fields = _lengths(buf, pos, end, pos + body_at_of[sys_flag & _HOST_FLAGS])
-                if fields is not None:
-                    body_at, tl_at, pl_at, props_len = fields
-                    if verify_crc and crc32(view[body_at:tl_at]) & 0x7FFFFFFF != crc:
-                        fields = None
-                    else:
-                        raw = raw_buf[tl_at:pl_at]  # length byte + topic
-                        topic = topics.get(raw)
-                        if topic is None:
-                            try:
-                                topic = topics[raw] = raw[1:].decode()
-                            except UnicodeDecodeError:
-                                fields = None
-                if fields is not None and topic is not None:
-                    tcode = 0
-                    if props_len:
-                        props = raw_buf[pl_at + 2 : end]
-                        if _TAGS_NEEDLE in props:
-                            tcode = tags_code(decode_properties(props).get(PROPERTY_TAGS))
-                    append(
-                        new_index(RecordIndex, (topic, queue_id, queue_offset, phys, total, tcode))
-                    )
-                    pos = end
-                    continue
+                break
+            if sys_flag & _HOST_FLAGS:
+                body_at = pos + body_at_of[sys_flag & _HOST_FLAGS]
+                (body_len,) = i32(buf, body_at - 4)
+            else:
+                body_at = pos + head_bytes
+            tl_at = body_at + body_len
+            if not body_at <= tl_at < end:
+                break
+            pl_at = tl_at + 1 + buf[tl_at]
+            if pl_at + 2 > end:
+                break
+            (props_len,) = i16(buf, pl_at)
+            if not lengths_add_up(pos, total, body_len, buf[tl_at], pl_at, props_len):
+                break
+            if verify_crc and crc32(view[body_at:tl_at]) & 0x7FFFFFFF != crc:
+                break
+            raw = raw_buf[tl_at:pl_at]  # length byte + topic
+            topic = topics.get(raw)
+            if topic is None:
+                try:
+                    topic = topics[raw] = raw[1:].decode()
+                except UnicodeDecodeError:
+                    break
+            tcode = 0
+            if props_len:
+                props = raw_buf[pl_at + 2 : end]
+                if _TAGS_NEEDLE in props:
+                    tcode = tags_code(decode_properties(props).get(PROPERTY_TAGS))
+            append(new_index(RecordIndex, (topic, queue_id, queue_offset, phys, total, tcode)))
+            pos = end
         if pos == n:
             return ScanResult(base_offset + pos, records, ScanStop.END, "")
         verdict = _classify(buf, pos, base_offset + pos, segment_bytes, limit, verify_crc)
@@ -197,7 +215,7 @@ def _classify(
         if total == 0 and magic == 0:
             return ScanStop.ZEROS, f"zeros at {phys}"
         return ScanStop.BAD_MAGIC, f"magic {magic & 0xFFFFFFFF:#010x} at {phys}"
-    if not size_fits(total, phys, segment_end, size_limit):
+    if not record_start_ok(total, phys, phys, segment_end, size_limit):  # the size alone
         return (
             ScanStop.BAD_SIZE,
             f"totalSize {total} at {phys} with {space} bytes left in the segment",

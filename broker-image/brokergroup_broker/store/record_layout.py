@@ -80,23 +80,18 @@ def body_length_at(start: N, sys_flag: N) -> N:
     return store_host_at + host_bytes(sys_flag, STOREHOSTADDRESS_V6_FLAG) + 4 + 8
 
 
-def size_fits(total: N, offset: N, segment_end: N, max_record_bytes: int) -> N:
-    """A message record's totalSize is possible at commit log `offset`: at least the
-    smallest record, at most the limit, and the segment keeps room for its end blank."""
-    return (
-        (total >= MIN_RECORD_BYTES)
-        & (total <= max_record_bytes)
-        & (total + END_FILE_MIN_BLANK_LENGTH <= segment_end - offset)
-    )
-
-
 def record_start_ok(
     total: N, physical_offset_field: N, offset: N, segment_end: N, max_record_bytes: int
 ) -> N:
     """The record-start rule after the magic code: the record names its own offset
-    (physicalOffset == where it sits) and its totalSize fits (`size_fits`)."""
-    return (physical_offset_field == offset) & size_fits(
-        total, offset, segment_end, max_record_bytes
+    (physicalOffset == where it sits), and its totalSize is possible there: at least
+    the smallest record, at most the limit, and the segment keeps room for its end
+    blank. (To ask about the size alone, pass `offset` as the physicalOffset.)"""
+    return (
+        (physical_offset_field == offset)
+        & (total >= MIN_RECORD_BYTES)
+        & (total <= max_record_bytes)
+        & (total + END_FILE_MIN_BLANK_LENGTH <= segment_end - offset)
     )
 
 
