@@ -31,9 +31,11 @@ at least 8 bytes and a reader can always tell "segment finished" from "log ends"
 The consume queue's tagsCode is Java's `String.hashCode()` of the TAGS property
 (0 when absent), as in MessageExtBrokerInner.tagsString2tagsCode.
 
-The one encoder is `message_encode.encode_run`; the pure scanner and decoder are
-in `message_scan` (`scan_records` is a pure function over bytes: recovery, the slave's dispatch
-and the audit all use it, so one definition of "a valid record" exists.
+The one encoder is `message_encode.encode_run`; the one decoder is `record_layout`
+(field positions and the validity rules, written once) with two executors:
+`message_scan` record by record for the store (recovery, the slave's dispatch (HA),
+pulls) and `record_columns` / `record_walk` as numpy columns for the audit. So one
+definition of "a valid record" exists.
 """
 
 from __future__ import annotations

@@ -1,9 +1,13 @@
-"""Vectorised reader of v1 commit log records: the layout of `message.py` as numpy columns.
+"""The audit's executor of the one v1 decoder: `record_layout`'s positions and rules
+applied to whole slices as numpy columns.
 
-`message_scan.scan_records` walks a log record by record (recovery, dispatch); the audit
-must read terabytes, so this module decodes a whole slice of a segment at once with
-numpy and returns columns. Same layout, same constants (imported from `message`),
-same rules for a valid record; a unit test checks both readers agree.
+`layout` (field positions), `structure_ok` (the lengths rule), `_candidates` (the
+record-start and blank rules) call `record_layout`'s functions with arrays; CRCs and
+columns are computed here. `record_walk` follows the totalSize chain from a known
+start; `message_scan` applies the same rules record by record for the store
+(recovery, the slave's dispatch), which needs no numpy. The audit must read
+terabytes, so a whole slice of a segment is decoded at once. An independent
+decoder in the tests (tests/unit/v1_oracle.py) checks every entry point.
 
 Theory of operation
 -------------------
@@ -41,14 +45,26 @@ import numpy.typing as npt
 
 from .message import (
     BLANK_MAGIC_CODE,
-    BORNHOST_V6_FLAG,
     COMPRESSED_FLAG,
     END_FILE_MIN_BLANK_LENGTH,
     MESSAGE_MAGIC_CODE,
-    MIN_RECORD_BYTES,
-    STOREHOSTADDRESS_V6_FLAG,
 )
-from .message_scan import ScanStop
+from .record_layout import (
+    BODY_CRC_AT,
+    HEAD_BYTES,
+    MAGIC_AT,
+    PHYSICAL_OFFSET_AT,
+    QUEUE_ID_AT,
+    QUEUE_OFFSET_AT,
+    SYS_FLAG_AT,
+    TOTAL_SIZE_AT,
+    ScanStop,
+    blank_fits,
+    body_length_at,
+    lengths_add_up,
+    record_start_ok,
+    store_timestamp_at,
+)
 
 if TYPE_CHECKING:
     import mmap
@@ -58,22 +74,23 @@ Mask = npt.NDArray[np.bool_]
 #: zlib.crc32's signature (data, starting value) -> CRC.
 Crc32 = Callable[[Any, int], int]
 
-# Field positions of the v1 layout (see the table in message.py).
-TOTAL_SIZE_AT = 0
-MAGIC_AT = 4
-BODY_CRC_AT = 8
-QUEUE_ID_AT = 12
-QUEUE_OFFSET_AT = 20
-PHYSICAL_OFFSET_AT = 28
-SYS_FLAG_AT = 36
-BORN_HOST_AT = 48
-HOST_V4_BYTES = 8
-HOST_V6_BYTES = 20
-
 _MESSAGE_MAGIC = (MESSAGE_MAGIC_CODE & 0xFFFFFFFF).to_bytes(4, "big")
 _BLANK_MAGIC = (BLANK_MAGIC_CODE & 0xFFFFFFFF).to_bytes(4, "big")
-#: Bytes a record start needs to be recognised (through physicalOffset).
-_HEAD_BYTES = PHYSICAL_OFFSET_AT + 8
+_HEAD_BYTES = HEAD_BYTES
+
+__all__ = [
+    "PHYSICAL_OFFSET_AT",
+    "ColumnScan",
+    "Crc32",
+    "Problem",
+    "RecordColumns",
+    "ScanStop",
+    "columns_at",
+    "gather",
+    "layout",
+    "scan_columns",
+    "structure_ok",
+]
 
 
 @dataclass(frozen=True)
@@ -125,17 +142,25 @@ class ColumnScan:
     problems: list[Problem] = field(default_factory=list)
 
 
+_BE_SIGNED = {2: np.dtype(">i2"), 4: np.dtype(">i4"), 8: np.dtype(">i8")}
+
+
+def _clamp(pos: I64, high: int) -> I64:
+    """`pos` limited to [0, high] (np.clip's Python-level checks cost more than the work
+    on the store's small batches)."""
+    out: I64 = np.minimum(np.maximum(pos, 0), high)
+    return out
+
+
 def _read_be(a: npt.NDArray[np.uint8], pos: I64, width: int) -> I64:
-    """Signed big-endian integers of `width` bytes at each position."""
-    out = np.zeros(len(pos), dtype=np.uint64)
-    pos = np.clip(pos, 0, len(a) - width)  # damaged lengths may point past the data
-    for i in range(width):
-        out = (out << np.uint64(8)) | a[pos + i].astype(np.uint64)
-    if width == 8:
-        return out.view(np.int64)
-    bits = 8 * width
-    signed = out.astype(np.int64)
-    return np.where(signed >= (1 << (bits - 1)), signed - (1 << bits), signed)
+    """Signed big-endian integers of `width` (2, 4 or 8) bytes at each position."""
+    if len(a) < width:
+        return np.zeros(len(pos), dtype=np.int64)
+    pos = _clamp(pos, len(a) - width)  # damaged lengths may point past the data
+    # One gather of width-byte rows, read as big-endian integers.
+    rows = a[pos[:, None] + np.arange(width)]
+    out: I64 = rows.view(_BE_SIGNED[width]).reshape(len(pos)).astype(np.int64)
+    return out
 
 
 def _find(a: npt.NDArray[np.uint8], lo: int, hi: int, magic: bytes) -> I64:
@@ -264,13 +289,7 @@ def _candidates(
     msg = msg[msg + _HEAD_BYTES <= n]
     phys = _read_be(a, msg + PHYSICAL_OFFSET_AT, 8)
     total = _read_be(a, msg + TOTAL_SIZE_AT, 4)
-    space = segment_end - (base + msg)
-    ok = (
-        (phys == base + msg)
-        & (total >= MIN_RECORD_BYTES)
-        & (total <= max_record)
-        & (total + END_FILE_MIN_BLANK_LENGTH <= space)
-    )
+    ok = record_start_ok(total, phys, base + msg, segment_end, max_record)
     msg, total = msg[ok], total[ok]
     whole = msg + total <= n
     partial = int(msg[~whole][0]) if (~whole).any() else None
@@ -281,7 +300,7 @@ def _candidates(
         a, max(lo, segment_end - base - max_record - END_FILE_MIN_BLANK_LENGTH), hi, _BLANK_MAGIC
     )
     blank_size = _read_be(a, blank + TOTAL_SIZE_AT, 4)
-    ok = blank_size == segment_end - (base + blank)
+    ok = blank_fits(blank_size, base + blank, segment_end)
     blank, blank_size = blank[ok], blank_size[ok]
     starts = np.concatenate([msg, blank])
     sizes = np.concatenate([total, blank_size])
@@ -290,52 +309,47 @@ def _candidates(
     return starts[order], sizes[order], is_blank[order], partial
 
 
-def _host_bytes(sys_flag: I64, bit: int) -> I64:
-    return np.where(sys_flag & bit, HOST_V6_BYTES, HOST_V4_BYTES).astype(np.int64)
-
-
 def layout(a: npt.NDArray[np.uint8], starts: I64) -> dict[str, I64]:
-    """Positions and lengths of the variable part of each record (may be garbage when the
-    record is damaged; `structure_ok` decides)."""
+    """Positions and lengths of the variable part of each record (`record_layout`'s
+    positions; garbage when the record is damaged: `structure_ok` decides). Positions
+    stay as computed, reads are clamped into the data."""
     n = len(a)
     sys_flag = _read_be(a, starts + SYS_FLAG_AT, 4)
-    store_ts_at = starts + BORN_HOST_AT + _host_bytes(sys_flag, BORNHOST_V6_FLAG)
-    body_len_at = store_ts_at + 8 + _host_bytes(sys_flag, STOREHOSTADDRESS_V6_FLAG) + 4 + 8
-    body_len = _read_be(a, np.minimum(body_len_at, n - 4), 4)
-    body_at = body_len_at + 4
-    topic_len_at = np.clip(body_at + body_len, 0, n - 1)
-    topic_len = a[topic_len_at].astype(np.int64)
-    props_len_at = np.clip(topic_len_at + 1 + topic_len, 0, n - 2)
+    body_at = body_length_at(starts, sys_flag) + 4
+    body_len = _read_be(a, body_at - 4, 4)
+    topic_len_at = body_at + body_len
+    topic_len = a[_clamp(topic_len_at, n - 1)].astype(np.int64)
+    props_len_at = topic_len_at + 1 + topic_len
     props_len = _read_be(a, props_len_at, 2)
     return {
         "sys_flag": sys_flag,
-        "store_ts_at": store_ts_at,
+        "store_ts_at": store_timestamp_at(starts, sys_flag),
         "body_at": body_at,
         "body_len": body_len,
         "topic_at": topic_len_at + 1,
         "topic_len": topic_len,
+        "props_len_at": props_len_at,
         "props_at": props_len_at + 2,
         "props_len": props_len,
     }
 
 
-def structure_ok(a: npt.NDArray[np.uint8], starts: I64, sizes: I64, is_blank: Mask) -> Mask:
-    """CommitLog.calMsgLength over the decoded lengths == totalSize (blanks pass)."""
+def structure_ok(
+    a: npt.NDArray[np.uint8],
+    starts: I64,
+    sizes: I64,
+    is_blank: Mask,
+    fields: dict[str, I64] | None = None,
+) -> Mask:
+    """`record_layout.lengths_add_up` for each message record (blanks pass).
+    `fields`: `layout(a, starts)` when the caller has it (no blanks among the starts)."""
     ok = is_blank.copy()
     msg = np.flatnonzero(~is_blank)
     if not len(msg):
         return ok
     s, z = starts[msg], sizes[msg]
-    f = layout(a, s)
-    expected = (f["props_at"] - s) + np.maximum(f["props_len"], 0)
-    ok[msg] = (
-        (f["body_len"] >= 0)
-        & (f["topic_len"] > 0)
-        & (f["topic_len"] <= 127)
-        & (f["props_len"] >= 0)
-        & (f["body_at"] + f["body_len"] + 3 <= s + z)
-        & (expected == z)
-    )
+    f = fields if fields is not None else layout(a, s)
+    ok[msg] = lengths_add_up(s, z, f["body_len"], f["topic_len"], f["props_len_at"], f["props_len"])
     return ok
 
 
