@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: up test lint architecture unit integration cluster-tests k8s-tools rocketmq-client rocketmq-servers s3-server cluster cluster-down bench-quick image audit-image image-rocketmq image-smoke e2e e2e-down clean
+.PHONY: up test lint architecture unit integration cluster-tests k8s-tools rocketmq-client rocketmq-servers s3-server cluster cluster-down bench-quick image audit-image image-rocketmq image-smoke e2e e2e-audit e2e-down clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -99,6 +99,11 @@ image-smoke:
 # start. The cluster stays up for debugging until `make e2e-down` (which CI always runs).
 e2e: $(STAMP)
 	PYTHON=$(CURDIR)/$(BIN)/python PYTEST=$(CURDIR)/$(BIN)/pytest tools/kind/e2e.sh $(PYTEST_ARGS)
+
+# The same with the audit on Kubernetes (tests/e2e/test_audit_k8s.py: the audit image built
+# and loaded, spark-submit --master k8s://); about 15 min more, so not in CI's `make e2e`.
+e2e-audit: $(STAMP)
+	E2E_AUDIT=1 PYTHON=$(CURDIR)/$(BIN)/python PYTEST=$(CURDIR)/$(BIN)/pytest tools/kind/e2e.sh $(PYTEST_ARGS)
 
 e2e-down:
 	tools/kind/down.sh
