@@ -32,12 +32,12 @@ from tests.integration.stock_client_harness import StockRuntime, stock_runtime
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
-#: Against brokerport da82690 and 26b3a43 a DefaultLitePullConsumer received nothing (twice, also with
-#: autoCommit at its default) while both push consumers received everything; the same lite
-#: pull consumer reads every message from stock RocketMQ 5.3 (bench/rocketmq_client.py's verify).
-LITE = pytest.mark.xfail(
+#: The lite pull consumer receives every message since LITE_PULL_MESSAGE is served (brokerport
+#: 8963a70), but a second lite consumer of the same group after a restart still does not
+#: start at the committed offset: not looked into yet (issue 19).
+LITE_RESTART = pytest.mark.xfail(
     strict=False,
-    reason="lite pull receives nothing from brokerport da82690 and 26b3a43 (push consumers do)",
+    reason="a restarted lite pull consumer does not resume at its committed offset yet",
 )
 
 #: Request codes the broker's remoting port does not serve yet (brokerport at 26b3a43).
@@ -90,7 +90,7 @@ def test_sends_of_every_kind_are_acknowledged_with_distinct_positions(
     assert len({m["msgId"] for m in sent}) == 80
 
 
-@pytest.mark.parametrize("kind", [pytest.param("lite", marks=LITE), "orderly", "concurrent"])
+@pytest.mark.parametrize("kind", ["lite", "orderly", "concurrent"])
 def test_consumer_receives_every_message_whole_and_in_queue_order(
     rt: StockRuntime, sent: list[dict[str, Any]], kind: str
 ) -> None:
@@ -114,7 +114,7 @@ def test_consumer_receives_every_message_whole_and_in_queue_order(
             assert offsets == sorted(offsets), f"queue {queue} delivered out of order: {offsets}"
 
 
-@LITE
+@LITE_RESTART
 def test_consumer_offsets_survive_a_consumer_restart(rt: StockRuntime) -> None:
     sends = messages(rt.client.run("send", kind="sync", topic="StockOffsets", count=40, run="off"))
     first = messages(
