@@ -87,6 +87,7 @@ CONFIG_TYPES: dict[str, tuple[type, float]] = {
     "enableSlaveActingMaster": (bool, 0),
     "maxPullMessages": (int, 1),
     "maxSendBatchMessages": (int, 1),
+    "autoCreateTopicEnable": (bool, 0),
 }
 CONFIG_FIELDS = tuple(CONFIG_TYPES)
 FLUSH_DISK_TYPES = ("SYNC_FLUSH", "ASYNC_FLUSH")

@@ -84,10 +84,12 @@ def test_the_rocketmq_pair_is_json_both_the_controller_and_a_stock_broker_read(
     tmp_path: Path,
 ) -> None:
     """Issue 20 item 4: the controllers' remoting port and name server check this pair and
-    stock brokers sign with it, so it must be one line of JSON both readers accept."""
-    from brokergroup_controller.namesrv_keys import read_key_file
-    from brokergroup_controller.rocketmq_front.keys import read_remoting_credentials
+    stock brokers sign with it, so it must be one line of JSON the ports' one reader
+    (brokergroup_remoting.keys) accepts, with the pair a stock broker reads."""
+    import json
+
     from brokergroup_operator.release_secret import ROCKETMQ_CREDENTIALS_KEY, OperatorSecrets
+    from brokergroup_remoting.keys import read_key_file
 
     counter = itertools.count()
     plan = plan_release_secret(None, True, lambda: f"v{next(counter)}-0123456789abcdefghij")
@@ -95,8 +97,9 @@ def test_the_rocketmq_pair_is_json_both_the_controller_and_a_stock_broker_read(
     assert "\n" not in text
     path = tmp_path / "pair"
     path.write_text(text)
-    pair = read_remoting_credentials(str(path))
-    assert read_key_file(str(path)) == {pair.access_key: pair.secret_key}
+    pair = read_key_file(str(path))
+    stock = json.loads(text)  # what a stock broker's innerClientAuthenticationCredentials reads
+    assert (pair.access_key, pair.secret_key) == (stock["accessKey"], stock["secretKey"])
     assert OperatorSecrets.from_release_data(plan.add).rocketmq_credentials == text
     # An older release Secret without it gets it added, nothing else changed.
     older = {k: v for k, v in plan.add.items() if k != ROCKETMQ_CREDENTIALS_KEY}
