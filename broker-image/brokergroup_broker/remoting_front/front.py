@@ -34,6 +34,7 @@ from brokergroup_broker.protocol.messages import (
     SendRunResult,
 )
 from brokergroup_broker.remoting_front import wire
+from brokergroup_broker.remoting_front.admin_queries import AdminQueries
 from brokergroup_broker.remoting_front.clients import ConsumerGroups, QueueLocks
 from brokergroup_broker.store.message import StoredMessage
 from brokergroup_broker.topics import topic_error
@@ -100,6 +101,9 @@ class FrontSettings:
     """How often a suspended pull looks for new records: the added delivery latency."""
     max_suspend_ms: int = 30_000
     """Upper bound of a pull's suspendTimeoutMillis (the stock consumer asks 15 s)."""
+    key_query_budget_bytes: int = 32 << 20
+    """Record bytes one QUERY_MESSAGE may look at (key_query.py): more finds older
+    messages in a busy topic, at up to that many bytes read per query."""
 
 
 class RemotingFront:
@@ -123,6 +127,14 @@ class RemotingFront:
         #: that heartbeat here and UPDATE_AND_CREATE_TOPIC's; name → queue count.
         self.declared: dict[str, int] = {}
         self._watched: dict[int, asyncio.Task[None]] = {}
+        admin = AdminQueries(
+            produce,
+            broker_name=settings.broker_name,
+            topics=self.topics,
+            consumers=self.consumers,
+            clock_ms=clock_ms,
+            key_query_budget_bytes=settings.key_query_budget_bytes,
+        )
         table: dict[int, Callable[[RemotingCommand, Connection], Awaitable[RemotingCommand]]] = {
             RequestCode.SEND_MESSAGE: self.send_message,
             RequestCode.SEND_MESSAGE_V2: self.send_message,
@@ -146,6 +158,10 @@ class RemotingFront:
             RequestCode.UPDATE_AND_CREATE_TOPIC: self.create_topic,
             RequestCode.LOCK_BATCH_MQ: self.lock_batch,
             RequestCode.UNLOCK_BATCH_MQ: self.unlock_batch,
+            RequestCode.QUERY_MESSAGE: admin.query_message,
+            RequestCode.GET_CONSUME_STATS: admin.consume_stats,
+            RequestCode.GET_TOPIC_CONFIG: admin.topic_config,
+            RequestCode.GET_CONSUMER_CONNECTION_LIST: admin.consumer_connections,
         }
         self.handlers: dict[int, Handler] = {
             int(code): self._guarded(handler) for code, handler in table.items()
