@@ -9,7 +9,8 @@ over a real store (a temp dir) and is checked against a naive reference (every r
 the topic decoded and filtered) on random keys, time ranges and maxNum; a byte budget
 stops it early. On the port: a malformed header of each new code is answered with a remark
 and harms neither the store nor the connection; an unserved code is still
-REQUEST_CODE_NOT_SUPPORTED.
+REQUEST_CODE_NOT_SUPPORTED. Membership changes of a consumer group notify its members
+(NOTIFY_CONSUMER_IDS_CHANGED), on real sockets.
 """
 
 from __future__ import annotations
@@ -39,9 +40,10 @@ from brokergroup_broker.remoting_front.key_query import (
 from brokergroup_broker.store import MessageInput, MessageStore
 from brokergroup_broker.store.message_scan import decode_record
 from brokergroup_broker.store.record_keys import NotARecord, record_keys
-from brokergroup_remoting import RequestCode, ResponseCode
+from brokergroup_remoting import RemotingCommand, RequestCode, ResponseCode
 from brokergroup_remoting.command import request
-from tests.unit.test_broker_remoting_front import Port, open_port
+from brokergroup_remoting.net import Connection, Credentials, Handler, RemotingClient
+from tests.unit.test_broker_remoting_front import ACCESS_KEY, SECRET_KEY, Port, open_port
 
 HOST = ("127.0.0.1", 10911)
 T0 = 1_700_000_000_000
@@ -312,3 +314,53 @@ def test_random_headers_on_the_new_codes_are_answered_without_harm(
 
         asyncio.run(run())
         assert s.max_offset == 0
+
+
+# ---------------------------------------------------------------- NOTIFY_CONSUMER_IDS_CHANGED
+
+
+async def test_membership_changes_notify_the_group_so_it_rebalances_now(port: Port) -> None:
+    """ConsumerManager → Broker2Client.notifyConsumerIdsChanged: a new member, an
+    unregistered one and a closed connection each send the group's remaining members a
+    oneway NOTIFY_CONSUMER_IDS_CHANGED; a heartbeat that changes nothing sends none. (A stock
+    lite pull consumer rebalances only on it or after 20 s.)"""
+    heard: dict[str, asyncio.Queue[str]] = {"c1": asyncio.Queue(), "c2": asyncio.Queue()}
+
+    def member(name: str) -> Handler:
+        async def on_notify(cmd: RemotingCommand, _conn: Connection) -> None:
+            assert cmd.is_oneway
+            heard[name].put_nowait(cmd.fields()["consumerGroup"])
+
+        return on_notify
+
+    async def connect(name: str) -> RemotingClient:
+        return await RemotingClient.connect(
+            f"127.0.0.1:{port.server.port}",
+            credentials=Credentials(ACCESS_KEY, SECRET_KEY),
+            handlers={RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: member(name)},
+        )
+
+    def beat(name: str) -> RemotingCommand:
+        data = {"clientID": name, "consumerDataSet": [{"groupName": "g",
+                "messageModel": "CLUSTERING"}]}  # fmt: skip
+        return request(RequestCode.HEART_BEAT, 0, {}, json.dumps(data).encode())
+
+    one, two = await connect("c1"), await connect("c2")
+    try:
+        await one.invoke(beat("c1"))
+        assert await asyncio.wait_for(heard["c1"].get(), 5) == "g"  # it joined
+        await one.invoke(beat("c1"))  # nothing changed
+        await two.invoke(beat("c2"))
+        assert await asyncio.wait_for(heard["c2"].get(), 5) == "g"
+        assert await asyncio.wait_for(heard["c1"].get(), 5) == "g"
+        assert heard["c1"].empty()  # the repeated heartbeat sent nothing
+        await two.invoke(request(RequestCode.UNREGISTER_CLIENT, 0,
+                                 {"clientID": "c2", "consumerGroup": "g"}))  # fmt: skip
+        assert await asyncio.wait_for(heard["c1"].get(), 5) == "g"
+        await two.invoke(beat("c2"))
+        await asyncio.wait_for(heard["c1"].get(), 5)
+        await two.close()  # its connection closes: c1 hears again
+        assert await asyncio.wait_for(heard["c1"].get(), 5) == "g"
+    finally:
+        await one.close()
+        await two.close()

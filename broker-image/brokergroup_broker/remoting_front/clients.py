@@ -2,7 +2,8 @@
 
 RocketMQ's ConsumerManager and RebalanceLockManager, kept in memory as RocketMQ keeps them:
 a consumer is a member of its group from its HEART_BEAT until UNREGISTER_CLIENT, its
-connection closing, or `CHANNEL_EXPIRED_MS` without a heartbeat; a queue lock
+connection closing, or `CHANNEL_EXPIRED_MS` without a heartbeat (`joins`, `unregister` and
+`drop_connection` tell the caller when membership changed, so it can notify the group); a queue lock
 (orderly consumers' LOCK_BATCH_MQ) is held until unlocked or `LOCK_EXPIRED_MS` after its
 last renewal. Both tables are bounded.
 """
@@ -40,18 +41,33 @@ class ConsumerGroups:
         self.groups.setdefault(group, {})[client_id] = _Member(connection, now_ms)
         return True
 
-    def unregister(self, group: str, client_id: str) -> None:
-        members = self.groups.get(group)
-        if members is not None:
-            members.pop(client_id, None)
-            if not members:
-                del self.groups[group]
+    def joins(self, group: str, client_id: str, connection: int) -> bool:
+        """Would a heartbeat of `client_id` over `connection` change `group`'s membership
+        (a new client, or a known one on a new connection: ConsumerGroupInfo.updateChannel)?"""
+        member = self.groups.get(group, {}).get(client_id)
+        return member is None or member.connection != connection
 
-    def drop_connection(self, connection: int) -> None:
+    def connections(self, group: str) -> list[int]:
+        """The connection keys of `group`'s members."""
+        return sorted({m.connection for m in self.groups.get(group, {}).values()})
+
+    def unregister(self, group: str, client_id: str) -> bool:
+        """Forget a member; True if it was one."""
+        members = self.groups.get(group)
+        if members is None or members.pop(client_id, None) is None:
+            return False
+        if not members:
+            del self.groups[group]
+        return True
+
+    def drop_connection(self, connection: int) -> list[str]:
+        """Forget the members on a closed connection; the groups that lost one."""
+        changed: list[str] = []
         for group in list(self.groups):
             for client_id, member in list(self.groups[group].items()):
-                if member.connection == connection:
-                    self.unregister(group, client_id)
+                if member.connection == connection and self.unregister(group, client_id):
+                    changed.append(group)
+        return changed
 
     def members(self, group: str, now_ms: int) -> list[str]:
         """Live clientIds of `group`, sorted (expired ones are forgotten here)."""

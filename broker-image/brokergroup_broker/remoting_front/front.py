@@ -36,6 +36,7 @@ from brokergroup_broker.protocol.messages import (
 from brokergroup_broker.remoting_front import wire
 from brokergroup_broker.remoting_front.admin_queries import AdminQueries
 from brokergroup_broker.remoting_front.clients import ConsumerGroups, QueueLocks
+from brokergroup_broker.remoting_front.group_notify import GroupNotifier
 from brokergroup_broker.store.message import StoredMessage
 from brokergroup_broker.topics import topic_error
 from brokergroup_remoting import RemotingCommand, RequestCode, ResponseCode
@@ -123,6 +124,7 @@ class RemotingFront:
         self._clock_ms = clock_ms
         self.consumers = ConsumerGroups()
         self.locks = QueueLocks()
+        self._notifier = GroupNotifier()
         #: Topics that exist before their first record: retry topics of the consumer groups
         #: that heartbeat here and UPDATE_AND_CREATE_TOPIC's; name → queue count.
         self.declared: dict[str, int] = {}
@@ -503,18 +505,22 @@ class RemotingFront:
         if not isinstance(consumers, list) or len(consumers) > _MAX_HEARTBEAT_GROUPS:
             raise wire.BadHeader("HeartbeatData's consumerDataSet is not a list of groups")
         now = self._clock_ms()
+        if consumers:
+            self._watch(conn)
         for consumer in consumers:
             group = consumer.get("groupName") if isinstance(consumer, dict) else None
             if not isinstance(group, str) or not group:
                 raise wire.BadHeader("a consumer in HeartbeatData has no groupName")
+            joins = self.consumers.joins(group, client_id, id(conn))
             if not self.consumers.heartbeat(group, client_id, id(conn), now):
                 return response_to(cmd, ResponseCode.SYSTEM_BUSY, "too many consumers")
+            clustering = consumer.get("messageModel", "CLUSTERING") == "CLUSTERING"
+            if joins and clustering:  # the group rebalances now (group_notify.py)
+                self._notifier.notify(group, self.consumers.connections(group))
             # A clustering consumer also consumes its group's retry topic: make it routable
             # (RocketMQ creates it on heartbeat too).
-            if consumer.get("messageModel", "CLUSTERING") == "CLUSTERING":
+            if clustering:
                 self._declare(wire.RETRY_GROUP_TOPIC_PREFIX + group, 1)
-        if consumers:
-            self._watch(conn)
         # The client records the answer's version as the broker's (MQClientAPIImpl): answer
         # with its own, so no version-gated path takes this broker for an older one.
         return response_to(
@@ -526,12 +532,15 @@ class RemotingFront:
         key = id(conn)
         if key in self._watched:
             return
+        self._notifier.track(conn)
 
         async def watch() -> None:
             try:
                 await conn.wait_closed()
             finally:
-                self.consumers.drop_connection(key)
+                self._notifier.forget(key)
+                for group in self.consumers.drop_connection(key):
+                    self._notifier.notify(group, self.consumers.connections(group))
                 self._watched.pop(key, None)
 
         self._watched[key] = asyncio.ensure_future(watch())
@@ -540,8 +549,8 @@ class RemotingFront:
         fields = cmd.fields()
         client_id = wire.text(fields, "clientID")
         group = wire.optional_text(fields, "consumerGroup")
-        if group is not None:
-            self.consumers.unregister(group, client_id)
+        if group is not None and self.consumers.unregister(group, client_id):
+            self._notifier.notify(group, self.consumers.connections(group))
         return response_to(cmd, ResponseCode.SUCCESS)
 
     async def get_consumer_list(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
@@ -571,6 +580,7 @@ class RemotingFront:
     async def close(self) -> None:
         for task in list(self._watched.values()):
             task.cancel()
+        await self._notifier.close()
 
 
 def _lock_body(data: dict[str, object]) -> tuple[str, str, list[tuple[str, str, int]]]:
