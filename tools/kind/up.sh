@@ -9,6 +9,8 @@
 #             (build-node-image.sh), a static bridge CNI instead of kindnetd.
 #   auto      standard when the image is present or `docker pull` gets it, else offline.
 # An existing cluster of that name is reused. Exit 2 with the reason when no engine can run.
+# `up.sh --prepare` (.ci/run, while lint and the test tiers' caches build) stops before the
+# cluster: the engine, the path, the node image and the tools; prints the path.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
@@ -50,6 +52,11 @@ case "$path" in
   *) die 64 "BROKERGROUP_KIND_PATH must be auto, standard or offline (got $path)" ;;
 esac
 KIND=$bin/kind
+if [ "${1:-}" = --prepare ]; then
+  log "prepared the $path path ($node_image) in $(($(date +%s) - start)) s; no cluster"
+  echo "$path"
+  exit 0
+fi
 
 # The cluster config: one node; the containerd and kubelet settings this kind of host needs
 # (harmless elsewhere); for the offline path a static bridge CNI in place of kindnetd.
