@@ -79,8 +79,10 @@ class LocalRuntime:
         brokers: int = 3,
         settings: Sequence[str] = (),
         broker_disk_bytes: int | None = None,
+        engine: str = "builtin",
     ) -> None:
         self.root = root
+        self.engine = engine
         self.addresses = addresses
         self.brokers = brokers
         self.settings = tuple(settings)
@@ -110,6 +112,7 @@ class LocalRuntime:
             "--detach",
             "--brokers",
             str(self.brokers),
+            *(("--engine", self.engine) if self.engine != "builtin" else ()),
             *(x for s in (*self.addresses.settings, *self.settings) for x in ("--set", s)),
             timeout_s=120,
         )
