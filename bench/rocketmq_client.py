@@ -163,16 +163,7 @@ class BrokergroupSide:
     def __init__(self, work: Path, engine: str = "builtin") -> None:
         from brokergroup_cli.chaos.runtime import Addresses, LocalRuntime
 
-        addresses = Addresses(lane=1)
-        # The stable master address in the lane too (the address after its controllers).
-        last = addresses.controller_hosts[-1].rsplit(".", 1)
-        endpoint = f"{last[0]}.{int(last[1]) + 1}"
-        self.runtime = LocalRuntime(
-            work / "local",
-            addresses,
-            settings=(f"local.masterEndpointHost={endpoint}",),
-            engine=engine,
-        )
+        self.runtime = LocalRuntime(work / "local", Addresses(lane=1), engine=engine)
 
     def start(self) -> StockClient:
         self.runtime.up()

@@ -53,10 +53,13 @@ class Addresses:
     @property
     def settings(self) -> tuple[str, ...]:
         _, low, high = _LANES[self.lane]
+        first = _LANES[self.lane][0]
         return (
             f"local.controllerHosts={','.join(self.controller_hosts)}",
             f"local.brokerFirstHost=127.0.1.{low}",
             f"local.brokerLastHost=127.0.1.{high}",
+            # The stable master address in the lane too (the address after its controllers).
+            f"local.masterEndpointHost=127.0.1.{first + 3}",
         )
 
     @property
