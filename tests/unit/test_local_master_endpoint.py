@@ -74,6 +74,15 @@ async def forwarder() -> AsyncIterator[MasterForwarder]:
     await fwd.close()
 
 
+async def holding(forwarder: MasterForwarder) -> None:
+    """Until the forwarder has accepted a connection it holds (bounded)."""
+    for _ in range(BOUND_S * 100):
+        if forwarder.held_connections:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the forwarder never accepted the connection")
+
+
 async def ask(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, line: bytes) -> bytes:
     writer.write(line + b"\n")
     await writer.drain()
@@ -108,7 +117,7 @@ async def test_a_connection_without_a_master_is_held_until_one_is_known(
     reader, writer = await asyncio.open_connection(HOST, forwarder.port)
     writer.write(b"early\n")  # sent before any master is known: delivered once one is
     await writer.drain()
-    await asyncio.sleep(0.05)
+    await holding(forwarder)
     forwarder.set_target(address)
     assert await asyncio.wait_for(reader.readline(), BOUND_S) == b"a:early\n"
     writer.close()
@@ -136,7 +145,7 @@ async def test_a_refusing_master_is_retried_once_the_target_moves(
     reader, writer = await asyncio.open_connection(HOST, forwarder.port)
     writer.write(b"hello\n")
     await writer.drain()
-    await asyncio.sleep(0.05)
+    await holding(forwarder)
     b = Master("b")
     forwarder.set_target(await b.start())
     assert await asyncio.wait_for(reader.readline(), BOUND_S) == b"b:hello\n"

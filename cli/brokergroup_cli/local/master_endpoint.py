@@ -74,11 +74,18 @@ class MasterForwarder:
         self._changed = asyncio.Event()
         self._server: asyncio.Server | None = None
         self._pipes: set[asyncio.Task[None]] = set()
+        #: The connections piping to a master now, by the master they reach.
+        self._piping: dict[asyncio.Task[None], str] = {}
         self.target_changes = 0
 
     @property
     def target(self) -> str | None:
         return self._target
+
+    @property
+    def held_connections(self) -> int:
+        """Accepted connections not piping to a master yet (waiting for one)."""
+        return len(self._pipes) - len(self._piping)
 
     @property
     def port(self) -> int:
@@ -110,8 +117,9 @@ class MasterForwarder:
         self.target_changes += 1
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
-        for task in list(self._pipes):
-            task.cancel()
+        for task, reached in list(self._piping.items()):
+            if reached != target:  # held connections wait on: they go to the new target
+                task.cancel()
 
     async def _wait_for_change(self, seen: str | None, deadline: float) -> bool:
         """Wait until the target differs from `seen` and is known; False at the deadline."""
@@ -154,6 +162,7 @@ class MasterForwarder:
             target, up_reader, upstream = connected
             if target != self._target:
                 return  # the master changed while connecting
+            self._piping[task] = target
             async with asyncio.TaskGroup() as pipes:
                 pipes.create_task(_copy(reader, upstream))
                 pipes.create_task(_copy(up_reader, writer))
@@ -161,6 +170,7 @@ class MasterForwarder:
             pass
         finally:
             self._pipes.discard(task)
+            self._piping.pop(task, None)
             for w in (writer, upstream):
                 if w is not None:
                     w.close()
