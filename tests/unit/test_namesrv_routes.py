@@ -212,7 +212,7 @@ def test_routes_cluster_info_and_register_answers_agree_on_the_stable_master() -
         }
     ]
     table = cluster_info(routes)["brokerAddrTable"]
-    assert isinstance(table, dict) and table["broker-a"] == route["brokerDatas"][0]  # type: ignore[index]
+    assert isinstance(table, dict) and table["broker-a"] == route["brokerDatas"][0]
     # A slave replicates from the master itself, never through the stable address.
     assert register_answer(regs[0], routes, regs) == (ADDRS[2], "127.0.0.11:10912")
     assert register_answer(regs[1], routes, regs) == (None, None)
@@ -329,3 +329,32 @@ def test_registrations_merge_topics_refuse_a_first_single_topic_and_expire() -> 
     assert table.expire(now_ms=220_000) == []
     assert [r.broker_addr for r in table.expire(now_ms=220_001)] == [ADDRS[1]]
     assert not table.unregister("DefaultCluster", ADDRS[1], "broker-a")
+
+
+def test_a_groups_topics_outlive_the_registration_that_announced_them() -> None:
+    # The master announces a new topic and is killed before its slaves register again: the
+    # topic stays routed, from the group's remaining member, until the group's last member
+    # goes (RouteInfoManager keeps topic queue data by brokerName).
+    table = Registry()
+    base = {"TBW102": TopicConfig("TBW102", 8, 8), "SELF_TEST_TOPIC": TopicConfig("S", 1, 1)}
+    table.register(reg(ADDRS[1], 0, topics=base), owner=1, now_ms=0)
+    table.register(reg(ADDRS[2], 2, topics=base), owner=2, now_ms=0)
+    table.register(reg(ADDRS[1], 0, topics={"orders": TOPIC}), owner=1, now_ms=1)
+    table.drop_owner(1)  # the master's connection closed with its process
+    after = group_routes(table, managed(2, ADDRS), 2, group_topics=table.group_topics())
+    route = topic_route("orders", after)
+    assert route is not None and route["queueDatas"] == [
+        {"brokerName": "broker-a", "perm": 6, "readQueueNums": 4, "topicSysFlag": 0,
+         "writeQueueNums": 4}
+    ]  # fmt: skip
+    assert route["brokerDatas"][0]["brokerAddrs"] == {"0": ADDRS[2]}  # type: ignore[index]
+    table.delete_topic("orders", None)
+    assert (
+        topic_route(
+            "orders", group_routes(table, managed(2, ADDRS), 2, group_topics=table.group_topics())
+        )
+        is None
+    )
+    table.register(reg(ADDRS[2], 2, topics={**base, "orders": TOPIC}), owner=2, now_ms=3)
+    table.drop_owner(2)  # the group's last member
+    assert table.group_topics() == {}

@@ -191,9 +191,11 @@ def group_routes(
     managed: Mapping[GroupKey, ManagedGroup],
     now_ms: int,
     policy: MasterAddressPolicy = OWN_ADDRESS,
+    group_topics: Mapping[GroupKey, Mapping[str, TopicConfig]] | None = None,
 ) -> list[GroupRoute]:
     """Every group with at least one live, routable registration, sorted by name; a managed
-    group's master named by `policy`."""
+    group's master named by `policy`. `group_topics` (the registry's): topics the group's
+    members announced before, kept under the queue data's own (Registry doc)."""
     by_group: dict[GroupKey, list[BrokerRegistration]] = {}
     for reg in registrations:
         if reg.alive(now_ms):
@@ -216,7 +218,7 @@ def group_routes(
                 broker_addrs=addrs,
                 zone_name=source.zone_name,
                 enable_acting_master=source.enable_acting_master,
-                topics=source.topics,
+                topics={**(group_topics or {}).get(key, {}), **source.topics},
                 master_epoch=None if group is None else group.master_epoch,
                 master_registered_addr=None if master is None else master.broker_addr,
             )

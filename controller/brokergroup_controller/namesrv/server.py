@@ -121,7 +121,11 @@ class NameServer:
 
     def group_routes(self) -> list[routes.GroupRoute]:
         return routes.group_routes(
-            self.registry, self._groups(), self._clock_ms(), self._master_address
+            self.registry,
+            self._groups(),
+            self._clock_ms(),
+            self._master_address,
+            self.registry.group_topics(),
         )
 
     # Routes (clients, mqadmin) -------------------------------------------------------------
