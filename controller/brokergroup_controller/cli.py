@@ -59,6 +59,19 @@ def register(subparsers: Any) -> None:
         help="JSON accessKey/secretKey the name server (port 9876) checks signatures with",
     )
     controller.add_argument(
+        "--namesrv-master-address-template",
+        metavar="TEMPLATE",
+        help="stable address routes name as a group's master (brokerId 0), e.g. "
+        "'{broker}-master.ns.svc:{port}' ({cluster}, {broker}, {port}: the master's port)",
+    )
+    controller.add_argument(
+        "--namesrv-master-address",
+        action="append",
+        metavar="CLUSTER/BROKER=HOST:PORT",
+        dest="namesrv_master_addresses",
+        help="fixed master address of one group in routes (repeatable; ahead of the template)",
+    )
+    controller.add_argument(
         "--insecure-no-auth",
         action="store_true",
         help="dev only: no API token and an unauthenticated Raft port",
@@ -187,6 +200,8 @@ def _run_controller(args: argparse.Namespace) -> int:
             remoting_credentials_file=args.remoting_credentials_file,
             namesrv_key_file=args.namesrv_key_file,
             namesrv_port=args.namesrv_port,
+            namesrv_master_address_template=args.namesrv_master_address_template,
+            namesrv_master_addresses=args.namesrv_master_addresses,
         )
     except (OSError, ValueError) as exc:
         sys.stderr.write(f"brokergroup controller: invalid configuration: {exc}\n")

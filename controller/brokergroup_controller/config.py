@@ -11,6 +11,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from brokergroup_controller.credentials import CredentialKeys
+from brokergroup_controller.master_address import MasterAddressPolicy, load_policy
 from brokergroup_controller.raft_settings import RaftSettings, parse_peers
 
 DEFAULT_API_PORT = 9878
@@ -86,6 +87,15 @@ class ControllerConfig:
     namesrv_key_file: str | None = None
     """JSON file with the clients' accessKey/secretKey (brokergroup_remoting.keys); without it the
     name server runs only under insecure_no_auth."""
+    namesrv_master_address_template: str | None = None
+    """The stable address routes name as a managed group's master (brokerId 0), with
+    `{cluster}`, `{broker}`, `{port}` filled in (master_address.py); None = the
+    master's own address, which clients follow only at their 30 s route refresh."""
+    namesrv_master_addresses: tuple[str, ...] = ()
+    """`CLUSTER/BROKER=HOST:PORT` fixed master addresses, ahead of the template."""
+
+    def master_address_policy(self) -> MasterAddressPolicy:
+        return load_policy(self.namesrv_master_address_template, self.namesrv_master_addresses)
 
     @property
     def self_address(self) -> str:
@@ -134,6 +144,7 @@ class ControllerConfig:
             raise ValueError(f"namesrvPort {self.namesrv_port} is not a TCP port (0: off)")
         if self.namesrv_port and self.namesrv_port in (self.api_port, self.remoting_port):
             raise ValueError(f"namesrvPort {self.namesrv_port} is already the API or remoting port")
+        self.master_address_policy()  # a bad template or address stops start-up here
         if self.insecure_no_auth and (
             self.token is not None
             or self.raft_password is not None
@@ -205,6 +216,13 @@ def config_from_sources(
     values.update({k: v for k, v in overrides.items() if v is not None})
     if "peers" in values:
         values["peers"] = parse_peers(values["peers"])
+    addresses = values.get("namesrv_master_addresses")
+    if addresses is not None:
+        if not isinstance(addresses, list | tuple) or not all(
+            isinstance(a, str) for a in addresses
+        ):
+            raise ValueError("setting namesrvMasterAddresses must be a list of strings")
+        values["namesrv_master_addresses"] = tuple(addresses)
     for f in fields(ControllerConfig):
         if f.name not in values:
             continue
@@ -254,6 +272,8 @@ def load_config(
     remoting_credentials_file: str | None = None,
     namesrv_key_file: str | None = None,
     namesrv_port: int | None = None,
+    namesrv_master_address_template: str | None = None,
+    namesrv_master_addresses: list[str] | None = None,
 ) -> ControllerConfig:
     file_values: dict[str, Any] = {}
     if config_path:
@@ -291,6 +311,8 @@ def load_config(
             and os.path.abspath(remoting_credentials_file),
             "namesrv_key_file": os.path.abspath(namesrv_key_file) if namesrv_key_file else None,
             "namesrv_port": namesrv_port,
+            "namesrv_master_address_template": namesrv_master_address_template,
+            "namesrv_master_addresses": namesrv_master_addresses or None,
         },
     )
 

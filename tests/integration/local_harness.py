@@ -31,6 +31,7 @@ TEST_SETTINGS = (
     "local.controllerRaftPort=19880",
     "local.namesrvPort=19876",
     "local.brokerClientPort=20911",
+    "local.masterEndpointPort=20900",
 )
 CONTROLLER_API_ADDRESSES = "127.0.1.1:19878,127.0.1.2:19878,127.0.1.3:19878"
 

@@ -36,6 +36,7 @@ STOCK_SETTINGS = (
     "local.controllerHosts=127.0.1.71,127.0.1.72,127.0.1.73",
     "local.brokerFirstHost=127.0.1.80",
     "local.brokerLastHost=127.0.1.89",
+    "local.masterEndpointHost=127.0.1.70",
 )
 
 

@@ -139,7 +139,8 @@ def test_stock_producer_sends_through_local_up(java: Java, runtime: Runtime) -> 
     assert sent.returncode == 0, f"{sent.stdout}\n{sent.stderr}\n{runtime.logs()}"
     assert sent.stdout.count("SEND_OK") == COUNT
 
-    # The route names the master's remoting address (client port + 3) as brokerId 0.
+    # The route names the group's stable master address (the local runtime's forwarder to the
+    # master's remoting port, client port + 3) as brokerId 0.
     data = route(namesrv.split(";")[0], Credentials(ak, sk), TOPIC)
     assert data is not None
     brokers = data["brokerDatas"]
@@ -147,7 +148,13 @@ def test_stock_producer_sends_through_local_up(java: Java, runtime: Runtime) -> 
     master = status["master"]
     assert isinstance(master, dict)
     host = str(master["address"]).rsplit(":", 1)[0]
-    assert brokers[0]["brokerAddrs"]["0"] == f"{host}:{20911 + 3}"
+    assert brokers[0]["brokerAddrs"]["0"] == status["masterAddress"]
+    assert wait_for(
+        "the forwarder on the master",
+        lambda: ((s := runtime.status())["masterTarget"] == f"{host}:{20911 + 3}" and s) or None,
+        30,
+        runtime,
+    )
 
     # A wrong secret is refused (the name server and the broker port both check it).
     wrong = java.client("produce", namesrv, ak, sk + "x", TOPIC, "1")

@@ -4,11 +4,14 @@
 gives `namesrvAddress`, `accessKey` and `secretKey`. Every broker registers its RocketMQ
 remoting port (client port + 3) with every name server under its persistent BrokerId, on a
 connection it keeps open (brokergroup_broker.remoting_front.namesrv_link); the route names
-the controller's master brokerId 0. After `local kill master`, the controller leader's GET
-/v1/watch returns the committed election; the very next route from that node's name server
-names the new master as brokerId 0, with no registration in between (the killed master's
-registration went with its connection). The other nodes follow as they apply the entry
-(bounded wait). An unsigned request is refused.
+the controller's master brokerId 0, at the group's stable master address (`masterAddress`,
+the supervisor's forwarder; its `masterTarget` is the master's remoting port). After `local
+kill master`, the controller leader's GET /v1/watch returns the committed election; the very
+next route from that node's name server routes the new master as brokerId 0 (it is no longer
+listed as a slave), with no registration in between (the killed master's registration went
+with its connection), and brokerId 0 is still the same stable address, while the forwarder's
+target moves to the new master. The other nodes follow as they apply the entry (bounded
+wait). An unsigned request is refused.
 """
 
 from __future__ import annotations
@@ -63,6 +66,13 @@ async def broker_addrs(namesrv: str, credentials: Credentials) -> dict[str, str]
     return addrs
 
 
+def forwarding_to(status: dict[str, Any], target: str | None) -> dict[str, Any] | None:
+    """`status` once the stable address forwards to `target` (None: the status's master)."""
+    if target is None and status.get("master") is not None:
+        target = f"{status['master']['address'].rsplit(':', 1)[0]}:{REMOTING_PORT}"
+    return status if target is not None and status.get("masterTarget") == target else None
+
+
 async def scenario(runtime: Runtime, status: dict[str, Any]) -> None:
     token = (runtime.root / "token").read_text().strip()
     credentials = Credentials(status["accessKey"], status["secretKey"])
@@ -79,8 +89,11 @@ async def scenario(runtime: Runtime, status: dict[str, Any]) -> None:
     await anonymous.close()
     assert refused.code == ResponseCode.NO_PERMISSION
 
+    stable = status["masterAddress"]
+    assert stable == "127.0.1.10:20900"
+    assert stable not in address_of.values()
     expected = {str(i): a for i, a in address_of.items() if i != master_id}
-    expected["0"] = address_of[master_id]
+    expected["0"] = stable
     for node in nodes:  # the brokers register themselves at start-up (bounded wait)
         for _ in range(100):
             with contextlib.suppress(AssertionError):
@@ -118,17 +131,27 @@ async def scenario(runtime: Runtime, status: dict[str, Any]) -> None:
     # The leader applied it before answering: its name server's next route has it.
     port = nodes[0].rsplit(":", 1)[1]
     after = await broker_addrs(f"{leader_host}:{port}", credentials)
-    assert after["0"] == address_of[new_master]
+    assert after["0"] == stable
     # The killed master's registration went with its connection (or, if the name server has
     # not seen that close yet, it keeps its persistent id).
     assert after.get(str(master_id), address_of[master_id]) == address_of[master_id]
     assert str(new_master) not in after
     for node in nodes:  # followers apply the same entry a moment later
         for _ in range(50):
-            if (await broker_addrs(node, credentials)).get("0") == address_of[new_master]:
+            if str(new_master) not in await broker_addrs(node, credentials):
                 break
             await asyncio.sleep(0.1)
-        assert (await broker_addrs(node, credentials))["0"] == address_of[new_master]
+        route = await broker_addrs(node, credentials)
+        assert route["0"] == stable and str(new_master) not in route, route
+    # The stable address now forwards to the new master's remoting port (bounded wait: the
+    # status file is rewritten every poll).
+    moved = wait_for(
+        "the forwarder on the new master",
+        lambda: forwarding_to(runtime.status(), address_of[new_master]),
+        30,
+        runtime,
+    )
+    assert moved["masterAddress"] == stable
 
 
 def test_a_committed_election_moves_broker_id_0_before_any_registration(runtime: Runtime) -> None:
@@ -148,4 +171,10 @@ def test_a_committed_election_moves_broker_id_0_before_any_registration(runtime:
     keys = json.loads((runtime.root / "namesrv-keys.json").read_text())
     assert (keys["accessKey"], keys["secretKey"]) == (status["accessKey"], status["secretKey"])
     assert (runtime.root / "namesrv-keys.json").stat().st_mode & 0o777 == 0o600
+    status = wait_for(
+        "the forwarder on the master",
+        lambda: forwarding_to(runtime.status(), None),
+        30,
+        runtime,
+    )
     asyncio.run(scenario(runtime, status))

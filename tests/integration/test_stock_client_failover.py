@@ -1,6 +1,12 @@
 """A master SIGKILL under load with the stock RocketMQ 5.3.1 client at its default settings
-(issue 19 item 6): every SEND_OK message is consumed afterwards, and an orderly push consumer
+(issue 19 items 5-6): every SEND_OK message is consumed afterwards, with its content, at the
+queue and offset its SEND_OK named, in send order per queue; and an orderly push consumer
 group's committed offsets survive the failover.
+
+The client knows only the name server (`local status --json` `namesrvAddress`); the route
+it gets names the group's stable master address (`masterAddress`, the local runtime's
+forwarder) as brokerId 0, before and after the kills (checked with mqadmin topicRoute), so
+it follows each new master without waiting for its 30 s route refresh.
 
 `brokergroup local up`; tools/rocketmq/StockClient.java's failover mode sends sync messages in
 one thread throughout and records every SEND_OK (msgId, body id); the master is SIGKILLed by
@@ -15,6 +21,8 @@ remoting port the sender never gets a SEND_OK and the test fails waiting for one
 
 from __future__ import annotations
 
+import json
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -50,6 +58,28 @@ def wait_send_ok_after(log: Path, t_ms: int, sender: subprocess.Popen[bytes]) ->
     pytest.fail(f"no SEND_OK within {SEND_OK_PATIENCE_S} s after {t_ms}; last results:\n{tail}")
 
 
+def route_master(rt: StockRuntime, topic: str) -> str:
+    """brokerId 0 of `topic`'s route, as mqadmin topicRoute prints it from the name server."""
+    text = rt.mqadmin("topicRoute", "-t", topic)
+    assert "{" in text, text
+    # fastjson prints Long map keys bare ({0:"addr"}); quote them to read it as JSON.
+    body = re.sub(
+        r"([{,]\s*)(\d+)(\s*:)", r'\1"\2"\3', text[text.index("{") : text.rindex("}") + 1]
+    )
+    addrs: dict[str, str] = json.loads(body)["brokerDatas"][0]["brokerAddrs"]
+    return addrs["0"]
+
+
+def acked_in_send_order(acks: Path) -> dict[int, list[int]]:
+    """queueId → the queue offsets of its SEND_OKs in send order; each list must increase
+    (one sending thread, so a queue's later send must sit at a later offset)."""
+    by_queue: dict[int, list[int]] = {}
+    for line in acks.read_text().splitlines():
+        _, _, _, queue_id, offset = line.split("\t")
+        by_queue.setdefault(int(queue_id), []).append(int(offset))
+    return by_queue
+
+
 def test_every_send_ok_survives_master_kills_and_offsets_follow(tmp_path: Path) -> None:
     with stock_runtime(tmp_path) as rt:
         run_failover(rt, tmp_path)
@@ -64,6 +94,8 @@ def run_failover(rt: StockRuntime, tmp_path: Path) -> None:
     )[:-1]
     assert len(first) >= 15
 
+    stable = rt.status()["masterAddress"]
+    assert route_master(rt, "StockFoOffsets") == stable
     acks, log, stop = tmp_path / "fo.acks", tmp_path / "fo.log", tmp_path / "fo.stop"
     sender = client.start(
         "failover", tmp_path / "fo.out", topic="StockFailover", acks=acks, log=log, stop=stop,
@@ -84,9 +116,14 @@ def run_failover(rt: StockRuntime, tmp_path: Path) -> None:
         except subprocess.TimeoutExpired:
             sender.kill()
             sender.wait()
-    summary = client.run("verify", topic="StockFailover", acks=acks, idle_s=30, consumer="push")[-1]
+    assert route_master(rt, "StockFailover") == stable  # the same address after the kills
+    summary = client.run(
+        "verify", topic="StockFailover", acks=acks, idle_s=30, consumer="push", place="true"
+    )[-1]
     assert summary["acked"] > 0, summary
-    assert (summary["lost"], summary["badBody"]) == (0, 0), summary
+    assert (summary["lost"], summary["badBody"], summary["placeDiffers"]) == (0, 0, 0), summary
+    for queue_id, offsets in acked_in_send_order(acks).items():
+        assert offsets == sorted(set(offsets)), f"queue {queue_id} acked out of send order"
 
     second = client.run(
         "consume", kind="orderly", topic="StockFoOffsets", group="fo-off", count=40, idle_s=15

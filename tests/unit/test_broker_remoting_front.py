@@ -220,6 +220,12 @@ class Port:
     async def ask(self, cmd: RemotingCommand) -> RemotingCommand:
         return await self.client.invoke(cmd, 5.0)
 
+    async def reconnect(self) -> None:
+        await self.client.close()
+        self.client = await RemotingClient.connect(
+            f"127.0.0.1:{self.server.port}", credentials=Credentials(ACCESS_KEY, SECRET_KEY)
+        )
+
 
 async def open_port(store: MessageStore, tmp_path: Path, *, auto_create: bool) -> Port:
     front = RemotingFront(
@@ -250,6 +256,10 @@ async def test_an_unconfirmed_broker_refuses_sends_with_the_not_master_code(
         answer = await port.ask(request(code, 0, V2_SEND, body))
         assert answer.code == ResponseCode.SERVICE_NOT_AVAILABLE, answer
         assert "no confirmed role" in (answer.remark or "")
+        # ... and closes the connection, so a client behind a stable master address
+        # reconnects to the current master (bounded wait: liveness, not timing).
+        await asyncio.wait_for(port.client.connection.wait_closed(), 10)
+        await port.reconnect()
     pull = {"consumerGroup": "g", "topic": "TopicA", "queueId": "0", "queueOffset": "0",
             "maxMsgNums": "32", "sysFlag": "0", "commitOffset": "0"}  # fmt: skip
     for code in (RequestCode.PULL_MESSAGE, RequestCode.LITE_PULL_MESSAGE):

@@ -99,12 +99,29 @@ def test_controller_argv(tmp_path: Path) -> None:
         "--raft-password-file", str(tmp_path / "raft-password"),
         "--namesrv-key-file", str(tmp_path / "namesrv-keys.json"),
         "--namesrv-port", "9876",
+        "--namesrv-master-address", "DefaultCluster/broker-a=127.0.1.10:10911",
     ]  # fmt: skip
     with_settings = build_config(tmp_path, 3, ["local.launcher=bg", "controller.a=1"])
     assert controller_argv(with_settings, Layout(tmp_path), 1)[-2:] == [
         "--config",
         str(tmp_path / "controller.json"),
     ]
+
+
+def test_the_stable_master_address_is_a_free_loopback_address(tmp_path: Path) -> None:
+    config = build_config(tmp_path, 3, [])
+    assert config.master_endpoint_address == "127.0.1.10:10911"
+    assert config.broker_remoting_port() == 10914
+    assert build_config(tmp_path, 3, [], engine="rocketmq").broker_remoting_port() == 10911
+    for setting, reason in (
+        ("local.masterEndpointHost=127.0.0.20", "broker range"),
+        ("local.masterEndpointHost=127.0.1.2", "controller address"),
+        ("local.masterEndpointHost=127.0.9.1", "outside"),
+        ("local.masterEndpointPort=0", "not a usable port"),
+        ("local.masterEndpointHoldMs=0", "must be positive"),
+    ):
+        with pytest.raises(ConfigError, match=reason):
+            build_config(tmp_path, 3, [setting])
 
 
 def test_broker_argv_binds_and_advertises_its_own_address(tmp_path: Path) -> None:

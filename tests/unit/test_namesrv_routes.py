@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from brokergroup_controller.master_address import MasterAddressPolicy
 from brokergroup_controller.namesrv.registry import Registry, RegistryFull
 from brokergroup_controller.namesrv.routes import (
     MASTER_ID,
@@ -156,6 +157,91 @@ def test_register_answer_names_the_master_to_slaves_only() -> None:
     assert register_answer(regs[0], routes, regs) == (None, None)
 
 
+# --- the master address policy (issue 19 item 5) ------------------------------------------
+
+STABLE = "127.0.1.1:20911"
+
+
+def test_a_stable_master_address_is_id_0_and_stays_across_an_election() -> None:
+    regs = [reg(ADDRS[1], 0), reg(ADDRS[2], 2), reg(ADDRS[3], 3)]
+    fixed = MasterAddressPolicy(fixed={KEY: STABLE})
+    before = group_routes(regs, managed(1, ADDRS), 0, fixed)[0]
+    after = group_routes(regs, managed(2, ADDRS, epoch=4), 0, fixed)[0]
+    assert before.broker_addrs == {0: STABLE, 2: ADDRS[2], 3: ADDRS[3]}
+    assert after.broker_addrs == {0: STABLE, 1: ADDRS[1], 3: ADDRS[3]}
+    assert (before.master_registered_addr, after.master_registered_addr) == (ADDRS[1], ADDRS[2])
+    templated = MasterAddressPolicy(template="{broker}-master.{cluster}:{port}")
+    assert group_routes(regs, managed(2, ADDRS), 0, templated)[0].broker_addrs == {
+        0: "broker-a-master.DefaultCluster:10911",
+        1: ADDRS[1],
+        3: ADDRS[3],
+    }
+
+
+def test_no_master_or_an_unregistered_master_gets_no_stable_address() -> None:
+    fixed = MasterAddressPolicy(fixed={KEY: STABLE})
+    regs = [reg(ADDRS[2], 2), reg(ADDRS[3], 3)]
+    assert group_routes(regs, managed(None, ADDRS), 0, fixed)[0].broker_addrs == {
+        2: ADDRS[2],
+        3: ADDRS[3],
+    }
+    # The controller's master (1) is not registered here: no id 0, not the stable address.
+    assert group_routes(regs, managed(1, ADDRS), 0, fixed)[0].broker_addrs == {
+        2: ADDRS[2],
+        3: ADDRS[3],
+    }
+
+
+def test_unmanaged_groups_keep_the_addresses_they_registered() -> None:
+    policy = MasterAddressPolicy(template="stable:{port}", fixed={KEY: STABLE})
+    regs = [reg("127.0.0.1:1", 0), reg("127.0.0.1:2", 1)]
+    assert group_routes(regs, {}, 0, policy)[0].broker_addrs == {0: "127.0.0.1:1", 1: "127.0.0.1:2"}
+
+
+def test_routes_cluster_info_and_register_answers_agree_on_the_stable_master() -> None:
+    regs = [reg(ADDRS[1], 1), reg(ADDRS[2], 0), reg(ADDRS[3], 3)]
+    routes = group_routes(regs, managed(2, ADDRS), 0, MasterAddressPolicy(fixed={KEY: STABLE}))
+    route = topic_route("orders", routes)
+    assert route is not None
+    assert route["brokerDatas"] == [
+        {
+            "brokerAddrs": {"0": STABLE, "1": ADDRS[1], "3": ADDRS[3]},
+            "brokerName": "broker-a",
+            "cluster": "DefaultCluster",
+            "enableActingMaster": False,
+        }
+    ]
+    table = cluster_info(routes)["brokerAddrTable"]
+    assert isinstance(table, dict) and table["broker-a"] == route["brokerDatas"][0]
+    # A slave replicates from the master itself, never through the stable address.
+    assert register_answer(regs[0], routes, regs) == (ADDRS[2], "127.0.0.11:10912")
+    assert register_answer(regs[1], routes, regs) == (None, None)
+
+
+@given(
+    st.lists(st.integers(1, 3), min_size=1, max_size=3, unique=True),
+    st.one_of(st.none(), st.integers(1, 3)),
+    st.sampled_from(["fixed", "template"]),
+)
+def test_the_policy_changes_only_the_address_of_id_0(
+    registered: list[int], master: int | None, kind: str
+) -> None:
+    regs = [reg(ADDRS[i], 0 if i == 1 else i) for i in registered]
+    policy = (
+        MasterAddressPolicy(fixed={KEY: STABLE})
+        if kind == "fixed"
+        else MasterAddressPolicy(template="{broker}.{cluster}:{port}")
+    )
+    plain = group_routes(regs, managed(master, ADDRS), 0)
+    stable = group_routes(regs, managed(master, ADDRS), 0, policy)
+    assert len(plain) == len(stable) == 1
+    expected = dict(plain[0].broker_addrs)
+    if MASTER_ID in expected:
+        assert stable[0].master_registered_addr == expected[MASTER_ID] == ADDRS[master or 0]
+        expected[MASTER_ID] = STABLE if kind == "fixed" else "broker-a.DefaultCluster:10911"
+    assert stable[0].broker_addrs == expected
+
+
 # --- properties ---------------------------------------------------------------------------
 
 HOSTS = [f"127.0.0.{i}:10911" for i in range(10, 18)]
@@ -243,3 +329,32 @@ def test_registrations_merge_topics_refuse_a_first_single_topic_and_expire() -> 
     assert table.expire(now_ms=220_000) == []
     assert [r.broker_addr for r in table.expire(now_ms=220_001)] == [ADDRS[1]]
     assert not table.unregister("DefaultCluster", ADDRS[1], "broker-a")
+
+
+def test_a_groups_topics_outlive_the_registration_that_announced_them() -> None:
+    # The master announces a new topic and is killed before its slaves register again: the
+    # topic stays routed, from the group's remaining member, until the group's last member
+    # goes (RouteInfoManager keeps topic queue data by brokerName).
+    table = Registry()
+    base = {"TBW102": TopicConfig("TBW102", 8, 8), "SELF_TEST_TOPIC": TopicConfig("S", 1, 1)}
+    table.register(reg(ADDRS[1], 0, topics=base), owner=1, now_ms=0)
+    table.register(reg(ADDRS[2], 2, topics=base), owner=2, now_ms=0)
+    table.register(reg(ADDRS[1], 0, topics={"orders": TOPIC}), owner=1, now_ms=1)
+    table.drop_owner(1)  # the master's connection closed with its process
+    after = group_routes(table, managed(2, ADDRS), 2, group_topics=table.group_topics())
+    route = topic_route("orders", after)
+    assert route is not None and route["queueDatas"] == [
+        {"brokerName": "broker-a", "perm": 6, "readQueueNums": 4, "topicSysFlag": 0,
+         "writeQueueNums": 4}
+    ]  # fmt: skip
+    assert route["brokerDatas"][0]["brokerAddrs"] == {"0": ADDRS[2]}  # type: ignore[index]
+    table.delete_topic("orders", None)
+    assert (
+        topic_route(
+            "orders", group_routes(table, managed(2, ADDRS), 2, group_topics=table.group_topics())
+        )
+        is None
+    )
+    table.register(reg(ADDRS[2], 2, topics={**base, "orders": TOPIC}), owner=2, now_ms=3)
+    table.drop_owner(2)  # the group's last member
+    assert table.group_topics() == {}

@@ -418,3 +418,46 @@ async def asyncio_sleep() -> None:
     import asyncio
 
     await asyncio.sleep(0.01)
+
+
+async def test_every_answer_names_the_stable_master_address_a_slave_gets_the_master() -> None:
+    # Issue 19 item 5: with --namesrv-master-address, topic routes, cluster info (mqadmin
+    # clusterList) and the system topic list name the stable address as brokerId 0; the
+    # answer to a slave's own registration still names the master itself (HA follows it).
+    from brokergroup_controller.master_address import load_policy
+
+    stable = "127.0.1.10:10911"
+    groups = Groups()
+    groups.groups[KEY] = ManagedGroup(KEY[0], KEY[1], 1, 2, {1: A1, 2: A2})
+    server = NameServer(
+        groups,
+        auth=ServerAuth(secret_for=KEYS.get),
+        master_address=load_policy(None, [f"{KEY[0]}/{KEY[1]}={stable}"]),
+    )
+    await server.start("127.0.0.1", 0)
+    address = f"127.0.0.1:{server.port}"
+    # Brokers keep their connections: a registration leaves with its connection.
+    brokers = [await RemotingClient.connect(address, credentials=GOOD) for _ in range(2)]
+    try:
+        body = json_body("orders", "x")
+        first = await brokers[0].invoke(
+            request(RequestCode.REGISTER_BROKER, 0, register_fields(A1, 1), body), 5
+        )
+        assert first.code == ResponseCode.SUCCESS and "masterAddr" not in first.fields()
+        slave = await brokers[1].invoke(
+            request(RequestCode.REGISTER_BROKER, 0, register_fields(A2, 2), body), 5
+        )
+        assert slave.fields().get("masterAddr") == A1, slave
+        assert slave.fields().get("haServerAddr") == "127.0.0.10:10912", slave
+        code, data = await route(address)
+        assert code == ResponseCode.SUCCESS and data is not None
+        assert data["brokerDatas"][0]["brokerAddrs"] == {"0": stable, "2": A2}  # type: ignore[index]
+        info = await call(address, request(RequestCode.GET_BROKER_CLUSTER_INFO, 0))
+        addrs = json.loads(info.body)["brokerAddrTable"]["broker-a"]["brokerAddrs"]
+        assert addrs == {"0": stable, "2": A2}
+        system = await call(address, request(RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS, 0))
+        assert json.loads(system.body)["brokerAddr"] == stable
+    finally:
+        for broker in brokers:
+            await broker.close()
+        await server.close()

@@ -57,7 +57,7 @@ import org.apache.rocketmq.remoting.RPCHook;
  *             msg/s and p99 of send calls; every SEND_OK msgId/queue/offset to acks
  *   failover  seconds=S acks=FILE log=FILE   one thread of sync sends; a line per result
  *             (ok/err with currentTimeMillis), flushed, so the driver sees SEND_OK after a kill
- *   verify    acks=FILE[,FILE...] idle_s=S [consumer=lite|push]   a new group from the first offset
+ *   verify    acks=FILE[,FILE...] idle_s=S [consumer=lite|push] [place=true]   a new group from the first offset
  *             reads the topic; every acked message must come back with its body
  */
 public class StockClient {
@@ -456,15 +456,22 @@ public class StockClient {
         String topic = opt("topic", "BenchTopic");
         int size = intOpt("size", 1024);
         Map<String, String> acked = new HashMap<>();  // body id -> msgId
+        Map<String, String> place = new HashMap<>();  // body id -> "queueId/queueOffset"
         for (String f : opt("acks", "acks.tsv").split(",")) {
             for (String line : Files.readAllLines(Paths.get(f))) {
                 String[] parts = line.split("\t");
                 if (parts.length >= 2) acked.put(parts[1], parts[0]);
+                if (parts.length >= 5) place.put(parts[1], parts[3] + "/" + parts[4]);
             }
         }
+        // place=true (single sends only: a batch's SendResult has one offset for all): every
+        // acked message must be consumed at the queue and offset its SEND_OK named (a send
+        // that failed and was retried may also be stored a second time: at-least-once).
+        boolean checkPlace = opt("place", "false").equals("true");
         long idleMs = intOpt("idle_s", 20) * 1000L, last = System.currentTimeMillis();
         Set<String> seen = new HashSet<>();
         Set<String> badBody = new HashSet<>();
+        Set<String> placed = new HashSet<>();
         long received = 0, msgIdDiffers = 0;
         String group = opt("group", "stock-client-verify-" + System.nanoTime());
         AtomicLong lastSeen = new AtomicLong(last);
@@ -477,6 +484,9 @@ public class StockClient {
                 String msgId = acked.get(id);
                 if (msgId == null) return;
                 if (!msgId.equals(m.getMsgId())) differs.incrementAndGet();
+                if (checkPlace && (m.getQueueId() + "/" + m.getQueueOffset()).equals(place.get(id))) {
+                    placed.add(id);
+                }
                 if (Arrays.equals(m.getBody(), body(id, size))) seen.add(id);
                 else badBody.add(id);
             }
@@ -524,6 +534,8 @@ public class StockClient {
         for (int i = 0; i < Math.min(10, lost.size()); i++) sample.append(i > 0 ? "," : "").append(q(lost.get(i)));
         OUT.println("{\"summary\":\"verify\",\"acked\":" + acked.size() + ",\"received\":" + received
             + ",\"found\":" + seen.size() + ",\"lost\":" + lost.size() + ",\"badBody\":" + badBody.size()
-            + ",\"msgIdDiffers\":" + msgIdDiffers + ",\"lostSample\":" + sample + "]}");
+            + ",\"msgIdDiffers\":" + msgIdDiffers
+            + ",\"placeDiffers\":" + (checkPlace ? acked.size() - placed.size() : 0)
+            + ",\"lostSample\":" + sample + "]}");
     }
 }

@@ -70,16 +70,23 @@ def build() -> Path:
     if reason is not None:
         raise StockClientMissing(reason)
     home = rocketmq_home()
-    classes = home / "stockclient" / "classes"
-    stamp = classes / f".source-{hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:16]}"
-    if not stamp.exists():
-        shutil.rmtree(classes, ignore_errors=True)
-        classes.mkdir(parents=True)
+    # One directory per source version: worktrees with different sources, and a JVM still
+    # running from an older build, never see their classes removed under them.
+    digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:16]
+    classes = home / "stockclient" / digest
+    if not (classes / ".complete").exists():
+        building = home / "stockclient" / f".{digest}.{os.getpid()}.tmp"
+        shutil.rmtree(building, ignore_errors=True)
+        building.mkdir(parents=True)
         subprocess.run(
-            ["javac", "-nowarn", "-d", str(classes), "-cp", f"{home / 'lib'}/*", str(SOURCE)],
+            ["javac", "-nowarn", "-d", str(building), "-cp", f"{home / 'lib'}/*", str(SOURCE)],
             check=True, timeout=300,
         )  # fmt: skip
-        stamp.touch()
+        (building / ".complete").touch()
+        try:
+            building.rename(classes)
+        except OSError:  # another process finished the same build first
+            shutil.rmtree(building, ignore_errors=True)
     return classes
 
 

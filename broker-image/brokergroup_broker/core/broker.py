@@ -276,6 +276,10 @@ class Broker:
         if self._namesrv_link is not None:
             self._spawn(self._namesrv_link.run())
 
+    def _master_lost(self, reason: str) -> None:
+        if self._remoting is not None:
+            self._remoting.master_lost(reason)
+
     def _topics_changed(self, topic: str) -> None:
         if self._namesrv_link is not None:
             self._namesrv_link.topics_changed(topic)
@@ -318,6 +322,7 @@ class Broker:
             session=session,
             peers=peers,
             faults=self.faults,
+            on_master_lost=self._master_lost,
         )
         produce = ProducePath(
             settings=s,

@@ -8,6 +8,7 @@ carries its decisions out in order, then takes the next."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from brokergroup_broker.core import role as roles
 from brokergroup_broker.core.broker_settings import group_view_of
@@ -37,6 +38,7 @@ class RoleTransitions:
         session: ControllerSession,
         peers: PeerOffsets,
         faults: StoreFaults,
+        on_master_lost: Callable[[str], None] = lambda _reason: None,
     ) -> None:
         self._broker_id = broker_id
         self._config = config
@@ -46,6 +48,7 @@ class RoleTransitions:
         self._session = session
         self._peers = peers
         self._faults = faults
+        self._on_master_lost = on_master_lost
 
     async def run(self) -> None:
         while True:
@@ -126,8 +129,12 @@ class RoleTransitions:
                 log.info("acting master (read-only, RIP-32): %s", acting)
 
     def stop_writes(self, outcome: AckOutcome) -> None:
-        """Take no more writes; every produce still waiting fails with `outcome`."""
+        """Take no more writes; every produce still waiting fails with `outcome`. A master
+        that stops also drops its RocketMQ client connections (`on_master_lost`)."""
+        was_master = self._role.is_master
         self._role.stop_writes()
+        if was_master:
+            self._on_master_lost(f"broker {self._broker_id} is no longer the master")
         self._replication.fail_all(outcome)
 
     async def _become_master(self, decision: roles.BecomeMaster, info: ReplicaInfo) -> None:

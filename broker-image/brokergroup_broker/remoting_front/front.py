@@ -137,6 +137,7 @@ class RemotingFront:
             clock_ms=clock_ms,
             key_query_budget_bytes=settings.key_query_budget_bytes,
         )
+        self._closing: set[asyncio.Task[None]] = set()
         table: dict[int, Callable[[RemotingCommand, Connection], Awaitable[RemotingCommand]]] = {
             RequestCode.SEND_MESSAGE: self.send_message,
             RequestCode.SEND_MESSAGE_V2: self.send_message,
@@ -238,6 +239,8 @@ class RemotingFront:
         )
         response = await self._send(batch)
         if isinstance(response, ErrorResponse):
+            if response.code in wire.NOT_MASTER_CODES:
+                self._close_soon(conn, f"send refused: {response.message}")
             return response_to(cmd, wire.SEND_CODE_OF[response.code], response.message)
         assert isinstance(response, SendRunResult)
         if new_topic:
@@ -257,6 +260,20 @@ class RemotingFront:
                 "TRACE_ON": "true",
             },
         )
+
+    def _close_soon(self, conn: Connection, reason: str) -> None:
+        """Close `conn` once this handler's answer is on its way: the transport writes what
+        it holds before it closes, and the answer is handed to it in the step that ends the
+        handler. Were it lost all the same, nothing was stored: the client retries."""
+
+        async def close() -> None:
+            await asyncio.sleep(0)
+            log.info("remoting: closing %s (not the master): %s", conn.peer, reason)
+            await conn.close()
+
+        task = asyncio.ensure_future(close())
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
 
     async def _send(self, batch: SendBatch, cmd_code: int = 0) -> Response:
         """Through the one produce path; a refusal before the append comes back as an

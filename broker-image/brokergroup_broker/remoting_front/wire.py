@@ -308,6 +308,13 @@ SEND_CODE_OF: dict[BrokerCode, ResponseCode] = {
     BrokerCode.SUCCESS: ResponseCode.SUCCESS,
 }
 
+#: A send refused because this broker is not the master: RocketMQ answers a send on a slave
+#: SERVICE_NOT_AVAILABLE (DefaultMessageStore: "messages are put to the slave"); here the
+#: connection is closed after that answer too, so a client that reached a deposed master
+#: through a stable address reconnects to the current one (docs/rocketmq-compatibility.md
+#: "Following the master").
+NOT_MASTER_CODES = frozenset({BrokerCode.NOT_MASTER, BrokerCode.FENCED, BrokerCode.READ_ONLY})
+
 #: The same for reads and offsets: a slave or unconfirmed broker is not available to them.
 READ_CODE_OF: dict[BrokerCode, ResponseCode] = {
     **SEND_CODE_OF,

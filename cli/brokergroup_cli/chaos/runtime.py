@@ -53,10 +53,13 @@ class Addresses:
     @property
     def settings(self) -> tuple[str, ...]:
         _, low, high = _LANES[self.lane]
+        first = _LANES[self.lane][0]
         return (
             f"local.controllerHosts={','.join(self.controller_hosts)}",
             f"local.brokerFirstHost=127.0.1.{low}",
             f"local.brokerLastHost=127.0.1.{high}",
+            # The stable master address in the lane too (the address after its controllers).
+            f"local.masterEndpointHost=127.0.1.{first + 3}",
         )
 
     @property
@@ -79,8 +82,10 @@ class LocalRuntime:
         brokers: int = 3,
         settings: Sequence[str] = (),
         broker_disk_bytes: int | None = None,
+        engine: str = "builtin",
     ) -> None:
         self.root = root
+        self.engine = engine
         self.addresses = addresses
         self.brokers = brokers
         self.settings = tuple(settings)
@@ -110,6 +115,7 @@ class LocalRuntime:
             "--detach",
             "--brokers",
             str(self.brokers),
+            *(("--engine", self.engine) if self.engine != "builtin" else ()),
             *(x for s in (*self.addresses.settings, *self.settings) for x in ("--set", s)),
             timeout_s=120,
         )

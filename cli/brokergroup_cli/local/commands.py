@@ -270,8 +270,13 @@ def _snapshot(layout: Layout) -> StatusSnapshot:
 
 def _namesrv_fields(layout: Layout) -> dict[str, object]:
     """Where a RocketMQ client finds the group, and the key pair it signs with."""
-    config, _ = _load(layout)
-    fields: dict[str, object] = {"namesrvAddress": config.namesrv_address}
+    config, state = _load(layout)
+    fields: dict[str, object] = {
+        "namesrvAddress": config.namesrv_address,
+        # The stable master address routes name as brokerId 0, and where it forwards now.
+        "masterAddress": config.master_endpoint_address,
+        "masterTarget": state.master_target,
+    }
     try:
         keys = json.loads(layout.namesrv_key_file.read_text())
         fields.update(accessKey=keys["accessKey"], secretKey=keys["secretKey"])

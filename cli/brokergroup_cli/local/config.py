@@ -66,6 +66,14 @@ class LocalConfig:
     namesrv_port: int = 9876
     """RocketMQ name server of every controller node (its own 127.0.1.x)."""
 
+    master_endpoint_host: str = "127.0.1.10"
+    master_endpoint_port: int = 10911
+    """The group's stable master address (`local status --json` `masterAddress`): the
+    supervisor's forwarder to the current master's RocketMQ remoting port, named by the
+    name servers as brokerId 0 (local/master_endpoint.py). RocketMQ's listen port."""
+    master_endpoint_hold_ms: int = 5_000
+    """How long the forwarder holds a new connection while no master is known."""
+
     broker_first_host: str = "127.0.0.10"
     broker_last_host: str = "127.0.0.254"
     """Brokers take addresses from this range; a restarted broker takes the
@@ -122,7 +130,12 @@ class LocalConfig:
             raise ConfigError("controllerHosts must name at least one address")
         if len(set(self.controller_hosts)) != len(self.controller_hosts):
             raise ConfigError(f"controllerHosts repeat an address: {self.controller_hosts}")
-        for host in (*self.controller_hosts, self.broker_first_host, self.broker_last_host):
+        for host in (
+            *self.controller_hosts,
+            self.broker_first_host,
+            self.broker_last_host,
+            self.master_endpoint_host,
+        ):
             try:
                 address = IPv4Address(host)
             except ValueError as exc:
@@ -145,12 +158,19 @@ class LocalConfig:
         for host in self.controller_hosts:
             if first <= IPv4Address(host) <= last:
                 raise ConfigError(f"controller address {host} lies in the broker range")
+        endpoint = IPv4Address(self.master_endpoint_host)
+        if first <= endpoint <= last or self.master_endpoint_host in self.controller_hosts:
+            raise ConfigError(
+                f"masterEndpointHost {endpoint} must be neither a controller address nor in "
+                "the broker range (a broker restarted there would collide with it)"
+            )
         for name, port in (
             ("controllerRaftPort", self.controller_raft_port),
             ("controllerApiPort", self.controller_api_port),
             ("namesrvPort", self.namesrv_port),
             ("controllerRemotingPort", self.controller_remoting_port),
             ("brokerClientPort", self.broker_client_port),
+            ("masterEndpointPort", self.master_endpoint_port),
         ):
             if not 1 <= port <= 65533:
                 raise ConfigError(f"{name} {port} is not a usable port")
@@ -169,6 +189,7 @@ class LocalConfig:
             ("httpTimeoutMs", self.http_timeout_ms),
             ("upWaitTimeoutMs", self.up_wait_timeout_ms),
             ("restartResetAfterMs", self.restart_reset_after_ms),
+            ("masterEndpointHoldMs", self.master_endpoint_hold_ms),
         ):
             if value <= 0:
                 raise ConfigError(f"{name} must be positive, got {value}")
@@ -191,6 +212,16 @@ class LocalConfig:
     def namesrv_address(self) -> str:
         """RocketMQ's namesrvAddr: every node's name server, ';'-separated."""
         return ";".join(f"{h}:{self.namesrv_port}" for h in self.controller_hosts)
+
+    @property
+    def master_endpoint_address(self) -> str:
+        """The stable master address clients get as brokerId 0 (`masterAddress`)."""
+        return f"{self.master_endpoint_host}:{self.master_endpoint_port}"
+
+    def broker_remoting_port(self) -> int:
+        """Where the group's brokers serve RocketMQ clients: the built-in broker's remoting
+        port (client port + 3), a stock broker's listen port."""
+        return self.broker_client_port + (0 if self.engine == "rocketmq" else 3)
 
     def broker_http_port(self) -> int:
         return self.broker_client_port + 2

@@ -145,6 +145,9 @@ def controller_argv(config: LocalConfig, layout: Layout, node_id: int) -> list[s
         str(layout.namesrv_key_file),
         "--namesrv-port",
         str(config.namesrv_port),
+        # Routes name the supervisor's forwarder as the master (local/master_endpoint.py).
+        "--namesrv-master-address",
+        f"{config.cluster_name}/{config.broker_name}={config.master_endpoint_address}",
     ]
     if config.controller_settings:
         argv += ["--config", str(layout.controller_config_file)]

@@ -113,6 +113,8 @@ class RuntimeState:
     controllers: tuple[ChildRecord, ...] = ()
     brokers: tuple[ChildRecord, ...] = ()
     config: dict[str, Any] = field(default_factory=dict)
+    master_target: str | None = None
+    """Where the stable master address forwards new connections now (None: no master)."""
 
     def children(self) -> tuple[ChildRecord, ...]:
         return (*self.brokers, *self.controllers)
@@ -129,6 +131,7 @@ class RuntimeState:
             stopped_at_ms=now_ms,
             controllers=tuple(down(c) for c in self.controllers),
             brokers=tuple(down(b) for b in self.brokers),
+            master_target=None,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -143,6 +146,7 @@ class RuntimeState:
             "controllers": [c.to_json() for c in self.controllers],
             "brokers": [b.to_json() for b in self.brokers],
             "config": self.config,
+            "masterTarget": self.master_target,
         }
 
     @classmethod
@@ -158,6 +162,7 @@ class RuntimeState:
             controllers=tuple(ChildRecord.from_json(c) for c in data.get("controllers", [])),
             brokers=tuple(ChildRecord.from_json(b) for b in data.get("brokers", [])),
             config=dict(data.get("config", {})),
+            master_target=data.get("masterTarget"),
         )
 
 

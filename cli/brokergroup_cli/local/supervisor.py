@@ -17,6 +17,10 @@ Every `pollIntervalMs` the supervisor takes a status snapshot (controllers'
 BrokerId and role from it, rewrites DIR/state.json and hands the snapshot
 to the view.
 
+The supervisor also serves the group's stable master address (`masterEndpointHost:Port`):
+a forwarder to the current master that follows the controller's long-poll
+(`master_endpoint`), named by the name servers as the route's brokerId 0.
+
 Stopping (SIGINT/SIGTERM → the `stop` event): no more restarts; brokers get
 SIGTERM, then SIGKILL after `stopTimeoutMs`; then the controllers the same
 way; the state file is marked stopped and the pid file removed. Children run
@@ -44,6 +48,7 @@ from brokergroup_cli.local import rocketmq_engine
 from brokergroup_cli.local.addresses import AddressPool, AddressPoolExhausted, allocate_host
 from brokergroup_cli.local.backoff import RestartHistory, RestartPolicy, on_exit
 from brokergroup_cli.local.config import LocalConfig
+from brokergroup_cli.local.master_endpoint import MasterForwarder, MasterWatch, RemotingPorts
 from brokergroup_cli.local.plan import (
     Layout,
     broker_argv,
@@ -199,6 +204,10 @@ class Supervisor:
         self._token = ""
         self._prober: Prober | None = None
         self._controller: ControllerClient | None = None
+        self._forwarder = MasterForwarder(
+            name=f"{config.cluster_name}/{config.broker_name}",
+            hold_ms=config.master_endpoint_hold_ms,
+        )
         self.latest_snapshot: StatusSnapshot | None = None
 
     # --- state file ------------------------------------------------------------
@@ -214,6 +223,7 @@ class Supervisor:
             controllers=tuple(s.record() for s in self._controllers),
             brokers=tuple(s.record() for s in self._brokers if s.host),
             config=self._config.to_json(),
+            master_target=self._forwarder.target,
         )
 
     def _save(self) -> None:
@@ -405,7 +415,13 @@ class Supervisor:
         stop_watch = asyncio.create_task(self._forward_stop(stop))
         async with aiohttp.ClientSession() as session:
             self._prober = Prober(self._config, session, self._token)
+            watch_client = ControllerClient(self._config.controller_api_addresses, self._token)
+            watch: asyncio.Task[None] | None = None
             try:
+                await self._forwarder.start(
+                    self._config.master_endpoint_host, self._config.master_endpoint_port
+                )
+                watch = asyncio.create_task(self._watch_master(watch_client))
                 controller_tasks = [
                     asyncio.create_task(self._supervise_slot(s)) for s in self._controllers
                 ]
@@ -425,6 +441,10 @@ class Supervisor:
                         )
             finally:
                 self._stopping.set()
+                if watch is not None:
+                    watch.cancel()
+                await self._forwarder.close()
+                await watch_client.close()
                 log.info("stopping: brokers first, then controllers")
                 await self._terminate(self._brokers, broker_tasks)
                 await self._terminate(self._controllers, controller_tasks)
@@ -435,6 +455,20 @@ class Supervisor:
                     self._layout.pid_file.unlink()
                 await self._close_controller_client()
                 log.info("stopped")
+
+    async def _watch_master(self, client: ControllerClient) -> None:
+        """Keep the stable master address on the current master (logged if it ever fails)."""
+        config = self._config
+        ports = RemotingPorts(config.broker_remoting_port())
+        try:
+            await MasterWatch(
+                client, config.cluster_name, config.broker_name, ports, self._forwarder
+            ).run()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("the master watch failed; the stable master address no longer follows")
+            raise
 
     async def _forward_stop(self, stop: asyncio.Event) -> None:
         await stop.wait()

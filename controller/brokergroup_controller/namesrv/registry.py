@@ -5,7 +5,11 @@ registration's topics accumulate as RocketMQ's topicQueueTable does: a broker an
 new topic with a registration that carries only that topic (registerIncrementBrokerData),
 so a later registration adds and updates topics and never drops the others; only
 DELETE_TOPIC_IN_NAMESRV, UNREGISTER_BROKER, expiry and the broker's connection closing
-remove them. The table is bounded (`max_registrations`): a full table refuses new brokers,
+remove them. A group's topics also outlive the registration that announced them while any
+member of the group is registered (RouteInfoManager keys topic queue data by brokerName and
+drops it only with the group's last broker): a master killed right after a new topic's
+first send must not take the topic out of the routes until the new master re-registers.
+The table is bounded (`max_registrations`): a full table refuses new brokers,
 never forgets live ones.
 """
 
@@ -14,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 
-from brokergroup_controller.namesrv.routes import BrokerRegistration
+from brokergroup_controller.namesrv.routes import BrokerRegistration, GroupKey, TopicConfig
 
 RegistrationKey = tuple[str, str]  # (clusterName, brokerAddr)
 
@@ -32,6 +36,7 @@ class Registry:
     def __init__(self, max_registrations: int = DEFAULT_MAX_REGISTRATIONS) -> None:
         self._entries: dict[RegistrationKey, BrokerRegistration] = {}
         self._owners: dict[RegistrationKey, int] = {}
+        self._group_topics: dict[GroupKey, dict[str, TopicConfig]] = {}
         self._max = max_registrations
 
     def __iter__(self) -> Iterator[BrokerRegistration]:
@@ -65,7 +70,17 @@ class Registry:
             merged = dataclasses.replace(reg, topics={**held.topics, **reg.topics})
         self._entries[key] = merged
         self._owners[key] = owner
+        self._group_topics.setdefault(reg.group, {}).update(reg.topics)
         return merged
+
+    def group_topics(self) -> dict[GroupKey, dict[str, TopicConfig]]:
+        """Every topic some registration of each group announced, while the group has one."""
+        return {group: dict(topics) for group, topics in self._group_topics.items()}
+
+    def _forget_groups_without_members(self) -> None:
+        live = {reg.group for reg in self._entries.values()}
+        for group in [g for g in self._group_topics if g not in live]:
+            del self._group_topics[group]
 
     def touch(self, cluster_name: str, broker_addr: str, now_ms: int) -> bool:
         """Refresh a registration's expiry (BROKER_HEARTBEAT, QUERY_DATA_VERSION)."""
@@ -83,6 +98,7 @@ class Registry:
             return False
         del self._entries[key]
         self._owners.pop(key, None)
+        self._forget_groups_without_members()
         return True
 
     def drop_owner(self, owner: int) -> list[BrokerRegistration]:
@@ -91,6 +107,7 @@ class Registry:
         dropped = [self._entries.pop(key) for key in keys]
         for key in keys:
             del self._owners[key]
+        self._forget_groups_without_members()
         return dropped
 
     def delete_topic(self, topic: str, cluster_name: str | None) -> int:
@@ -101,6 +118,9 @@ class Registry:
                 topics = {name: c for name, c in reg.topics.items() if name != topic}
                 self._entries[key] = dataclasses.replace(reg, topics=topics)
                 count += 1
+        for (cluster, _), topics in self._group_topics.items():
+            if cluster_name is None or cluster == cluster_name:
+                topics.pop(topic, None)
         return count
 
     def expire(self, now_ms: int) -> list[BrokerRegistration]:
@@ -109,4 +129,5 @@ class Registry:
         dropped = [self._entries.pop(key) for key in dead]
         for key in dead:
             self._owners.pop(key, None)
+        self._forget_groups_without_members()
         return dropped

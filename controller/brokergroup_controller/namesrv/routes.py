@@ -21,6 +21,12 @@ listed by its persistent id. A registration claiming id 0 that maps to no persis
 managed set is left out: the controller knows no such member. Groups the controller does not
 manage (plain stock RocketMQ brokers) are routed as RocketMQ does, by the ids they claim.
 
+The route's brokerId 0 *address* of a managed group comes from the `MasterAddressPolicy`
+(`master_address`): a stable address that follows the master (a Service, the local
+forwarder) or, without a policy, the master's own. Everything a client or mqadmin reads
+(topic routes, cluster info, system topics) takes it from `GroupRoute.broker_addrs`;
+only the answer to a broker's own registration uses the master's registered address.
+
 Two registrations under one route id (a broker back on a new address before its old entry
 expired): the latest refresh wins. The queue data of a group comes from the registration
 routed as id 0, else from the one with the smallest id (RocketMQ's "prime slave").
@@ -33,14 +39,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from brokergroup_controller.master_address import OWN_ADDRESS, MasterAddressPolicy
+from brokergroup_controller.master_address import GroupKey as GroupKey
+
 #: MixAll.MASTER_ID.
 MASTER_ID = 0
 #: RouteInfoManager.DEFAULT_BROKER_CHANNEL_EXPIRED_TIME.
 DEFAULT_REGISTRATION_TIMEOUT_MS = 120_000
 #: PermName.PERM_READ | PermName.PERM_WRITE.
 PERM_READ_WRITE = 6
-
-GroupKey = tuple[str, str]  # (clusterName, brokerName)
 
 
 @dataclass(frozen=True)
@@ -122,6 +129,8 @@ class GroupRoute:
     topics: Mapping[str, TopicConfig]
     master_epoch: int | None
     """The controller's masterEpoch for a managed group; None for an unmanaged one."""
+    master_registered_addr: str | None = None
+    """The master's own registered remoting address (brokerId 0 may name a stable one)."""
 
     def broker_data(self) -> dict[str, object]:
         data: dict[str, object] = {
@@ -181,8 +190,12 @@ def group_routes(
     registrations: Iterable[BrokerRegistration],
     managed: Mapping[GroupKey, ManagedGroup],
     now_ms: int,
+    policy: MasterAddressPolicy = OWN_ADDRESS,
+    group_topics: Mapping[GroupKey, Mapping[str, TopicConfig]] | None = None,
 ) -> list[GroupRoute]:
-    """Every group with at least one live, routable registration, sorted by name."""
+    """Every group with at least one live, routable registration, sorted by name; a managed
+    group's master named by `policy`. `group_topics` (the registry's): topics the group's
+    members announced before, kept under the queue data's own (Registry doc)."""
     by_group: dict[GroupKey, list[BrokerRegistration]] = {}
     for reg in registrations:
         if reg.alive(now_ms):
@@ -194,15 +207,20 @@ def group_routes(
         if not ids:
             continue
         source = ids[min(ids)]
+        addrs = {rid: reg.broker_addr for rid, reg in ids.items()}
+        master = ids.get(MASTER_ID)
+        if group is not None and master is not None:
+            addrs[MASTER_ID] = policy.address(key, master.broker_addr)
         routes.append(
             GroupRoute(
                 cluster_name=key[0],
                 broker_name=key[1],
-                broker_addrs={rid: reg.broker_addr for rid, reg in ids.items()},
+                broker_addrs=addrs,
                 zone_name=source.zone_name,
                 enable_acting_master=source.enable_acting_master,
-                topics=source.topics,
+                topics={**(group_topics or {}).get(key, {}), **source.topics},
                 master_epoch=None if group is None else group.master_epoch,
+                master_registered_addr=None if master is None else master.broker_addr,
             )
         )
     return routes
@@ -260,7 +278,8 @@ def topic_list(routes: Iterable[GroupRoute], cluster: str | None = None) -> list
 
 
 def master_of(route: GroupRoute | None) -> str | None:
-    return None if route is None else route.broker_addrs.get(MASTER_ID)
+    """The master's own registered address (what a slave replicates from)."""
+    return None if route is None else route.master_registered_addr
 
 
 def register_answer(

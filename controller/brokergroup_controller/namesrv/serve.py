@@ -30,13 +30,18 @@ async def start_name_server(
     else:
         log.warning("name server off: no --namesrv-key-file (it never serves unsigned requests)")
         return None
-    server = NameServer(lambda: node.read(managed_groups), auth=auth)
+    server = NameServer(
+        lambda: node.read(managed_groups),
+        auth=auth,
+        master_address=config.master_address_policy(),
+    )
     host = config.namesrv_bind_address or config.bind_address
     await server.start(host, config.namesrv_port)
     log.info(
-        "name server on %s:%d (%s)",
+        "name server on %s:%d (%s; master address: %s)",
         host,
         server.port,
         "AccessKey/SecretKey signatures" if auth else "UNAUTHENTICATED",
+        config.master_address_policy(),
     )
     return server

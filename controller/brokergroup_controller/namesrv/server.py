@@ -16,6 +16,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 
+from brokergroup_controller.master_address import OWN_ADDRESS, MasterAddressPolicy
 from brokergroup_controller.namesrv import bodies, routes
 from brokergroup_controller.namesrv.registry import (
     DEFAULT_MAX_REGISTRATIONS,
@@ -70,8 +71,10 @@ class NameServer:
         auth: ServerAuth | None,
         clock_ms: Callable[[], int] = _monotonic_ms,
         max_registrations: int = DEFAULT_MAX_REGISTRATIONS,
+        master_address: MasterAddressPolicy = OWN_ADDRESS,
     ) -> None:
         self._groups = groups
+        self._master_address = master_address
         self._clock_ms = clock_ms
         self.registry = Registry(max_registrations)
         self._watched: dict[int, asyncio.Task[None]] = {}
@@ -117,7 +120,13 @@ class NameServer:
         return run
 
     def group_routes(self) -> list[routes.GroupRoute]:
-        return routes.group_routes(self.registry, self._groups(), self._clock_ms())
+        return routes.group_routes(
+            self.registry,
+            self._groups(),
+            self._clock_ms(),
+            self._master_address,
+            self.registry.group_topics(),
+        )
 
     # Routes (clients, mqadmin) -------------------------------------------------------------
 

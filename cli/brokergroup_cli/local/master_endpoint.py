@@ -1,0 +1,222 @@
+"""The local runtime's stable master address: one TCP forwarder per group (issue 19 item 5).
+
+Theory of operation
+-------------------
+A stock RocketMQ client sends to the route's brokerId 0 address and re-reads routes only
+every 30 s. The controllers' name servers name this forwarder's fixed loopback address as
+the group's master (`--namesrv-master-address CLUSTER/BROKER=HOST:PORT`), so the address a
+client holds never moves; what moves is where the forwarder sends new connections:
+
+- `MasterWatch` long-polls the controller (`GET /v1/watch`, returns as soon as a new
+  masterEpoch is committed) and hands each answer to `target_of` (pure), which names the
+  master's RocketMQ remoting port: the built-in broker's (client port + 3) or a stock
+  broker's listen port, on the host the master registered.
+- `MasterForwarder.set_target` closes every forwarded connection when the target changes,
+  so a client reconnects (to the same address) and lands on the new master; a deposed
+  master that is still running also closes its own client connections, and answers a send
+  SERVICE_NOT_AVAILABLE and closes (broker remoting_front).
+- A connection that arrives while no master is known waits for one, at most `hold_ms`,
+  instead of being refused; a master that refuses the forwarder's connect (it just died)
+  is retried the same way until the target changes or the hold ends.
+
+The forwarder only copies bytes: it neither reads nor checks requests. Every request is
+signed by the client and checked by the broker, as it would be without the forwarder.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass
+
+from brokergroup_controller.api import ReplicaInfo
+from brokergroup_controller.client import ControllerClient, ControllerUnavailable
+from brokergroup_controller.errors import ControllerError
+
+log = logging.getLogger(__name__)
+
+#: Bytes read per copy step (a RocketMQ batch of 128 × 1 KiB is ~140 KiB).
+COPY_CHUNK_BYTES = 256 * 1024
+#: How long a `GET /v1/watch` waits on the controller before it is asked again.
+WATCH_TIMEOUT_MS = 10_000
+#: Pause after a failed watch (no controller leader answering) before the next one.
+WATCH_RETRY_MS = 100
+#: Bound on one connect to the master.
+CONNECT_TIMEOUT_S = 2.0
+
+
+@dataclass(frozen=True)
+class RemotingPorts:
+    """Where a group's brokers serve RocketMQ clients, relative to the controller address."""
+
+    remoting_port: int
+    """The built-in broker: its client port + 3; `--engine rocketmq`: the listen port."""
+
+
+def target_of(info: ReplicaInfo, ports: RemotingPorts) -> str | None:
+    """The master's RocketMQ remoting address, or None while the group has no live master."""
+    address = info.live_master_address
+    if not address:
+        return None
+    host = address.rpartition(":")[0]
+    return f"{host}:{ports.remoting_port}" if host else None
+
+
+class MasterForwarder:
+    """One listening loopback address; each accepted connection is piped to the target."""
+
+    def __init__(self, *, name: str, hold_ms: int) -> None:
+        self._name = name
+        self._hold_s = hold_ms / 1000
+        self._target: str | None = None
+        self._changed = asyncio.Event()
+        self._server: asyncio.Server | None = None
+        self._pipes: set[asyncio.Task[None]] = set()
+        #: The connections piping to a master now, by the master they reach.
+        self._piping: dict[asyncio.Task[None], str] = {}
+        self.target_changes = 0
+
+    @property
+    def target(self) -> str | None:
+        return self._target
+
+    @property
+    def held_connections(self) -> int:
+        """Accepted connections not piping to a master yet (waiting for one)."""
+        return len(self._pipes) - len(self._piping)
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None and self._server.sockets
+        port: int = self._server.sockets[0].getsockname()[1]
+        return port
+
+    async def start(self, host: str, port: int) -> None:
+        self._server = await asyncio.start_server(self._accept, host, port)
+        log.info("%s: stable master address %s:%d", self._name, host, port)
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._pipes):
+            task.cancel()
+        if self._pipes:
+            await asyncio.wait(list(self._pipes), timeout=1)
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await self._server.wait_closed()
+
+    def set_target(self, target: str | None) -> None:
+        """Forward new connections to `target` (None: hold them); a change cuts the open ones."""
+        if target == self._target:
+            return
+        log.info("%s: master %s -> %s", self._name, self._target, target)
+        self._target = target
+        self.target_changes += 1
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+        for task, reached in list(self._piping.items()):
+            if reached != target:  # held connections wait on: they go to the new target
+                task.cancel()
+
+    async def _wait_for_change(self, seen: str | None, deadline: float) -> bool:
+        """Wait until the target differs from `seen` and is known; False at the deadline."""
+        while self._target == seen or self._target is None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), left)
+        return True
+
+    async def _connect(self) -> tuple[str, asyncio.StreamReader, asyncio.StreamWriter] | None:
+        deadline = time.monotonic() + self._hold_s
+        if self._target is None and not await self._wait_for_change(None, deadline):
+            return None
+        while True:
+            target = self._target
+            assert target is not None
+            host, _, port = target.rpartition(":")
+            try:
+                reader, writer = await asyncio.wait_for(
+                    asyncio.open_connection(host, int(port)), CONNECT_TIMEOUT_S
+                )
+                return target, reader, writer
+            except (OSError, TimeoutError) as exc:
+                log.info("%s: master %s not reachable: %s", self._name, target, exc)
+            if not await self._wait_for_change(target, deadline):
+                return None
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._pipes.add(task)
+        upstream: asyncio.StreamWriter | None = None
+        try:
+            connected = await self._connect()
+            if connected is None:
+                log.info("%s: no master within %.1f s; closing", self._name, self._hold_s)
+                return
+            target, up_reader, upstream = connected
+            if target != self._target:
+                return  # the master changed while connecting
+            self._piping[task] = target
+            async with asyncio.TaskGroup() as pipes:
+                pipes.create_task(_copy(reader, upstream))
+                pipes.create_task(_copy(up_reader, writer))
+        except* (OSError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            self._pipes.discard(task)
+            self._piping.pop(task, None)
+            for w in (writer, upstream):
+                if w is not None:
+                    w.close()
+
+
+async def _copy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Copy until EOF, then close the other side (a half-closed RocketMQ connection is dead)."""
+    try:
+        while data := await reader.read(COPY_CHUNK_BYTES):
+            writer.write(data)
+            await writer.drain()
+    finally:
+        writer.close()
+
+
+class MasterWatch:
+    """Keeps a `MasterForwarder`'s target on the controller's current live master."""
+
+    def __init__(
+        self,
+        client: ControllerClient,
+        cluster_name: str,
+        broker_name: str,
+        ports: RemotingPorts,
+        forwarder: MasterForwarder,
+    ) -> None:
+        self._client = client
+        self._group = (cluster_name, broker_name)
+        self._ports = ports
+        self._forwarder = forwarder
+
+    async def run(self) -> None:
+        """Until cancelled: read the group, then long-poll for the next epoch."""
+        master_epoch, set_epoch = -1, -1
+        while True:
+            try:
+                if master_epoch < 0:
+                    info = await self._client.replica_info(*self._group)
+                else:
+                    info = await self._client.watch(
+                        *self._group, master_epoch, set_epoch, WATCH_TIMEOUT_MS
+                    )
+            except (ControllerError, ControllerUnavailable, OSError, TimeoutError) as exc:
+                log.debug("master watch of %s/%s: %s", *self._group, exc)
+                master_epoch = -1  # read afresh: the group may not exist yet
+                await asyncio.sleep(WATCH_RETRY_MS / 1000)
+                continue
+            master_epoch, set_epoch = info.master_epoch, info.sync_state_set_epoch
+            self._forwarder.set_target(target_of(info, self._ports))
