@@ -152,7 +152,7 @@ def run(cluster: Any, kills: int, work: Path) -> dict[str, Any]:
                 label_s.append(label)
                 failover_s.append(failover)
                 print(
-                    f"kill {kill + 1}/{kills}: label {label:.3f} s, first SEND_OK {failover:.3f} s",
+                    f"kill {kill + 1}/{kills}: label {label:.3f} s, client outage {failover:.3f} s",
                     flush=True,
                 )
         finally:
@@ -211,7 +211,7 @@ def main() -> int:
     print(
         f"ceiling: the master Service follows the role label; new master labelled p50 "
         f"{result['label_p50_s']} s, p99 {result['label_p99_s']} s after the deletion "
-        f"(first SEND_OK p50 {result['brokergroup_failover_p50_s']} s)"
+        f"(client outage p50 {result['brokergroup_failover_p50_s']} s)"
     )
     write_result("stock_client_k8s", result)
     print_last_line(result)
