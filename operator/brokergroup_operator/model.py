@@ -16,6 +16,8 @@ from brokergroup_controller import api
 CLIENT_PORT = 10911
 HA_PORT = CLIENT_PORT + 1
 HTTP_PORT = CLIENT_PORT + 2
+#: The built-in broker's RocketMQ remoting port (its CLI's default, client port + 3).
+REMOTING_PORT = CLIENT_PORT + 3
 
 LABEL_NAME = "app.kubernetes.io/name"
 LABEL_INSTANCE = "app.kubernetes.io/instance"

@@ -37,6 +37,7 @@ from brokergroup_operator.model import (
     HA_PORT,
     HTTP_PORT,
     LABEL_ROLE,
+    REMOTING_PORT,
     Engine,
     Role,
     group_labels,
@@ -175,6 +176,15 @@ class GroupContext:
         return self.own_secret or f"{self.name}-credentials"
 
     @property
+    def remoting_on(self) -> bool:
+        """Built-in brokers open their RocketMQ remoting port and register with the name
+        servers when their Secret carries the RocketMQ key pair: always for the user's own
+        Secret (it must hold rocketmq-credentials), for the operator's when it has the pair."""
+        return self.own_secret is not None or (
+            self.secrets is not None and self.secrets.rocketmq_credentials is not None
+        )
+
+    @property
     def replicas(self) -> int:
         return int(self.spec.get("replicas", 3))
 
@@ -310,7 +320,22 @@ def config_map(ctx: GroupContext) -> dict[str, Any]:
 
 
 def broker_command(ctx: GroupContext) -> list[str]:
-    """The broker's command line; $(POD_IP) is expanded by the kubelet."""
+    """The broker's command line; $(POD_IP) is expanded by the kubelet.
+
+    With the key pair (`ctx.remoting_on`) the broker opens its remoting port (the CLI's
+    default, client port + 3 = REMOTING_PORT) on the pod IP and registers it with every
+    controller node's name server: the master's registered port is the `{port}` of the name
+    servers' master address template, which the master Service serves under that number."""
+    remoting = (
+        [
+            "--remoting-key-file",
+            f"{SECRETS_DIR}/{rmq.CREDENTIALS_KEY}",
+            "--namesrv-addresses",
+            rmq.namesrv_addr(ctx.addresses),
+        ]
+        if ctx.remoting_on
+        else []
+    )
     return [
         "brokergroup",
         "broker",
@@ -334,6 +359,7 @@ def broker_command(ctx: GroupContext) -> list[str]:
         str(CLIENT_PORT),
         "--config",
         f"{CONFIG_DIR}/broker.json",
+        *remoting,
     ]
 
 
@@ -371,6 +397,11 @@ def stateful_set(ctx: GroupContext, replicas: int) -> dict[str, Any]:
             {"name": "client", "containerPort": CLIENT_PORT, "protocol": "TCP"},
             {"name": "ha", "containerPort": HA_PORT, "protocol": "TCP"},
             {"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"},
+            *(
+                [{"name": "remoting", "containerPort": REMOTING_PORT, "protocol": "TCP"}]
+                if ctx.remoting_on
+                else []
+            ),
         ],
         "readinessProbe": {
             "httpGet": {"path": "/readyz", "port": HTTP_PORT},
@@ -403,10 +434,16 @@ def stateful_set(ctx: GroupContext, replicas: int) -> dict[str, Any]:
             "name": "secrets",
             "secret": {
                 "secretName": ctx.secret,
-                # The group's broker credential and the HA secret; nothing else.
+                # The group's broker credential, the HA secret and the RocketMQ key pair
+                # of the remoting port; nothing else.
                 "items": [
                     {"key": BROKER_CREDENTIAL_KEY, "path": BROKER_CREDENTIAL_KEY},
                     {"key": HA_SECRET_KEY, "path": HA_SECRET_KEY},
+                    *(
+                        [{"key": rmq.CREDENTIALS_KEY, "path": rmq.CREDENTIALS_KEY}]
+                        if ctx.remoting_on
+                        else []
+                    ),
                 ],
                 "defaultMode": 0o400,
             },
@@ -531,14 +568,20 @@ def spread_over_nodes(group: str) -> dict[str, Any]:
 
 
 def _ports(names: Sequence[str]) -> list[dict[str, Any]]:
-    numbers = {"client": CLIENT_PORT, "ha": HA_PORT, "http": HTTP_PORT}
+    numbers = {"client": CLIENT_PORT, "ha": HA_PORT, "http": HTTP_PORT, "remoting": REMOTING_PORT}
     return [
         {"name": n, "port": numbers[n], "targetPort": numbers[n], "protocol": "TCP"} for n in names
     ]
 
 
 def services(ctx: GroupContext) -> list[dict[str, Any]]:
+    """The headless Service (stable pod names) and the master Service `<bg>`. The master
+    Service is the address the name servers give stock clients as brokerId 0 (the
+    controller's --namesrv-master-address-template): it serves the port the master
+    registered with them under the same number, so the template's `{port}` is right: the
+    built-in broker's remoting port, a stock broker's listen port (= the client port)."""
     selector = group_labels(ctx.name)
+    builtin_remoting = ctx.engine is Engine.BROKERGROUP and ctx.remoting_on
     return [
         {
             "apiVersion": "v1",
@@ -559,7 +602,7 @@ def services(ctx: GroupContext) -> list[dict[str, Any]]:
             "metadata": _meta(ctx, ctx.name),
             "spec": {
                 "selector": {**selector, LABEL_ROLE: str(Role.MASTER)},
-                "ports": _ports(["client"]),
+                "ports": _ports(["client", "remoting"] if builtin_remoting else ["client"]),
             },
         },
     ]
@@ -576,6 +619,9 @@ def disruption_budget(ctx: GroupContext) -> dict[str, Any]:
 
 def network_policy(ctx: GroupContext) -> dict[str, Any]:
     selector = {"matchLabels": group_labels(ctx.name)}
+    client_ports = [CLIENT_PORT, HTTP_PORT]
+    if ctx.engine is Engine.BROKERGROUP and ctx.remoting_on:
+        client_ports.append(REMOTING_PORT)
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -589,13 +635,9 @@ def network_policy(ctx: GroupContext) -> dict[str, Any]:
                     "from": [{"podSelector": selector}],
                     "ports": [{"port": HA_PORT, "protocol": "TCP"}],
                 },
-                # Clients and probes.
-                {
-                    "ports": [
-                        {"port": CLIENT_PORT, "protocol": "TCP"},
-                        {"port": HTTP_PORT, "protocol": "TCP"},
-                    ]
-                },
+                # Clients (the built-in broker's own protocol and its RocketMQ remoting
+                # port; a stock broker's remoting port is the client port) and probes.
+                {"ports": [{"port": port, "protocol": "TCP"} for port in client_ports]},
             ],
         },
     }
@@ -613,6 +655,9 @@ def group_secret(ctx: GroupContext) -> dict[str, Any] | None:
     extra = {}
     if ctx.engine is Engine.ROCKETMQ:
         assert secrets.rocketmq_credentials is not None
+    if secrets.rocketmq_credentials is not None:
+        # Both engines: stock brokers sign with it, built-in brokers check it on their
+        # remoting port and sign their name server registrations with it.
         extra[rmq.CREDENTIALS_KEY] = secrets.rocketmq_credentials
     return {
         "apiVersion": "v1",
