@@ -223,8 +223,15 @@ async def test_the_port_serves_the_codes_and_answers_malformed_headers(
     for code in (RequestCode.GET_BROKER_CONFIG, RequestCode.GET_BROKER_RUNTIME_INFO):
         answer = await port.ask(request(code, 0, {"junk": "\x00"}, b"\xff"))
         assert answer.code == ResponseCode.SUCCESS, answer
+    # A broker that serves no offsets (a slave, here one without a confirmed role) still
+    # answers brokerStatus, without earliestMessageTimeStamp.
+    put(store, "T", 0, T0)
+    stored = store.max_offset
+    answer = await port.ask(request(RequestCode.GET_BROKER_RUNTIME_INFO, 0, {}))
+    assert answer.code == ResponseCode.SUCCESS, answer
+    assert sorted(json.loads(answer.body)["table"]) == ["bootTimestamp", "runtime"]
     config = (await port.ask(request(RequestCode.GET_BROKER_CONFIG, 0, {}))).body.decode()
     assert "brokerName=broker-a\n" in config and "brokerClusterName=C\n" in config
     answer = await port.ask(request(RequestCode.GET_TOPIC_CONFIG, 0, {"topic": "X"}))
     assert answer.code == ResponseCode.TOPIC_NOT_EXIST  # the connection goes on
-    assert store.max_offset == 0
+    assert store.max_offset == stored

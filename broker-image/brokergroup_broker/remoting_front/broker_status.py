@@ -9,7 +9,8 @@ getBrokerConfig), from the broker's real state only:
   by MessageQueue objects as fastjson writes a map with object keys. `topicPutTps` is 0.0:
   this broker keeps no put-rate statistics (BrokerStatsManager).
 - KVTable of runtime info: only the keys this broker knows (bootTimestamp and runtime of the
-  remoting port, earliestMessageTimeStamp over the readable queues); RocketMQ's other keys
+  remoting port, earliestMessageTimeStamp over the readable queues, left out on a broker
+  that serves no offsets, a slave); RocketMQ's other keys
   (put/get counters, thread-pool queues, disk ratios, commit log offsets) are not tracked
   here and left out rather than made up (docs/rocketmq-compatibility.md).
 - The broker config as RocketMQ's properties text (`key=value` lines), RocketMQ's names
@@ -25,6 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
+from brokergroup_broker.protocol.messages import BrokerError
 from brokergroup_broker.remoting_front import wire
 from brokergroup_remoting import RemotingCommand, ResponseCode
 from brokergroup_remoting.command import response_to
@@ -121,6 +123,19 @@ class BrokerStatus:
 
     async def runtime_info(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         """GET_BROKER_RUNTIME_INFO: a KVTable of the runtime values this broker tracks."""
+        table = {
+            "bootTimestamp": str(self.boot_ms),
+            "runtime": runtime_text(self._wall_ms() - self.boot_ms),
+        }
+        try:
+            earliest = await self._earliest_store_time()
+        except BrokerError:  # a slave serves no offsets: `brokerStatus -c` still lists it
+            pass
+        else:
+            table["earliestMessageTimeStamp"] = str(-1 if earliest is None else earliest)
+        return response_to(cmd, ResponseCode.SUCCESS, None, None, kv_table_body(table))
+
+    async def _earliest_store_time(self) -> int | None:
         earliest: int | None = None
         for topic, queues in self._topics().items():
             for queue_id in range(queues):
@@ -130,12 +145,7 @@ class BrokerStatus:
                 stored = await self._produce.store_timestamp_at(topic, queue_id, low)
                 if stored is not None and (earliest is None or stored < earliest):
                     earliest = stored
-        table = {
-            "bootTimestamp": str(self.boot_ms),
-            "runtime": runtime_text(self._wall_ms() - self.boot_ms),
-            "earliestMessageTimeStamp": str(-1 if earliest is None else earliest),
-        }
-        return response_to(cmd, ResponseCode.SUCCESS, None, None, kv_table_body(table))
+        return earliest
 
     async def broker_config(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         """GET_BROKER_CONFIG: the settings as properties text, header `version` a DataVersion."""
