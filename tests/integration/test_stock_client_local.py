@@ -8,8 +8,8 @@ DefaultMQPushConsumer (concurrent and orderly) and a DefaultLitePullConsumer eac
 one, compared field by field (body, keys, tags, properties, msgId), and in queue-offset order
 per queue where the consumer promises order (orderly, lite pull). Consumer offsets survive a
 consumer restart; a message a consumer keeps refusing goes through %RETRY% to %DLQ%;
-mqadmin's clusterList, topicList, topicRoute, updateTopic, consumerProgress, queryMsgById and
-queryMsgByKey answer from the runtime.
+mqadmin's clusterList, topicList, topicRoute, updateTopic, consumerProgress, queryMsgById,
+queryMsgByKey, topicStatus, brokerStatus and getBrokerConfig answer from the runtime.
 
 Skips, saying why, without Java or the cached jars (`make rocketmq-client`). Against a broker
 without the RocketMQ remoting port every test fails: the client finds no route or cannot send
@@ -222,8 +222,9 @@ def test_unsigned_client_is_refused(rt: StockRuntime) -> None:
 
 def test_mqadmin_topic_status_broker_status_and_config(rt: StockRuntime) -> None:
     """GET_TOPIC_STATS_INFO, GET_BROKER_RUNTIME_INFO and GET_BROKER_CONFIG (issue 19: "whatever
-    else mqadmin calls"). Before broker_status.py each failed with "request type 202 (or 28,
-    26) not supported"."""
+    else mqadmin calls"). Before broker_status.py each failed with "CODE: 3 DESC: request code
+    202 (28, 26) not supported"; `brokerStatus -c` with "CODE: 14 ... is a slave" until a slave
+    answered without the offsets it does not serve."""
     sends = messages(rt.client.run("send", kind="sync", topic="StockStatus", count=12, run="st"))
     per_queue: dict[int, int] = defaultdict(int)
     for m in sends:
@@ -246,6 +247,10 @@ def test_mqadmin_topic_status_broker_status_and_config(rt: StockRuntime) -> None
     assert {"bootTimestamp", "runtime", "earliestMessageTimeStamp"} <= table.keys(), out
     assert int(table["bootTimestamp"]) > 0, out
     assert int(table["earliestMessageTimeStamp"]) > 0, out
+    # -c asks every broker of the cluster, the slaves too (which serve no offsets).
+    out = rt.mqadmin("brokerStatus", "-c", "DefaultCluster")
+    booted = re.findall(r"^([0-9.]+:\d+)\s+bootTimestamp\s*: \d+$", out, re.M)
+    assert len(set(booted)) == 3 and master in booted, out
 
     out = rt.mqadmin("getBrokerConfig", "-b", master)
     config = dict(re.findall(r"^(\w+)\s*=  (.*)$", out, re.M))
