@@ -35,6 +35,7 @@ from brokergroup_broker.protocol.messages import (
 )
 from brokergroup_broker.remoting_front import wire
 from brokergroup_broker.remoting_front.admin_queries import AdminQueries
+from brokergroup_broker.remoting_front.broker_status import BrokerStatus
 from brokergroup_broker.remoting_front.clients import ConsumerGroups, QueueLocks
 from brokergroup_broker.remoting_front.group_notify import GroupNotifier
 from brokergroup_broker.store.message import StoredMessage
@@ -107,6 +108,20 @@ class FrontSettings:
     messages in a busy topic, at up to that many bytes read per query."""
 
 
+def rocketmq_config(settings: FrontSettings) -> dict[str, str]:
+    """The settings GET_BROKER_CONFIG shows, under RocketMQ's BrokerConfig names (only
+    those this broker has; Java's Boolean.toString spelling)."""
+    return {
+        "brokerClusterName": settings.cluster_name,
+        "brokerName": settings.broker_name,
+        "brokerIP1": settings.store_host[0],
+        "listenPort": str(settings.store_host[1]),
+        "autoCreateTopicEnable": str(settings.auto_create_topic).lower(),
+        "defaultTopicQueueNums": str(settings.default_queue_nums),
+        "longPollingEnable": "true",
+    }
+
+
 class RemotingFront:
     """Request handlers of the broker's remoting port; `handlers` is what the server serves."""
 
@@ -138,6 +153,12 @@ class RemotingFront:
             key_query_budget_bytes=settings.key_query_budget_bytes,
         )
         self._closing: set[asyncio.Task[None]] = set()
+        status = BrokerStatus(
+            produce,
+            broker_name=settings.broker_name,
+            config=rocketmq_config(settings),
+            topics=self.topics,
+        )
         table: dict[int, Callable[[RemotingCommand, Connection], Awaitable[RemotingCommand]]] = {
             RequestCode.SEND_MESSAGE: self.send_message,
             RequestCode.SEND_MESSAGE_V2: self.send_message,
@@ -165,6 +186,9 @@ class RemotingFront:
             RequestCode.GET_CONSUME_STATS: admin.consume_stats,
             RequestCode.GET_TOPIC_CONFIG: admin.topic_config,
             RequestCode.GET_CONSUMER_CONNECTION_LIST: admin.consumer_connections,
+            RequestCode.GET_TOPIC_STATS_INFO: status.topic_stats,
+            RequestCode.GET_BROKER_RUNTIME_INFO: status.runtime_info,
+            RequestCode.GET_BROKER_CONFIG: status.broker_config,
         }
         self.handlers: dict[int, Handler] = {
             int(code): self._guarded(handler) for code, handler in table.items()
