@@ -38,6 +38,7 @@ from brokergroup_broker.remoting_front.admin_queries import AdminQueries
 from brokergroup_broker.remoting_front.broker_status import BrokerStatus
 from brokergroup_broker.remoting_front.clients import ConsumerGroups, QueueLocks
 from brokergroup_broker.remoting_front.group_notify import GroupNotifier
+from brokergroup_broker.remoting_front.key_query import RecordSource
 from brokergroup_broker.store.message import StoredMessage
 from brokergroup_broker.topics import topic_error
 from brokergroup_remoting import RemotingCommand, RequestCode, ResponseCode
@@ -56,20 +57,12 @@ def _mono_ms() -> int:
     return time.monotonic_ns() // 1_000_000
 
 
-class ProduceAndPull(Protocol):
+class ProduceAndPull(RecordSource, Protocol):
     """What this front end calls of the broker's one produce/pull path
     (`core.produce.ProducePath` implements it; the broker package's layering keeps this
     package from importing `core`)."""
 
     def start_send_batch(self, batch: SendBatch, reply: Callable[[Response], None]) -> None: ...
-
-    async def pull_records(
-        self, topic: str, queue_id: int, queue_offset: int, max_count: int
-    ) -> RecordPull: ...
-
-    async def store_timestamp_at(
-        self, topic: str, queue_id: int, queue_offset: int
-    ) -> int | None: ...
 
     def topic_queue_counts(self) -> dict[str, int]: ...
 
