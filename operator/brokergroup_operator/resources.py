@@ -89,6 +89,7 @@ CONFIG_TYPES: dict[str, tuple[type, float]] = {
     "maxPullMessages": (int, 1),
     "maxSendBatchMessages": (int, 1),
     "autoCreateTopicEnable": (bool, 0),
+    "registerNameServerPeriodMs": (int, 1),
 }
 CONFIG_FIELDS = tuple(CONFIG_TYPES)
 FLUSH_DISK_TYPES = ("SYNC_FLUSH", "ASYNC_FLUSH")

@@ -267,6 +267,7 @@ class Broker:
                 ),
                 front.topics,
                 s.remoting_credentials,
+                register_interval_ms=config.register_name_server_period_ms,
             )
         creds = s.remoting_credentials
         auth = None if creds is None else server_auth(creds)
@@ -283,6 +284,10 @@ class Broker:
     def _topics_changed(self, topic: str) -> None:
         if self._namesrv_link is not None:
             self._namesrv_link.topics_changed(topic)
+
+    def _role_changed(self) -> None:
+        if self._namesrv_link is not None:
+            self._namesrv_link.register_now()
 
     def _wire(
         self, broker_id: int, store: MessageStore, http: aiohttp.ClientSession
@@ -323,6 +328,8 @@ class Broker:
             peers=peers,
             faults=self.faults,
             on_master_lost=self._master_lost,
+            on_master_gained=self._role_changed,
+            on_slave_gained=self._role_changed,
         )
         produce = ProducePath(
             settings=s,

@@ -143,6 +143,11 @@ class BrokerConfig:
     autoCreateTopicEnable; the name servers learn it at once). On in the local runtime;
     off elsewhere so a mistyped topic fails (TOPIC_NOT_EXIST) instead of existing."""
 
+    register_name_server_period_ms: int = 30_000
+    """How often the RocketMQ remoting port registers with every name server again
+    (RocketMQ's registerNameServerPeriod). A new topic and a role change register at once;
+    the period only refreshes the routes (and is the name servers' liveness signal)."""
+
     def __post_init__(self) -> None:
         for spec in dataclasses.fields(self):
             value = getattr(self, spec.name)
@@ -166,6 +171,7 @@ class BrokerConfig:
             "watch_timeout_ms",
             "max_pull_messages",
             "max_send_batch_messages",
+            "register_name_server_period_ms",
         )
         for name in positive:
             if getattr(self, name) <= 0:

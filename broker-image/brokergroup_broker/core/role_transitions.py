@@ -39,6 +39,8 @@ class RoleTransitions:
         peers: PeerOffsets,
         faults: StoreFaults,
         on_master_lost: Callable[[str], None] = lambda _reason: None,
+        on_master_gained: Callable[[], None] = lambda: None,
+        on_slave_gained: Callable[[], None] = lambda: None,
     ) -> None:
         self._broker_id = broker_id
         self._config = config
@@ -49,6 +51,8 @@ class RoleTransitions:
         self._peers = peers
         self._faults = faults
         self._on_master_lost = on_master_lost
+        self._on_master_gained = on_master_gained
+        self._on_slave_gained = on_slave_gained
 
     async def run(self) -> None:
         while True:
@@ -93,6 +97,9 @@ class RoleTransitions:
             self._role.carried_out(decision)
             if isinstance(decision, roles.BecomeMaster):
                 self._session.heartbeat_now()  # renew the lease now, not in ≤ one interval
+                # Register with the name servers now (RocketMQ's changeToMaster): topics this
+                # broker learnt as a slave are routable at once, not after the next period.
+                self._on_master_gained()
                 log.info(
                     "broker %d is MASTER at masterEpoch %d, SyncStateSet %s",
                     self._broker_id,
@@ -107,6 +114,7 @@ class RoleTransitions:
                     decision.master_address,
                     decision.master_epoch,
                 )
+                self._on_slave_gained()
         if self._role.is_master and group.master_epoch == self._role.master_epoch:
             self._replication.on_controller_view(group, info.master_takeover_wait_ms)
         self._role.mark_running()

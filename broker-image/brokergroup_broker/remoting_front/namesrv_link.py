@@ -1,7 +1,7 @@
 """The broker's registration with the name servers (REGISTER_BROKER, as a stock broker sends).
 
-Every `register_interval_ms` (RocketMQ's registerNameServerPeriod, 30 s) and at once when a
-topic appears, the broker registers with every name server: its remoting address, its
+Every `register_interval_ms` (RocketMQ's registerNameServerPeriod, 30 s), at once when a
+topic appears and at once on a role change (`register_now`), the broker registers with every name server: its remoting address, its
 persistent BrokerId and its topics. The name server (controller/…/namesrv) maps the
 registration to that BrokerId and names the controller's master brokerId 0 from the
 replicated state, so the broker never needs to know its role here; a committed election is
@@ -113,6 +113,12 @@ class NameServerLink:
 
     def topics_changed(self, _topic: str = "") -> None:
         """Register again now (a new topic must be routable before its next send)."""
+        self.register_now()
+
+    def register_now(self) -> None:
+        """Register with every name server now, not at the next period: a new topic, or a
+        role change (a promoted master's topics learnt as a slave; RocketMQ's
+        BrokerController.changeToMaster → registerBrokerAll)."""
         self._wake.set()
 
     async def run(self) -> None:
