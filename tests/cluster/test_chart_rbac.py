@@ -9,12 +9,14 @@ its job — while the same identity is refused what it does not need (reading
 Secrets, nodes, Deployments, RBAC objects, pod exec, anything in another
 namespace). The broker pods it made
 mount no ServiceAccount token and only their group's Secret, which holds the
-group's broker credential and never the admin token (DESIGN.md §11).
+group's broker credential, the HA secret and the RocketMQ key pair of the remoting
+port, and never the admin token (DESIGN.md §11).
 """
 
 from __future__ import annotations
 
 import base64
+import json
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -144,7 +146,13 @@ def assert_brokers_hold_only_their_groups_credential(env: OperatorEnv, group: st
             (
                 "secrets",
                 f"{group}-credentials",
-                [("broker-credential", "broker-credential"), ("ha-secret", "ha-secret")],
+                [
+                    ("broker-credential", "broker-credential"),
+                    ("ha-secret", "ha-secret"),
+                    # The RocketMQ key pair of the broker remoting port and the name servers
+                    # (the operator has it, so the port is on).
+                    ("rocketmq-credentials", "rocketmq-credentials"),
+                ],
             )
         ], pod.metadata.name
         projected = [v.name for v in pod.spec.volumes if v.projected is not None]
@@ -154,6 +162,11 @@ def assert_brokers_hold_only_their_groups_credential(env: OperatorEnv, group: st
             assert not any(m.startswith("/var/run/secrets") for m in mounts), mounts
     secret = env.core.read_namespaced_secret(f"{group}-credentials", env.namespace)
     data = {k: base64.b64decode(v).decode() for k, v in secret.data.items()}
-    assert sorted(data) == ["broker-credential", "client-credential", "ha-secret"]
+    assert sorted(data) == [
+        "broker-credential", "client-credential", "ha-secret", "rocketmq-credentials"
+    ]  # fmt: skip
+    assert json.loads(data["rocketmq-credentials"]) == json.loads(
+        env.controllers.rocketmq_credentials_file.read_text()
+    )
     assert data["broker-credential"] == derive_credential(root, Role.BROKER, env.namespace, group)
     assert admin_token not in data.values() and root not in data.values()

@@ -267,7 +267,11 @@ def test_a_group_without_its_secret_says_so(env: OperatorEnv) -> None:  # noqa: 
             raise
 
     secret = wait_for("the group's own Secret", credentials, 60)
-    assert sorted(secret.data) == ["broker-credential", "client-credential", "ha-secret"]
+    # The user's release Secret brought the RocketMQ key pair, so the group's brokers get it
+    # for their remoting port (issue 19 item 5).
+    assert sorted(secret.data) == [
+        "broker-credential", "client-credential", "ha-secret", "rocketmq-credentials"
+    ]  # fmt: skip
 
 
 def test_delete_ends_when_the_controller_is_gone(env: OperatorEnv) -> None:  # noqa: F811
