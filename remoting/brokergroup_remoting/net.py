@@ -55,11 +55,15 @@ class ServerAuth:
     """How a server checks requests: `secret_for(accessKey)` gives the SecretKey or None.
 
     `exempt_codes` are answered unsigned (keep it empty unless a code must serve peers
-    without keys, and say why where it is set).
+    without keys, and say why where it is set). `authorize(accessKey, request)`, when set,
+    runs once the signature verified and the code is one the server serves: it returns why
+    that key may not make that request (answered NO_PERMISSION), or None. It sees the
+    header's (signed) fields only, never the body.
     """
 
     secret_for: Callable[[str], str | None]
     exempt_codes: frozenset[int] = frozenset()
+    authorize: Callable[[str, RemotingCommand], str | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -194,6 +198,7 @@ class Connection:
 
     def _refusal(self, cmd: RemotingCommand) -> RemotingCommand | None:
         """The answer to a request that must not reach its handler, or None."""
+        signer: str | None = None
         if self._auth is not None and cmd.code not in self._auth.exempt_codes:
             check = verify(cmd, self._auth.secret_for)
             if not check.ok:
@@ -206,13 +211,18 @@ class Connection:
                     check.fault.value,
                 )
                 return response_to(cmd, ResponseCode.NO_PERMISSION, check.fault.value)
-            self.access_key = check.access_key
+            self.access_key = signer = check.access_key
         if cmd.code not in self._handlers:
             return response_to(
                 cmd,
                 ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                 f"request code {cmd.code} not supported",
             )
+        if self._auth is not None and self._auth.authorize is not None and signer is not None:
+            reason = self._auth.authorize(signer, cmd)
+            if reason is not None:
+                log.info("%s: refused code %d from %s: %s", self._name, cmd.code, self.peer, reason)
+                return response_to(cmd, ResponseCode.NO_PERMISSION, reason)
         if len(self._tasks) >= self._max_in_flight:
             return response_to(
                 cmd, ResponseCode.SYSTEM_BUSY, f"over {self._max_in_flight} requests in flight"
