@@ -15,11 +15,12 @@ mounts it, so it cannot wait on itself).
 The release Secret holds the admin token (`api-token`, the name it always
 had, so an upgrade keeps the value), the broker credential root, the Raft
 password, the HA secret and the key pair of the controllers' RocketMQ ports
-(`rocketmq-credentials`, JSON `{"accessKey", "secretKey"}`: the controller
-remoting port and the name server check it; stock RocketMQ brokers sign with it).
+(`rocketmq-credentials`, JSON `{"accessKey", "secretKey"}`: the admin pair of
+the controller remoting port and the name server, which also accept every pair
+derived from the broker credential root).
 Broker pods never see the Secret: each group gets its own Secret
-(`resources.group_secret`) with its derived broker and client credentials and
-the HA secret, and a group of stock brokers the RocketMQ key pair.
+(`resources.group_secret`) with its derived broker and client credentials, its
+derived RocketMQ broker and client pairs and the HA secret.
 """
 
 from __future__ import annotations
@@ -53,7 +54,8 @@ class OperatorSecrets:
     broker_credential_root: str | None = None
     ha_secret: str | None = None
     rocketmq_credentials: str | None = None
-    """JSON {"accessKey", "secretKey"} of the controllers' RocketMQ ports (None: not given)."""
+    """JSON {"accessKey", "secretKey"}: the admin pair of the controllers' RocketMQ ports
+    (None: not given, and then no group gets a pair either)."""
 
     def __repr__(self) -> str:
         return "OperatorSecrets(<secret>)"

@@ -5,15 +5,16 @@ operator, not the StatefulSet controller, decides which pod restarts next;
 preferred anti-affinity spreads the brokers over nodes unless the spec sets
 its own affinity), headless Service `<bg>-headless`, client Service `<bg>`
 (role=master), ConfigMap `<bg>-config` (broker.json), Secret
-`<bg>-credentials` (the group's broker and client credentials and the HA
-secret, unless spec.controller.secretName names the user's own),
-PodDisruptionBudget `<bg>` and NetworkPolicy `<bg>` (HA port only from the
+`<bg>-credentials` (the group's broker and client credentials, its RocketMQ key
+pairs and the HA secret, unless spec.controller.secretName names the user's own),
+Secret `<bg>-rocketmq-client` (the group's RocketMQ client pair alone, for
+applications to mount), PodDisruptionBudget `<bg>` and NetworkPolicy `<bg>` (HA port only from the
 group's own pods). Every object carries the group's labels and an owner
 reference to the BrokerGroup, so deleting the group garbage-collects them.
 
 `spec.engine: rocketmq` changes only what runs in the pods (stock RocketMQ 5.3
 brokers, rocketmq_config.py): the ConfigMap holds broker.conf, the container runs
-the JVM, the Secret carries the controllers' RocketMQ key pair. Names, labels,
+the JVM, which signs with the group's broker pair from the Secret. Names, labels,
 the master Service, the StatefulSet's policies and the broker set's key
 (cluster = namespace, brokerName = group) are the same, so the planners and the
 role labels work on both engines unchanged.
@@ -29,7 +30,7 @@ from typing import Any
 
 from brokergroup_controller.api import INCARNATION_ENV
 from brokergroup_controller.credentials import Role as CredentialRole
-from brokergroup_controller.credentials import derive_credential
+from brokergroup_controller.credentials import derive_credential, derive_rocketmq_pair
 from brokergroup_operator import rocketmq_config as rmq
 from brokergroup_operator.model import (
     BROKER_CONTAINER,
@@ -177,12 +178,27 @@ class GroupContext:
         return self.own_secret or f"{self.name}-credentials"
 
     @property
+    def client_secret(self) -> str:
+        """The Secret with the group's RocketMQ client pair alone, for applications."""
+        return f"{self.name}-rocketmq-client"
+
+    @property
     def remoting_on(self) -> bool:
         """Built-in brokers open their RocketMQ remoting port and register with the name
-        servers when their Secret carries the RocketMQ key pair: always for the user's own
-        Secret (it must hold rocketmq-credentials), for the operator's when it has the pair."""
-        return self.own_secret is not None or (
-            self.secrets is not None and self.secrets.rocketmq_credentials is not None
+        servers when their Secret carries a RocketMQ key pair: always for the user's own
+        Secret (it must hold rocketmq-credentials), for the operator's when the release has
+        its pair (then the controllers run their RocketMQ ports, which accept the group
+        pairs the operator derives)."""
+        return self.own_secret is not None or self.group_pairs_on
+
+    @property
+    def group_pairs_on(self) -> bool:
+        """The operator writes the group's broker and client pairs (its own Secret, and
+        the client Secret): it manages the group Secret and the release has its pair."""
+        return (
+            self.own_secret is None
+            and self.secrets is not None
+            and self.secrets.rocketmq_credentials is not None
         )
 
     @property
@@ -259,9 +275,10 @@ class GroupContext:
         ):
             raise SpecError(
                 "no RocketMQ key pair for stock brokers: the release Secret lacks "
-                "rocketmq-credentials (the operator adds it to a Secret it manages; add it to "
-                "your own) or set spec.controller.secretName (keys broker-credential, "
-                "ha-secret and rocketmq-credentials)"
+                "rocketmq-credentials (with it the operator writes the group's own pair into "
+                "a Secret it manages) or set spec.controller.secretName (keys "
+                "broker-credential, ha-secret and rocketmq-credentials: `brokergroup admin "
+                "derive-credential --rocketmq --role broker` prints the group's pair)"
             )
 
 
@@ -646,8 +663,10 @@ def network_policy(ctx: GroupContext) -> dict[str, Any]:
 
 def group_secret(ctx: GroupContext) -> dict[str, Any] | None:
     """The group's own Secret: its derived broker and client credentials (cluster
-    name = namespace, as the broker command says) and the HA secret. None when
-    the user brings spec.controller.secretName."""
+    name = namespace, as the broker command says), its RocketMQ broker and client
+    pairs derived the same way, and the HA secret. None when the user brings
+    spec.controller.secretName. The release's own pair (the controllers' admin
+    pair) is never copied here: a broker pod holds only what names its group."""
     if ctx.own_secret is not None:
         return None
     secrets = ctx.secrets
@@ -655,11 +674,17 @@ def group_secret(ctx: GroupContext) -> dict[str, Any] | None:
     root = secrets.broker_credential_root
     extra = {}
     if ctx.engine is Engine.ROCKETMQ:
-        assert secrets.rocketmq_credentials is not None
-    if secrets.rocketmq_credentials is not None:
-        # Both engines: stock brokers sign with it, built-in brokers check it on their
-        # remoting port and sign their name server registrations with it.
-        extra[rmq.CREDENTIALS_KEY] = secrets.rocketmq_credentials
+        assert ctx.group_pairs_on
+    if ctx.group_pairs_on:
+        # Both engines: stock brokers sign with the broker pair; built-in brokers sign
+        # their name server registrations with it and accept it and the client pair on
+        # their remoting port.
+        extra[rmq.CREDENTIALS_KEY] = derive_rocketmq_pair(
+            root, CredentialRole.BROKER, ctx.namespace, ctx.name
+        ).to_json()
+        extra[rmq.CLIENT_CREDENTIALS_KEY] = derive_rocketmq_pair(
+            root, CredentialRole.CLIENT, ctx.namespace, ctx.name
+        ).to_json()
     return {
         "apiVersion": "v1",
         "kind": "Secret",
@@ -678,11 +703,42 @@ def group_secret(ctx: GroupContext) -> dict[str, Any] | None:
     }
 
 
+CLIENT_ACCESS_KEY = "accessKey"
+CLIENT_SECRET_KEY = "secretKey"
+
+
+def client_secret(ctx: GroupContext) -> dict[str, Any] | None:
+    """`<bg>-rocketmq-client`: the group's RocketMQ client pair and nothing else, so an
+    application's pods can mount it (and RBAC grant it) without any broker credential.
+    The pair reads routes from the name servers and sends and consumes on the group's
+    brokers; it cannot register a broker or act on the controllers. None when the
+    operator writes no pairs for the group (the user's own Secret, or no release pair)."""
+    if not ctx.group_pairs_on:
+        return None
+    assert ctx.secrets is not None and ctx.secrets.broker_credential_root
+    pair = derive_rocketmq_pair(
+        ctx.secrets.broker_credential_root, CredentialRole.CLIENT, ctx.namespace, ctx.name
+    )
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _meta(ctx, ctx.client_secret),
+        "type": "Opaque",
+        "stringData": {
+            CLIENT_ACCESS_KEY: pair.access_key,
+            CLIENT_SECRET_KEY: pair.secret_key,
+            rmq.CREDENTIALS_KEY: pair.to_json(),
+        },
+    }
+
+
 def owned_objects(ctx: GroupContext, replicas: int) -> list[dict[str, Any]]:
     """Everything the group owns, in the order to apply them."""
     secret = group_secret(ctx)
+    for_clients = client_secret(ctx)
     return [
         *([] if secret is None else [secret]),
+        *([] if for_clients is None else [for_clients]),
         config_map(ctx),
         *services(ctx),
         disruption_budget(ctx),

@@ -47,8 +47,11 @@ CONFIG_DIR = "/etc/rocketmq/config"
 SECRETS_DIR = "/etc/rocketmq/secrets"
 TMP_DIR = "/tmp"
 CONFIG_KEY = "broker.conf"
-#: The group Secret's key holding `{"accessKey": …, "secretKey": …}` (one line of JSON).
+#: The group Secret's key holding `{"accessKey": …, "secretKey": …}` (one line of JSON): the
+#: group's broker pair (credentials.derive_rocketmq_pair, role broker).
 CREDENTIALS_KEY = "rocketmq-credentials"
+#: The group Secret's key holding the group's client pair (role client), same format.
+CLIENT_CREDENTIALS_KEY = "rocketmq-client-credentials"
 MAIN_CLASS = "org.apache.rocketmq.broker.BrokerStartup"
 #: LocalAuthenticationMetadataProvider: a 5.3 broker given innerClientAuthenticationCredentials
 #: stores them as a local user and exits at start-up without a metadata provider.

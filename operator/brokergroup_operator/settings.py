@@ -26,8 +26,9 @@ class OperatorSettings:
     ha_secret_file: Path | None = None
     """BROKERGROUP_HA_SECRET_FILE: the HA secret every group's Secret carries (a file)."""
     rocketmq_credentials_file: Path | None = None
-    """BROKERGROUP_ROCKETMQ_CREDENTIALS_FILE: the controllers' RocketMQ key pair (JSON), which
-    groups of stock brokers sign with (a file)."""
+    """BROKERGROUP_ROCKETMQ_CREDENTIALS_FILE: the controllers' RocketMQ admin key pair (JSON, a
+    file). Given, the operator writes each group its own broker and client pairs, derived
+    from the broker credential root; it never hands this one out."""
     release_secret: str = ""
     """BROKERGROUP_RELEASE_SECRET: `namespace/name` of the chart's release Secret; the
     operator creates it if absent (never rotates it) and reads the three secrets

@@ -3,7 +3,7 @@
 Only what runs in the pods differs from the built-in engine: the ConfigMap holds the stock
 broker's broker.conf (rocketmq_config.py), the container runs the JVM from the RocketMQ
 image with TCP probes, a read-only root filesystem and an emptyDir for tmp and logs, and the
-group's Secret carries the controllers' RocketMQ key pair. Everything the planners, the role
+group's Secret carries the group's RocketMQ broker pair. Everything the planners, the role
 labels and the clients rely on (names, labels, selectors, the master Service, the PVC, the
 StatefulSet's OnDelete/Parallel policies) is the same as the built-in engine's, checked
 here object by object.
@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from brokergroup_controller.credentials import Role, derive_rocketmq_pair
 from brokergroup_operator.model import Engine, group_labels
 from brokergroup_operator.release_secret import OperatorSecrets
 from brokergroup_operator.resources import GroupContext, SpecError, owned_objects
@@ -91,13 +92,14 @@ def test_the_pods_run_the_jvm_read_only_and_non_root() -> None:
     assert {e["name"] for e in container["env"]} == {"POD_IP", "POD_NAME"}
 
 
-def test_the_group_secret_carries_the_rocketmq_pair_only_for_that_engine() -> None:
-    (secret,) = _by_kind(owned_objects(_ctx(), 3))["Secret"]
-    assert secret["stringData"]["rocketmq-credentials"] == PAIR
-    # The built-in engine's brokers check and sign with the same pair on their remoting port
-    # (test_operator_master_endpoint.py).
-    (builtin,) = _by_kind(owned_objects(_ctx("brokergroup"), 3))["Secret"]
-    assert builtin["stringData"]["rocketmq-credentials"] == PAIR
+def test_the_group_secret_carries_the_groups_broker_pair_for_both_engines() -> None:
+    group_secret, _client = _by_kind(owned_objects(_ctx(), 3))["Secret"]
+    pair = derive_rocketmq_pair(SECRETS.broker_credential_root or "", Role.BROKER, "prod", "orders")
+    assert group_secret["stringData"]["rocketmq-credentials"] == pair.to_json() != PAIR
+    # The built-in engine's brokers sign their registrations with the same pair
+    # (test_operator_group_rocketmq_pairs.py).
+    builtin, _client = _by_kind(owned_objects(_ctx("brokergroup"), 3))["Secret"]
+    assert builtin["stringData"]["rocketmq-credentials"] == pair.to_json()
 
 
 def test_what_planners_and_clients_rely_on_is_the_same_for_both_engines() -> None:

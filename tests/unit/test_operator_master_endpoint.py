@@ -8,7 +8,7 @@ The name servers name the group's master Service `<bg>` as brokerId 0 (the contr
   built-in broker its remoting port (client port + 3 = 10914), for a stock broker its
   listen port (10911, already the client port);
 - the NetworkPolicy admits it;
-- built-in brokers open the remoting port: the group Secret carries the RocketMQ key pair,
+- built-in brokers open the remoting port: the group Secret carries the group's key pairs,
   the pods mount it, and the broker command names it and the name servers (every
   controller node's stable name, port 9876), so the brokers register there.
 The commands are parsed with the real broker CLI.
@@ -20,6 +20,7 @@ import argparse
 from typing import Any
 
 from brokergroup_broker.core import cli_broker
+from brokergroup_controller.credentials import Role, derive_rocketmq_pair
 from brokergroup_operator import rocketmq_config as rmq
 from brokergroup_operator.release_secret import OperatorSecrets
 from brokergroup_operator.resources import GroupContext, owned_objects
@@ -62,7 +63,11 @@ def _container(objects: dict[tuple[str, str], dict[str, Any]]) -> dict[str, Any]
 def test_built_in_brokers_open_the_remoting_port_and_register_with_the_name_servers() -> None:
     objects = _objects()
     secret = objects[("Secret", "orders-credentials")]
-    assert secret["stringData"]["rocketmq-credentials"] == PAIR
+    # The group's broker pair (test_operator_group_rocketmq_pairs.py), never the release's.
+    assert (
+        secret["stringData"]["rocketmq-credentials"]
+        == derive_rocketmq_pair("root-" * 8, Role.BROKER, "prod", "orders").to_json()
+    )
     pod = objects[("StatefulSet", "orders")]["spec"]["template"]["spec"]
     (volume,) = [v for v in pod["volumes"] if "secret" in v]
     assert volume["secret"]["items"] == [

@@ -1,0 +1,150 @@
+"""Per-group RocketMQ key pairs in the objects a BrokerGroup owns (issue 19 item 4, DESIGN.md
+§11 "client key pairs per BrokerGroup"; resources.py).
+
+The release's own pair (`rocketmq-credentials` of the release Secret) is the controllers'
+admin pair: it never reaches a group's Secret. The group Secret `<bg>-credentials` holds the
+group's broker pair under `rocketmq-credentials` (what stock brokers sign with, what built-in
+brokers register with) and its client pair under `rocketmq-client-credentials`; the Secret
+`<bg>-rocketmq-client` holds the client pair alone, for applications. Both pairs are derived
+from the broker credential root with cluster = namespace and brokerName = group, the same
+(cluster, brokerName) as the group's controller API tokens, and the controllers' own check
+(`RocketMQKeys`) recognises them as the group's.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from brokergroup_controller.credentials import (
+    Principal,
+    RocketMQKeyPair,
+    RocketMQKeys,
+    Role,
+    derive_rocketmq_pair,
+)
+from brokergroup_operator.model import group_labels
+from brokergroup_operator.release_secret import OperatorSecrets
+from brokergroup_operator.resources import GroupContext, owned_objects
+
+RELEASE_PAIR = RocketMQKeyPair("bg-release-0123456789", "release-s3cr3t-release-s3cr3t")
+ROOT = "root-of-the-release-" * 2
+SECRETS = OperatorSecrets("admin-token", ROOT, "ha-" * 11, RELEASE_PAIR.to_json())
+APIS = ("bg-controller-0.bg-controller.ops.svc:9878", "bg-controller-1.bg-controller.ops.svc:9878")
+BROKER_PAIR = derive_rocketmq_pair(ROOT, Role.BROKER, "prod", "orders")
+CLIENT_PAIR = derive_rocketmq_pair(ROOT, Role.CLIENT, "prod", "orders")
+ENGINES = ("brokergroup", "rocketmq")
+
+
+def _objects(
+    engine: str = "brokergroup", secrets: OperatorSecrets | None = SECRETS, **spec: Any
+) -> dict[tuple[str, str], dict[str, Any]]:
+    base: dict[str, Any] = {"engine": engine, "replicas": 3, "storage": {"size": "1Gi"}}
+    base.update(spec)
+    ctx = GroupContext(
+        "orders",
+        "prod",
+        "uid-1",
+        base,
+        "brokergroup:dev",
+        APIS,
+        secrets,
+        default_rocketmq_image="brokergroup-rocketmq:5.3.3",
+    )
+    return {(o["kind"], o["metadata"]["name"]): o for o in owned_objects(ctx, 3)}
+
+
+def _pair(line: str) -> RocketMQKeyPair:
+    data = json.loads(line)
+    return RocketMQKeyPair(data["accessKey"], data["secretKey"])
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_the_group_secret_holds_the_groups_own_pairs_never_the_release_pair(engine: str) -> None:
+    objects = _objects(engine)
+    data = objects[("Secret", "orders-credentials")]["stringData"]
+    assert _pair(data["rocketmq-credentials"]) == BROKER_PAIR
+    assert _pair(data["rocketmq-client-credentials"]) == CLIENT_PAIR
+    # One line each: a stock broker's properties file takes the broker pair verbatim.
+    assert "\n" not in data["rocketmq-credentials"] + data["rocketmq-client-credentials"]
+    rendered = json.dumps(list(objects.values()))
+    assert RELEASE_PAIR.access_key not in rendered
+    assert RELEASE_PAIR.secret_key not in rendered
+    assert ROOT not in rendered
+
+
+def test_the_controllers_check_recognises_the_pairs_as_the_groups() -> None:
+    """What the name server and the controller remoting port do with a signature: the
+    SecretKey they recompute from the AccessKey is the one in the Secret, and the
+    principal is the group's broker or client, never the admin."""
+    data = _objects()[("Secret", "orders-credentials")]["stringData"]
+    keys = RocketMQKeys(RELEASE_PAIR, ROOT)
+    for key, role in (("rocketmq-credentials", Role.BROKER), ("rocketmq-client-credentials", Role.CLIENT)):  # fmt: skip
+        pair = _pair(data[key])
+        assert keys.secret_for(pair.access_key) == pair.secret_key
+        assert keys.principal(pair.access_key) == Principal(role, ("prod", "orders"))
+    # The same brokerName in another namespace (another cluster) is another group.
+    elsewhere = derive_rocketmq_pair(ROOT, Role.BROKER, "staging", "orders")
+    assert _pair(data["rocketmq-credentials"]) != elsewhere
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_the_client_secret_holds_the_client_pair_alone(engine: str) -> None:
+    objects = _objects(engine)
+    secret = objects[("Secret", "orders-rocketmq-client")]
+    assert secret["type"] == "Opaque"
+    assert secret["stringData"] == {
+        "accessKey": CLIENT_PAIR.access_key,
+        "secretKey": CLIENT_PAIR.secret_key,
+        "rocketmq-credentials": CLIENT_PAIR.to_json(),
+    }
+    meta = secret["metadata"]
+    assert meta["namespace"] == "prod"
+    assert group_labels("orders").items() <= meta["labels"].items()
+    (owner,) = meta["ownerReferences"]
+    assert (owner["kind"], owner["name"], owner["uid"], owner["controller"]) == (
+        "BrokerGroup",
+        "orders",
+        "uid-1",
+        True,
+    )
+    # No broker credential of any kind: an application mounting it cannot register a
+    # broker, act as one on the controllers, or replicate.
+    text = json.dumps(secret)
+    group = objects[("Secret", "orders-credentials")]["stringData"]
+    for key in ("broker-credential", "client-credential", "ha-secret"):
+        assert group[key] not in text
+    assert BROKER_PAIR.secret_key not in text and BROKER_PAIR.access_key not in text
+    # No pod of the group mounts it.
+    pod = objects[("StatefulSet", "orders")]["spec"]["template"]["spec"]
+    assert "orders-rocketmq-client" not in json.dumps(pod)
+
+
+def test_the_client_secret_is_applied_after_the_group_secret() -> None:
+    names = [name for kind, name in _objects() if kind == "Secret"]
+    assert names == ["orders-credentials", "orders-rocketmq-client"]
+
+
+def test_no_pairs_without_the_release_pair_or_with_the_users_own_secret() -> None:
+    """Without the release pair the controllers open no RocketMQ port: no pairs, no client
+    Secret (as before). With spec.controller.secretName the operator writes no group Secret:
+    the user's holds the pair (`brokergroup admin derive-credential --rocketmq`)."""
+    bare = _objects(secrets=OperatorSecrets("admin-token", ROOT, "ha-" * 11))
+    data = bare[("Secret", "orders-credentials")]["stringData"]
+    assert "rocketmq-credentials" not in data and "rocketmq-client-credentials" not in data
+    assert ("Secret", "orders-rocketmq-client") not in bare
+    for engine in ENGINES:
+        own = _objects(engine, controller={"secretName": "mine"})
+        assert [name for kind, name in own if kind == "Secret"] == []
+
+
+def test_stock_brokers_mount_the_broker_pair_only() -> None:
+    objects = _objects("rocketmq")
+    pod = objects[("StatefulSet", "orders")]["spec"]["template"]["spec"]
+    (volume,) = [v for v in pod["volumes"] if "secret" in v]
+    assert volume["secret"]["secretName"] == "orders-credentials"
+    assert volume["secret"]["items"] == [
+        {"key": "rocketmq-credentials", "path": "rocketmq-credentials"}
+    ]
