@@ -9,8 +9,9 @@ its job — while the same identity is refused what it does not need (reading
 Secrets, nodes, Deployments, RBAC objects, pod exec, anything in another
 namespace). The broker pods it made
 mount no ServiceAccount token and only their group's Secret, which holds the
-group's broker credential, the HA secret and the RocketMQ key pair of the remoting
-port, and never the admin token (DESIGN.md §11).
+group's broker credential, the HA secret and the group's own RocketMQ key pairs, and
+never the admin token or the release's RocketMQ pair (DESIGN.md §11); the applications'
+Secret `<group>-rocketmq-client` holds the client pair alone.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from brokergroup_controller.credentials import Role, derive_credential
+from brokergroup_controller.credentials import Role, derive_credential, derive_rocketmq_pair
 from tests.cluster.conftest import K8sCluster
 from tests.cluster.operator_env import OperatorEnv, apply_crds
 from tests.cluster.tier.paths import ROOT
@@ -163,10 +164,24 @@ def assert_brokers_hold_only_their_groups_credential(env: OperatorEnv, group: st
     secret = env.core.read_namespaced_secret(f"{group}-credentials", env.namespace)
     data = {k: base64.b64decode(v).decode() for k, v in secret.data.items()}
     assert sorted(data) == [
-        "broker-credential", "client-credential", "ha-secret", "rocketmq-credentials"
+        "broker-credential", "client-credential", "ha-secret", "rocketmq-client-credentials",
+        "rocketmq-credentials",
     ]  # fmt: skip
-    assert json.loads(data["rocketmq-credentials"]) == json.loads(
-        env.controllers.rocketmq_credentials_file.read_text()
+    # The group's own RocketMQ pairs, never the release's (the controllers' admin pair).
+    assert data["rocketmq-credentials"] == (
+        derive_rocketmq_pair(root, Role.BROKER, env.namespace, group).to_json()
     )
+    client_pair = derive_rocketmq_pair(root, Role.CLIENT, env.namespace, group)
+    assert data["rocketmq-client-credentials"] == client_pair.to_json()
+    release_pair = json.loads(env.controllers.rocketmq_credentials_file.read_text())
+    assert release_pair["secretKey"] not in json.dumps(data)
     assert data["broker-credential"] == derive_credential(root, Role.BROKER, env.namespace, group)
     assert admin_token not in data.values() and root not in data.values()
+    # The applications' Secret: the client pair alone, owned by the group.
+    client = env.core.read_namespaced_secret(f"{group}-rocketmq-client", env.namespace)
+    assert {k: base64.b64decode(v).decode() for k, v in client.data.items()} == {
+        "accessKey": client_pair.access_key,
+        "secretKey": client_pair.secret_key,
+        "rocketmq-credentials": client_pair.to_json(),
+    }
+    assert [(o.kind, o.name) for o in client.metadata.owner_references] == [("BrokerGroup", group)]

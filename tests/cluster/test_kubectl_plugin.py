@@ -146,9 +146,10 @@ def test_kubectl_brokergroup(env: OperatorEnv, tmp_path: Path) -> None:
     # The group's credentials (the operator's Secret, all the pods hold) nowhere.
     secret = env.core.read_namespaced_secret("orders-credentials", env.namespace)
     values = [base64.b64decode(v).decode() for v in secret.data.values()]
-    assert len(values) == 4
+    assert len(values) == 5
     assert [p for p, text in members.items() for v in values if v in text] == []
     assert json.loads(members["secrets/orders-credentials.json"])["data"] == {
         "broker-credential": "<redacted>", "client-credential": "<redacted>",
-        "ha-secret": "<redacted>", "rocketmq-credentials": "<redacted>",
+        "ha-secret": "<redacted>", "rocketmq-client-credentials": "<redacted>",
+        "rocketmq-credentials": "<redacted>",
     }  # fmt: skip

@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import uuid
 from collections.abc import Iterator
@@ -267,11 +268,14 @@ def test_a_group_without_its_secret_says_so(env: OperatorEnv) -> None:  # noqa: 
             raise
 
     secret = wait_for("the group's own Secret", credentials, 60)
-    # The user's release Secret brought the RocketMQ key pair, so the group's brokers get it
-    # for their remoting port (issue 19 item 5).
+    # The user's release Secret brought the RocketMQ key pair, so the group's brokers get
+    # their own pairs for their remoting port (issue 19 items 4-5), not the release's.
     assert sorted(secret.data) == [
-        "broker-credential", "client-credential", "ha-secret", "rocketmq-credentials"
+        "broker-credential", "client-credential", "ha-secret", "rocketmq-client-credentials",
+        "rocketmq-credentials",
     ]  # fmt: skip
+    pair = json.loads(base64.b64decode(secret.data["rocketmq-credentials"]))
+    assert pair["accessKey"] != "bg-user-pair", pair["accessKey"]
 
 
 def test_delete_ends_when_the_controller_is_gone(env: OperatorEnv) -> None:  # noqa: F811

@@ -3,8 +3,8 @@ cluster tier).
 
 `helm install` of the chart (controllers with their name servers, the operator), one
 BrokerGroup of the built-in broker with autoCreateTopicEnable. The stock client
-(tools/rocketmq/StockClient.java, default client settings, AclClientRPCHook with the release
-Secret's rocketmq-credentials) runs in pods of the cluster, so it resolves Service names
+(tools/rocketmq/StockClient.java, default client settings, AclClientRPCHook with the group's
+client pair from the Secret `orders-rocketmq-client` the operator writes) runs in pods of the cluster, so it resolves Service names
 through the pod's cluster DNS search path and reaches ClusterIPs through the Service proxy,
 as a client application would. Its namesrvAddr is the chart's name server Service
 `bg-brokergroup-namesrv.<ns>.svc:9876`.
@@ -157,9 +157,23 @@ def env(k8s_cluster: K8sCluster, tmp_path: Path) -> Iterator[InClusterEnv]:
 
 
 def _credentials(env: InClusterEnv) -> Credentials:
-    data = env.core.read_namespaced_secret(f"{RELEASE}-brokergroup-secrets", env.namespace).data
-    pair = json.loads(base64.b64decode(data["rocketmq-credentials"]))
-    return Credentials(pair["accessKey"], pair["secretKey"])
+    """The group's client pair, from the Secret an application mounts: `<bg>-rocketmq-client`
+    (no broker credential in it), never the release's admin pair."""
+    data = {
+        k: base64.b64decode(v).decode()
+        for k, v in env.core.read_namespaced_secret(
+            f"{GROUP}-rocketmq-client", env.namespace
+        ).data.items()
+    }
+    assert sorted(data) == ["accessKey", "rocketmq-credentials", "secretKey"], sorted(data)
+    assert json.loads(data["rocketmq-credentials"]) == {
+        "accessKey": data["accessKey"],
+        "secretKey": data["secretKey"],
+    }
+    release = env.core.read_namespaced_secret(f"{RELEASE}-brokergroup-secrets", env.namespace)
+    admin = json.loads(base64.b64decode(release.data["rocketmq-credentials"]))
+    assert data["accessKey"] != admin["accessKey"], "the client Secret holds the admin pair"
+    return Credentials(data["accessKey"], data["secretKey"])
 
 
 async def _broker_addrs(namesrv: str, credentials: Credentials, topic: str) -> dict[str, str]:
