@@ -24,7 +24,14 @@ from brokergroup_cli.local.state import (
     write_state,
 )
 from brokergroup_cli.local.supervisor import prepare_dir
-from brokergroup_controller.credentials import CredentialKeys, Principal, Role, authenticate
+from brokergroup_controller.credentials import (
+    CredentialKeys,
+    Principal,
+    RocketMQKeys,
+    Role,
+    authenticate,
+    derive_rocketmq_pair,
+)
 
 
 def test_defaults_follow_the_address_plan(tmp_path: Path) -> None:
@@ -135,7 +142,8 @@ def test_broker_argv_binds_and_advertises_its_own_address(tmp_path: Path) -> Non
         "--ha-secret-file", str(tmp_path / "ha-secret"),
         "--bind-address", "127.0.0.13", "--advertise-address", "127.0.0.13",
         "--client-port", "10911",
-        "--remoting-key-file", str(tmp_path / "namesrv-keys.json"),
+        "--remoting-key-file", str(tmp_path / "broker-keys.json"),
+        "--remoting-client-key-file", str(tmp_path / "client-keys.json"),
         "--namesrv-addresses", "127.0.1.1:9876;127.0.1.2:9876;127.0.1.3:9876",
         "--set", "autoCreateTopicEnable=true",
         "--set", "heartbeatIntervalMs=200",
@@ -161,8 +169,16 @@ def test_up_generates_the_admin_token_and_the_groups_broker_and_client_credentia
     assert authenticate(f"Bearer {files['client-credential']}", keys) == Principal(
         Role.CLIENT, group
     )
-    secret_names = ["broker-credential", "broker-credential-root", "client-credential",
-                    "ha-secret", "namesrv-keys.json", "raft-password", "token"]  # fmt: skip
+    # DESIGN.md §11: the group's RocketMQ pairs, derived from the same root (own label).
+    for name, role in (("broker-keys.json", Role.BROKER), ("client-keys.json", Role.CLIENT)):
+        line = derive_rocketmq_pair(files["broker-credential-root"], role, *group).to_json()
+        assert files[name] == line
+        assert RocketMQKeys(None, files["broker-credential-root"]).principal(
+            json.loads(line)["accessKey"]
+        ) == Principal(role, group)
+    secret_names = ["broker-credential", "broker-credential-root", "broker-keys.json",
+                    "client-credential", "client-keys.json", "ha-secret", "namesrv-keys.json",
+                    "raft-password", "token"]  # fmt: skip
     assert sorted(n for n in files if n not in ("config.json",)) == secret_names
     assert {oct((tmp_path / n).stat().st_mode & 0o777) for n in secret_names} == {"0o600"}
     prepare_dir(config, layout)  # a second `up` keeps every value
@@ -170,7 +186,8 @@ def test_up_generates_the_admin_token_and_the_groups_broker_and_client_credentia
         n: files[n] for n in secret_names
     }
     broker = broker_argv(config, layout, 0, "127.0.0.10")
-    for secret in ("token", "broker-credential-root", "client-credential", "raft-password"):
+    for secret in ("token", "broker-credential-root", "client-credential", "raft-password",
+                   "namesrv-keys.json"):  # fmt: skip
         assert str(tmp_path / secret) not in broker
 
 
