@@ -58,7 +58,7 @@ BROKER_ENDPOINTS = GROUP_READS | frozenset(
         "elect_master",
     }
 )
-ADMIN_ONLY = frozenset({"clean", "groups"})
+ADMIN_ONLY = frozenset({"clean", "groups", "controller_config"})
 OPEN_TO_ANY_PRINCIPAL = frozenset({"raft"})
 
 

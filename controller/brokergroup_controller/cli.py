@@ -153,21 +153,31 @@ def register(subparsers: Any) -> None:
         description="The broker or client credential of (clusterName, brokerName), derived "
         "from the root the controllers hold, as the operator and the local runtime derive "
         "it. Write it to a 0600 file and pass that as a broker's or producer's "
-        "--controller-token-file (docs/security.md).",
+        "--controller-token-file (docs/security.md). With --rocketmq: the group's RocketMQ "
+        'AccessKey/SecretKey pair instead, as the key-file line {"accessKey": …, '
+        "\"secretKey\": …} (a stock client's AclClientRPCHook, a stock broker's "
+        "innerClientAuthenticationCredentials, a built-in broker's --remoting-key-file).",
     )
     broker_set(p)
     p.add_argument("--role", choices=["broker", "client"], required=True)
     p.add_argument("--root-file", required=True, help="file holding the broker credential root")
+    p.add_argument(
+        "--rocketmq", action="store_true", help="print the group's RocketMQ key pair (JSON)"
+    )
     p.set_defaults(func=_derive_credential)
 
 
 def _derive_credential(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from brokergroup_controller.credentials import Role, derive_credential
+    from brokergroup_controller.credentials import Role, derive_credential, derive_rocketmq_pair
 
     root = Path(args.root_file).read_text().strip()
-    print(derive_credential(root, Role(args.role), args.cluster_name, args.broker_name))
+    role = Role(args.role)
+    if args.rocketmq:
+        print(derive_rocketmq_pair(root, role, args.cluster_name, args.broker_name).to_json())
+    else:
+        print(derive_credential(root, role, args.cluster_name, args.broker_name))
     return 0
 
 

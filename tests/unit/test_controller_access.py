@@ -11,6 +11,7 @@ through real controller processes.
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 import pytest
@@ -23,9 +24,11 @@ from brokergroup_controller.credentials import (
     AuthenticationError,
     CredentialKeys,
     Principal,
+    RocketMQKeys,
     Role,
     authenticate,
     derive_credential,
+    derive_rocketmq_pair,
     verify_credential,
 )
 
@@ -133,6 +136,26 @@ def test_admin_derive_credential_prints_what_the_operator_derives(
     assert verify_credential(printed, KEYS) == BROKER_A
 
 
+def test_admin_derive_credential_rocketmq_prints_the_groups_key_pair(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`brokergroup admin derive-credential --rocketmq`: the pair a user's own group Secret
+    or a stock client needs, as the operator derives it (the key-file JSON line)."""
+    root_file = tmp_path / "root"
+    root_file.write_text(ROOT + "\n")
+    parser = argparse.ArgumentParser()
+    controller_cli.register(parser.add_subparsers())
+    args = parser.parse_args(
+        ["admin", "derive-credential", "--role", "client", "--broker-name", A[1],
+         "--cluster-name", A[0], "--root-file", str(root_file), "--rocketmq"]
+    )  # fmt: skip
+    assert args.func(args) == 0
+    printed = json.loads(capsys.readouterr().out)
+    pair = derive_rocketmq_pair(ROOT, Role.CLIENT, *A)
+    assert printed == {"accessKey": pair.access_key, "secretKey": pair.secret_key}
+    assert RocketMQKeys(None, ROOT).principal(printed["accessKey"]) == Principal(Role.CLIENT, A)
+
+
 def test_credential_keys_keep_secrets_out_of_repr() -> None:
     assert ROOT not in repr(KEYS) and KEYS.admin_token not in repr(KEYS)
 
@@ -150,6 +173,7 @@ MAY_CALL = {
     "alter_sync_state_set": "admin broker",
     "elect_master": "admin broker",
     "clean": "admin",
+    "controller_config": "admin",  # the remoting port's GET/UPDATE_CONTROLLER_CONFIG
     "replica_info": "admin broker client",
     "watch": "admin broker client",
 }

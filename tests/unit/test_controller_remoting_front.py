@@ -11,6 +11,7 @@ leave the replicated state unchanged.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import json
 import time
@@ -21,15 +22,28 @@ from typing import Any
 
 import pytest
 
+from brokergroup_controller.credentials import (
+    RocketMQKeyPair,
+    RocketMQKeys,
+    Role,
+    derive_rocketmq_pair,
+)
 from brokergroup_controller.errors import ErrorCode
 from brokergroup_controller.raft_node import ControllerRaftNode
 from brokergroup_controller.rocketmq_front import ControllerRemoting, server_auth, wire
 from brokergroup_controller.server import ControllerConfig, ControllerService
 from brokergroup_remoting import RemotingCommand, RequestCode, ResponseCode, request, response_to
 from brokergroup_remoting.keys import read_key_file as read_remoting_credentials
-from brokergroup_remoting.net import Connection, Credentials, RemotingClient, RemotingServer
+from brokergroup_remoting.net import (
+    Connection,
+    Credentials,
+    RemotingClient,
+    RemotingServer,
+    ServerAuth,
+)
 
 KEYS = Credentials("rocketmq-broker", "broker-secret-of-this-test")
+ROOT = "broker-credential-root-of-this-test"
 C, B = "DefaultCluster", "broker-a"
 _hosts = itertools.count(1)
 
@@ -41,7 +55,7 @@ def _config(tmp_path: Path, host: str, peers: tuple[str, ...] | None = None) -> 
         data_dir=str(tmp_path / "data"),
         bind_address=host,
         token="api-token",
-        broker_credential_root="broker-credential-root-of-this-test",
+        broker_credential_root=ROOT,
         raft_password="raft-secret-of-this-test",
         remoting_port=0,
     )
@@ -72,7 +86,10 @@ async def _start(tmp_path: Path, *, leader: bool = True) -> AsyncIterator[Node]:
     raft = ControllerRaftNode(config.raft_settings())
     raft.start()
     service = ControllerService(config, raft)
-    front = ControllerRemoting(service, port=0, auth=server_auth(KEYS), credentials=KEYS)
+    keys = RocketMQKeys(RocketMQKeyPair(KEYS.access_key, KEYS.secret_key), ROOT)
+    front = ControllerRemoting(
+        service, port=0, auth=ServerAuth(secret_for=keys.secret_for), credentials=KEYS, keys=keys
+    )
     try:
         deadline = time.monotonic() + 10
         while leader and not raft.status().caught_up:
@@ -474,13 +491,105 @@ async def test_controller_config_shows_settings_without_secrets_and_refuses_upda
     assert answer.code == ResponseCode.SUCCESS
     text = answer.body.decode()
     assert "heartbeatTimeoutMs=2000\n" in text and "enableElectUncleanMaster=false\n" in text
-    assert "api-token" not in text and "raft-secret" not in text
+    assert "api-token" not in text and "raft-secret" not in text and ROOT not in text
     answer = await node.call(
         RequestCode.UPDATE_CONTROLLER_CONFIG, body=b"enableElectUncleanMaster=true\n"
     )
     assert answer.code == ResponseCode.NO_PERMISSION
     assert "enableElectUncleanMaster" in (answer.remark or "")
     assert node.service.config.enable_elect_unclean_master is False
+
+
+def _pair(role: Role, broker_name: str = B, root: str = ROOT) -> Credentials:
+    pair = derive_rocketmq_pair(root, role, C, broker_name)
+    return Credentials(pair.access_key, pair.secret_key)
+
+
+async def _as(node: Node, credentials: Credentials) -> Node:
+    client = await RemotingClient.connect(
+        f"{node.host}:{node.front.listening_port}", credentials=credentials
+    )
+    return dataclasses.replace(node, client=client)
+
+
+async def test_a_groups_broker_pair_runs_its_own_broker_and_nothing_else(node: Node) -> None:
+    """DESIGN.md §11: a broker key pair does its own group's broker requests (the join and a
+    first election as the requester); another group's, an admin election or a clean are
+    refused NO_PERMISSION and change nothing."""
+    broker = await _as(node, _pair(Role.BROKER))
+    other = await _as(node, _pair(Role.BROKER, "broker-b"))
+    try:
+        await _join(broker, 1, "127.0.0.1:10911")
+        elected = await broker.call(RequestCode.CONTROLLER_ELECT_MASTER, _elect_fields(1))
+        assert elected.code == ResponseCode.SUCCESS, elected
+        await _join(broker, 2, "127.0.0.2:10911")
+        before = node.state()
+        refused = [
+            (other, RequestCode.CONTROLLER_GET_NEXT_BROKER_ID, {"clusterName": C, "brokerName": B}),
+            (other, RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET, _alter_fields(1, 1)),
+            (other, RequestCode.CONTROLLER_ELECT_MASTER, _elect_fields(2)),
+            (broker, RequestCode.CONTROLLER_ELECT_MASTER, _elect_fields(2, designate=True)),
+            (
+                broker,
+                RequestCode.CLEAN_BROKER_DATA,
+                {"clusterName": C, "brokerName": B, "brokerControllerIdsToClean": "2"},
+            ),
+            (broker, RequestCode.GET_CONTROLLER_CONFIG, {}),
+            (broker, RequestCode.UPDATE_CONTROLLER_CONFIG, {}),
+        ]
+        for who, code, fields in refused:
+            body = (
+                _sync_state_set([1], 1)
+                if code == RequestCode.CONTROLLER_ALTER_SYNC_STATE_SET
+                else b""
+            )
+            answer = await who.call(code, fields, body)
+            assert (code, answer.code) == (code, ResponseCode.NO_PERMISSION), answer
+        answer = await broker.call(RequestCode.CONTROLLER_GET_SYNC_STATE_DATA, body=b'["broker-a"]')
+        assert answer.code == ResponseCode.NO_PERMISSION
+        assert (
+            "broker-b"
+            in (await other.call(RequestCode.CONTROLLER_ELECT_MASTER, _elect_fields(2))).remark
+        )
+        assert node.state() == before
+    finally:
+        await broker.client.close()
+        await other.client.close()
+
+
+async def test_a_groups_client_pair_only_reads(node: Node) -> None:
+    await _group_of_two(node)
+    client = await _as(node, _pair(Role.CLIENT))
+    forged = await _as(node, _pair(Role.BROKER, root="a-root-this-controller-never-had"))
+    try:
+        before = node.state()
+        info = await client.call(RequestCode.CONTROLLER_GET_REPLICA_INFO, {"brokerName": B})
+        assert (info.code, info.fields()["masterBrokerId"]) == (ResponseCode.SUCCESS, "1")
+        meta = await client.call(RequestCode.CONTROLLER_GET_METADATA_INFO)
+        assert meta.code == ResponseCode.SUCCESS
+        for code, fields in (
+            (RequestCode.CONTROLLER_ELECT_MASTER, _elect_fields(2)),
+            (
+                RequestCode.CONTROLLER_REGISTER_BROKER,
+                {
+                    "clusterName": C,
+                    "brokerName": B,
+                    "brokerId": "3",
+                    "brokerAddress": "127.0.0.3:10911",
+                },
+            ),
+            (RequestCode.CONTROLLER_GET_NEXT_BROKER_ID, {"clusterName": C, "brokerName": B}),
+        ):
+            answer = await client.call(code, fields)
+            assert (code, answer.code) == (code, ResponseCode.NO_PERMISSION), answer
+        # A pair derived from another root fails the signature itself.
+        answer = await forged.call(RequestCode.CONTROLLER_GET_METADATA_INFO)
+        assert answer.code == ResponseCode.NO_PERMISSION
+        assert answer.remark == "the Signature does not match the request"
+        assert node.state() == before
+    finally:
+        await client.client.close()
+        await forged.client.close()
 
 
 async def test_a_follower_answers_not_leader_and_changes_nothing(tmp_path: Path) -> None:

@@ -19,7 +19,16 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from brokergroup_controller.credentials import (
+    Principal,
+    RocketMQKeyPair,
+    RocketMQKeys,
+    Role,
+    derive_rocketmq_pair,
+)
+from brokergroup_controller.namesrv import access as namesrv_access
 from brokergroup_controller.namesrv.routes import ManagedGroup
+from brokergroup_controller.namesrv.serve import name_server_auth
 from brokergroup_controller.namesrv.server import NameServer
 from brokergroup_remoting import RemotingCommand, RequestCode, ResponseCode, SerializeType
 from brokergroup_remoting.command import request
@@ -461,3 +470,119 @@ async def test_every_answer_names_the_stable_master_address_a_slave_gets_the_mas
         for broker in brokers:
             await broker.close()
         await server.close()
+
+
+# ---------------------------------------------------------------- per-group key pairs
+
+ROOT = "broker-credential-root-of-this-test"
+
+
+def _pair(role: Role, broker_name: str = "broker-a") -> Credentials:
+    pair = derive_rocketmq_pair(ROOT, role, "DefaultCluster", broker_name)
+    return Credentials(pair.access_key, pair.secret_key)
+
+
+async def test_a_broker_pair_registers_only_its_own_group_and_a_client_pair_only_reads() -> None:
+    """DESIGN.md §11: a stolen broker pair cannot put addresses into another group's routes;
+    a client pair reads routes and writes nothing. Refusals are NO_PERMISSION with the
+    reason and change no registration."""
+    groups = Groups()
+    groups.groups[KEY] = ManagedGroup(KEY[0], KEY[1], 1, 1, {1: A1, 2: A2})
+    keys = RocketMQKeys(RocketMQKeyPair(GOOD.access_key, GOOD.secret_key), ROOT)
+    server = NameServer(groups, auth=name_server_auth(keys))
+    await server.start("127.0.0.1", 0)
+    address = f"127.0.0.1:{server.port}"
+    try:
+        reg = request(
+            RequestCode.REGISTER_BROKER, 0, register_fields(A1, 0), json_body("orders", "x")
+        )
+        # The registration lives as long as the broker's connection (kept open here).
+        broker = await RemotingClient.connect(address, credentials=_pair(Role.BROKER))
+        answer = await broker.invoke(reg, 5)
+        assert answer.code == ResponseCode.SUCCESS, answer
+        snapshot = [(r.broker_addr, r.broker_name) for r in server.registry]
+        assert snapshot == [(A1, "broker-a")]
+
+        forged = request(
+            RequestCode.REGISTER_BROKER, 0, register_fields(A2, 2), json_body("orders", "stolen")
+        )
+        unregister = request(
+            RequestCode.UNREGISTER_BROKER,
+            0,
+            {
+                k: v
+                for k, v in register_fields(A1, 1).items()
+                if k in ("brokerName", "brokerAddr", "clusterName", "brokerId")
+            },
+        )
+        delete = request(RequestCode.DELETE_TOPIC_IN_NAMESRV, 0, {"topic": "orders"})
+        for credentials, cmd, why in (
+            (_pair(Role.BROKER, "broker-b"), forged, "DefaultCluster/broker-a"),
+            (_pair(Role.BROKER, "broker-b"), unregister, "DefaultCluster/broker-a"),
+            (_pair(Role.CLIENT), forged, "may not make request 103"),
+            (_pair(Role.CLIENT), delete, "may not make request"),
+            (_pair(Role.BROKER), delete, "may not make request"),
+        ):
+            answer = await call(address, cmd, credentials=credentials)
+            assert (answer.code, why in (answer.remark or "")) == (
+                ResponseCode.NO_PERMISSION,
+                True,
+            ), answer
+        assert [(r.broker_addr, r.broker_name) for r in server.registry] == snapshot
+        read = await call(
+            address,
+            request(RequestCode.GET_ROUTEINFO_BY_TOPIC, 0, {"topic": "orders"}),
+            credentials=_pair(Role.CLIENT),
+        )
+        assert read.code == ResponseCode.SUCCESS
+        assert [b["brokerAddrs"] for b in json.loads(read.body)["brokerDatas"]] == [{"0": A1}]
+        await broker.close()
+    finally:
+        await server.close()
+
+
+@pytest.mark.parametrize(
+    ("principal", "code", "fields", "allowed"),
+    [
+        (Principal(Role.ADMIN), RequestCode.DELETE_TOPIC_IN_NAMESRV, {}, True),
+        (Principal(Role.CLIENT, KEY), RequestCode.GET_ROUTEINFO_BY_TOPIC, {}, True),
+        (Principal(Role.CLIENT, KEY), RequestCode.QUERY_DATA_VERSION, {}, True),
+        (
+            Principal(Role.CLIENT, KEY),
+            RequestCode.REGISTER_BROKER,
+            dict(zip(("clusterName", "brokerName"), KEY, strict=True)),
+            False,
+        ),
+        (
+            Principal(Role.BROKER, KEY),
+            RequestCode.REGISTER_BROKER,
+            dict(zip(("clusterName", "brokerName"), KEY, strict=True)),
+            True,
+        ),
+        (
+            Principal(Role.BROKER, KEY),
+            RequestCode.BROKER_HEARTBEAT,
+            dict(zip(("clusterName", "brokerName"), KEY, strict=True)),
+            True,
+        ),
+        (
+            Principal(Role.BROKER, KEY),
+            RequestCode.REGISTER_BROKER,
+            {"clusterName": "Other", "brokerName": "broker-a"},
+            False,
+        ),
+        (
+            Principal(Role.BROKER, KEY),
+            RequestCode.UNREGISTER_BROKER,
+            {"brokerName": "broker-a"},
+            False,
+        ),
+        (Principal(Role.BROKER, KEY), RequestCode.DELETE_TOPIC_IN_NAMESRV, {}, False),
+        (Principal(Role.BROKER, KEY), 999_999, {}, False),
+        (None, RequestCode.GET_ROUTEINFO_BY_TOPIC, {}, False),
+    ],
+)
+def test_name_server_access_decision(
+    principal: Principal | None, code: int, fields: dict[str, str], allowed: bool
+) -> None:
+    assert (namesrv_access.decide(principal, code, fields) is None) == allowed

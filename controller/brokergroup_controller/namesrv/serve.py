@@ -5,9 +5,12 @@ from __future__ import annotations
 import logging
 
 from brokergroup_controller.config import ControllerConfig
+from brokergroup_controller.credentials import RocketMQKeys
+from brokergroup_controller.namesrv import access
 from brokergroup_controller.namesrv.server import NameServer, managed_groups
 from brokergroup_controller.raft_node import ControllerRaftNode
-from brokergroup_remoting.keys import read_key_file, server_auth
+from brokergroup_controller.rocketmq_keys import load_rocketmq_keys
+from brokergroup_remoting import RemotingCommand
 from brokergroup_remoting.net import ServerAuth
 
 log = logging.getLogger(__name__)
@@ -16,14 +19,17 @@ log = logging.getLogger(__name__)
 async def start_name_server(
     config: ControllerConfig, node: ControllerRaftNode
 ) -> NameServer | None:
-    """Serve the name server on `namesrvPort` (0: off). Signed requests only, with the key
-    pair of `--namesrv-key-file`; without one it runs only under --insecure-no-auth
-    (unauthenticated), else it stays off and says so."""
+    """Serve the name server on `namesrvPort` (0: off). Signed requests only: the key pair
+    of `--namesrv-key-file` (admin) or a group's pair derived from the broker credential
+    root (namesrv/access.py bounds it); without the file it runs only under
+    --insecure-no-auth (unauthenticated), else it stays off and says so."""
     if config.namesrv_port == 0:
         return None
     if config.namesrv_key_file is not None:
-        auth: ServerAuth | None = server_auth(
-            read_key_file(config.namesrv_key_file, "name server key file")
+        auth: ServerAuth | None = name_server_auth(
+            load_rocketmq_keys(
+                config.namesrv_key_file, "name server key file", config.broker_credential_root
+            )
         )
     elif config.insecure_no_auth:
         auth = None
@@ -45,3 +51,12 @@ async def start_name_server(
         config.master_address_policy(),
     )
     return server
+
+
+def name_server_auth(keys: RocketMQKeys) -> ServerAuth:
+    """Signatures checked against `keys`, then namesrv/access.py's decision."""
+
+    def authorize(access_key: str, cmd: RemotingCommand) -> str | None:
+        return access.decide(keys.principal(access_key), cmd.code, cmd.fields())
+
+    return ServerAuth(secret_for=keys.secret_for, authorize=authorize)

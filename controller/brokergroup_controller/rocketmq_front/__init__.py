@@ -7,10 +7,12 @@ from __future__ import annotations
 import logging
 
 from brokergroup_controller.config import ControllerConfig
+from brokergroup_controller.credentials import RocketMQKeys
 from brokergroup_controller.rocketmq_front.front import ControllerRemoting
+from brokergroup_controller.rocketmq_keys import load_rocketmq_keys
 from brokergroup_controller.server import ControllerService
-from brokergroup_remoting.keys import read_key_file, server_auth
-from brokergroup_remoting.net import Credentials
+from brokergroup_remoting.keys import server_auth
+from brokergroup_remoting.net import Credentials, ServerAuth
 
 log = logging.getLogger(__name__)
 
@@ -23,8 +25,17 @@ async def start_remoting_front(
     if not config.remoting_port:
         return None
     credentials: Credentials | None = None
+    keys: RocketMQKeys | None = None
     if config.remoting_credentials_file:
-        credentials = read_key_file(config.remoting_credentials_file, "remoting credentials file")
+        # The release pair is the admin; every group's derived pair is checked too, and
+        # access.decide bounds what it may do (its own group's broker requests, or reads).
+        keys = load_rocketmq_keys(
+            config.remoting_credentials_file,
+            "remoting credentials file",
+            config.broker_credential_root,
+        )
+        assert keys.admin is not None
+        credentials = Credentials(keys.admin.access_key, keys.admin.secret_key)
     elif not config.insecure_no_auth:
         log.warning(
             "RocketMQ remoting port %d stays closed: give --remoting-credentials-file "
@@ -35,8 +46,9 @@ async def start_remoting_front(
     front = ControllerRemoting(
         service,
         port=config.remoting_port,
-        auth=None if credentials is None else server_auth(credentials),
+        auth=None if keys is None else ServerAuth(secret_for=keys.secret_for),
         credentials=credentials,
+        keys=keys,
     )
     await front.start(config.bind_address)
     log.info(

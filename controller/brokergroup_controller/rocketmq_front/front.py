@@ -28,10 +28,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import fields as dataclass_fields
+from typing import Any
 
 from brokergroup_controller import api
+from brokergroup_controller.access import AccessRequest, decide
+from brokergroup_controller.credentials import RocketMQKeys
 from brokergroup_controller.errors import ErrorCode
 from brokergroup_controller.http_support import _reject, _Reply
 from brokergroup_controller.request_parsing import BadRequest
@@ -39,6 +42,7 @@ from brokergroup_controller.rocketmq_front import wire
 from brokergroup_controller.server import ControllerService
 from brokergroup_controller.state import BrokerSetKey
 from brokergroup_remoting import RemotingCommand, RequestCode, ResponseCode, request, response_to
+from brokergroup_remoting.acl import ACCESS_KEY
 from brokergroup_remoting.net import (
     Connection,
     Credentials,
@@ -52,7 +56,7 @@ log = logging.getLogger(__name__)
 RemotingHandler = Callable[[RemotingCommand, Connection], Awaitable[RemotingCommand | None]]
 
 #: Settings GET_CONTROLLER_CONFIG never shows.
-_SECRET_SETTINGS = frozenset({"token", "raft_password"})
+_SECRET_SETTINGS = frozenset({"token", "raft_password", "broker_credential_root"})
 _NOTIFY_TIMEOUT_S = 3.0
 
 
@@ -71,8 +75,12 @@ class ControllerRemoting:
         port: int,
         auth: ServerAuth | None,
         credentials: Credentials | None = None,
+        keys: RocketMQKeys | None = None,
     ) -> None:
         self.service = service
+        # Who signed a request (the release's admin pair or a group's derived pair), for
+        # access.decide: the same role rules as the HTTP API. None: --insecure-no-auth.
+        self._keys = keys
         self.port = port
         """Every node's remoting port (the leader's address is its Raft host and this port)."""
         self._credentials = credentials
@@ -161,6 +169,19 @@ class ControllerRemoting:
     def _remoting_address_of(self, raft_address: str) -> str:
         return f"{raft_address.rsplit(':', 1)[0]}:{self.port}"
 
+    def _authorize(self, cmd: RemotingCommand, endpoint: str, parsed: Mapping[str, Any]) -> None:
+        """FORBIDDEN (NO_PERMISSION) unless access.decide lets the signer do this. Role and
+        group rules only: a stock broker's connections come from whatever source address the
+        kernel picks, so the address rules stay with the HTTP API (docs/security.md)."""
+        if self._keys is None:
+            return
+        principal = self._keys.principal(cmd.fields().get(ACCESS_KEY, ""))
+        if principal is None:
+            raise _reject(ErrorCode.UNAUTHORIZED, "the request's AccessKey names no principal")
+        verdict = decide(principal, AccessRequest.from_parsed(endpoint, parsed))
+        if not verdict.allowed:
+            raise _reject(ErrorCode.FORBIDDEN, verdict.reason)
+
     def _key(self, broker_name: str | None, cluster_name: str | None = None) -> BrokerSetKey:
         if not broker_name:
             raise wire.HeaderError("header field 'brokerName' is required")
@@ -179,6 +200,7 @@ class ControllerRemoting:
     # -- handlers
 
     async def _metadata(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        self._authorize(cmd, "raft", {})
         status = self.service.node.status()
         peers = status.members or self.service.config.peers
         ids = {peer: f"n{i}" for i, peer in enumerate(self.service.config.peers, start=1)}
@@ -197,6 +219,7 @@ class ControllerRemoting:
                 cmd, ResponseCode.CONTROLLER_INVALID_REQUEST, "Heart beat with empty brokerId"
             )
         body = wire.heartbeat_request(fields)
+        self._authorize(cmd, "heartbeat", body)
         if self.service.is_leader():
             hb: api.BrokerHeartbeat = body["heartbeat"]
             await self.service.endpoints.accept_heartbeat(hb, conn.transport)
@@ -206,6 +229,7 @@ class ControllerRemoting:
 
     async def _next_broker_id(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         q = wire.next_broker_id_request(cmd.fields())
+        self._authorize(cmd, "next_broker_id", q)
         answer = await self.service.endpoints.next_broker_id(None, q)
         fields = {
             "clusterName": q["clusterName"],
@@ -216,12 +240,14 @@ class ControllerRemoting:
 
     async def _apply_broker_id(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         b = wire.apply_broker_id_request(cmd.fields())
+        self._authorize(cmd, "apply_broker_id", b)
         await self.service.endpoints.apply_broker_id(None, b)
         fields = {"clusterName": b["clusterName"], "brokerName": b["brokerName"]}
         return response_to(cmd, ResponseCode.SUCCESS, fields=fields)
 
     async def _register(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         b = wire.register_request(cmd.fields())
+        self._authorize(cmd, "register", b)
         info = api.ReplicaInfo.from_json(await self.service.endpoints.register_broker(None, b))
         fields = {
             "clusterName": b["clusterName"],
@@ -236,6 +262,7 @@ class ControllerRemoting:
         fields = cmd.fields()
         key = self._key(fields.get("brokerName"))
         b = wire.alter_request(fields, cmd.body, key)
+        self._authorize(cmd, "alter_sync_state_set", b)
         answer = await self.service.endpoints.alter_sync_state_set(None, b)
         epoch = int(answer["syncStateSetEpoch"])
         body = wire.sync_state_set_json(answer["syncStateSet"], epoch)
@@ -253,6 +280,8 @@ class ControllerRemoting:
                 ErrorCode.NEED_TO_BE_REGISTERED, "Broker hasn't been registered"
             ) from reply
         b = wire.elect_request(fields, key)
+        if b is not None:
+            self._authorize(cmd, "elect_master", b)
         if b is None:
             raise wire.HeaderError(
                 "brokerId -1 asks for a controller-triggered election: this controller starts "
@@ -278,7 +307,9 @@ class ControllerRemoting:
         )
 
     async def _replica_info(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
-        info = self._info(self._key(cmd.fields().get("brokerName")))
+        key = self._key(cmd.fields().get("brokerName"))
+        self._authorize(cmd, "replica_info", {"clusterName": key[0], "brokerName": key[1]})
+        info = self._info(key)
         return response_to(
             cmd,
             ResponseCode.SUCCESS,
@@ -287,6 +318,7 @@ class ControllerRemoting:
         )
 
     async def _sync_state_data(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        self._authorize(cmd, "groups", {})
         names = wire.broker_names_body(cmd.body)
         keys = self.service.node.read(lambda s: list(s.broker_sets))
         infos = []
@@ -299,10 +331,12 @@ class ControllerRemoting:
     async def _clean(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         fields = cmd.fields()
         key = self._key(fields.get("brokerName"), fields.get("clusterName"))
+        self._authorize(cmd, "clean", {"clusterName": key[0], "brokerName": key[1]})
         await self.service.endpoints.clean_broker_data(None, wire.clean_request(fields, key))
         return response_to(cmd, ResponseCode.SUCCESS)
 
     async def _get_config(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        self._authorize(cmd, "controller_config", {})
         config = self.service.config
         settings: dict[str, object] = {
             _camel(f.name): getattr(config, f.name)
@@ -314,6 +348,7 @@ class ControllerRemoting:
         return response_to(cmd, ResponseCode.SUCCESS, body=wire.properties_text(settings))
 
     async def _update_config(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        self._authorize(cmd, "controller_config", {})
         if not cmd.body:
             return response_to(cmd, ResponseCode.SUCCESS)
         names = sorted(wire.parse_properties(cmd.body))
