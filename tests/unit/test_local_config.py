@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from brokergroup_cli.local.commands import _namesrv_fields
 from brokergroup_cli.local.config import ConfigError, LocalConfig, build_config
 from brokergroup_cli.local.plan import Layout, broker_argv, controller_argv
 from brokergroup_cli.local.state import (
@@ -225,3 +226,28 @@ def test_state_file_round_trip_and_stopped(tmp_path: Path) -> None:
     assert stopped.supervisor_pid is None and stopped.stopped_at_ms == 50
     assert all(c.pid is None and c.phase is Phase.STOPPED for c in stopped.children())
     assert stopped.brokers[0].broker_id == 1  # identity survives a stop
+
+
+def test_status_json_shows_the_client_pair_and_the_admin_pair(tmp_path: Path) -> None:
+    """`local status --json`: accessKey/secretKey are the group's client pair (applications,
+    the benchmark, stock clients); adminAccessKey/adminSecretKey the release pair (mqadmin's
+    controller commands). DESIGN.md §11."""
+    config = build_config(tmp_path, 3, ["local.launcher=bg"])
+    layout = Layout(tmp_path)
+    prepare_dir(config, layout)
+    state = RuntimeState(
+        root_dir=str(tmp_path), supervisor_pid=None, supervisor_start_ticks=None,
+        started_at_ms=1, updated_at_ms=2, controllers=(), brokers=(), config={},
+    )  # fmt: skip
+    write_state(layout.state_file, state)
+    fields = _namesrv_fields(layout)
+    client = json.loads(layout.client_key_file.read_text())
+    admin = json.loads(layout.namesrv_key_file.read_text())
+    assert (fields["accessKey"], fields["secretKey"]) == (client["accessKey"], client["secretKey"])
+    assert (fields["adminAccessKey"], fields["adminSecretKey"]) == (
+        admin["accessKey"],
+        admin["secretKey"],
+    )
+    assert RocketMQKeys(None, (tmp_path / "broker-credential-root").read_text().strip()).principal(
+        str(fields["accessKey"])
+    ) == Principal(Role.CLIENT, ("DefaultCluster", "broker-a"))
