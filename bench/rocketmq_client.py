@@ -167,7 +167,8 @@ class BrokergroupSide:
 
     def start(self) -> StockClient:
         self.runtime.up()
-        keys = json.loads((self.runtime.root / "namesrv-keys.json").read_text())
+        # The group's client pair (`local status --json` accessKey): brokers take no other.
+        keys = json.loads((self.runtime.root / "client-keys.json").read_text())
         namesrv = ";".join(f"{h}:9876" for h in self.runtime.addresses.controller_hosts)
         self.healthy()
         return StockClient(

@@ -77,7 +77,11 @@ class Stock:
         self.work = work
         self.keys = keys
         (work / "conf").mkdir(parents=True, exist_ok=True)
-        (work / "conf" / "tools.yml").write_text(tools_yml(keys["accessKey"], keys["secretKey"]))
+        # mqadmin's controller commands (electMaster, cleanBrokerMetadata, …) need the
+        # release's admin pair; the FailoverClient signs with the group's client pair.
+        (work / "conf" / "tools.yml").write_text(
+            tools_yml(keys["adminAccessKey"], keys["adminSecretKey"])
+        )
 
     def mqadmin(self, *args: str) -> str:
         result = subprocess.run(
@@ -109,7 +113,8 @@ def stock(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Runtime, S
         up = rt.up(brokers=3, engine="rocketmq")
         assert up.returncode == 0, f"{up.stdout}\n{up.stderr}\n{rt.logs()}"
         status = rt.status()
-        keys = {k: str(status[k]) for k in ("namesrvAddress", "accessKey", "secretKey")}
+        names = ("namesrvAddress", "accessKey", "secretKey", "adminAccessKey", "adminSecretKey")
+        keys = {k: str(status[k]) for k in names}
         yield rt, Stock(home, classes, base / "tools", keys)
 
 

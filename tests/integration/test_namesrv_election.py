@@ -167,10 +167,15 @@ def test_a_committed_election_moves_broker_id_0_before_any_registration(runtime:
         runtime,
     )
     assert status["namesrvAddress"] == "127.0.1.1:19876;127.0.1.2:19876;127.0.1.3:19876"
-    assert status["accessKey"] and status["secretKey"]
-    keys = json.loads((runtime.root / "namesrv-keys.json").read_text())
-    assert (keys["accessKey"], keys["secretKey"]) == (status["accessKey"], status["secretKey"])
-    assert (runtime.root / "namesrv-keys.json").stat().st_mode & 0o777 == 0o600
+    # The group's client pair (what applications sign with) and the release's admin pair.
+    for name, access, secret in (
+        ("client-keys.json", "accessKey", "secretKey"),
+        ("namesrv-keys.json", "adminAccessKey", "adminSecretKey"),
+    ):
+        keys = json.loads((runtime.root / name).read_text())
+        assert (keys["accessKey"], keys["secretKey"]) == (status[access], status[secret])
+        assert (runtime.root / name).stat().st_mode & 0o777 == 0o600
+    assert status["accessKey"] != status["adminAccessKey"]
     status = wait_for(
         "the forwarder on the master",
         lambda: forwarding_to(runtime.status(), None),

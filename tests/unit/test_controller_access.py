@@ -117,20 +117,26 @@ def test_the_credential_check_is_the_same_without_the_http_header() -> None:
             verify_credential(token, KEYS)
 
 
-def test_admin_derive_credential_prints_what_the_operator_derives(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """`brokergroup admin derive-credential`: the manual setup's way to hand a
-    broker (or a producer) its group's credential without the admin token."""
+def _derive_credential(tmp_path: Path, role: str, *extra: str) -> int:
+    """Run `brokergroup admin derive-credential` for group A with the root in a file."""
     root_file = tmp_path / "root"
     root_file.write_text(ROOT + "\n")
     parser = argparse.ArgumentParser()
     controller_cli.register(parser.add_subparsers())
     args = parser.parse_args(
-        ["admin", "derive-credential", "--role", "broker", "--broker-name", A[1],
-         "--cluster-name", A[0], "--root-file", str(root_file)]
+        ["admin", "derive-credential", "--role", role, "--broker-name", A[1],
+         "--cluster-name", A[0], "--root-file", str(root_file), *extra]
     )  # fmt: skip
-    assert args.func(args) == 0
+    result: int = args.func(args)
+    return result
+
+
+def test_admin_derive_credential_prints_what_the_operator_derives(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`brokergroup admin derive-credential`: the manual setup's way to hand a
+    broker (or a producer) its group's credential without the admin token."""
+    assert _derive_credential(tmp_path, "broker") == 0
     printed = capsys.readouterr().out.strip()
     assert printed == derive_credential(ROOT, Role.BROKER, *A)
     assert verify_credential(printed, KEYS) == BROKER_A
@@ -141,15 +147,7 @@ def test_admin_derive_credential_rocketmq_prints_the_groups_key_pair(
 ) -> None:
     """`brokergroup admin derive-credential --rocketmq`: the pair a user's own group Secret
     or a stock client needs, as the operator derives it (the key-file JSON line)."""
-    root_file = tmp_path / "root"
-    root_file.write_text(ROOT + "\n")
-    parser = argparse.ArgumentParser()
-    controller_cli.register(parser.add_subparsers())
-    args = parser.parse_args(
-        ["admin", "derive-credential", "--role", "client", "--broker-name", A[1],
-         "--cluster-name", A[0], "--root-file", str(root_file), "--rocketmq"]
-    )  # fmt: skip
-    assert args.func(args) == 0
+    assert _derive_credential(tmp_path, "client", "--rocketmq") == 0
     printed = json.loads(capsys.readouterr().out)
     pair = derive_rocketmq_pair(ROOT, Role.CLIENT, *A)
     assert printed == {"accessKey": pair.access_key, "secretKey": pair.secret_key}

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from brokergroup_cli.local.commands import _namesrv_fields
 from brokergroup_cli.local.config import ConfigError, LocalConfig, build_config
 from brokergroup_cli.local.plan import Layout, broker_argv, controller_argv
 from brokergroup_cli.local.state import (
@@ -24,7 +25,14 @@ from brokergroup_cli.local.state import (
     write_state,
 )
 from brokergroup_cli.local.supervisor import prepare_dir
-from brokergroup_controller.credentials import CredentialKeys, Principal, Role, authenticate
+from brokergroup_controller.credentials import (
+    CredentialKeys,
+    Principal,
+    RocketMQKeys,
+    Role,
+    authenticate,
+    derive_rocketmq_pair,
+)
 
 
 def test_defaults_follow_the_address_plan(tmp_path: Path) -> None:
@@ -135,7 +143,8 @@ def test_broker_argv_binds_and_advertises_its_own_address(tmp_path: Path) -> Non
         "--ha-secret-file", str(tmp_path / "ha-secret"),
         "--bind-address", "127.0.0.13", "--advertise-address", "127.0.0.13",
         "--client-port", "10911",
-        "--remoting-key-file", str(tmp_path / "namesrv-keys.json"),
+        "--remoting-key-file", str(tmp_path / "broker-keys.json"),
+        "--remoting-client-key-file", str(tmp_path / "client-keys.json"),
         "--namesrv-addresses", "127.0.1.1:9876;127.0.1.2:9876;127.0.1.3:9876",
         "--set", "autoCreateTopicEnable=true",
         "--set", "heartbeatIntervalMs=200",
@@ -161,8 +170,16 @@ def test_up_generates_the_admin_token_and_the_groups_broker_and_client_credentia
     assert authenticate(f"Bearer {files['client-credential']}", keys) == Principal(
         Role.CLIENT, group
     )
-    secret_names = ["broker-credential", "broker-credential-root", "client-credential",
-                    "ha-secret", "namesrv-keys.json", "raft-password", "token"]  # fmt: skip
+    # DESIGN.md §11: the group's RocketMQ pairs, derived from the same root (own label).
+    for name, role in (("broker-keys.json", Role.BROKER), ("client-keys.json", Role.CLIENT)):
+        line = derive_rocketmq_pair(files["broker-credential-root"], role, *group).to_json()
+        assert files[name] == line
+        assert RocketMQKeys(None, files["broker-credential-root"]).principal(
+            json.loads(line)["accessKey"]
+        ) == Principal(role, group)
+    secret_names = ["broker-credential", "broker-credential-root", "broker-keys.json",
+                    "client-credential", "client-keys.json", "ha-secret", "namesrv-keys.json",
+                    "raft-password", "token"]  # fmt: skip
     assert sorted(n for n in files if n not in ("config.json",)) == secret_names
     assert {oct((tmp_path / n).stat().st_mode & 0o777) for n in secret_names} == {"0o600"}
     prepare_dir(config, layout)  # a second `up` keeps every value
@@ -170,7 +187,8 @@ def test_up_generates_the_admin_token_and_the_groups_broker_and_client_credentia
         n: files[n] for n in secret_names
     }
     broker = broker_argv(config, layout, 0, "127.0.0.10")
-    for secret in ("token", "broker-credential-root", "client-credential", "raft-password"):
+    for secret in ("token", "broker-credential-root", "client-credential", "raft-password",
+                   "namesrv-keys.json"):  # fmt: skip
         assert str(tmp_path / secret) not in broker
 
 
@@ -208,3 +226,28 @@ def test_state_file_round_trip_and_stopped(tmp_path: Path) -> None:
     assert stopped.supervisor_pid is None and stopped.stopped_at_ms == 50
     assert all(c.pid is None and c.phase is Phase.STOPPED for c in stopped.children())
     assert stopped.brokers[0].broker_id == 1  # identity survives a stop
+
+
+def test_status_json_shows_the_client_pair_and_the_admin_pair(tmp_path: Path) -> None:
+    """`local status --json`: accessKey/secretKey are the group's client pair (applications,
+    the benchmark, stock clients); adminAccessKey/adminSecretKey the release pair (mqadmin's
+    controller commands). DESIGN.md §11."""
+    config = build_config(tmp_path, 3, ["local.launcher=bg"])
+    layout = Layout(tmp_path)
+    prepare_dir(config, layout)
+    state = RuntimeState(
+        root_dir=str(tmp_path), supervisor_pid=None, supervisor_start_ticks=None,
+        started_at_ms=1, updated_at_ms=2, controllers=(), brokers=(), config={},
+    )  # fmt: skip
+    write_state(layout.state_file, state)
+    fields = _namesrv_fields(layout)
+    client = json.loads(layout.client_key_file.read_text())
+    admin = json.loads(layout.namesrv_key_file.read_text())
+    assert (fields["accessKey"], fields["secretKey"]) == (client["accessKey"], client["secretKey"])
+    assert (fields["adminAccessKey"], fields["adminSecretKey"]) == (
+        admin["accessKey"],
+        admin["secretKey"],
+    )
+    assert RocketMQKeys(None, (tmp_path / "broker-credential-root").read_text().strip()).principal(
+        str(fields["accessKey"])
+    ) == Principal(Role.CLIENT, ("DefaultCluster", "broker-a"))

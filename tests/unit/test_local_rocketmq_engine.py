@@ -19,6 +19,7 @@ from brokergroup_cli.local.rocketmq_stock import (
     read_broker_id,
 )
 from brokergroup_cli.local.supervisor import prepare_dir
+from brokergroup_controller.credentials import Role, derive_rocketmq_pair
 
 
 def _properties(text: str) -> dict[str, str]:
@@ -56,7 +57,12 @@ def test_a_stock_broker_runs_in_controller_mode_under_the_runtime(tmp_path: Path
     config = build_config(tmp_path, 3, ["autoCreateTopicEnable=false"], "rocketmq")
     layout = Layout(tmp_path)
     prepare_dir(config, layout)
-    keys = json.loads(layout.namesrv_key_file.read_text())
+    # DESIGN.md §11: a stock broker signs with its group's broker pair, not the release's.
+    keys = json.loads(derive_rocketmq_pair(
+        layout.broker_credential_root_file.read_text().strip(), Role.BROKER,
+        "DefaultCluster", "broker-a",
+    ).to_json())  # fmt: skip
+    assert keys != json.loads(layout.namesrv_key_file.read_text())
     broker = rocketmq_engine.broker_config(config, layout, 1, "127.0.0.12")
     p = _properties(broker.text())
     assert p["enableControllerMode"] == "true" and p["brokerId"] == "-1"

@@ -83,6 +83,7 @@ from brokergroup_broker.core.broker_settings import (
     BrokerSettings,
     ha_config_of,
     mono_ms,
+    remoting_auth_of,
     store_config_of,
 )
 from brokergroup_broker.core.commit_rule import AckOutcome
@@ -115,7 +116,6 @@ from brokergroup_broker.store.consumer_offsets import ConsumerOffsetSnapshot
 from brokergroup_broker.store.errors import StoreError
 from brokergroup_broker.store.identity import IdentityFiles
 from brokergroup_controller.api import BrokerHeartbeat
-from brokergroup_remoting.keys import server_auth
 
 log = logging.getLogger(__name__)
 
@@ -269,9 +269,7 @@ class Broker:
                 s.remoting_credentials,
                 register_interval_ms=config.register_name_server_period_ms,
             )
-        creds = s.remoting_credentials
-        auth = None if creds is None else server_auth(creds)
-        self._remoting = RemotingFrontServer(front, auth)
+        self._remoting = RemotingFrontServer(front, remoting_auth_of(s))
         await self._remoting.start(s.bind_address, s.remoting_port)
         log.info("RocketMQ remoting port on %s:%d", s.bind_address, s.remoting_port)
         if self._namesrv_link is not None:

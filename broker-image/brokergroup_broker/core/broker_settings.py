@@ -14,6 +14,7 @@ from brokergroup_broker.core.commit_rule import (
     AckOutcome,
 )
 from brokergroup_broker.core.config import BrokerConfig
+from brokergroup_broker.core.remoting_keys import group_server_auth
 from brokergroup_broker.ha import HAConfig
 from brokergroup_broker.protocol.messages import (
     BrokerError,
@@ -25,7 +26,7 @@ from brokergroup_broker.store import (
 )
 from brokergroup_broker.topics import topic_error
 from brokergroup_controller.api import ReplicaInfo
-from brokergroup_remoting.net import Credentials
+from brokergroup_remoting.net import Credentials, ServerAuth
 
 log = logging.getLogger(__name__)
 
@@ -77,8 +78,12 @@ class BrokerSettings:
     remoting_port: int | None = None
     """The RocketMQ remoting port for stock clients (None: not served)."""
     remoting_credentials: Credentials | None = field(default=None, repr=False)
-    """The AccessKey/SecretKey pair the remoting port checks and the name server link signs
-    with; None with the port open means unsigned requests are taken (dev only)."""
+    """The group's BROKER key pair (`--remoting-key-file`): the name server link signs with
+    it and the remoting port accepts it; None with the port open means unsigned requests
+    are taken (dev only)."""
+    remoting_client_credentials: Credentials | None = field(default=None, repr=False)
+    """The group's CLIENT key pair (`--remoting-client-key-file`), also accepted by the
+    remoting port (core.remoting_keys); None: the broker pair only."""
     namesrv_addresses: tuple[str, ...] = ()
     """Name servers the remoting port is registered with (REGISTER_BROKER)."""
     incarnation: str = ""
@@ -134,6 +139,17 @@ def store_config_of(config: BrokerConfig) -> StoreConfig:
         max_topics=config.max_topics,
         max_open_queue_files=config.max_open_queue_files,
     )
+
+
+def remoting_auth_of(settings: BrokerSettings) -> ServerAuth | None:
+    """What the remoting port checks: the group's broker and client pairs (None: unsigned,
+    `--insecure-no-remoting-auth`)."""
+    pairs = tuple(
+        p
+        for p in (settings.remoting_credentials, settings.remoting_client_credentials)
+        if p is not None
+    )
+    return group_server_auth(pairs) if pairs else None
 
 
 def ha_config_of(config: BrokerConfig) -> HAConfig:

@@ -68,8 +68,15 @@ def register(subparsers: Any) -> None:
         "--remoting-key-file",
         type=Path,
         default=None,
-        help='JSON {"accessKey", "secretKey"}: the pair stock clients sign with '
-        "(AclClientRPCHook), also used to register with the name servers",
+        help='JSON {"accessKey", "secretKey"}: the group\'s BROKER key pair; it signs the '
+        "registrations with the name servers and the remoting port accepts it",
+    )
+    parser.add_argument(
+        "--remoting-client-key-file",
+        type=Path,
+        default=None,
+        help="the group's CLIENT key pair (same format): what stock clients sign with "
+        "(AclClientRPCHook); the remoting port accepts it too. Needs --remoting-key-file",
     )
     parser.add_argument(
         "--insecure-no-remoting-auth",
@@ -145,15 +152,11 @@ def run_broker_command(args: argparse.Namespace) -> int:
             )
             return 2
         advertise = args.bind_address
-    remoting_credentials = None
-    if args.remoting_key_file is not None:
-        from brokergroup_remoting.keys import read_key_file
-
-        try:
-            remoting_credentials = read_key_file(str(args.remoting_key_file))
-        except (OSError, ValueError) as exc:
-            print(f"brokergroup broker: --remoting-key-file: {exc}", file=sys.stderr)
-            return 2
+    pairs = _remoting_pairs(args)
+    if isinstance(pairs, str):
+        print(f"brokergroup broker: {pairs}", file=sys.stderr)
+        return 2
+    remoting_credentials, remoting_client_credentials = pairs
     remoting_on = remoting_credentials is not None or args.insecure_no_remoting_auth
     namesrv = tuple(
         a.strip() for a in str(args.namesrv_addresses).replace(";", ",").split(",") if a.strip()
@@ -180,6 +183,7 @@ def run_broker_command(args: argparse.Namespace) -> int:
             else None
         ),
         remoting_credentials=remoting_credentials,
+        remoting_client_credentials=remoting_client_credentials,
         namesrv_addresses=namesrv,
         # Set by whoever started this process (pod uid, local supervisor).
         incarnation=os.environ.get(INCARNATION_ENV) or uuid.uuid4().hex,
@@ -191,6 +195,36 @@ def run_broker_command(args: argparse.Namespace) -> int:
         log.error("registration failed: %s", exc)
         return 1
     return 1 if failed else 0
+
+
+def _remoting_pairs(args: argparse.Namespace) -> tuple[Any, Any] | str:
+    """(broker pair, client pair) from the key files, or why not (naming the file, never
+    the secret): a derived pair must be this group's, of the role its flag says."""
+    from brokergroup_broker.core.remoting_keys import pair_mismatch
+    from brokergroup_controller.credentials import Role
+    from brokergroup_remoting.keys import read_key_file
+
+    if args.remoting_client_key_file is not None and args.remoting_key_file is None:
+        return "--remoting-client-key-file needs --remoting-key-file (the group's broker pair)"
+    if args.remoting_key_file is not None and args.insecure_no_remoting_auth:
+        return "--remoting-key-file and --insecure-no-remoting-auth conflict"
+    pairs: list[Any] = []
+    for flag, path, role in (
+        ("--remoting-key-file", args.remoting_key_file, Role.BROKER),
+        ("--remoting-client-key-file", args.remoting_client_key_file, Role.CLIENT),
+    ):
+        if path is None:
+            pairs.append(None)
+            continue
+        try:
+            pair = read_key_file(str(path))
+        except (OSError, ValueError) as exc:
+            return f"{flag}: {exc}"
+        why = pair_mismatch(pair, role, args.cluster_name, args.broker_name)
+        if why is not None:
+            return f"{flag} {path}: {why}"
+        pairs.append(pair)
+    return pairs[0], pairs[1]
 
 
 async def _main(settings: Any, config: Any) -> bool:

@@ -269,7 +269,8 @@ def _snapshot(layout: Layout) -> StatusSnapshot:
 
 
 def _namesrv_fields(layout: Layout) -> dict[str, object]:
-    """Where a RocketMQ client finds the group, and the key pair it signs with."""
+    """Where a RocketMQ client finds the group, the key pair it signs with (the group's
+    client pair), and the release's admin pair (mqadmin's controller commands)."""
     config, state = _load(layout)
     fields: dict[str, object] = {
         "namesrvAddress": config.namesrv_address,
@@ -277,11 +278,16 @@ def _namesrv_fields(layout: Layout) -> dict[str, object]:
         "masterAddress": config.master_endpoint_address,
         "masterTarget": state.master_target,
     }
-    try:
-        keys = json.loads(layout.namesrv_key_file.read_text())
-        fields.update(accessKey=keys["accessKey"], secretKey=keys["secretKey"])
-    except (OSError, ValueError, KeyError, TypeError):
-        fields.update(accessKey=None, secretKey=None)
+    pairs = (
+        (layout.client_key_file, "accessKey", "secretKey"),
+        (layout.namesrv_key_file, "adminAccessKey", "adminSecretKey"),
+    )
+    for path, access_field, secret_field in pairs:
+        try:
+            keys = json.loads(path.read_text())
+            fields.update({access_field: keys["accessKey"], secret_field: keys["secretKey"]})
+        except (OSError, ValueError, KeyError, TypeError):
+            fields.update({access_field: None, secret_field: None})
     return fields
 
 
@@ -380,6 +386,8 @@ def _purge(layout: Layout) -> int:
         layout.broker_credential_root_file,
         layout.broker_credential_file,
         layout.client_credential_file,
+        layout.broker_key_file,
+        layout.client_key_file,
         layout.config_file,
         layout.controller_config_file,
         layout.state_file,

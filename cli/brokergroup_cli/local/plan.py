@@ -12,7 +12,13 @@ Files under DIR (`--dir`, default ~/.brokergroup/local):
                              reads of this group, for produce/consume
     raft-password            shared secret of the controllers' Raft port (0600)
     ha-secret                HMAC key brokers prove on the HA port (0600)
-    namesrv-keys.json        accessKey/secretKey of RocketMQ clients on the name server (0600)
+    namesrv-keys.json        the release's RocketMQ key pair (accessKey/secretKey, 0600): the
+                             admin pair of the name servers and the controllers' remoting
+                             port (mqadmin's controller commands); never a broker's
+    broker-keys.json         the group's RocketMQ BROKER pair (derived from the root, 0600):
+                             brokers sign their registrations with it
+    client-keys.json         the group's RocketMQ CLIENT pair (derived, 0600): what
+                             applications sign with (`local status --json` accessKey)
     config.json              the resolved LocalConfig (the detached supervisor reads it)
     controller.json          controller settings from `--set controller.x=…` (if any)
     state.json               every child's pid/address/role, rewritten by the supervisor
@@ -65,6 +71,14 @@ class Layout:
         return self.root / "namesrv-keys.json"
 
     @property
+    def broker_key_file(self) -> Path:
+        return self.root / "broker-keys.json"
+
+    @property
+    def client_key_file(self) -> Path:
+        return self.root / "client-keys.json"
+
+    @property
     def secret_files(self) -> tuple[Path, ...]:
         """Every secret the runtime generates once and keeps (DESIGN.md §11)."""
         return (
@@ -80,6 +94,15 @@ class Layout:
         return {
             self.broker_credential_file: (Role.BROKER, *group),
             self.client_credential_file: (Role.CLIENT, *group),
+        }
+
+    def derived_key_pairs(self, config: LocalConfig) -> dict[Path, tuple[Role, str, str]]:
+        """Files holding the group's derived RocketMQ key pairs: path → (role, cluster,
+        broker). DESIGN.md §11: a broker signs with its group's pair, never the release's."""
+        group = (config.cluster_name, config.broker_name)
+        return {
+            self.broker_key_file: (Role.BROKER, *group),
+            self.client_key_file: (Role.CLIENT, *group),
         }
 
     @property
@@ -177,10 +200,13 @@ def broker_argv(config: LocalConfig, layout: Layout, slot: int, host: str) -> li
         host,
         "--client-port",
         str(config.broker_client_port),
-        # The RocketMQ remoting port (client port + 3), signed with the name server's pair,
-        # registered with every name server; topics are created on first send locally.
+        # The RocketMQ remoting port (client port + 3) takes the group's broker and client
+        # pairs; the broker pair signs the registrations with every name server. Topics
+        # are created on first send locally.
         "--remoting-key-file",
-        str(layout.namesrv_key_file),
+        str(layout.broker_key_file),
+        "--remoting-client-key-file",
+        str(layout.client_key_file),
         "--namesrv-addresses",
         config.namesrv_address,
         "--set",

@@ -5,18 +5,21 @@ engine's; this module only says what differs, and the shared code calls it where
 engine matters (`is_rocketmq`):
 
 - the controllers also open their RocketMQ remoting port (`controllerRemotingPort`, 9879),
-  checking the signature of the key pair in DIR/namesrv-keys.json;
+  taking the release's admin pair (DIR/namesrv-keys.json) and every pair derived from the
+  broker credential root;
 - each broker slot runs `java … org.apache.rocketmq.broker.BrokerStartup -c
   DIR/brokers/<slot>/broker.conf` (`rocketmq_stock`), with `enableControllerMode=true`,
   `brokerId=-1`, `controllerAddr` = the nodes' remoting ports, `namesrvAddr` = the nodes'
-  name servers, and the same key pair as `innerClientAuthenticationCredentials`; the store
+  name servers, and the group's BROKER pair (DIR/broker-keys.json) as
+  `innerClientAuthenticationCredentials`; the store
   under DIR/brokers/<slot>/store keeps `brokerIdentity`, so a restarted broker keeps its id;
 - the status view reads a stock broker through the controller (a stock broker has no
   `/v1/status`): BrokerId and address from the broker set, role from the master.
 
-One key pair for the brokers, the controllers' remoting port and the name server: a stock
-broker signs everything it sends with the one `innerClientAuthenticationCredentials`, and
-the name server accepts one pair. `--set name=value` lines go into every broker.conf.
+A stock broker signs everything it sends (to the controllers and the name servers) with its
+one `innerClientAuthenticationCredentials`: the group's broker pair, which lets it register
+and report for its own group only (DESIGN.md §11). Applications get the group's client
+pair. `--set name=value` lines go into every broker.conf.
 """
 
 from __future__ import annotations
@@ -52,7 +55,8 @@ def require_home() -> RocketMQHome:
 
 
 def controller_args(config: LocalConfig, layout: Layout) -> list[str]:
-    """What a controller node adds: the remoting port, signed with the runtime's key pair."""
+    """What a controller node adds: the remoting port, with the release pair as its admin pair
+    (the derived pairs it checks against the root it already has)."""
     return [
         "--remoting-port",
         str(config.controller_remoting_port),
@@ -67,7 +71,7 @@ def controller_addr(config: LocalConfig) -> str:
 
 
 def broker_config(config: LocalConfig, layout: Layout, slot: int, host: str) -> StockBrokerConfig:
-    keys = json.loads(layout.namesrv_key_file.read_text())
+    keys = json.loads(layout.broker_key_file.read_text())  # the group's broker pair
     return StockBrokerConfig(
         base_dir=layout.broker_data_dir(slot),
         host=host,

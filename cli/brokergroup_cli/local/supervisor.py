@@ -61,7 +61,7 @@ from brokergroup_cli.local.state import ChildKind, ChildRecord, Phase, RuntimeSt
 from brokergroup_cli.local.status import StatusSnapshot
 from brokergroup_controller.api import INCARNATION_ENV
 from brokergroup_controller.client import ControllerClient, ControllerUnavailable
-from brokergroup_controller.credentials import derive_credential
+from brokergroup_controller.credentials import derive_credential, derive_rocketmq_pair
 from brokergroup_controller.errors import ControllerError
 
 log = logging.getLogger(__name__)
@@ -97,6 +97,10 @@ def prepare_dir(config: LocalConfig, layout: Layout) -> None:
         if not path.exists() or path.read_text().strip() != credential:
             path.unlink(missing_ok=True)
             _write_secret(path, credential)
+    for path, (role, cluster, broker) in layout.derived_key_pairs(config).items():
+        line = derive_rocketmq_pair(root, role, cluster, broker).to_json()
+        if not path.exists() or path.read_text().strip() != line:
+            _replace_secret(path, line)
     layout.config_file.write_text(json.dumps(config.to_json(), indent=2) + "\n")
     if config.controller_settings:
         layout.controller_config_file.write_text(
@@ -115,6 +119,24 @@ def _write_secret(path: Path, value: str) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(value + "\n")
+
+
+def _replace_secret(path: Path, value: str) -> None:
+    """Rewrite a secret file crash-safely (temp + fsync + rename + directory fsync), 0600
+    from its first byte: a reader sees the old file or the new one, whole."""
+    temp = path.with_name(path.name + ".tmp")
+    temp.unlink(missing_ok=True)  # a crash's leftover
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(value + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(temp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
 
 
 @dataclass

@@ -1,0 +1,49 @@
+"""Which key pairs the built-in broker's remoting port accepts (pure; DESIGN.md §11).
+
+A broker holds its group's two RocketMQ pairs, derived from the broker credential root by
+whoever starts it (the local runtime, the operator): the BROKER pair (`--remoting-key-file`),
+which also signs its name-server registrations, and the CLIENT pair
+(`--remoting-client-key-file`), which the group's applications sign with. The port checks
+signatures against these pairs only. The broker never holds the root, so another group's
+pair or the release's admin pair is an unknown AccessKey: NO_PERMISSION before the header
+is read.
+
+A key file whose AccessKey is a derived one must name this broker's group and the role its
+flag says; a pair that is not derived (a release-wide pair, as before per-group pairs) is
+taken as it is.
+"""
+
+from __future__ import annotations
+
+import hmac
+
+from brokergroup_controller.credentials import Role, rocketmq_principal_of
+from brokergroup_remoting.net import Credentials, ServerAuth
+
+
+def pair_mismatch(pair: Credentials, role: Role, cluster_name: str, broker_name: str) -> str | None:
+    """Why `pair` cannot be this broker's `role` pair (None: it can). Names no secret."""
+    principal = rocketmq_principal_of(pair.access_key)
+    if principal is None:
+        return None  # not a derived AccessKey: a release-wide pair
+    if principal.role == role and principal.group == (cluster_name, broker_name):
+        return None
+    cluster, name = principal.group or ("", "")
+    return (
+        f"its AccessKey is the {principal.role} pair of group ({cluster}, {name}), "
+        f"not the {role} pair of this broker's group ({cluster_name}, {broker_name})"
+    )
+
+
+def group_server_auth(pairs: tuple[Credentials, ...]) -> ServerAuth:
+    """Requests must be signed with one of `pairs` (the group's broker and client pairs)."""
+    if not pairs:
+        raise ValueError("a signed remoting port needs at least one key pair")
+
+    def secret_for(access_key: str) -> str | None:
+        for pair in pairs:
+            if hmac.compare_digest(access_key.encode(), pair.access_key.encode()):
+                return pair.secret_key
+        return None
+
+    return ServerAuth(secret_for=secret_for)
