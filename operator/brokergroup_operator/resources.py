@@ -341,13 +341,20 @@ def broker_command(ctx: GroupContext) -> list[str]:
     """The broker's command line; $(POD_IP) is expanded by the kubelet.
 
     With the key pair (`ctx.remoting_on`) the broker opens its remoting port (the CLI's
-    default, client port + 3 = REMOTING_PORT) on the pod IP and registers it with every
+    default, client port + 3 = REMOTING_PORT) on the pod IP, accepting the group's broker
+    and client pairs there, and registers it (signed with the broker pair) with every
     controller node's name server: the master's registered port is the `{port}` of the name
     servers' master address template, which the master Service serves under that number."""
     remoting = (
         [
             "--remoting-key-file",
             f"{SECRETS_DIR}/{rmq.CREDENTIALS_KEY}",
+            # The client pair too when the operator writes it (not in the user's own Secret).
+            *(
+                ["--remoting-client-key-file", f"{SECRETS_DIR}/{rmq.CLIENT_CREDENTIALS_KEY}"]
+                if ctx.group_pairs_on
+                else []
+            ),
             "--namesrv-addresses",
             rmq.namesrv_addr(ctx.addresses),
         ]
@@ -452,14 +459,19 @@ def stateful_set(ctx: GroupContext, replicas: int) -> dict[str, Any]:
             "name": "secrets",
             "secret": {
                 "secretName": ctx.secret,
-                # The group's broker credential, the HA secret and the RocketMQ key pair
-                # of the remoting port; nothing else.
+                # The group's broker credential, the HA secret and the group's RocketMQ
+                # key pairs of the remoting port; nothing else.
                 "items": [
                     {"key": BROKER_CREDENTIAL_KEY, "path": BROKER_CREDENTIAL_KEY},
                     {"key": HA_SECRET_KEY, "path": HA_SECRET_KEY},
                     *(
                         [{"key": rmq.CREDENTIALS_KEY, "path": rmq.CREDENTIALS_KEY}]
                         if ctx.remoting_on
+                        else []
+                    ),
+                    *(
+                        [{"key": rmq.CLIENT_CREDENTIALS_KEY, "path": rmq.CLIENT_CREDENTIALS_KEY}]
+                        if ctx.group_pairs_on
                         else []
                     ),
                 ],

@@ -150,9 +150,11 @@ def assert_brokers_hold_only_their_groups_credential(env: OperatorEnv, group: st
                 [
                     ("broker-credential", "broker-credential"),
                     ("ha-secret", "ha-secret"),
-                    # The RocketMQ key pair of the broker remoting port and the name servers
-                    # (the operator has it, so the port is on).
+                    # The group's RocketMQ broker pair (registrations with the name servers)
+                    # and client pair, both accepted on the broker's remoting port (the
+                    # operator has the release pair, so the port is on).
                     ("rocketmq-credentials", "rocketmq-credentials"),
+                    ("rocketmq-client-credentials", "rocketmq-client-credentials"),
                 ],
             )
         ], pod.metadata.name

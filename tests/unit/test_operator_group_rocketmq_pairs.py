@@ -13,11 +13,15 @@ from the broker credential root with cluster = namespace and brokerName = group,
 
 from __future__ import annotations
 
+import argparse
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from brokergroup_broker.core import cli_broker
+from brokergroup_broker.core.remoting_keys import pair_mismatch
 from brokergroup_controller.credentials import (
     Principal,
     RocketMQKeyPair,
@@ -28,6 +32,7 @@ from brokergroup_controller.credentials import (
 from brokergroup_operator.model import group_labels
 from brokergroup_operator.release_secret import OperatorSecrets
 from brokergroup_operator.resources import GroupContext, owned_objects
+from brokergroup_remoting.keys import read_key_file
 
 RELEASE_PAIR = RocketMQKeyPair("bg-release-0123456789", "release-s3cr3t-release-s3cr3t")
 ROOT = "root-of-the-release-" * 2
@@ -148,3 +153,32 @@ def test_stock_brokers_mount_the_broker_pair_only() -> None:
     assert volume["secret"]["items"] == [
         {"key": "rocketmq-credentials", "path": "rocketmq-credentials"}
     ]
+
+
+def test_built_in_brokers_are_started_with_both_pairs_of_their_own_group(tmp_path: Path) -> None:
+    """The pod's secret volume, written out as the kubelet would, read back through the
+    paths of the broker command (parsed by the real broker CLI): the broker key file is the
+    group's broker pair and the client key file its client pair, for the --cluster-name and
+    --broker-name the same command gives (what the broker checks at start)."""
+    objects = _objects()
+    data = objects[("Secret", "orders-credentials")]["stringData"]
+    pod = objects[("StatefulSet", "orders")]["spec"]["template"]["spec"]
+    (volume,) = [v for v in pod["volumes"] if "secret" in v]
+    (mount,) = [m for m in pod["containers"][0]["volumeMounts"] if m["name"] == volume["name"]]
+    root = tmp_path / "pod"
+    for item in volume["secret"]["items"]:
+        target = root / mount["mountPath"].lstrip("/") / item["path"]
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(data[item["key"]])
+    parser = argparse.ArgumentParser()
+    cli_broker.register(parser.add_subparsers())
+    args = parser.parse_args(pod["containers"][0]["command"][1:])
+    assert (args.cluster_name, args.broker_name) == ("prod", "orders")
+    for path, role, expected in (
+        (args.remoting_key_file, Role.BROKER, BROKER_PAIR),
+        (args.remoting_client_key_file, Role.CLIENT, CLIENT_PAIR),
+    ):
+        assert path is not None, role
+        pair = read_key_file(str(root / str(path).lstrip("/")))
+        assert (pair.access_key, pair.secret_key) == (expected.access_key, expected.secret_key)
+        assert pair_mismatch(pair, role, args.cluster_name, args.broker_name) is None

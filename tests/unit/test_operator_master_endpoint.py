@@ -74,10 +74,14 @@ def test_built_in_brokers_open_the_remoting_port_and_register_with_the_name_serv
         {"key": "broker-credential", "path": "broker-credential"},
         {"key": "ha-secret", "path": "ha-secret"},
         {"key": "rocketmq-credentials", "path": "rocketmq-credentials"},
+        {"key": "rocketmq-client-credentials", "path": "rocketmq-client-credentials"},
     ]
     container = _container(objects)
     args = _broker_args(container["command"])
     assert str(args.remoting_key_file) == "/etc/brokergroup/secrets/rocketmq-credentials"
+    assert (
+        str(args.remoting_client_key_file) == "/etc/brokergroup/secrets/rocketmq-client-credentials"
+    )
     assert args.namesrv_addresses == NAMESRVS
     # The CLI's default remoting port (client port + 3), advertised on the pod IP.
     assert (args.client_port, args.remoting_port, args.advertise_address) == (
@@ -125,11 +129,12 @@ def test_without_a_key_pair_the_remoting_port_stays_closed() -> None:
     objects = _objects(secrets=bare)
     assert "rocketmq-credentials" not in objects[("Secret", "orders-credentials")]["stringData"]
     args = _broker_args(_container(objects)["command"])
-    assert (args.remoting_key_file, args.namesrv_addresses, args.insecure_no_remoting_auth) == (
-        None,
-        "",
-        False,
-    )
+    assert (
+        args.remoting_key_file,
+        args.remoting_client_key_file,
+        args.namesrv_addresses,
+        args.insecure_no_remoting_auth,
+    ) == (None, None, "", False)
     assert [p["name"] for p in _objects(secrets=bare)[("Service", "orders")]["spec"]["ports"]] == [
         "client"
     ]
@@ -146,5 +151,9 @@ def test_the_users_own_secret_must_carry_the_key_pair() -> None:
     assert {"key": "rocketmq-credentials", "path": "rocketmq-credentials"} in volume["secret"][
         "items"
     ]
+    assert {"key": "rocketmq-client-credentials", "path": "rocketmq-client-credentials"} not in (
+        volume["secret"]["items"]
+    )  # the user's Secret need not hold the client pair
     args = _broker_args(_container(objects)["command"])
     assert args.namesrv_addresses == NAMESRVS
+    assert args.remoting_client_key_file is None
