@@ -1,10 +1,18 @@
-"""Hypothesis strategies for the operator's pure decisions: a group's pods and
+"""Shared worlds of the operator's unit tests.
+
+Hypothesis strategies for the operator's pure decisions: a group's pods and
 the controller's view of its brokers, consistent the way a real cluster is
-(unique pod IPs, stale broker rows on old IPs, a master inside its set)."""
+(unique pod IPs, stale broker rows on old IPs, a master inside its set).
+
+And the one BrokerGroup `orders` in namespace `prod` whose owned objects the
+resources tests read (`group_context`, `group_objects`), so every such test
+builds its group the same way and names only what it varies.
+"""
 
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from hypothesis import strategies as st
 
@@ -16,6 +24,8 @@ from brokergroup_operator.model import (
     GroupView,
     PodFacts,
 )
+from brokergroup_operator.release_secret import OperatorSecrets
+from brokergroup_operator.resources import GroupContext, owned_objects
 
 NEW = "rev-new"
 OLD = "rev-old"
@@ -109,3 +119,31 @@ def healthy_groups(
 
 def with_revision(pods: list[PodFacts], revision: str) -> list[PodFacts]:
     return [replace(p, revision=revision) for p in pods]
+
+
+# The controllers' API addresses a group's pods are given (two StatefulSet DNS names).
+APIS = ("bg-controller-0.bg-controller.ops.svc:9878", "bg-controller-1.bg-controller.ops.svc:9878")
+
+
+def group_context(engine: str, secrets: OperatorSecrets | None, **spec: Any) -> GroupContext:
+    """BrokerGroup `orders` in `prod`, 3 replicas of 1Gi unless `spec` says otherwise."""
+    base: dict[str, Any] = {"engine": engine, "replicas": 3, "storage": {"size": "1Gi"}}
+    base.update(spec)
+    return GroupContext(
+        "orders",
+        "prod",
+        "uid-1",
+        base,
+        "brokergroup:dev",
+        APIS,
+        secrets,
+        default_rocketmq_image="brokergroup-rocketmq:5.3.3",
+    )
+
+
+def group_objects(
+    engine: str, secrets: OperatorSecrets | None, **spec: Any
+) -> dict[tuple[str, str], dict[str, Any]]:
+    """The objects `group_context` owns at 3 replicas, by (kind, name)."""
+    ctx = group_context(engine, secrets, **spec)
+    return {(o["kind"], o["metadata"]["name"]): o for o in owned_objects(ctx, 3)}

@@ -19,27 +19,16 @@ from brokergroup_controller.credentials import Role, derive_rocketmq_pair
 from brokergroup_operator.model import Engine, group_labels
 from brokergroup_operator.release_secret import OperatorSecrets
 from brokergroup_operator.resources import GroupContext, SpecError, owned_objects
+from tests.unit.operator_worlds import APIS, group_context
 
 PAIR = '{"accessKey":"bg-0123456789","secretKey":"s3cr3t-s3cr3t"}'
 SECRETS = OperatorSecrets("admin", "root-" * 8, "ha-" * 11, PAIR)
-APIS = ("bg-controller-0.bg-controller.ops.svc:9878", "bg-controller-1.bg-controller.ops.svc:9878")
 
 
 def _ctx(
     engine: str = "rocketmq", secrets: OperatorSecrets | None = SECRETS, **spec: Any
 ) -> GroupContext:
-    base: dict[str, Any] = {"engine": engine, "replicas": 3, "storage": {"size": "1Gi"}}
-    base.update(spec)
-    return GroupContext(
-        "orders",
-        "prod",
-        "uid-1",
-        base,
-        "brokergroup:dev",
-        APIS,
-        secrets,
-        default_rocketmq_image="brokergroup-rocketmq:5.3.3",
-    )
+    return group_context(engine, secrets, **spec)
 
 
 def _by_kind(objects: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:

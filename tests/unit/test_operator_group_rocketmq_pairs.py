@@ -31,13 +31,12 @@ from brokergroup_controller.credentials import (
 )
 from brokergroup_operator.model import group_labels
 from brokergroup_operator.release_secret import OperatorSecrets
-from brokergroup_operator.resources import GroupContext, owned_objects
 from brokergroup_remoting.keys import read_key_file
+from tests.unit.operator_worlds import group_objects
 
 RELEASE_PAIR = RocketMQKeyPair("bg-release-0123456789", "release-s3cr3t-release-s3cr3t")
 ROOT = "root-of-the-release-" * 2
 SECRETS = OperatorSecrets("admin-token", ROOT, "ha-" * 11, RELEASE_PAIR.to_json())
-APIS = ("bg-controller-0.bg-controller.ops.svc:9878", "bg-controller-1.bg-controller.ops.svc:9878")
 BROKER_PAIR = derive_rocketmq_pair(ROOT, Role.BROKER, "prod", "orders")
 CLIENT_PAIR = derive_rocketmq_pair(ROOT, Role.CLIENT, "prod", "orders")
 ENGINES = ("brokergroup", "rocketmq")
@@ -46,19 +45,7 @@ ENGINES = ("brokergroup", "rocketmq")
 def _objects(
     engine: str = "brokergroup", secrets: OperatorSecrets | None = SECRETS, **spec: Any
 ) -> dict[tuple[str, str], dict[str, Any]]:
-    base: dict[str, Any] = {"engine": engine, "replicas": 3, "storage": {"size": "1Gi"}}
-    base.update(spec)
-    ctx = GroupContext(
-        "orders",
-        "prod",
-        "uid-1",
-        base,
-        "brokergroup:dev",
-        APIS,
-        secrets,
-        default_rocketmq_image="brokergroup-rocketmq:5.3.3",
-    )
-    return {(o["kind"], o["metadata"]["name"]): o for o in owned_objects(ctx, 3)}
+    return group_objects(engine, secrets, **spec)
 
 
 def _pair(line: str) -> RocketMQKeyPair:

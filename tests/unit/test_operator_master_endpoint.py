@@ -23,30 +23,17 @@ from brokergroup_broker.core import cli_broker
 from brokergroup_controller.credentials import Role, derive_rocketmq_pair
 from brokergroup_operator import rocketmq_config as rmq
 from brokergroup_operator.release_secret import OperatorSecrets
-from brokergroup_operator.resources import GroupContext, owned_objects
+from tests.unit.operator_worlds import group_objects
 
 PAIR = '{"accessKey":"bg-0123456789","secretKey":"s3cr3t-s3cr3t-s3cr3t"}'
 SECRETS = OperatorSecrets("admin", "root-" * 8, "ha-" * 11, PAIR)
-APIS = ("bg-controller-0.bg-controller.ops.svc:9878", "bg-controller-1.bg-controller.ops.svc:9878")
 NAMESRVS = "bg-controller-0.bg-controller.ops.svc:9876;bg-controller-1.bg-controller.ops.svc:9876"
 
 
 def _objects(
     engine: str = "brokergroup", secrets: OperatorSecrets | None = SECRETS, **spec: Any
 ) -> dict[tuple[str, str], dict[str, Any]]:
-    base: dict[str, Any] = {"engine": engine, "replicas": 3, "storage": {"size": "1Gi"}}
-    base.update(spec)
-    ctx = GroupContext(
-        "orders",
-        "prod",
-        "uid-1",
-        base,
-        "brokergroup:dev",
-        APIS,
-        secrets,
-        default_rocketmq_image="brokergroup-rocketmq:5.3.3",
-    )
-    return {(o["kind"], o["metadata"]["name"]): o for o in owned_objects(ctx, 3)}
+    return group_objects(engine, secrets, **spec)
 
 
 def _broker_args(command: list[str]) -> argparse.Namespace:
