@@ -1,4 +1,5 @@
-"""RocketMQ's named numbers: request codes, response codes, languages, serialize types.
+"""RocketMQ's named numbers: request codes, response codes, languages, serialize types, and
+the name server's broker expiry (both the broker and the name server must agree on it).
 
 Values from apache/rocketmq 5.3.1 ``remoting/src/main/java/org/apache/rocketmq/remoting/
 protocol/`` (RequestCode.java, ResponseCode.java and its base RemotingSysResponseCode.java,
@@ -15,6 +16,10 @@ an alias of it. 5.3.3 removed the ACL 1.0 codes (RequestCode 50-54, ResponseCode
 from __future__ import annotations
 
 from enum import IntEnum
+
+#: RouteInfoManager.DEFAULT_BROKER_CHANNEL_EXPIRED_TIME: a name server drops a broker's
+#: registration this long after its last refresh, so a broker must register more often.
+BROKER_CHANNEL_EXPIRED_TIME_MS = 120_000
 
 
 class SerializeType(IntEnum):

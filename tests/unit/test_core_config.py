@@ -18,6 +18,7 @@ from brokergroup_broker.core.config import (
     camel,
     load_broker_config,
 )
+from brokergroup_controller.namesrv.routes import DEFAULT_REGISTRATION_TIMEOUT_MS
 
 
 def test_defaults_match_the_design() -> None:
@@ -75,3 +76,19 @@ def test_frozen() -> None:
 def test_rejections_name_the_field(overrides: list[str], words: str) -> None:
     with pytest.raises(BrokerConfigError, match=words):
         load_broker_config(None, overrides)
+
+
+@pytest.mark.parametrize("period_ms", [DEFAULT_REGISTRATION_TIMEOUT_MS, 3_600_000])
+def test_a_registration_period_not_below_the_route_expiry_is_refused(period_ms: int) -> None:
+    """The name servers drop a registration 120 s (RocketMQ's BROKER_CHANNEL_EXPIRED_TIME)
+    after its last refresh: a broker registering less often leaves every route between
+    registrations. The message names both numbers; the name server's own constant decides."""
+    with pytest.raises(BrokerConfigError) as refused:
+        load_broker_config(None, [f"registerNameServerPeriodMs={period_ms}"])
+    message = str(refused.value)
+    assert f"registerNameServerPeriodMs {period_ms}" in message, message
+    assert f"route expiry {DEFAULT_REGISTRATION_TIMEOUT_MS}" in message, message
+    below = load_broker_config(
+        None, [f"registerNameServerPeriodMs={DEFAULT_REGISTRATION_TIMEOUT_MS - 1}"]
+    )
+    assert below.register_name_server_period_ms == DEFAULT_REGISTRATION_TIMEOUT_MS - 1

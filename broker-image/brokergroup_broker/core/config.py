@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from brokergroup_broker.core.lease import LeaseConfigError, validate_lease
+from brokergroup_remoting.codes import BROKER_CHANNEL_EXPIRED_TIME_MS
 
 FLUSH_DISK_TYPES = ("SYNC_FLUSH", "ASYNC_FLUSH")
 
@@ -146,7 +147,8 @@ class BrokerConfig:
     register_name_server_period_ms: int = 30_000
     """How often the RocketMQ remoting port registers with every name server again
     (RocketMQ's registerNameServerPeriod). A new topic and a role change register at once;
-    the period only refreshes the routes (and is the name servers' liveness signal)."""
+    the period only refreshes the routes (and is the name servers' liveness signal), so it
+    must stay below the name servers' route expiry (120 s); RocketMQ clamps it to 10–60 s."""
 
     def __post_init__(self) -> None:
         for spec in dataclasses.fields(self):
@@ -181,6 +183,16 @@ class BrokerConfig:
                 f"heartbeatIntervalMs {self.heartbeat_interval_ms} must be < "
                 f"heartbeatTimeoutMs {self.heartbeat_timeout_ms}: every heartbeat would "
                 "arrive after the controller declared the broker inactive"
+            )
+        if self.register_name_server_period_ms >= BROKER_CHANNEL_EXPIRED_TIME_MS:
+            # Refused rather than clamped as RocketMQ does (10-60 s): a period other than
+            # the one set would surprise its owner. Equal is refused too: every registration
+            # would then arrive just after the route expired.
+            raise BrokerConfigError(
+                f"registerNameServerPeriodMs {self.register_name_server_period_ms} must be < "
+                f"the name servers' route expiry {BROKER_CHANNEL_EXPIRED_TIME_MS} (RocketMQ's "
+                "BROKER_CHANNEL_EXPIRED_TIME): a broker registering less often drops out of "
+                "every route between its registrations"
             )
         try:
             validate_lease(

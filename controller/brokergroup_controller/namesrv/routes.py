@@ -41,11 +41,13 @@ from dataclasses import dataclass, field
 
 from brokergroup_controller.master_address import OWN_ADDRESS, MasterAddressPolicy
 from brokergroup_controller.master_address import GroupKey as GroupKey
+from brokergroup_remoting.codes import BROKER_CHANNEL_EXPIRED_TIME_MS
 
 #: MixAll.MASTER_ID.
 MASTER_ID = 0
-#: RouteInfoManager.DEFAULT_BROKER_CHANNEL_EXPIRED_TIME.
-DEFAULT_REGISTRATION_TIMEOUT_MS = 120_000
+#: RouteInfoManager.DEFAULT_BROKER_CHANNEL_EXPIRED_TIME (the broker's config checks its
+#: registration period against the same number).
+DEFAULT_REGISTRATION_TIMEOUT_MS = BROKER_CHANNEL_EXPIRED_TIME_MS
 #: PermName.PERM_READ | PermName.PERM_WRITE.
 PERM_READ_WRITE = 6
 
