@@ -104,7 +104,9 @@ class Connection:
         self._decoder = FrameDecoder(limits)
         self._max_in_flight = max_in_flight
         self._name = name
-        self._write_lock = asyncio.Lock()
+        # Frames written in one turn of the loop go out in one write(2) (`_flush`): the
+        # group commit answers every send it covers in the same turn.
+        self._outbox: list[bytes] = []
         self._opaques = itertools.count(1)
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -144,6 +146,8 @@ class Connection:
 
     async def close(self) -> None:
         if not self._writer.is_closing():
+            if self._outbox:  # answers already given go out before the close
+                self._flush()
             self._writer.close()
         with contextlib.suppress(Exception):
             await self._writer.wait_closed()
@@ -176,10 +180,16 @@ class Connection:
     async def _write(self, cmd: RemotingCommand) -> None:
         if self.closed or self._writer.is_closing():
             raise ConnectionClosed(f"{self._name}: connection to {self.peer} is closed")
-        frame = encode(cmd)
-        async with self._write_lock:
-            self._writer.write(frame)
-            await self._writer.drain()
+        if not self._outbox:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._outbox.append(encode(cmd))
+        await self._writer.drain()  # backpressure: waits while the transport is over its mark
+
+    def _flush(self) -> None:
+        frames, self._outbox = self._outbox, []
+        if not frames or self._writer.is_closing():
+            return
+        self._writer.write(frames[0] if len(frames) == 1 else b"".join(frames))
 
     def _dispatch(self, cmd: RemotingCommand) -> None:
         if cmd.is_response:
