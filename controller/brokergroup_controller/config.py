@@ -67,7 +67,7 @@ class ControllerConfig:
     watch_max_timeout_ms: int = 60000
     raft_min_timeout_ms: int = 200
     raft_max_timeout_ms: int = 400
-    append_entries_period_ms: int = 10
+    append_entries_period_ms: int = 25
     connection_timeout_ms: int = 2000
     connection_retry_ms: int = 500
     log_compaction_min_entries: int = 5000

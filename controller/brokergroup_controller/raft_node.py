@@ -232,6 +232,7 @@ class ControllerRaftNode(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
         """
         for name in (
             "raftLog", "raftCurrentTerm", "votedForNodeId", "raftCommitIndex", "lastResponseTime",
+            "newAppendEntriesTime",
         ):  # fmt: skip
             if not hasattr(self, f"_SyncObj__{name}"):
                 raise RuntimeError(f"unsupported pysyncobj version: no SyncObj.__{name}")
@@ -308,6 +309,19 @@ class ControllerRaftNode(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
             result = ApplyResult(ErrorCode.INTERNAL_ERROR, f"event failed to apply: {exc}")
         self._changed = True
         return result
+
+    # -- commit latency
+
+    def _checkCommandsToApply(self) -> None:
+        """pysyncobj appends proposals to the log at the end of a tick and sends them with
+        the next heartbeat, so commit latency would follow appendEntriesPeriod. New entries
+        on the leader are sent at the very next tick instead: the period then only paces
+        idle heartbeats (their CPU on three nodes), not commits."""
+        before = len(self._journal)
+        super()._checkCommandsToApply()
+        if len(self._journal) != before:
+            self._SyncObj__newAppendEntriesTime = 0.0
+            self._wakeup.notify()  # the poll that ends this tick returns at once
 
     # -- durability hooks
 

@@ -30,7 +30,7 @@ class RaftSettings:
     raft_min_timeout_s: float = 0.2
     """Election timeout lower bound: lower is faster failover, more spurious elections."""
     raft_max_timeout_s: float = 0.4
-    append_entries_period_s: float = 0.01
+    append_entries_period_s: float = 0.025
     """Heartbeat and batch period: bounds commit latency (about half of it on average)."""
     connection_timeout_s: float = 2.0
     connection_retry_s: float = 0.5
