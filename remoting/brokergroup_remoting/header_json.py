@@ -15,6 +15,7 @@ number, `serializeTypeCurrentRPC` is informational: the frame's type byte decide
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from brokergroup_remoting.codes import LanguageCode, SerializeType
@@ -35,8 +36,18 @@ _SHORT_ESCAPES = {
 }
 
 
+# What `_escaped` rewrites; most header values (ids, offsets, names) hold none of it.
+_NEEDS_ESCAPE = re.compile(r'["\\\x00-\x1f\x7f\u2028\u2029]')
+
+
 def _quote(text: str) -> str:
-    out = ['"']
+    if _NEEDS_ESCAPE.search(text) is None:
+        return f'"{text}"'
+    return f'"{_escaped(text)}"'
+
+
+def _escaped(text: str) -> str:
+    out = []
     for ch in text:
         escaped = _SHORT_ESCAPES.get(ch)
         if escaped is not None:
@@ -45,7 +56,6 @@ def _quote(text: str) -> str:
             out.append(f"\\u{ord(ch):04X}")
         else:
             out.append(ch)
-    out.append('"')
     return "".join(out)
 
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 import struct
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from brokergroup_remoting import (
     DEFAULT_LIMITS,
@@ -27,6 +29,7 @@ from brokergroup_remoting import (
     SerializeType,
     decode,
     encode,
+    header_json,
     request,
     response_to,
 )
@@ -285,3 +288,16 @@ def test_json_escapes_match_fastjson() -> None:
     assert header.startswith(
         b'{"code":1,"extFields":{"k":"\\u001B\\u007F\\u2028\\u2029/\\u0000\xc2\xa0<>&\'"},'
     )
+
+
+def test_json_quote_fast_path_agrees_with_escaping_for_every_character() -> None:
+    # `_quote` skips the per-character walk when its pattern finds nothing to escape; both
+    # work character by character, so agreeing on every single character is agreeing.
+    for code in range(0x10000):
+        ch = chr(code)
+        assert header_json._quote(ch) == f'"{header_json._escaped(ch)}"', hex(code)
+
+
+@given(st.text())
+def test_json_quote_fast_path_agrees_on_text(text: str) -> None:
+    assert header_json._quote(text) == f'"{header_json._escaped(text)}"'
