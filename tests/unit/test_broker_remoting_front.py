@@ -148,6 +148,18 @@ def test_offset_message_id_is_javas() -> None:
         wire.decode_message_id("nothex")
 
 
+@given(
+    st.sampled_from(["127.0.1.172", "10.244.3.9", "::1", "fd00::17"]),
+    st.integers(0, 65535),
+    st.lists(st.integers(0, (1 << 63) - 1), max_size=20),
+)
+def test_a_batch_answers_one_message_id_per_offset_in_order(
+    host: str, port: int, offsets: list[int]
+) -> None:
+    ids = wire.offset_message_ids((host, port), offsets)
+    assert [wire.decode_message_id(i) for i in ids] == [(host, port, o) for o in offsets]
+
+
 def test_registration_body_is_what_the_name_server_parses() -> None:
     reg = Registration("DefaultCluster", "broker-a", 2, "127.0.0.10:10914",
                        "127.0.0.10:10912", True, 4)  # fmt: skip

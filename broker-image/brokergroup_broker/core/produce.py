@@ -22,7 +22,7 @@ from brokergroup_broker.core.broker_settings import (
     mono_ms,
     wall_ms,
 )
-from brokergroup_broker.core.commit_rule import AckOutcome
+from brokergroup_broker.core.commit_rule import AckOutcome, ReplicationView
 from brokergroup_broker.core.config import BrokerConfig
 from brokergroup_broker.core.lease import MasterLease
 from brokergroup_broker.core.replication import ReplicationLink
@@ -105,9 +105,9 @@ class ProducePath:
         self._heartbeat_now = heartbeat_now
         self._queue_cursor: dict[str, int] = {}
 
-    def _check_send(self, count: int) -> int:
+    def _check_send(self, count: int) -> tuple[int, ReplicationView]:
         """The checks before a produce appends (role, size, lease, store, admission);
-        raises BrokerError; returns now (mono ms)."""
+        raises BrokerError; returns now (mono ms) and the view admission decided on."""
         self._role.require_master_for_write()
         if count < 1:
             raise BrokerError(ResponseCode.BAD_REQUEST, "a produce needs at least one message")
@@ -136,7 +136,7 @@ class ProducePath:
             raise BrokerError(
                 _OUTCOME_CODES[refusal], self._replication.refusal_text(refusal, view)
             )
-        return now
+        return now, view
 
     def _outcome_error(self, outcome: AckOutcome) -> BrokerError:
         return BrokerError(
@@ -152,7 +152,7 @@ class ProducePath:
         called once, now or when the commit rule decides. Raises BrokerError to refuse
         before anything is appended."""
         _require_valid_topic(batch.topic)
-        now = self._check_send(len(batch))
+        now, view = self._check_send(len(batch))
         store = self._store
         chosen = self._choose_queue(batch.topic, batch.queue_id)
         host = self._settings.store_host
@@ -197,7 +197,11 @@ class ProducePath:
 
         if committer is not None:
             committer.request(run.end_offset)  # wake the group commit thread
-        self._replication.wait_for_ack(run.end_offset, now, on_outcome)
+            # The append did not fdatasync, so admission's view still holds (the group
+            # commit thread's progress reaches the loop later, as a release of its own).
+            self._replication.wait_for_ack(run.end_offset, now, on_outcome, view)
+        else:  # the append synced (or counts unsynced): the view moved with it
+            self._replication.wait_for_ack(run.end_offset, now, on_outcome)
 
     async def send_messages(
         self, topic: str, queue_id: int | None, messages: Sequence[ProduceMessage]

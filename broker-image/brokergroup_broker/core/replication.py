@@ -142,27 +142,33 @@ class ReplicationLink:
         return self.waiters.admit(view), view
 
     def wait_for_ack(
-        self, end_offset: int, now_ms: int, on_outcome: Callable[[AckOutcome], None]
+        self,
+        end_offset: int,
+        now_ms: int,
+        on_outcome: Callable[[AckOutcome], None],
+        view: ReplicationView | None = None,
     ) -> None:
         """An append ending at `end_offset`: wake the HA senders, then call `on_outcome`
-        once the commit rule decides (maybe now)."""
+        once the commit rule decides (maybe now). `view`: the one `admit` returned, if
+        nothing awaited since (an append without fdatasync leaves it unchanged)."""
         if self._ha_master is not None:
             self._ha_master.notify_appended()
         token = next(self._tokens)
-        outcome = self.waiters.add(token, end_offset, now_ms, self.view())
+        view = self.view() if view is None else view
+        outcome = self.waiters.add(token, end_offset, now_ms, view)
         if outcome is not None:
             on_outcome(outcome)
             return
         self._futures[token] = on_outcome
-        self.release()
+        self.release(view)
 
-    def release(self) -> None:
+    def release(self, view: ReplicationView | None = None) -> None:
         if self.sync is None or not self._role.accepting_writes:
             return
         now = mono_ms()
         if now < self._takeover_hold_until_ms:
             return  # the replaced master may still acknowledge: the ticker releases later
-        view = self.view()
+        view = self.view() if view is None else view
         if not self._lease.valid(now):
             return  # hold: the ticker fences them, or a renewed lease releases them
         self._resolve(self.waiters.progress(view, now))

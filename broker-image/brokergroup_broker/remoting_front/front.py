@@ -263,7 +263,7 @@ class RemotingFront:
         if new_topic:
             self._on_new_topic(req.topic)
         ids = ",".join(
-            wire.offset_message_id(self._settings.store_host, p) for p in response.physical_offsets
+            wire.offset_message_ids(self._settings.store_host, response.physical_offsets)
         )
         return response_to(
             cmd,
