@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from brokergroup_controller.api import ReplicaInfo
@@ -37,8 +38,6 @@ from brokergroup_controller.errors import ControllerError
 
 log = logging.getLogger(__name__)
 
-#: Bytes read per copy step (a RocketMQ batch of 128 × 1 KiB is ~140 KiB).
-COPY_CHUNK_BYTES = 256 * 1024
 #: How long a `GET /v1/watch` waits on the controller before it is asked again.
 WATCH_TIMEOUT_MS = 10_000
 #: Pause after a failed watch (no controller leader answering) before the next one.
@@ -94,7 +93,9 @@ class MasterForwarder:
         return port
 
     async def start(self, host: str, port: int) -> None:
-        self._server = await asyncio.start_server(self._accept, host, port)
+        self._server = await asyncio.get_running_loop().create_server(
+            lambda: _ClientEnd(self._attach), host, port
+        )
         log.info("%s: stable master address %s:%d", self._name, host, port)
 
     async def close(self) -> None:
@@ -131,59 +132,112 @@ class MasterForwarder:
                 await asyncio.wait_for(self._changed.wait(), left)
         return True
 
-    async def _connect(self) -> tuple[str, asyncio.StreamReader, asyncio.StreamWriter] | None:
+    async def _connect(self) -> tuple[str, _End] | None:
         deadline = time.monotonic() + self._hold_s
         if self._target is None and not await self._wait_for_change(None, deadline):
             return None
+        loop = asyncio.get_running_loop()
         while True:
             target = self._target
             assert target is not None
             host, _, port = target.rpartition(":")
             try:
-                reader, writer = await asyncio.wait_for(
-                    asyncio.open_connection(host, int(port)), CONNECT_TIMEOUT_S
+                _, upstream = await asyncio.wait_for(
+                    loop.create_connection(_End, host, int(port)), CONNECT_TIMEOUT_S
                 )
-                return target, reader, writer
+                return target, upstream
             except (OSError, TimeoutError) as exc:
                 log.info("%s: master %s not reachable: %s", self._name, target, exc)
             if not await self._wait_for_change(target, deadline):
                 return None
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def _attach(self, client: _ClientEnd) -> None:
+        task = asyncio.ensure_future(self._pipe(client))
+        self._pipes.add(task)
+        task.add_done_callback(self._pipes.discard)
+
+    async def _pipe(self, client: _ClientEnd) -> None:
         task = asyncio.current_task()
         assert task is not None
-        self._pipes.add(task)
-        upstream: asyncio.StreamWriter | None = None
+        upstream: _End | None = None
         try:
             connected = await self._connect()
             if connected is None:
                 log.info("%s: no master within %.1f s; closing", self._name, self._hold_s)
                 return
-            target, up_reader, upstream = connected
-            if target != self._target:
-                return  # the master changed while connecting
+            target, upstream = connected
+            if target != self._target or client.lost.done():
+                return  # the master changed while connecting, or the client left
             self._piping[task] = target
-            async with asyncio.TaskGroup() as pipes:
-                pipes.create_task(_copy(reader, upstream))
-                pipes.create_task(_copy(up_reader, writer))
-        except* (OSError, asyncio.IncompleteReadError):
-            pass
+            client.join(upstream)
+            await asyncio.wait((client.lost, upstream.lost), return_when=asyncio.FIRST_COMPLETED)
         finally:
-            self._pipes.discard(task)
             self._piping.pop(task, None)
-            for w in (writer, upstream):
-                if w is not None:
-                    w.close()
+            client.close()
+            if upstream is not None:
+                upstream.close()
 
 
-async def _copy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    """Copy until EOF, then close the other side (a half-closed RocketMQ connection is dead)."""
-    try:
-        while data := await reader.read(COPY_CHUNK_BYTES):
-            writer.write(data)
-            await writer.drain()
-    finally:
-        writer.close()
+class _End(asyncio.Protocol):
+    """One socket of a forwarded connection: what it reads is written to its peer's socket
+    as it arrives (no stream buffer, no task per copy: the forwarder carries every request
+    and answer of the group). A full peer pauses this side's reading; either side's end
+    closes both (a half-closed RocketMQ connection is dead)."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.peer: _End | None = None
+        self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        peer = self.peer.transport if self.peer is not None else None
+        if peer is not None and not peer.is_closing():
+            peer.write(data)
+
+    def eof_received(self) -> bool:
+        return False  # close this side; connection_lost closes the other
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.lost.done():
+            self.lost.set_result(None)
+        if self.peer is not None:
+            self.peer.close()
+
+    def pause_writing(self) -> None:  # our socket is full: stop reading what fills it
+        if self.peer is not None and self.peer.transport is not None:
+            self.peer.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.peer is not None and self.peer.transport is not None:
+            self.peer.transport.resume_reading()
+
+    def close(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.close()  # what is buffered still goes out
+
+
+class _ClientEnd(_End):
+    """The accepted side: reads nothing (the kernel keeps what the client sends) until it
+    is joined to a master."""
+
+    def __init__(self, on_accept: Callable[[_ClientEnd], None]) -> None:
+        super().__init__()
+        self._on_accept = on_accept
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        assert self.transport is not None
+        self.transport.pause_reading()
+        self._on_accept(self)
+
+    def join(self, upstream: _End) -> None:
+        self.peer, upstream.peer = upstream, self
+        assert self.transport is not None
+        self.transport.resume_reading()
 
 
 class MasterWatch:
