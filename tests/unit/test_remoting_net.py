@@ -227,3 +227,48 @@ async def test_oneway_gets_no_answer_and_a_closed_peer_fails_waiting_calls(
         await waiting
     await client.close()
     assert rec.seen == [(ECHO, "oneway", "rocketmq2"), (SLOW, "slow", "rocketmq2")]
+
+
+async def test_answers_given_in_one_turn_each_reach_their_request() -> None:
+    # Answers released together go out in one write: each must still carry its own opaque.
+    release = asyncio.Event()
+
+    async def numbered(cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        await release.wait()
+        return response_to(cmd, fields={"n": cmd.fields()["n"]}, body=cmd.body * 1000)
+
+    server = RemotingServer({ECHO: numbered}, auth=None, name="test")
+    await server.start("127.0.0.1", 0)
+    client = await _client(server, creds=None)
+    try:
+        calls = [
+            asyncio.create_task(client.invoke(request(ECHO, 0, {"n": str(i)}, str(i).encode()), 10))
+            for i in range(32)
+        ]
+        await asyncio.sleep(0.1)  # let every request reach its handler (not a timing assert)
+        release.set()
+        answers = await asyncio.gather(*calls)
+    finally:
+        await client.close()
+        await server.close()
+    assert [(a.fields()["n"], a.body) for a in answers] == [
+        (str(i), str(i).encode() * 1000) for i in range(32)
+    ]
+
+
+async def test_an_answer_given_just_before_the_server_closes_still_arrives() -> None:
+    # The handler starts the close before it returns (as the broker does once it is no
+    # longer the master): the close runs before the answer's write would, and must send it.
+    async def last_word(cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        asyncio.ensure_future(conn.close())
+        return response_to(cmd, remark="not the master any more")
+
+    server = RemotingServer({ECHO: last_word}, auth=None, name="test")
+    await server.start("127.0.0.1", 0)
+    client = await _client(server, creds=None)
+    try:
+        answer = await client.invoke(request(ECHO, 0, {}), timeout_s=10)
+    finally:
+        await client.close()
+        await server.close()
+    assert answer.remark == "not the master any more"
