@@ -44,6 +44,7 @@ from brokergroup_operator.model import (
     group_labels,
 )
 from brokergroup_operator.release_secret import HA_SECRET_KEY, OperatorSecrets
+from brokergroup_remoting.codes import BROKER_CHANNEL_EXPIRED_TIME_MS
 
 API_GROUP = "brokergroup.io"
 API_VERSION = "brokergroup.io/v1alpha1"
@@ -93,6 +94,12 @@ CONFIG_TYPES: dict[str, tuple[type, float]] = {
     "registerNameServerPeriodMs": (int, 1),
 }
 CONFIG_FIELDS = tuple(CONFIG_TYPES)
+# spec.config key → the highest value the broker accepts (the CRD's `maximum` says the same).
+CONFIG_HIGHEST: dict[str, int] = {
+    # A broker registering less often than the name servers expire its routes drops out
+    # of every route between its registrations; the broker refuses to start so.
+    "registerNameServerPeriodMs": BROKER_CHANNEL_EXPIRED_TIME_MS - 1,
+}
 FLUSH_DISK_TYPES = ("SYNC_FLUSH", "ASYNC_FLUSH")
 
 
@@ -112,6 +119,12 @@ def config_value_error(key: str, value: Any) -> str | None:
         return None if 0 < value <= 1 else f"spec.config.{key} must be in (0, 1], got {value}"
     if value < lowest:
         return f"spec.config.{key} must be ≥ {int(lowest)}, got {value}"
+    highest = CONFIG_HIGHEST.get(key)
+    if highest is not None and value > highest:
+        return (
+            f"spec.config.{key} must be ≤ {highest} (below the name servers' route expiry "
+            f"{BROKER_CHANNEL_EXPIRED_TIME_MS} ms), got {value}"
+        )
     return None
 
 

@@ -25,6 +25,7 @@ from brokergroup_operator.model import group_labels
 from brokergroup_operator.release_secret import OperatorSecrets
 from brokergroup_operator.resources import (
     CONFIG_FIELDS,
+    CONFIG_HIGHEST,
     CONFIG_TYPES,
     HA_FIELDS,
     GroupContext,
@@ -264,6 +265,11 @@ def test_config_change_changes_the_pod_template() -> None:
             "spec.config.enableSlaveActingMaster must be true or false",
         ),
         (
+            {"config": {"registerNameServerPeriodMs": 120000}},
+            "spec.config.registerNameServerPeriodMs must be ≤ 119999 (below the name servers' "
+            "route expiry 120000 ms), got 120000",
+        ),
+        (
             {"config": {"flushDiskType": "SOMETIMES"}},
             "spec.config.flushDiskType must be one of SYNC_FLUSH, ASYNC_FLUSH, got 'SOMETIMES'",
         ),
@@ -317,6 +323,7 @@ def test_crd_config_types_match_the_operators_and_the_brokers() -> None:
         assert schema[key]["type"] == openapi[kind], key
         if kind is int:
             assert schema[key]["minimum"] == lowest, key
+            assert schema[key].get("maximum") == CONFIG_HIGHEST.get(key), key
         field = re.sub(r"(?<!^)([A-Z])", r"_\1", key).lower()
         assert type(getattr(defaults, field)) is kind, key
     assert schema["flushDiskType"]["enum"] == ["SYNC_FLUSH", "ASYNC_FLUSH"]

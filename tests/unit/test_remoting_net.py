@@ -259,8 +259,10 @@ async def test_answers_given_in_one_turn_each_reach_their_request() -> None:
 async def test_an_answer_given_just_before_the_server_closes_still_arrives() -> None:
     # The handler starts the close before it returns (as the broker does once it is no
     # longer the master): the close runs before the answer's write would, and must send it.
+    closing: list[asyncio.Future[None]] = []
+
     async def last_word(cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
-        asyncio.ensure_future(conn.close())
+        closing.append(asyncio.ensure_future(conn.close()))
         return response_to(cmd, remark="not the master any more")
 
     server = RemotingServer({ECHO: last_word}, auth=None, name="test")
