@@ -311,7 +311,12 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="2 kills a side, 5 s loads")
     ap.add_argument("--kills", type=int, default=None)
     ap.add_argument("--seconds", type=int, default=None, help="measured seconds per load")
-    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument(
+        "--warmup",
+        type=int,
+        default=None,
+        help="seconds of load before measuring, so both sides' JITs are warm (10; --quick 3)",
+    )
     ap.add_argument("--only", choices=("rocketmq", "brokergroup"), default=None)
     ap.add_argument("--dir", type=Path, default=None)
     ap.add_argument("--keep", action="store_true")
@@ -327,6 +332,7 @@ def main() -> int:
     args = ap.parse_args()
     args.kills = args.kills if args.kills is not None else (2 if args.quick else 10)
     args.seconds = args.seconds if args.seconds is not None else (5 if args.quick else 20)
+    args.warmup = args.warmup if args.warmup is not None else (3 if args.quick else 10)
     reason = missing(servers=args.only != "brokergroup" or args.engine == "rocketmq")
     if reason is not None:
         print(reason, file=sys.stderr)
@@ -371,6 +377,7 @@ def main() -> int:
         "quick": args.quick,
         "kills": args.kills,
         "loadSeconds": None if args.failover_only else args.seconds,
+        "warmupSeconds": None if args.failover_only else args.warmup,
         "brokergroupEngine": args.engine,
         "brokergroupMasterAddress": "the local runtime's forwarder (stable master address)",
         "client": "org.apache.rocketmq:rocketmq-client:5.3.1 (tools/rocketmq/StockClient.java)",
