@@ -28,7 +28,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
-from brokergroup_remoting.acl import sign, verify
+from brokergroup_remoting.acl import SignatureFault, sign, verify
 from brokergroup_remoting.codes import ResponseCode
 from brokergroup_remoting.command import (
     DEFAULT_LIMITS,
@@ -58,12 +58,15 @@ class ServerAuth:
     without keys, and say why where it is set). `authorize(accessKey, request)`, when set,
     runs once the signature verified and the code is one the server serves: it returns why
     that key may not make that request (answered NO_PERMISSION), or None. It sees the
-    header's (signed) fields only, never the body.
+    header's (signed) fields only, never the body. `unknown_key_reason(accessKey)`, when
+    set, may say why an AccessKey `secret_for` does not know is not served here (added to
+    the NO_PERMISSION remark; it must name no secret).
     """
 
     secret_for: Callable[[str], str | None]
     exempt_codes: frozenset[int] = frozenset()
     authorize: Callable[[str, RemotingCommand], str | None] | None = None
+    unknown_key_reason: Callable[[str], str | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -213,14 +216,14 @@ class Connection:
             check = verify(cmd, self._auth.secret_for)
             if not check.ok:
                 assert check.fault is not None
-                log.info(
-                    "%s: refused code %d from %s: %s",
-                    self._name,
-                    cmd.code,
-                    self.peer,
-                    check.fault.value,
-                )
-                return response_to(cmd, ResponseCode.NO_PERMISSION, check.fault.value)
+                remark = check.fault.value
+                explain = self._auth.unknown_key_reason
+                if check.fault is SignatureFault.UNKNOWN_ACCESS_KEY and explain is not None:
+                    assert check.access_key is not None
+                    reason = explain(check.access_key)
+                    remark = remark if reason is None else f"{remark}: {reason}"
+                log.info("%s: refused code %d from %s: %s", self._name, cmd.code, self.peer, remark)
+                return response_to(cmd, ResponseCode.NO_PERMISSION, remark)
             self.access_key = signer = check.access_key
         if cmd.code not in self._handlers:
             return response_to(

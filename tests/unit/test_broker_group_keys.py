@@ -20,6 +20,7 @@ import pytest
 
 from brokergroup_broker.core.broker_settings import BrokerSettings, remoting_auth_of
 from brokergroup_broker.core.cli_broker import register, run_broker_command
+from brokergroup_broker.core.remoting_keys import foreign_pair_reason
 from brokergroup_broker.remoting_front import FrontSettings, RemotingFront, RemotingFrontServer
 from brokergroup_broker.store import MessageStore
 from brokergroup_controller.credentials import Role, derive_rocketmq_pair
@@ -83,15 +84,23 @@ async def test_the_group_pairs_are_served_and_every_other_pair_is_refused(
             ADMIN,  # the release pair: the controllers', never a broker's
             Credentials(pair(Role.CLIENT).access_key, "a-guessed-secret-01"),
         )
-        for signer in refused:
-            code, remark = await heartbeat(server.port, signer)
-            assert code == ResponseCode.NO_PERMISSION, signer
-            assert remark in (
-                SignatureFault.UNKNOWN_ACCESS_KEY.value,
-                SignatureFault.MISMATCH.value,
-            )
+        answers = [await heartbeat(server.port, signer) for signer in refused]
     finally:
         await server.close()
+    unknown = SignatureFault.UNKNOWN_ACCESS_KEY.value
+    elsewhere = "; this broker serves group (C, broker-a): sign with that group's pair"
+    assert answers == [
+        (ResponseCode.NO_PERMISSION, f"{unknown}: it is the client pair of group (C, broker-b)"
+         + elsewhere),
+        (ResponseCode.NO_PERMISSION, f"{unknown}: it is the broker pair of group (C, broker-b)"
+         + elsewhere),
+        (ResponseCode.NO_PERMISSION, f"{unknown}: it is the client pair of group (D, broker-a)"
+         + elsewhere),
+        (ResponseCode.NO_PERMISSION, unknown),  # not a derived key: nothing to name
+        (ResponseCode.NO_PERMISSION, SignatureFault.MISMATCH.value),
+    ]  # fmt: skip
+    for signer in refused:  # a refusal names the pair's public parts, never a secret
+        assert all(signer.secret_key not in remark for _, remark in answers)
     assert store.max_offset == 0
 
 
@@ -146,3 +155,11 @@ def test_a_client_key_file_needs_the_broker_pair(
     client = key_file(tmp_path, "client.json", pair(Role.CLIENT))
     assert run_broker_command(broker_args(tmp_path, "--remoting-client-key-file", str(client))) == 2
     assert "--remoting-client-key-file needs --remoting-key-file" in capsys.readouterr().err
+
+
+def test_a_pair_of_this_group_the_broker_was_not_given_says_which_flag_gives_it() -> None:
+    assert foreign_pair_reason(pair(Role.CLIENT).access_key, "C", "broker-a") == (
+        "it is this group's client pair, which this broker was not given "
+        "(--remoting-client-key-file)"
+    )
+    assert foreign_pair_reason(ADMIN.access_key, "C", "broker-a") is None

@@ -149,7 +149,8 @@ def remoting_auth_of(settings: BrokerSettings) -> ServerAuth | None:
         for p in (settings.remoting_credentials, settings.remoting_client_credentials)
         if p is not None
     )
-    return group_server_auth(pairs) if pairs else None
+    group = (settings.cluster_name, settings.broker_name)
+    return group_server_auth(pairs, group) if pairs else None
 
 
 def ha_config_of(config: BrokerConfig) -> HAConfig:

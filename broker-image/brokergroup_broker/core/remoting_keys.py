@@ -35,8 +35,29 @@ def pair_mismatch(pair: Credentials, role: Role, cluster_name: str, broker_name:
     )
 
 
-def group_server_auth(pairs: tuple[Credentials, ...]) -> ServerAuth:
-    """Requests must be signed with one of `pairs` (the group's broker and client pairs)."""
+def foreign_pair_reason(access_key: str, cluster_name: str, broker_name: str) -> str | None:
+    """What a derived AccessKey this broker does not hold names, for the refusal's remark
+    (its group and role: public parts of the key, never a secret); None for other keys."""
+    principal = rocketmq_principal_of(access_key)
+    if principal is None or principal.group is None:
+        return None
+    cluster, name = principal.group
+    if (cluster, name) == (cluster_name, broker_name):
+        flag = (
+            "--remoting-client-key-file" if principal.role == Role.CLIENT else "--remoting-key-file"
+        )
+        return f"it is this group's {principal.role} pair, which this broker was not given ({flag})"
+    return (
+        f"it is the {principal.role} pair of group ({cluster}, {name}); this broker serves "
+        f"group ({cluster_name}, {broker_name}): sign with that group's pair"
+    )
+
+
+def group_server_auth(
+    pairs: tuple[Credentials, ...], group: tuple[str, str] | None = None
+) -> ServerAuth:
+    """Requests must be signed with one of `pairs` (the group's broker and client pairs);
+    `group` (cluster, broker name) lets a refusal say whose pair was used instead."""
     if not pairs:
         raise ValueError("a signed remoting port needs at least one key pair")
 
@@ -46,4 +67,10 @@ def group_server_auth(pairs: tuple[Credentials, ...]) -> ServerAuth:
                 return pair.secret_key
         return None
 
-    return ServerAuth(secret_for=secret_for)
+    if group is None:
+        return ServerAuth(secret_for=secret_for)
+    cluster_name, broker_name = group
+    return ServerAuth(
+        secret_for=secret_for,
+        unknown_key_reason=lambda key: foreign_pair_reason(key, cluster_name, broker_name),
+    )
