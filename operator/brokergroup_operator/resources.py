@@ -55,6 +55,9 @@ CLIENT_CREDENTIAL_KEY = "client-credential"
 CONFIG_DIR = "/etc/brokergroup/config"
 DATA_DIR = "/data"
 CONFIG_HASH_ANNOTATION = "brokergroup.io/config-hash"
+# A digest of what the group's Secret holds: a rotated broker credential root changes it,
+# so the pods roll (one at a time, slaves first) and pick up their new credentials.
+CREDENTIALS_HASH_ANNOTATION = "brokergroup.io/credentials-hash"
 #: `kubectl brokergroup restart` writes it on the BrokerGroup (the key `kubectl rollout
 #: restart` uses); copied into the pod template, it makes a new revision: a safe roll.
 RESTARTED_AT_ANNOTATION = "kubectl.kubernetes.io/restartedAt"
@@ -417,6 +420,9 @@ def stateful_set(ctx: GroupContext, replicas: int) -> dict[str, Any]:
     ).hexdigest()[:16]
     pod_labels = {**(template.get("labels") or {}), **group_labels(ctx.name)}
     pod_annotations = {**(template.get("annotations") or {}), CONFIG_HASH_ANNOTATION: config_hash}
+    own = group_secret(ctx)
+    if own is not None:  # the user's own Secret: they roll the pods when they change it
+        pod_annotations[CREDENTIALS_HASH_ANNOTATION] = credentials_digest(own["stringData"])
     if ctx.restarted_at:
         pod_annotations[RESTARTED_AT_ANNOTATION] = ctx.restarted_at
     container: dict[str, Any] = {
@@ -726,6 +732,14 @@ def group_secret(ctx: GroupContext) -> dict[str, Any] | None:
             HA_SECRET_KEY: secrets.ha_secret,
         },
     }
+
+
+def credentials_digest(data: Mapping[str, str]) -> str:
+    """16 hex digits of a keyed-by-label SHA-256 over the Secret's data: it changes with
+    any value, and says nothing of them (they are 256-bit HMAC outputs and a random HA
+    secret, out of reach of a search from the digest)."""
+    canonical = json.dumps(dict(data), sort_keys=True).encode()
+    return hashlib.sha256(b"brokergroup pod credentials v1\0" + canonical).hexdigest()[:16]
 
 
 CLIENT_ACCESS_KEY = "accessKey"

@@ -169,3 +169,29 @@ def test_built_in_brokers_are_started_with_both_pairs_of_their_own_group(tmp_pat
         pair = read_key_file(str(root / str(path).lstrip("/")))
         assert (pair.access_key, pair.secret_key) == (expected.access_key, expected.secret_key)
         assert pair_mismatch(pair, role, args.cluster_name, args.broker_name) is None
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_rotated_root_changes_the_pod_template_so_the_brokers_roll(engine: str) -> None:
+    """docs/kubernetes.md: a new broker credential root rewrites every group's Secret and
+    its brokers roll. The roll follows the StatefulSet's revision, so the pod template must
+    change with the Secret's content, and only with it; the template names no secret."""
+
+    def template(secrets: OperatorSecrets, **spec: Any) -> dict[str, Any]:
+        sts = _objects(engine, secrets, **spec)[("StatefulSet", "orders")]
+        result: dict[str, Any] = sts["spec"]["template"]
+        return result
+
+    rotated = OperatorSecrets(
+        "admin-token", "another-root-of-it-" * 2, "ha-" * 11, SECRETS.rocketmq_credentials
+    )
+    new_ha = OperatorSecrets("admin-token", ROOT, "ah-" * 11, SECRETS.rocketmq_credentials)
+    assert template(SECRETS) == template(SECRETS)
+    assert template(rotated) != template(SECRETS)
+    assert template(new_ha) != template(SECRETS)
+    text = json.dumps(template(SECRETS))
+    group_data = _objects(engine)[("Secret", "orders-credentials")]["stringData"]
+    for value in group_data.values():
+        assert value not in text
+    own = template(SECRETS, controller={"secretName": "mine"})
+    assert own == template(rotated, controller={"secretName": "mine"})  # the user's to roll
