@@ -53,11 +53,9 @@ def foreign_pair_reason(access_key: str, cluster_name: str, broker_name: str) ->
     )
 
 
-def group_server_auth(
-    pairs: tuple[Credentials, ...], group: tuple[str, str] | None = None
-) -> ServerAuth:
-    """Requests must be signed with one of `pairs` (the group's broker and client pairs);
-    `group` (cluster, broker name) lets a refusal say whose pair was used instead."""
+def group_server_auth(pairs: tuple[Credentials, ...], group: tuple[str, str]) -> ServerAuth:
+    """Requests must be signed with one of `pairs` (the pairs of `group`, (cluster, broker
+    name)); a refusal of another group's pair says whose it is."""
     if not pairs:
         raise ValueError("a signed remoting port needs at least one key pair")
 
@@ -67,8 +65,6 @@ def group_server_auth(
                 return pair.secret_key
         return None
 
-    if group is None:
-        return ServerAuth(secret_for=secret_for)
     cluster_name, broker_name = group
     return ServerAuth(
         secret_for=secret_for,
