@@ -155,7 +155,7 @@ def cpu_window(before: Sample, after: Sample, ticks_per_s: int = TICKS_PER_S) ->
 
 def load_report(window: CpuWindow, messages: int, client_role: str = "client") -> dict[str, object]:
     """A load's CPU keys: cores per role, the client's and the server's (every other role)
-    CPU milliseconds per message, and the machine's busy cores."""
+    CPU milliseconds per message, the machine's busy cores and those no role accounts for."""
     client_s = window.cpu_s.get(client_role, 0.0)
     server_s = sum(s for role, s in window.cpu_s.items() if role != client_role)
 
@@ -168,6 +168,9 @@ def load_report(window: CpuWindow, messages: int, client_role: str = "client") -
         "client_cpu_ms_per_msg": per_msg(client_s),
         "server_cpu_ms_per_msg": per_msg(server_s),
         "machine_busy_cores": round(window.machine_busy_cores, 3),
+        # Busy cores no role accounts for: other processes, and interrupt time the kernel
+        # charges to no process.
+        "other_busy_cores": round(window.machine_busy_cores - sum(window.cores().values()), 3),
     }
 
 

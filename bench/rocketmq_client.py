@@ -57,6 +57,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "tools" / "rocketmq"))
 
 from _common import loopback_tcp_ceiling, print_last_line, summarize, write_result  # noqa: E402
+from _cpu import Sample, cpu_window, load_report, take_sample  # noqa: E402
 from stock_client import RocketMQGroup, StockClient, missing  # noqa: E402
 
 SINGLE_THREADS = 16
@@ -130,6 +131,7 @@ class RocketMQSide:
         self.group.start()
         state = self.group.wait_in_sync(3, 1)
         self.epoch = int(state["MasterEpoch"])
+        self.state = state
         log(f"rocketmq: master {state['MasterAddr']} epoch {self.epoch}, 3 in sync")
         self.group.create_topic(LOAD_TOPIC, 8)
         self.group.create_topic(FAILOVER_TOPIC, 4)
@@ -140,6 +142,13 @@ class RocketMQSide:
         self.epoch = int(state["MasterEpoch"])
         self.state = state
         return True
+
+    def cpu_roles(self) -> dict[int, str]:
+        """The group's JVMs by role (name server, controller, broker-n1..3)."""
+        return {p.pid: name for name, p in self.group.procs.items() if p.poll() is None}
+
+    def master_role(self) -> str:
+        return self.group.master_name(self.state)
 
     def kill_master(self) -> str:
         victim = self.group.master_name(self.state)
@@ -195,6 +204,22 @@ class BrokergroupSide:
         self.info = wait_for(check, HEALTHY_TIMEOUT_S, "brokergroup healthy", poll_s=0.2)
         return True
 
+    def cpu_roles(self) -> dict[int, str]:
+        """The runtime's tree: the supervisor (with the master forwarder), its controllers and
+        brokers (a broker's own children count as that broker)."""
+        from brokergroup_cli.local.state import ChildKind
+
+        state = self.runtime.state()
+        roles = {state.supervisor_pid: "supervisor"} if state.supervisor_pid else {}
+        for child in self.runtime.live_children(ChildKind.CONTROLLER):
+            roles[child.pid or 0] = f"controller-{child.index}"
+        for child in self.runtime.live_children(ChildKind.BROKER):
+            roles[child.pid or 0] = f"broker-{child.host}"
+        return roles
+
+    def master_role(self) -> str:
+        return "broker-" + str(self.info["masterAddress"]).rsplit(":", 1)[0]
+
     def kill_master(self) -> str:
         host = str(self.info["masterAddress"]).rsplit(":", 1)[0]
         child = self.runtime.broker_on(host)
@@ -211,6 +236,18 @@ class BrokergroupSide:
 # ---- one side's run ------------------------------------------------------------------------
 
 
+def cpu_line(side: str, label: str, load: dict[str, Any]) -> str:
+    """One log line: CPU per message (client, server), then cores per role over the window."""
+    cores = " ".join(f"{role} {c:.2f}" for role, c in load["cpu"].items())
+    return (
+        f"{side} cpu {label}: client {load['client_cpu_ms_per_msg']} ms/msg, server "
+        f"{load['server_cpu_ms_per_msg']} ms/msg at {load['msgs_per_s']} msg/s; machine busy "
+        f"{load['machine_busy_cores']} cores ({load['other_busy_cores']} not ours) over "
+        f"{load['cpuWindowS']} s; cores: {cores}"
+        f" (master {load['master']})"
+    )
+
+
 def run_side(side: Any, args: argparse.Namespace, work: Path) -> dict[str, Any]:
     client: StockClient = side.start()
     out: dict[str, Any] = {}
@@ -218,12 +255,25 @@ def run_side(side: Any, args: argparse.Namespace, work: Path) -> dict[str, Any]:
     loads = (("single", SINGLE_THREADS, 1), ("batch", BATCH_THREADS, BATCH_SIZE))
     for label, threads, batch in () if args.failover_only else loads:
         path = work / f"{side.name}-{label}.acks"
-        summary = client.run(
-            "load", topic=LOAD_TOPIC, threads=threads, batch=batch, size=BODY_BYTES,
+        samples: dict[str, Sample] = {}
+
+        def sample(event: str, client_pid: int, samples: dict[str, Sample] = samples) -> None:
+            # The program's markers bound its measured window: CPU is sampled at both.
+            if event in ("measuring", "measured"):
+                samples[event] = take_sample({**side.cpu_roles(), client_pid: "client"})
+
+        summary = client.run_events(
+            "load", work / f"{side.name}-{label}.stderr", sample,
+            topic=LOAD_TOPIC, threads=threads, batch=batch, size=BODY_BYTES,
             seconds=args.seconds, warmup_s=args.warmup, acks=path, run=f"{side.name}-{label}",
             timeout_s=args.seconds + args.warmup + 180,
         )[-1]  # fmt: skip
+        if len(samples) != 2:
+            raise RuntimeError(f"{side.name} load {label}: no measured-window markers {samples}")
+        window = cpu_window(samples["measuring"], samples["measured"])
+        summary |= load_report(window, int(summary["messages"])) | {"master": side.master_role()}
         log(f"{side.name} load {label}: {summary}")
+        log(cpu_line(side.name, label, summary))
         out[label] = summary
         acks.append(path)
     verify_load: dict[str, Any] = {"acked": 0, "lost": 0, "badBody": 0, "msgIdDiffers": 0}
@@ -291,6 +341,10 @@ def run_side(side: Any, args: argparse.Namespace, work: Path) -> dict[str, Any]:
         "p99_ms": single.get("p99_ms"),
         "batch_msgs_per_s": batch.get("msgs_per_s"),
         "batch_p99_ms": batch.get("p99_ms"),
+        "client_cpu_ms_per_msg": single.get("client_cpu_ms_per_msg"),
+        "server_cpu_ms_per_msg": single.get("server_cpu_ms_per_msg"),
+        "batch_client_cpu_ms_per_msg": batch.get("client_cpu_ms_per_msg"),
+        "batch_server_cpu_ms_per_msg": batch.get("server_cpu_ms_per_msg"),
         "failover": summarize(times),
         "failoverTimeouts": sum(1 for t in trials if t["firstSendOkS"] is None),
         "trials": trials,
@@ -385,12 +439,24 @@ def main() -> int:
         "rocketmq_p99_ms": pick("rocketmq", "p99_ms"),
         "rocketmq_batch_msgs_per_s": pick("rocketmq", "batch_msgs_per_s"),
         "rocketmq_batch_p99_ms": pick("rocketmq", "batch_p99_ms"),
+        "rocketmq_client_cpu_ms_per_msg": pick("rocketmq", "client_cpu_ms_per_msg"),
+        "rocketmq_server_cpu_ms_per_msg": pick("rocketmq", "server_cpu_ms_per_msg"),
+        "rocketmq_batch_client_cpu_ms_per_msg": pick("rocketmq", "batch_client_cpu_ms_per_msg"),
+        "rocketmq_batch_server_cpu_ms_per_msg": pick("rocketmq", "batch_server_cpu_ms_per_msg"),
         "rocketmq_failover_p50_s": fo("rocketmq", "p50"),
         "rocketmq_failover_p99_s": fo("rocketmq", "p99"),
         "brokergroup_msgs_per_s": pick("brokergroup", "msgs_per_s"),
         "brokergroup_p99_ms": pick("brokergroup", "p99_ms"),
         "brokergroup_batch_msgs_per_s": pick("brokergroup", "batch_msgs_per_s"),
         "brokergroup_batch_p99_ms": pick("brokergroup", "batch_p99_ms"),
+        "brokergroup_client_cpu_ms_per_msg": pick("brokergroup", "client_cpu_ms_per_msg"),
+        "brokergroup_server_cpu_ms_per_msg": pick("brokergroup", "server_cpu_ms_per_msg"),
+        "brokergroup_batch_client_cpu_ms_per_msg": pick(
+            "brokergroup", "batch_client_cpu_ms_per_msg"
+        ),
+        "brokergroup_batch_server_cpu_ms_per_msg": pick(
+            "brokergroup", "batch_server_cpu_ms_per_msg"
+        ),
         "brokergroup_failover_p50_s": fo("brokergroup", "p50"),
         "brokergroup_failover_p99_s": fo("brokergroup", "p99"),
         "acked_lost": sum(lost) if lost else None,

@@ -123,6 +123,7 @@ def test_window_cores_per_role_and_machine() -> None:
         "client_cpu_ms_per_msg": 0.8,  # 8 s / 10000
         "server_cpu_ms_per_msg": 1.25,  # 12.5 s / 10000
         "machine_busy_cores": 1.74,
+        "other_busy_cores": -0.31,  # 1.7396 - (1.2 + 0.8 + 0.05): made-up roles, real ticks
     }
     assert cpu.load_report(window, messages=0)["server_cpu_ms_per_msg"] is None
 

@@ -54,7 +54,9 @@ import org.apache.rocketmq.remoting.RPCHook;
  *   retry     count=N max_reconsume=R idle_s=S   a push consumer that always answers
  *             RECONSUME_LATER (one line per delivery), so messages go to %RETRY% and %DLQ%
  *   load      threads=N batch=B seconds=S warmup_s=W acks=FILE size=1024 run=ID
- *             msg/s and p99 of send calls; every SEND_OK msgId/queue/offset to acks
+ *             msg/s and p99 of send calls; every SEND_OK msgId/queue/offset to acks;
+ *             {"event":"measuring"} and {"event":"measured"} (flushed) when the measured
+ *             window (after warmup_s, for seconds) starts and ends
  *   failover  seconds=S acks=FILE log=FILE   one thread of sync sends; a line per result
  *             (ok/err with currentTimeMillis), flushed, so the driver sees SEND_OK after a kill
  *   verify    acks=FILE[,FILE...] idle_s=S [consumer=lite|push] [place=true]   a new group from the first offset
@@ -351,6 +353,20 @@ public class StockClient {
         return a[Math.max(0, (int) Math.ceil(0.99 * a.length) - 1)];
     }
 
+    static void sleepUntil(long nanoTime) throws InterruptedException {
+        for (long left; (left = nanoTime - System.nanoTime()) > 0; ) {
+            TimeUnit.NANOSECONDS.sleep(left);
+        }
+    }
+
+    /** A line the driver acts on at once: `{"event":NAME}`, flushed. */
+    static void event(String name) {
+        synchronized (OUT) {
+            OUT.println("{\"event\":\"" + name + "\"}");
+            OUT.flush();
+        }
+    }
+
     static void load() throws Exception {
         String topic = opt("topic", "BenchTopic"), run = opt("run", "load");
         int threads = intOpt("threads", 16), batch = intOpt("batch", 1), size = intOpt("size", 1024);
@@ -400,6 +416,11 @@ public class StockClient {
             });
             ts[t].start();
         }
+        // Markers at the measured window's edges, so a driver can sample CPU over exactly it.
+        sleepUntil(start);
+        event("measuring");
+        sleepUntil(end);
+        event("measured");
         for (Thread t : ts) t.join();
         p.shutdown();
         List<Long> all = new ArrayList<>();

@@ -7,9 +7,11 @@ controller-mode group, for tests/integration/test_stock_client_*.py and bench/ro
 `build` compiles StockClient.java against the client jars `tools/rocketmq/fetch.sh` caches
 (rocketmq-client/acl 5.3.1, outside the repository) into <home>/stockclient/classes, again only
 when the source changed. `StockClient.run(mode, **options)` runs one mode and returns its JSON
-lines. `RocketMQGroup` runs a name server, one DLedger controller and three stock brokers in
-controller mode (allAckInSyncStateSet=true, SYNC_FLUSH; the server jars of `fetch.sh server`),
-each JVM a child of this process, signalled by PID only.
+lines; `StockClient.run_events` does the same and tells the caller of each event line as it
+arrives (the load mode's measured-window markers). `RocketMQGroup` runs a name server, one
+DLedger controller and three stock brokers in controller mode (allAckInSyncStateSet=true,
+SYNC_FLUSH; the server jars of `fetch.sh server`), each JVM a child of this process, signalled
+by PID only.
 
 Stdlib only: the benchmark and the tests import it without the project installed.
 """
@@ -23,7 +25,9 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -124,14 +128,59 @@ class StockClient:
             )
         return lines
 
-    def start(self, mode: str, output: Path, **options: object) -> subprocess.Popen[bytes]:
-        """One mode in the background (stdout+stderr to `output`)."""
+    def start(
+        self, mode: str, output: Path, *, stdout_pipe: bool = False, **options: object
+    ) -> subprocess.Popen[bytes]:
+        """One mode in the background (stdout+stderr to `output`; with `stdout_pipe`, stdout
+        to a pipe the caller reads and only stderr to `output`)."""
         self.work.mkdir(parents=True, exist_ok=True)
         with open(output, "ab") as out:
             return subprocess.Popen(
-                self.command(mode, **options), stdout=out, stderr=subprocess.STDOUT,
+                self.command(mode, **options),
+                stdout=subprocess.PIPE if stdout_pipe else out,
+                stderr=out if stdout_pipe else subprocess.STDOUT,
                 stdin=subprocess.DEVNULL, cwd=self.work,
             )  # fmt: skip
+
+    def run_events(
+        self,
+        mode: str,
+        output: Path,
+        on_event: Callable[[str, int], None],
+        *,
+        timeout_s: float = 300,
+        **options: object,
+    ) -> list[dict[str, Any]]:
+        """Like `run`, but calls `on_event(name, pid)` as each `{"event": name}` line arrives
+        (the load mode's measured-window markers), while the program still runs; stderr goes
+        to `output`. Its JSON lines, the summary last; raises on a failed exit."""
+        proc = self.start(mode, output, stdout_pipe=True, **options)
+        assert proc.stdout is not None
+        # A hung program is killed by its PID: reading its stdout then ends.
+        watchdog = threading.Timer(timeout_s, proc.kill)
+        watchdog.start()
+        text: list[str] = []
+        try:
+            for raw in proc.stdout:
+                line = raw.decode(errors="replace")
+                text.append(line)
+                if line.startswith('{"event"'):
+                    on_event(str(json.loads(line)["event"]), proc.pid)
+            returncode = proc.wait()
+        finally:
+            watchdog.cancel()
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            proc.stdout.close()
+        stdout = "".join(text)
+        lines = [json.loads(x) for x in stdout.splitlines() if x.startswith("{")]
+        if returncode != 0 or not lines or "summary" not in lines[-1]:
+            raise RuntimeError(
+                f"StockClient {mode} exited {returncode}:\n{stdout[-3000:]}\n"
+                f"{output.read_text(errors='replace')[-3000:]}"
+            )
+        return lines
 
 
 @dataclass(frozen=True)
