@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 
 from brokergroup_broker.ha import (
+    NEED_DATA,
     HAConfig,
     HAMasterService,
     HASlaveService,
@@ -158,6 +159,13 @@ async def cleanup() -> AsyncIterator[list[Callable[[], Awaitable[Any]]]]:
     for closer in reversed(closers):
         with contextlib.suppress(Exception):
             await asyncio.wait_for(closer(), DEADLINE_S)
+
+
+def _writer_closer(writer: asyncio.StreamWriter) -> Callable[[], Awaitable[None]]:
+    async def close() -> None:
+        writer.close()
+
+    return close
 
 
 def _closer(store: MessageStore) -> Callable[[], Awaitable[None]]:
@@ -578,3 +586,73 @@ async def test_stop_before_run_started_still_stops(tmp_path: Path) -> None:
         assert service.sessions == 0
     finally:
         store.close()
+
+
+async def test_a_moved_confirm_offset_rides_on_the_next_batch_or_follows_alone(
+    tmp_path: Path, cleanup: list[Callable[[], Awaitable[Any]]]
+) -> None:
+    """A commit round is one frame and one ack per slave: a confirmOffset that moved while
+    the link was idle waits `confirm_publish_delay_ms` for a batch to carry it (under load
+    the next one does) and only then goes alone in an empty transfer. Seen from a raw
+    slave, frame by frame."""
+    config = HAConfig(
+        heartbeat_interval_ms=4000,
+        confirm_publish_delay_ms=2000,
+        read_timeout_ms=10_000,
+        write_timeout_ms=5000,
+    )
+    master_store = open_store(tmp_path / "m")
+    cleanup.append(_closer(master_store))
+    master_store.epoch_file.append(1, 0)
+    produce(master_store, 5, "a")
+    service = HAMasterService(
+        master_store,
+        config,
+        master_epoch=1,
+        on_slave_ack=lambda _b, _o: None,
+        on_slave_disconnect=lambda _b: None,
+        now_ms=Clock(),
+    )
+    await service.start("127.0.0.1", 0)
+    cleanup.append(service.stop)
+    reader, writer = await asyncio.open_connection(*service.bound_address)
+    cleanup.append(_writer_closer(writer))
+    decoder = MasterFrameDecoder()
+
+    async def next_frame() -> Any:
+        while (event := decoder.next_event()) is NEED_DATA:
+            data = await asyncio.wait_for(reader.read(65536), DEADLINE_S)
+            assert data, "the master closed the link"
+            decoder.receive_data(data)
+        return event
+
+    writer.write(SlaveHandshake(slave_broker_id=2).encode())
+    handshake = await next_frame()
+    assert isinstance(handshake, MasterHandshake)
+    start = master_store.max_offset
+    writer.write(SlaveAck(max_offset=start).encode())
+    # A new session hears the current confirm offset at once.
+    first = await next_frame()
+    assert (first.offset, first.body, first.confirm_offset) == (start, b"", 0)
+
+    service.set_confirm_offset(start)
+    await asyncio.sleep(0.05)  # an old master sent an empty transfer here
+    produce(master_store, 3, "b")
+    service.notify_appended()
+    batch = await next_frame()
+    assert (batch.offset, batch.confirm_offset) == (start, start)
+    assert batch.body == master_store.read_bytes(start, master_store.max_offset - start)
+
+    # Idle: the moved offset goes alone, after the delay.
+    end = master_store.max_offset
+    writer.write(SlaveAck(max_offset=end).encode())
+    service.set_confirm_offset(end)
+    alone = await next_frame()
+    assert (alone.offset, alone.body, alone.confirm_offset) == (end, b"", end)
+
+
+def test_confirm_publish_delay_is_checked_against_the_heartbeat() -> None:
+    for delay in (-1, 500, 600):
+        with pytest.raises(ValueError, match="confirm_publish_delay_ms"):
+            HAConfig(heartbeat_interval_ms=500, confirm_publish_delay_ms=delay)
+    assert HAConfig(heartbeat_interval_ms=500, confirm_publish_delay_ms=0)

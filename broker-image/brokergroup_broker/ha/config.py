@@ -35,6 +35,13 @@ class HAConfig:
     idle group and keeps both read timeouts quiet. Must be well under
     ``read_timeout_ms`` and under ``ha_max_time_slave_not_catch_up_ms``."""
 
+    confirm_publish_delay_ms: int = 5
+    """How long an idle master waits for a batch to carry a moved confirmOffset
+    before it sends the slaves a heartbeat with it. Under load the next batch
+    carries it, so a commit round costs one frame and one ack per slave instead
+    of two of each; an idle group's slaves see the new confirmOffset (their
+    consumers' read limit) this much later. 0 sends it at once."""
+
     read_timeout_ms: int = 3000
     """haHousekeepingInterval: a connection with no frame received for this long is
     closed (master side: slave presumed dead; slave side: reconnect). Shorter
@@ -108,6 +115,11 @@ class HAConfig:
         for name, value in positive.items():
             if value <= 0:
                 raise ValueError(f"HAConfig.{name}={value} must be > 0")
+        if not 0 <= self.confirm_publish_delay_ms < self.heartbeat_interval_ms:
+            raise ValueError(
+                f"HAConfig.confirm_publish_delay_ms={self.confirm_publish_delay_ms} must be "
+                f">= 0 and below heartbeat_interval_ms={self.heartbeat_interval_ms}"
+            )
         if self.transfer_batch_bytes > self.max_frame_body_bytes:
             raise ValueError(
                 f"HAConfig.transfer_batch_bytes={self.transfer_batch_bytes} exceeds "

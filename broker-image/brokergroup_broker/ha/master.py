@@ -204,7 +204,8 @@ class HAMasterService:
 
     def set_confirm_offset(self, offset: int) -> None:
         """The confirmOffset carried in every following transfer header; an idle link
-        carries a change at once in an empty transfer."""
+        carries a change in an empty transfer `confirm_publish_delay_ms` later, unless a
+        batch carried it first."""
         if offset < 0:
             raise ValueError(f"confirm offset {offset} must be >= 0")
         if offset != self._confirm_offset:

@@ -107,31 +107,47 @@ class SlaveStreams:
     async def send_loop(self, conn: _Connection) -> None:
         loop = asyncio.get_running_loop()
         heartbeat_s = self._config.heartbeat_interval_ms / 1000
+        confirm_delay_s = self._config.confirm_publish_delay_ms / 1000
         last_write = loop.time()
         sent_confirm = -1
+        confirm_due: float | None = None  # when a moved confirmOffset gets a frame of its own
         while True:
             conn.wake.clear()  # before reading max_offset: an append after this re-sets it
             store_max = self._store.max_offset
             if conn.next_offset < store_max:
                 await self._send_batch(conn, store_max)
                 sent_confirm = self._confirm_offset()
+                confirm_due = None
                 last_write = loop.time()
                 # sock_sendall/sendfile finish without yielding while the socket buffer
                 # has room: yield so a long catch-up does not starve the loop.
                 await asyncio.sleep(0)
                 continue
+            now = loop.time()
             if sent_confirm != self._confirm_offset():
-                # Idle but the confirm offset moved: tell the slave now, not at the heartbeat.
-                await self._send_heartbeat(conn, store_max)
-                sent_confirm = self._confirm_offset()
-                last_write = loop.time()
-                continue
-            remaining = last_write + heartbeat_s - loop.time()
+                # Idle but the confirm offset moved. Under load the next batch carries it
+                # within a round, and a heartbeat of its own costs a frame and an ack each
+                # way per slave: wait confirm_publish_delay_ms for that batch first.
+                if confirm_due is None:
+                    # A new session's first frame tells the slave at once.
+                    confirm_due = now + confirm_delay_s if sent_confirm >= 0 else now
+                if now >= confirm_due:
+                    await self._send_heartbeat(conn, store_max)
+                    sent_confirm = self._confirm_offset()
+                    confirm_due = None
+                    last_write = loop.time()
+                    continue
+            else:
+                confirm_due = None
+            remaining = last_write + heartbeat_s - now
             if remaining <= 0:
                 await self._send_heartbeat(conn, store_max)
                 sent_confirm = self._confirm_offset()
+                confirm_due = None
                 last_write = loop.time()
                 continue
+            if confirm_due is not None:
+                remaining = min(remaining, confirm_due - now)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(remaining):
                     await conn.wake.wait()
@@ -163,7 +179,7 @@ class SlaveStreams:
         conn.next_offset = offset + rng.length
         self._mark_sent(conn, store_max)
         async with asyncio.timeout(self._config.write_timeout_ms / 1000):
-            await asyncio.get_running_loop().sock_sendall(conn.sock, header)
+            await _send_corked(conn.sock, header)
             await _sendfile(conn.sock, rng.fd, rng.file_position, rng.length)
 
     async def _send_heartbeat(self, conn: _Connection, store_max: int) -> None:
@@ -196,6 +212,18 @@ class SlaveStreams:
             if not data:
                 raise _ConnectionClosed()
             conn.decoder.receive_data(data)
+
+
+async def _send_corked(sock: socket.socket, header: bytes) -> None:
+    """Queue a transfer header with MSG_MORE: the sendfile that follows (whose last
+    chunk goes without it) pushes header and data out together, so the slave
+    wakes once per batch instead of once for 36 bytes and again for the data."""
+    try:
+        sent = sock.send(header, socket.MSG_MORE)
+    except BlockingIOError:
+        sent = 0
+    if sent < len(header):
+        await asyncio.get_running_loop().sock_sendall(sock, header[sent:])
 
 
 async def _sendfile(sock: socket.socket, fd: int, position: int, count: int) -> None:

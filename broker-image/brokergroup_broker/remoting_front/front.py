@@ -128,6 +128,7 @@ class RemotingFront:
     ) -> None:
         self._produce = produce
         self._settings = settings
+        self._message_id_prefix = wire.store_host_prefix(settings.store_host)
         self._on_new_topic = on_new_topic
         self._clock_ms = clock_ms
         self.consumers = ConsumerGroups()
@@ -262,9 +263,7 @@ class RemotingFront:
         assert isinstance(response, SendRunResult)
         if new_topic:
             self._on_new_topic(req.topic)
-        ids = ",".join(
-            wire.offset_message_ids(self._settings.store_host, response.physical_offsets)
-        )
+        ids = ",".join(wire.message_ids_after(self._message_id_prefix, response.physical_offsets))
         return response_to(
             cmd,
             ResponseCode.SUCCESS,

@@ -225,9 +225,22 @@ def offset_message_id(store_host: tuple[str, int], physical_offset: int) -> str:
 
 def offset_message_ids(store_host: tuple[str, int], physical_offsets: Iterable[int]) -> list[str]:
     """`offset_message_id` of each offset, the host parsed once (a batch answers 128)."""
-    prefix = ipaddress.ip_address(store_host[0]).packed + struct.pack(">i", store_host[1])
-    pack = struct.Struct(">q").pack
+    return message_ids_after(store_host_prefix(store_host), physical_offsets)
+
+
+def store_host_prefix(store_host: tuple[str, int]) -> bytes:
+    """The first bytes of every offset message id of `store_host`: its packed address
+    and port. A broker computes it once; parsing the address per send was 1-8 % of it."""
+    return ipaddress.ip_address(store_host[0]).packed + struct.pack(">i", store_host[1])
+
+
+def message_ids_after(prefix: bytes, physical_offsets: Iterable[int]) -> list[str]:
+    """`offset_message_ids` from a `store_host_prefix`."""
+    pack = _OFFSET.pack
     return [(prefix + pack(offset)).hex().upper() for offset in physical_offsets]
+
+
+_OFFSET = struct.Struct(">q")
 
 
 def decode_message_id(msg_id: str) -> tuple[str, int, int]:

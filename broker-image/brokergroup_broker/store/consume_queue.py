@@ -74,6 +74,14 @@ class FdPool:
     def __len__(self) -> int:
         return len(self._open)
 
+    def cached(self, key: tuple[int, int]) -> int | None:
+        """The open descriptor of `key` (marked recently used), or None: the hot path
+        of every append, which must not build a path it will not open."""
+        fd = self._open.get(key)
+        if fd is not None:
+            self._open.move_to_end(key)
+        return fd
+
     def get(self, key: tuple[int, int], path: Path, flags: int) -> int:
         fd = self._open.get(key)
         if fd is not None:
@@ -184,7 +192,8 @@ class ConsumeQueue:
     def _fd(self, file_index: int, create: bool) -> int:
         key = (self._owner, file_index)
         if file_index in self._files:
-            return self._pool.get(key, self._path(file_index), os.O_RDWR)
+            fd = self._pool.cached(key)
+            return fd if fd is not None else self._pool.get(key, self._path(file_index), os.O_RDWR)
         if not create:
             raise StoreCorruption(file_index, f"consume queue {self.topic}/{self.queue_id} "
                                   f"has no file {file_index}")  # fmt: skip
