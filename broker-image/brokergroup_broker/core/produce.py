@@ -76,6 +76,8 @@ class ProduceAndPull(RequestHandler, Protocol):
 
     def topic_queue_counts(self) -> dict[str, int]: ...
 
+    def holds_topic(self, topic: str) -> bool: ...
+
 
 class ProducePath:
     """Implements `ProduceAndPull`; the one owner of the round-robin queue cursors."""
@@ -331,6 +333,10 @@ class ProducePath:
         """Every topic this store holds, with its queue count (a name server registration)."""
         default = self._config.default_topic_queue_nums
         return {t: max(n, default) for t, n in self._store.queues.topics().items()}
+
+    def holds_topic(self, topic: str) -> bool:
+        """`topic in topic_queue_counts()`, without building it."""
+        return self._store.queue_count(topic) > 0
 
     async def query_offsets(self, topic: str, queue_id: int) -> tuple[int, int]:
         _require_valid_topic(topic)

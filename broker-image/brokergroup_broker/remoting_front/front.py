@@ -66,6 +66,8 @@ class ProduceAndPull(RecordSource, Protocol):
 
     def topic_queue_counts(self) -> dict[str, int]: ...
 
+    def holds_topic(self, topic: str) -> bool: ...
+
     async def message_at(self, physical_offset: int) -> tuple[StoredMessage, bytes] | None: ...
 
     async def query_offsets(self, topic: str, queue_id: int) -> tuple[int, int]: ...
@@ -220,7 +222,7 @@ class RemotingFront:
                 "scheduled (delayed/timer) messages are not supported by brokergroup "
                 "(docs/rocketmq-compatibility.md)",
             )
-        new_topic = req.topic not in self.topics()
+        new_topic = not self._known_topic(req.topic)
         group_topic = req.topic.startswith(
             (wire.RETRY_GROUP_TOPIC_PREFIX, wire.DLQ_GROUP_TOPIC_PREFIX)
         )
@@ -310,8 +312,13 @@ class RemotingFront:
         """Every topic this broker serves: declared ones and the store's."""
         return {**self.declared, **self._produce.topic_queue_counts()}
 
+    def _known_topic(self, topic: str) -> bool:
+        """`topic in self.topics()` without building it: every send asks, and a broker may
+        serve thousands of topics."""
+        return topic in self.declared or self._produce.holds_topic(topic)
+
     def _declare(self, topic: str, queues: int) -> None:
-        if topic in self.declared or topic in self._produce.topic_queue_counts():
+        if self._known_topic(topic):
             return
         if len(self.declared) >= _MAX_DECLARED_TOPICS:
             raise wire.BadHeader(f"over {_MAX_DECLARED_TOPICS} topics declared without records")
@@ -354,7 +361,7 @@ class RemotingFront:
         props.setdefault(wire.PROPERTY_ORIGIN_MESSAGE_ID, origin)
         dead = delay_level < 0 or msg.reconsume_times >= max_times
         topic = (wire.DLQ_GROUP_TOPIC_PREFIX if dead else wire.RETRY_GROUP_TOPIC_PREFIX) + group
-        new_topic = topic not in self.topics()
+        new_topic = not self._known_topic(topic)
         batch = SendBatch(
             topic,
             0,
