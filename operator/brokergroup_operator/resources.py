@@ -50,6 +50,9 @@ API_GROUP = "brokergroup.io"
 API_VERSION = "brokergroup.io/v1alpha1"
 KIND = "BrokerGroup"
 SECRETS_DIR = "/etc/brokergroup/secrets"
+#: The client pair of the user's own Secret, an optional key: its own volume, so the broker
+#: credential and the HA secret stay required.
+CLIENT_PAIR_DIR = "/etc/brokergroup/client-pair"
 BROKER_CREDENTIAL_KEY = "broker-credential"
 CLIENT_CREDENTIAL_KEY = "client-credential"
 CONFIG_DIR = "/etc/brokergroup/config"
@@ -365,10 +368,19 @@ def broker_command(ctx: GroupContext) -> list[str]:
         [
             "--remoting-key-file",
             f"{SECRETS_DIR}/{rmq.CREDENTIALS_KEY}",
-            # The client pair too when the operator writes it (not in the user's own Secret).
+            # The client pair too: the operator's, or the user's own Secret's if it has one.
             *(
                 ["--remoting-client-key-file", f"{SECRETS_DIR}/{rmq.CLIENT_CREDENTIALS_KEY}"]
                 if ctx.group_pairs_on
+                else []
+            ),
+            *(
+                [
+                    "--remoting-client-key-file",
+                    f"{CLIENT_PAIR_DIR}/{rmq.CLIENT_CREDENTIALS_KEY}",
+                    "--remoting-client-key-optional",
+                ]
+                if ctx.own_secret is not None
                 else []
             ),
             "--namesrv-addresses",
@@ -462,6 +474,11 @@ def stateful_set(ctx: GroupContext, replicas: int) -> dict[str, Any]:
             {"name": "data", "mountPath": DATA_DIR},
             {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
             {"name": "secrets", "mountPath": SECRETS_DIR, "readOnly": True},
+            *(
+                [{"name": "client-pair", "mountPath": CLIENT_PAIR_DIR, "readOnly": True}]
+                if ctx.own_secret is not None
+                else []
+            ),
         ],
         "securityContext": {
             "runAsNonRoot": True,
@@ -497,6 +514,25 @@ def stateful_set(ctx: GroupContext, replicas: int) -> dict[str, Any]:
                 "defaultMode": 0o400,
             },
         },
+        *(
+            [
+                {
+                    "name": "client-pair",
+                    "secret": {
+                        "secretName": ctx.own_secret,
+                        # The operator cannot read the user's Secret: a missing key leaves
+                        # the file out (optional) and the port takes the broker pair alone.
+                        "items": [
+                            {"key": rmq.CLIENT_CREDENTIALS_KEY, "path": rmq.CLIENT_CREDENTIALS_KEY}
+                        ],
+                        "optional": True,
+                        "defaultMode": 0o400,
+                    },
+                }
+            ]
+            if ctx.own_secret is not None
+            else []
+        ),
     ]
     if ctx.engine is Engine.ROCKETMQ:
         container.update(rocketmq_container(ctx))

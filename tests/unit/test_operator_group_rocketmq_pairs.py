@@ -195,3 +195,68 @@ def test_a_rotated_root_changes_the_pod_template_so_the_brokers_roll(engine: str
         assert value not in text
     own = template(SECRETS, controller={"secretName": "mine"})
     assert own == template(rotated, controller={"secretName": "mine"})  # the user's to roll
+
+
+@pytest.mark.parametrize(
+    ("client_key", "expected"),
+    [
+        ("client pair", (BROKER_PAIR, CLIENT_PAIR)),
+        (None, (BROKER_PAIR, None)),
+        ("broker pair", "--remoting-client-key-file"),
+    ],
+)
+def test_a_users_own_secret_gives_the_brokers_its_client_pair_if_it_has_one(
+    tmp_path: Path, client_key: str | None, expected: Any
+) -> None:
+    """spec.controller.secretName: the operator cannot read the user's Secret, so its
+    optional rocketmq-client-credentials key is mounted through an optional volume of its
+    own and the broker is told the file may be missing. Written out as the kubelet would (a
+    missing key of an optional volume is no file), then read by the real broker CLI: the
+    client pair when the Secret has it, the broker pair alone when not, and a clear refusal
+    when the key holds the wrong role's pair."""
+    user_secret = {
+        "broker-credential": "x",
+        "ha-secret": "y",
+        "rocketmq-credentials": BROKER_PAIR.to_json(),
+    }
+    if client_key is not None:
+        pair = CLIENT_PAIR if client_key == "client pair" else BROKER_PAIR
+        user_secret["rocketmq-client-credentials"] = pair.to_json()
+    objects = _objects(controller={"secretName": "mine"})
+    pod = objects[("StatefulSet", "orders")]["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    root = tmp_path / "pod"
+    for volume in (v for v in pod["volumes"] if "secret" in v):
+        assert volume["secret"]["secretName"] == "mine"
+        (mount,) = [m for m in container["volumeMounts"] if m["name"] == volume["name"]]
+        for item in volume["secret"]["items"]:
+            if item["key"] not in user_secret:
+                assert volume["secret"].get("optional") is True, item  # else: no pod
+                continue
+            target = root / mount["mountPath"].lstrip("/") / item["path"]
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(user_secret[item["key"]])
+    parser = argparse.ArgumentParser()
+    cli_broker.register(parser.add_subparsers())
+    args = parser.parse_args(container["command"][1:])
+    for name in ("remoting_key_file", "remoting_client_key_file"):
+        setattr(args, name, root / str(getattr(args, name)).lstrip("/"))
+    pairs = cli_broker._remoting_pairs(args)
+    if isinstance(expected, str):
+        assert isinstance(pairs, str) and pairs.startswith(expected), pairs
+        assert "client" in pairs and BROKER_PAIR.secret_key not in pairs
+        return
+    assert not isinstance(pairs, str), pairs
+    got = tuple(None if p is None else (p.access_key, p.secret_key) for p in pairs)
+    assert got == tuple(None if p is None else (p.access_key, p.secret_key) for p in expected)
+
+
+def test_an_optional_client_key_needs_the_client_key_file() -> None:
+    parser = argparse.ArgumentParser()
+    cli_broker.register(parser.add_subparsers())
+    command = "broker --cluster-name prod --broker-name orders --data-dir /d"
+    command += " --controller-addresses c:9878 --remoting-key-file /k"
+    args = parser.parse_args([*command.split(), "--remoting-client-key-optional"])
+    assert cli_broker._remoting_pairs(args) == (
+        "--remoting-client-key-optional needs --remoting-client-key-file"
+    )

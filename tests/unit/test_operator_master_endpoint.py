@@ -133,14 +133,17 @@ def test_the_users_own_secret_must_carry_the_key_pair() -> None:
     objects = _objects(controller={"secretName": "mine"})
     assert ("Secret", "orders-credentials") not in objects
     pod = objects[("StatefulSet", "orders")]["spec"]["template"]["spec"]
-    (volume,) = [v for v in pod["volumes"] if "secret" in v]
+    volume, client_pair = [v for v in pod["volumes"] if "secret" in v]
     assert volume["secret"]["secretName"] == "mine"
     assert {"key": "rocketmq-credentials", "path": "rocketmq-credentials"} in volume["secret"][
         "items"
     ]
     assert {"key": "rocketmq-client-credentials", "path": "rocketmq-client-credentials"} not in (
         volume["secret"]["items"]
-    )  # the user's Secret need not hold the client pair
+    )  # the user's Secret need not hold the client pair: it has a volume of its own
+    assert client_pair["secret"]["secretName"] == "mine"
+    assert client_pair["secret"]["optional"] is True
     args = _broker_args(_container(objects)["command"])
     assert args.namesrv_addresses == NAMESRVS
-    assert args.remoting_client_key_file is None
+    assert str(args.remoting_client_key_file).startswith("/etc/brokergroup/client-pair/")
+    assert args.remoting_client_key_optional

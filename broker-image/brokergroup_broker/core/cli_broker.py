@@ -79,6 +79,12 @@ def register(subparsers: Any) -> None:
         "(AclClientRPCHook); the remoting port accepts it too. Needs --remoting-key-file",
     )
     parser.add_argument(
+        "--remoting-client-key-optional",
+        action="store_true",
+        help="a missing --remoting-client-key-file means no client pair (the port then takes "
+        "the broker pair alone): the file is an optional key of the pod's Secret",
+    )
+    parser.add_argument(
         "--insecure-no-remoting-auth",
         action="store_true",
         help="dev only: a remoting port that takes unsigned requests",
@@ -206,6 +212,8 @@ def _remoting_pairs(args: argparse.Namespace) -> tuple[Any, Any] | str:
 
     if args.remoting_client_key_file is not None and args.remoting_key_file is None:
         return "--remoting-client-key-file needs --remoting-key-file (the group's broker pair)"
+    if args.remoting_client_key_optional and args.remoting_client_key_file is None:
+        return "--remoting-client-key-optional needs --remoting-client-key-file"
     if args.remoting_key_file is not None and args.insecure_no_remoting_auth:
         return "--remoting-key-file and --insecure-no-remoting-auth conflict"
     pairs: list[Any] = []
@@ -214,6 +222,11 @@ def _remoting_pairs(args: argparse.Namespace) -> tuple[Any, Any] | str:
         ("--remoting-client-key-file", args.remoting_client_key_file, Role.CLIENT),
     ):
         if path is None:
+            pairs.append(None)
+            continue
+        if role is Role.CLIENT and args.remoting_client_key_optional and not path.exists():
+            log.info("%s %s is not there: the remoting port takes the broker pair alone",
+                     flag, path)  # fmt: skip
             pairs.append(None)
             continue
         try:
