@@ -30,6 +30,9 @@ class ProcStat:
     ppid: int
     cpu_ticks: int
     """utime + stime (fields 14 and 15): the process's own CPU, not its reaped children's."""
+    kernel_ticks: int
+    """stime (field 15): the part of `cpu_ticks` spent in the kernel (syscalls, the TCP
+    stack, fsync): what no faster user-space code can remove."""
     start_ticks: int
     """starttime (field 22): with the pid, names one process (pids are recycled)."""
 
@@ -49,6 +52,7 @@ def parse_proc_stat(text: str) -> ProcStat:
             comm=text[opened + 1 : closed],
             ppid=int(rest[1]),
             cpu_ticks=int(rest[11]) + int(rest[12]),
+            kernel_ticks=int(rest[12]),
             start_ticks=int(rest[19]),
         )
     except ValueError as e:
@@ -116,8 +120,8 @@ class Sample:
 
     at_s: float
     """time.monotonic() when taken."""
-    procs: Mapping[tuple[int, int], tuple[str, int]]
-    """(pid, start_ticks) → (role, cpu_ticks)."""
+    procs: Mapping[tuple[int, int], tuple[str, int, int]]
+    """(pid, start_ticks) → (role, cpu_ticks, kernel_ticks)."""
     machine: MachineTicks
 
 
@@ -126,6 +130,8 @@ class CpuWindow:
     wall_s: float
     cpu_s: dict[str, float]
     """CPU seconds per role over the window."""
+    kernel_s: dict[str, float]
+    """The kernel's part of `cpu_s`, per role."""
     machine_busy_cores: float
     """Busy share of the machine's ticks × its cores: every process, ours or not."""
 
@@ -141,14 +147,17 @@ def cpu_window(before: Sample, after: Sample, ticks_per_s: int = TICKS_PER_S) ->
     if wall_s <= 0:
         raise ValueError(f"the window must move forward: {before.at_s} → {after.at_s}")
     ticks: dict[str, int] = {}
-    for key, (role, now) in after.procs.items():
+    kernel: dict[str, int] = {}
+    for key, (role, now, now_kernel) in after.procs.items():
         then = before.procs.get(key)
         ticks[role] = ticks.get(role, 0) + now - (then[1] if then is not None else 0)
+        kernel[role] = kernel.get(role, 0) + now_kernel - (then[2] if then is not None else 0)
     busy = after.machine.busy - before.machine.busy
     idle = after.machine.idle - before.machine.idle
     return CpuWindow(
         wall_s=wall_s,
         cpu_s={role: t / ticks_per_s for role, t in sorted(ticks.items())},
+        kernel_s={role: t / ticks_per_s for role, t in sorted(kernel.items())},
         machine_busy_cores=busy / (busy + idle) * after.machine.cpus if busy + idle else 0.0,
     )
 
@@ -158,6 +167,8 @@ def load_report(window: CpuWindow, messages: int, client_role: str = "client") -
     CPU milliseconds per message, the machine's busy cores and those no role accounts for."""
     client_s = window.cpu_s.get(client_role, 0.0)
     server_s = sum(s for role, s in window.cpu_s.items() if role != client_role)
+    client_kernel_s = window.kernel_s.get(client_role, 0.0)
+    server_kernel_s = sum(s for role, s in window.kernel_s.items() if role != client_role)
 
     def per_msg(cpu_s: float) -> float | None:
         return round(cpu_s * 1000 / messages, 4) if messages > 0 else None
@@ -167,6 +178,8 @@ def load_report(window: CpuWindow, messages: int, client_role: str = "client") -
         "cpuWindowS": round(window.wall_s, 3),
         "client_cpu_ms_per_msg": per_msg(client_s),
         "server_cpu_ms_per_msg": per_msg(server_s),
+        "client_kernel_cpu_ms_per_msg": per_msg(client_kernel_s),
+        "server_kernel_cpu_ms_per_msg": per_msg(server_kernel_s),
         "machine_busy_cores": round(window.machine_busy_cores, 3),
         # Busy cores no role accounts for: other processes, and interrupt time the kernel
         # charges to no process.
@@ -199,7 +212,7 @@ def take_sample(named: Mapping[int, str], proc: Path = Path("/proc")) -> Sample:
     return Sample(
         at_s=at_s,
         procs={
-            (pid, procs[pid].start_ticks): (role, procs[pid].cpu_ticks)
+            (pid, procs[pid].start_ticks): (role, procs[pid].cpu_ticks, procs[pid].kernel_ticks)
             for pid, role in labels.items()
         },
         machine=machine,

@@ -241,7 +241,8 @@ def cpu_line(side: str, label: str, load: dict[str, Any]) -> str:
     cores = " ".join(f"{role} {c:.2f}" for role, c in load["cpu"].items())
     return (
         f"{side} cpu {label}: client {load['client_cpu_ms_per_msg']} ms/msg, server "
-        f"{load['server_cpu_ms_per_msg']} ms/msg at {load['msgs_per_s']} msg/s; machine busy "
+        f"{load['server_cpu_ms_per_msg']} ms/msg (kernel {load['server_kernel_cpu_ms_per_msg']}) "
+        f"at {load['msgs_per_s']} msg/s; machine busy "
         f"{load['machine_busy_cores']} cores ({load['other_busy_cores']} not ours) over "
         f"{load['cpuWindowS']} s; cores: {cores}"
         f" (master {load['master']})"
@@ -343,8 +344,10 @@ def run_side(side: Any, args: argparse.Namespace, work: Path) -> dict[str, Any]:
         "batch_p99_ms": batch.get("p99_ms"),
         "client_cpu_ms_per_msg": single.get("client_cpu_ms_per_msg"),
         "server_cpu_ms_per_msg": single.get("server_cpu_ms_per_msg"),
+        "server_kernel_cpu_ms_per_msg": single.get("server_kernel_cpu_ms_per_msg"),
         "batch_client_cpu_ms_per_msg": batch.get("client_cpu_ms_per_msg"),
         "batch_server_cpu_ms_per_msg": batch.get("server_cpu_ms_per_msg"),
+        "batch_server_kernel_cpu_ms_per_msg": batch.get("server_kernel_cpu_ms_per_msg"),
         "failover": summarize(times),
         "failoverTimeouts": sum(1 for t in trials if t["firstSendOkS"] is None),
         "trials": trials,
@@ -441,6 +444,7 @@ def main() -> int:
         "rocketmq_batch_p99_ms": pick("rocketmq", "batch_p99_ms"),
         "rocketmq_client_cpu_ms_per_msg": pick("rocketmq", "client_cpu_ms_per_msg"),
         "rocketmq_server_cpu_ms_per_msg": pick("rocketmq", "server_cpu_ms_per_msg"),
+        "rocketmq_server_kernel_cpu_ms_per_msg": pick("rocketmq", "server_kernel_cpu_ms_per_msg"),
         "rocketmq_batch_client_cpu_ms_per_msg": pick("rocketmq", "batch_client_cpu_ms_per_msg"),
         "rocketmq_batch_server_cpu_ms_per_msg": pick("rocketmq", "batch_server_cpu_ms_per_msg"),
         "rocketmq_failover_p50_s": fo("rocketmq", "p50"),
@@ -451,6 +455,9 @@ def main() -> int:
         "brokergroup_batch_p99_ms": pick("brokergroup", "batch_p99_ms"),
         "brokergroup_client_cpu_ms_per_msg": pick("brokergroup", "client_cpu_ms_per_msg"),
         "brokergroup_server_cpu_ms_per_msg": pick("brokergroup", "server_cpu_ms_per_msg"),
+        "brokergroup_server_kernel_cpu_ms_per_msg": pick(
+            "brokergroup", "server_kernel_cpu_ms_per_msg"
+        ),
         "brokergroup_batch_client_cpu_ms_per_msg": pick(
             "brokergroup", "batch_client_cpu_ms_per_msg"
         ),
@@ -464,10 +471,10 @@ def main() -> int:
         "ceiling": {"loopback": loop.to_json()},
     }
     name = "rocketmq_client"
-    if args.failover_only or args.engine != "builtin" or args.only is not None:
+    if args.failover_only or args.engine != "builtin" or args.only is not None or not args.kills:
         # A partial run keeps its own file: the full comparison stays in rocketmq_client.json.
         name += f"_{args.only or 'both'}_{args.engine}" + (
-            "_failover" if args.failover_only else ""
+            "_failover" if args.failover_only else "" if args.kills else "_loads"
         )
     write_result(name, {**summary, "sides": results})
     print_last_line(summary)

@@ -64,14 +64,19 @@ MACHINE_AFTER = (
 def test_comm_with_parentheses_and_spaces_ends_at_the_last_paren() -> None:
     stat = cpu.parse_proc_stat(STAT_PARENS)
     assert stat == cpu.ProcStat(
-        pid=13766, comm="w) (x y", ppid=13763, cpu_ticks=56 + 24, start_ticks=6378648
+        pid=13766,
+        comm="w) (x y",
+        ppid=13763,
+        cpu_ticks=56 + 24,
+        kernel_ticks=24,
+        start_ticks=6378648,
     )
 
 
 def test_own_cpu_only_not_reaped_childrens() -> None:
     stat = cpu.parse_proc_stat(STAT_INIT)
     assert (stat.pid, stat.comm, stat.ppid) == (1, "process_api", 0)
-    assert stat.cpu_ticks == 1015 + 2037
+    assert (stat.cpu_ticks, stat.kernel_ticks) == (1015 + 2037, 2037)
     assert stat.start_ticks == 6
 
 
@@ -94,10 +99,10 @@ def test_machine_ticks() -> None:
 
 
 def _sample(at_s: float, machine: str, **procs: tuple[int, int, int]) -> object:
-    # procs: role → (pid, start_ticks, cpu_ticks)
+    # procs: role → (pid, start_ticks, cpu_ticks); a quarter of the CPU is the kernel's
     return cpu.Sample(
         at_s=at_s,
-        procs={(p, s): (role.replace("_", "-"), t) for role, (p, s, t) in procs.items()},
+        procs={(p, s): (role.replace("_", "-"), t, t // 4) for role, (p, s, t) in procs.items()},
         machine=cpu.parse_machine_stat(machine),
     )
 
@@ -113,6 +118,8 @@ def test_window_cores_per_role_and_machine() -> None:
     assert window.wall_s == 10.0
     assert window.cpu_s == {"broker-a": 12.0, "client": 8.0, "controller-1": 0.5}
     assert window.cores() == {"broker-a": 1.2, "client": 0.8, "controller-1": 0.05}
+    # kernel ticks 125→425, 250→450, 10→22
+    assert window.kernel_s == {"broker-a": 3.0, "client": 2.0, "controller-1": 0.12}
     # busy 1843 + 195 + 2 + 4 = 2044 ticks, idle 304 + 2 = 306 ticks, over 2 cores
     assert window.machine_busy_cores == pytest.approx(2044 / 2350 * 2)
 
@@ -122,6 +129,8 @@ def test_window_cores_per_role_and_machine() -> None:
         "cpuWindowS": 10.0,
         "client_cpu_ms_per_msg": 0.8,  # 8 s / 10000
         "server_cpu_ms_per_msg": 1.25,  # 12.5 s / 10000
+        "client_kernel_cpu_ms_per_msg": 0.2,  # 2 s / 10000
+        "server_kernel_cpu_ms_per_msg": 0.312,  # 3.12 s / 10000
         "machine_busy_cores": 1.74,
         "other_busy_cores": -0.31,  # 1.7396 - (1.2 + 0.8 + 0.05): made-up roles, real ticks
     }
@@ -140,7 +149,9 @@ def test_same_pid_new_process_counts_from_zero_and_the_dead_count_nothing() -> N
 
 def test_roles_by_nearest_named_ancestor() -> None:
     def p(pid: int, ppid: int, comm: str = "x") -> object:
-        return cpu.ProcStat(pid=pid, comm=comm, ppid=ppid, cpu_ticks=0, start_ticks=1)
+        return cpu.ProcStat(
+            pid=pid, comm=comm, ppid=ppid, cpu_ticks=0, kernel_ticks=0, start_ticks=1
+        )
 
     procs = {
         1: p(1, 0),
