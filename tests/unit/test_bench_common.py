@@ -8,31 +8,17 @@ time.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-_PATH = Path(__file__).resolve().parents[2] / "bench" / "_common.py"
+from tests.unit.bench_modules import load_bench_module
 
-
-def _load() -> ModuleType:
-    # bench/ is a folder of scripts, not a package: load the module by path.
-    spec = importlib.util.spec_from_file_location("bench_common", _PATH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_common"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-common = _load()
+common = load_bench_module("_common")
 
 samples = st.lists(
     st.floats(min_value=-1e6, max_value=1e6, allow_nan=False), min_size=1, max_size=200

@@ -8,27 +8,11 @@ the role labels. Nothing here reads the clock or /proc.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType
-
 import pytest
 
-_PATH = Path(__file__).resolve().parents[2] / "bench" / "_cpu.py"
+from tests.unit.bench_modules import load_bench_module
 
-
-def _load() -> ModuleType:
-    # bench/ is a folder of scripts, not a package: load the module by path.
-    spec = importlib.util.spec_from_file_location("bench_cpu", _PATH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_cpu"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-cpu = _load()
+cpu = load_bench_module("_cpu")
 
 # Captured from this machine: a copy of python3 named "w) (x y" after 1.5 s of busy work.
 STAT_PARENS = (

@@ -128,13 +128,15 @@ class SlaveHarness:
         await asyncio.wait_for(self.task, DEADLINE_S)
 
 
-async def start_master(store: MessageStore, epoch: int, port: int = 0) -> MasterHarness:
+async def start_master(
+    store: MessageStore, epoch: int, port: int = 0, config: HAConfig = CONFIG
+) -> MasterHarness:
     clock = Clock()
     acks: list[tuple[int, int]] = []
     disconnects: list[int] = []
     service = HAMasterService(
         store,
-        CONFIG,
+        config,
         master_epoch=epoch,
         on_slave_ack=lambda broker_id, offset: acks.append((broker_id, offset)),
         on_slave_disconnect=disconnects.append,
@@ -605,15 +607,7 @@ async def test_a_moved_confirm_offset_rides_on_the_next_batch_or_follows_alone(
     cleanup.append(_closer(master_store))
     master_store.epoch_file.append(1, 0)
     produce(master_store, 5, "a")
-    service = HAMasterService(
-        master_store,
-        config,
-        master_epoch=1,
-        on_slave_ack=lambda _b, _o: None,
-        on_slave_disconnect=lambda _b: None,
-        now_ms=Clock(),
-    )
-    await service.start("127.0.0.1", 0)
+    service = (await start_master(master_store, epoch=1, config=config)).service
     cleanup.append(service.stop)
     reader, writer = await asyncio.open_connection(*service.bound_address)
     cleanup.append(_writer_closer(writer))
