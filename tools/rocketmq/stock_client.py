@@ -120,13 +120,7 @@ class StockClient:
             self.command(mode, **options), capture_output=True, text=True,
             timeout=timeout_s, cwd=self.work, check=False,
         )  # fmt: skip
-        lines = [json.loads(x) for x in done.stdout.splitlines() if x.startswith("{")]
-        if done.returncode != 0 or not lines or "summary" not in lines[-1]:
-            raise RuntimeError(
-                f"StockClient {mode} exited {done.returncode}:\n{done.stdout[-3000:]}\n"
-                f"{done.stderr[-3000:]}"
-            )
-        return lines
+        return _json_lines(mode, done.returncode, done.stdout, done.stderr)
 
     def start(
         self, mode: str, output: Path, *, stdout_pipe: bool = False, **options: object
@@ -173,14 +167,18 @@ class StockClient:
                 proc.kill()
                 proc.wait()
             proc.stdout.close()
-        stdout = "".join(text)
-        lines = [json.loads(x) for x in stdout.splitlines() if x.startswith("{")]
-        if returncode != 0 or not lines or "summary" not in lines[-1]:
-            raise RuntimeError(
-                f"StockClient {mode} exited {returncode}:\n{stdout[-3000:]}\n"
-                f"{output.read_text(errors='replace')[-3000:]}"
-            )
-        return lines
+        return _json_lines(mode, returncode, "".join(text), output.read_text(errors="replace"))
+
+
+def _json_lines(mode: str, returncode: int, stdout: str, stderr: str) -> list[dict[str, Any]]:
+    """A finished mode's JSON lines, the summary last; raises, with both outputs' tails, on
+    a failed exit or a missing summary."""
+    lines = [json.loads(x) for x in stdout.splitlines() if x.startswith("{")]
+    if returncode != 0 or not lines or "summary" not in lines[-1]:
+        raise RuntimeError(
+            f"StockClient {mode} exited {returncode}:\n{stdout[-3000:]}\n{stderr[-3000:]}"
+        )
+    return lines
 
 
 @dataclass(frozen=True)

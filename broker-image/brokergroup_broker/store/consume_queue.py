@@ -83,9 +83,8 @@ class FdPool:
         return fd
 
     def get(self, key: tuple[int, int], path: Path, flags: int) -> int:
-        fd = self._open.get(key)
+        fd = self.cached(key)
         if fd is not None:
-            self._open.move_to_end(key)
             return fd
         while len(self._open) >= self.max_open:
             self._close_oldest()
@@ -191,9 +190,11 @@ class ConsumeQueue:
 
     def _fd(self, file_index: int, create: bool) -> int:
         key = (self._owner, file_index)
+        fd = self._pool.cached(key)
+        if fd is not None:
+            return fd
         if file_index in self._files:
-            fd = self._pool.cached(key)
-            return fd if fd is not None else self._pool.get(key, self._path(file_index), os.O_RDWR)
+            return self._pool.get(key, self._path(file_index), os.O_RDWR)
         if not create:
             raise StoreCorruption(file_index, f"consume queue {self.topic}/{self.queue_id} "
                                   f"has no file {file_index}")  # fmt: skip
