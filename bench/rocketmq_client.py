@@ -375,8 +375,15 @@ def main() -> int:
         help="seconds of load before measuring, so both sides' JITs are warm (10; --quick 3)",
     )
     ap.add_argument("--only", choices=("rocketmq", "brokergroup"), default=None)
-    ap.add_argument("--dir", type=Path, default=None)
-    ap.add_argument("--keep", action="store_true")
+    ap.add_argument(
+        "--dir", type=Path, default=None, help="where the sides run (default: a temp dir)"
+    )
+    ap.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep the sides' stores and logs (several GB after a full run); without it "
+        "a side that ran is removed at its end, from --dir too",
+    )
     ap.add_argument(
         "--engine",
         choices=("builtin", "rocketmq"),
@@ -418,6 +425,10 @@ def main() -> int:
                 log(f"{name} failed: {errors[name]}")
             finally:
                 side.stop()
+                if name in errors:
+                    log(f"{name}: its stores and logs stay in {side_dir}")
+                elif not args.keep:
+                    shutil.rmtree(side_dir, ignore_errors=True)
     finally:
         if not args.keep and args.dir is None:
             shutil.rmtree(work, ignore_errors=True)

@@ -34,7 +34,7 @@ Rules:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from enum import StrEnum
@@ -105,9 +105,11 @@ def decide_election(
     alive: Mapping[int, ReplicaHeartbeat],
     request: ElectionRequest,
     unheard: AbstractSet[int] = frozenset(),
+    inactive: Mapping[int, str] | None = None,
 ) -> ElectionDecision:
     """Decide an election for `broker_set` given the alive replicas' heartbeats;
-    `unheard`: those of them alive only by the leader's grace (never candidates)."""
+    `unheard`: those of them alive only by the leader's grace (never candidates);
+    `inactive`: why the others are not alive, for the refusals' messages only."""
     name = broker_set.broker_name
     old_master = broker_set.master_broker_id
     designated = request.designated_broker_id
@@ -149,7 +151,9 @@ def decide_election(
             )
         if winner not in alive:
             return ElectionDecision(
-                ErrorCode.BROKER_NOT_ALIVE, f"broker {name}:{winner} is not alive"
+                ErrorCode.BROKER_NOT_ALIVE,
+                f"broker {name}:{winner} is not alive"
+                + (f": {inactive[winner]}" if inactive and winner in inactive else ""),
             )
         return ElectionDecision(
             ErrorCode.SUCCESS,
@@ -210,5 +214,11 @@ def decide_election(
     return ElectionDecision(
         ErrorCode.MASTER_NOT_AVAILABLE,
         f"no eligible replica for {name}: SyncStateSet {sorted(broker_set.sync_state_set)}, "
-        f"alive {sorted(alive)}",
+        f"alive {sorted(alive)}{_why(inactive, sorted(broker_set.brokers))}",
     )
+
+
+def _why(inactive: Mapping[int, str] | None, broker_ids: Iterable[int]) -> str:
+    """ "; not alive: 2 (store cannot take writes: disk usage 96.1% ...)" for a refusal."""
+    reasons = [f"{b} ({inactive[b]})" for b in broker_ids if inactive and b in inactive]
+    return f"; not alive: {', '.join(reasons)}" if reasons else ""

@@ -266,7 +266,8 @@ class Endpoints:
         now = self.service.clock_ms()
         alive = self.service.liveness.alive_replicas(broker_set.key, broker_set.brokers, now)
         unheard = self.service.liveness.unheard(broker_set.key, broker_set.brokers, now)
-        decision = decide_election(broker_set, alive, request, unheard)
+        inactive = self.service.liveness.inactive_reasons(broker_set.key, broker_set.brokers, now)
+        decision = decide_election(broker_set, alive, request, unheard, inactive)
         if not decision.ok or decision.event is None:
             self.service.metrics.elections.labels(request.trigger.value, decision.code.value).inc()
             details: dict[str, Any] = {}

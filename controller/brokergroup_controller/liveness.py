@@ -375,6 +375,13 @@ class Liveness:
             )
         return alive
 
+    def inactive_reasons(
+        self, set_key: BrokerSetKey, broker_ids: Iterable[int], now_ms: int
+    ) -> dict[int, str]:
+        """Why each replica of a set that is not alive is not, for election refusals."""
+        reasons = {b: self.inactive_reason((*set_key, b), now_ms) for b in broker_ids}
+        return {b: reason for b, reason in sorted(reasons.items()) if reason is not None}
+
     def unheard(
         self, set_key: BrokerSetKey, broker_ids: Iterable[int], now_ms: int
     ) -> frozenset[int]:

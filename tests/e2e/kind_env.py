@@ -186,7 +186,8 @@ class Release(OperatorEnv):
         return any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or [])
 
     def diagnostics(self) -> str:
-        """The namespace's pods, events and the logs of the chart's pods (for a failed test)."""
+        """The namespace's pods, events and the logs of the chart's and the groups' pods
+        (for a failed test)."""
         ns = ("-n", self.namespace)
         parts = [
             self.cluster.kubectl("get", "pods,pvc,bg", "-o", "wide", *ns, check=False).stdout,
@@ -197,12 +198,14 @@ class Release(OperatorEnv):
         for selector in (
             "app.kubernetes.io/component=operator",
             "app.kubernetes.io/component=controller",
+            "brokergroup.io/group",  # every group's brokers
         ):
             parts.append(
                 self.cluster.kubectl(
-                    "logs", "-l", selector, "--tail", "60", "--prefix", *ns, check=False
+                    "logs", "-l", selector, "--tail", "60", "--prefix", "--max-log-requests",
+                    "20", *ns, check=False,
                 ).stdout
-            )
+            )  # fmt: skip
         return "\n".join(parts)
 
     def close(self) -> None:

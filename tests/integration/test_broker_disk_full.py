@@ -15,13 +15,13 @@ mounted (not root).
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from brokergroup_cli.chaos.faults import fill_disk
 from tests.integration.broker_harness import BrokerGroupHarness, CarefulProducer
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(150)]
@@ -47,17 +47,6 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(mount_point)], check=False)
 
 
-def fill(mount_point: Path, used_ratio: float) -> Path:
-    """Write a filler file until the filesystem is `used_ratio` full."""
-    stats = os.statvfs(mount_point)
-    total = stats.f_blocks * stats.f_frsize
-    used = total - stats.f_bavail * stats.f_frsize
-    filler = mount_point / "filler"
-    with open(filler, "wb") as out:
-        out.write(b"\0" * max(0, int(total * used_ratio) - used))
-    return filler
-
-
 async def test_full_disk_fails_the_master_over_and_it_rejoins_when_space_returns(
     tmp_path: Path, small_disk: Path
 ) -> None:
@@ -76,7 +65,7 @@ async def test_full_disk_fails_the_master_over_and_it_rejoins_when_space_returns
             await producer.send_one()
         assert len(producer.ledger.acked) == 20, producer.ledger.errors
 
-        filler = fill(small_disk, 0.99)  # diskFullRatio defaults to 0.95
+        filler = fill_disk(small_disk, 0.99, "filler")  # diskFullRatio defaults to 0.95
         new_master = await asyncio.to_thread(group.wait_for_master, 30.0, {0})
         new_info = group.replica_info()
         assert new_info is not None

@@ -255,6 +255,39 @@ def test_admin_designated_replaces_live_master() -> None:
     assert broker_set.sync_state_set == {3}
 
 
+def test_refusals_say_why_replicas_are_not_alive() -> None:
+    """A first master refused as not alive, or no eligible replica, names the liveness
+    verdict: the kind e2e tier saw "broker orders:2 is not alive" for 4 minutes while
+    the real cause (disk over diskFullRatio) sat in the heartbeat."""
+    state = ControllerState()
+    for broker_id in (1, 2):
+        assert apply_id(state, broker_id) is ErrorCode.SUCCESS
+    broker_set = state.snapshot(C, B)
+    assert broker_set is not None
+    full = "store cannot take writes: disk usage 95.2% of /data is above diskFullRatio 95.0%"
+    request = ElectionRequest(trigger=ElectionTrigger.BROKER, requester_broker_id=2)
+    decision = decide_election(broker_set, {}, request, inactive={2: full})
+    assert (decision.code, decision.message) == (
+        ErrorCode.BROKER_NOT_ALIVE, f"broker {B}:2 is not alive: {full}"
+    )  # fmt: skip
+    assert decide_election(broker_set, {}, request).message == f"broker {B}:2 is not alive"
+
+    state = group_with_master()
+    broker_set = state.snapshot(C, B)
+    assert broker_set is not None
+    decision = decide_election(
+        broker_set,
+        {},
+        ElectionRequest(trigger=ElectionTrigger.BROKER, requester_broker_id=2),
+        inactive={3: "heartbeat timed out", 1: "pod deleted", 2: full},
+    )
+    assert (decision.code, decision.message) == (
+        ErrorCode.MASTER_NOT_AVAILABLE,
+        f"no eligible replica for {B}: SyncStateSet [1, 2, 3], alive []; not alive: "
+        f"1 (pod deleted), 2 ({full}), 3 (heartbeat timed out)",
+    )
+
+
 def test_designated_must_be_in_sync_state_set_and_alive() -> None:
     state = group_with_master()
     state.apply(AlterSyncStateSet(C, B, 1, 1, frozenset({1, 2}), 2))

@@ -74,6 +74,18 @@ def test_store_not_writable_is_inactive_until_writable_again() -> None:
     assert lv.is_alive((C, B, 1), 20)
 
 
+def test_inactive_reasons_of_a_set_in_broker_order() -> None:
+    lv = leader(now_ms=-10_000)  # grace long over
+    lv.heartbeat(hb(3, writable=False), 0)
+    lv.heartbeat(hb(1), 0)
+    assert lv.inactive_reasons(SET, [4, 3, 2, 1], 10) == {
+        2: InactiveReason.NEVER_HEARD.value,
+        3: f"{InactiveReason.STORE_NOT_WRITABLE.value}: disk 96% full",
+        4: InactiveReason.NEVER_HEARD.value,
+    }
+    assert list(lv.inactive_reasons(SET, [4, 3, 2, 1], 10)) == [2, 3, 4]
+
+
 def test_report_inactive_holds_until_a_later_heartbeat() -> None:
     """§2.3: the operator or supervisor reporting a pod gone makes it inactive at once."""
     lv = leader()

@@ -24,8 +24,10 @@ from brokergroup_broker.store import (
     StoreIOError,
     StoreLocked,
     StoreNotWritable,
+    health,
     measure_disk_ceiling,
 )
+from brokergroup_broker.store.health import disk_used_ratio
 
 HOST = ("127.0.0.1", 10911)
 
@@ -128,6 +130,44 @@ def test_disk_full_ratio_makes_the_store_unwritable(tmp_path: Path) -> None:
     with pytest.raises(StoreNotWritable, match="diskFullRatio"):
         store.put_messages(batch(1), HOST, 1)
     assert 0.0 < store.disk_usage_ratio() <= 1.0
+    store.close()
+
+
+def statvfs(blocks: int, free: int, available: int) -> os.statvfs_result:
+    return os.statvfs_result((4096, 4096, blocks, free, available, 0, 0, 0, 0, 255))
+
+
+def test_disk_used_ratio_is_dfs_use_percent() -> None:
+    # 100 blocks, 40 used, 60 free of which 50 are reserved for root: df and RocketMQ
+    # say 40 / (40 + 10) = 80 %, not (100 - 10) / 100 = 90 %.
+    assert disk_used_ratio(statvfs(100, 60, 10)) == pytest.approx(0.8)
+    assert disk_used_ratio(statvfs(100, 50, 0)) == 1.0  # the broker's writes get ENOSPC
+    assert disk_used_ratio(statvfs(100, 100, 100)) == 0.0
+    assert disk_used_ratio(statvfs(0, 0, 0)) == 0.0  # a filesystem that reports no blocks
+
+
+def test_root_reserve_is_not_counted_as_used_and_crossings_are_logged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A disk with a big root reserve was refused at 90 % "used" with 50 % of it free
+    (the kind e2e tier on a host whose reserve was 63 %: no broker was ever writable)."""
+    answer = statvfs(100, 60, 10)
+    monkeypatch.setattr(health, "_DISK_USAGE_TTL_S", 0.0)
+    store = MessageStore.open(tmp_path, cfg(disk_full_ratio=0.85))
+    monkeypatch.setattr(health.os, "statvfs", lambda _path: answer)
+    caplog.set_level("INFO", logger=health.__name__)
+    assert store.writable() == (True, None)
+    answer = statvfs(100, 55, 5)  # 45 / 50 = 90 %
+    assert store.writable() == (False, f"disk usage 90.0% of {tmp_path} is above "
+                                       "diskFullRatio 85.0%")  # fmt: skip
+    assert store.writable()[0] is False
+    answer = statvfs(100, 60, 10)
+    assert store.writable() == (True, None)
+    assert [r.getMessage() for r in caplog.records] == [
+        f"store {tmp_path}: disk usage 90.0% is above diskFullRatio 85.0%: refusing writes "
+        "until space is freed",
+        f"store {tmp_path}: disk usage 80.0% is back under diskFullRatio; accepting writes",
+    ]
     store.close()
 
 

@@ -76,6 +76,17 @@ else
 fi
 image=$(($(date +%s) - t))
 
+# The groups' volumes (local-path) live on the filesystem of the engine's data root, and a
+# broker refuses writes above diskFullRatio (95 % by default, as df counts it): on a nearly
+# full disk every group would wait for a master that no broker can become. Say so at once.
+data_root=$(docker info -f '{{.DockerRootDir}}' 2>/dev/null) || data_root=$KIND_CACHE
+[ -d "$data_root" ] || data_root=$KIND_CACHE
+used=$(df --output=pcent "$data_root" | tail -1 | tr -dc 0-9)
+if [ "${used:-0}" -ge 90 ]; then
+  df -h "$data_root" >&2
+  die 1 "the disk of $data_root is $used% used: brokers refuse writes above diskFullRatio (95%), so no group could get a master; free space and run again"
+fi
+
 t=$(date +%s)
 "$PYTEST" -q -p no:cacheprovider -m e2e "$root/tests/e2e" "$@"
 rc=$?

@@ -27,6 +27,16 @@ _RESOURCE_ERRNOS = (errno.EMFILE, errno.ENFILE)
 _DISK_USAGE_TTL_S = 0.1
 
 
+def disk_used_ratio(st: os.statvfs_result) -> float:
+    """df's Use% and RocketMQ's `UtilAll.getDiskPartitionSpaceUsedPercent`: used over
+    used + available to non-root. Blocks reserved for root count as neither, so a
+    filesystem with a large reserve is not "full" while the broker can still write, and
+    the ratio reaches 1.0 exactly when the broker's writes would get ENOSPC."""
+    used = st.f_blocks - st.f_bfree
+    usable = used + st.f_bavail
+    return 0.0 if usable <= 0 else used / usable
+
+
 class StoreHealth:
     """Closed / fatal / out of space, for one store root."""
 
@@ -37,6 +47,7 @@ class StoreHealth:
         self._fatal_error: str | None = None
         self._space_error: tuple[str, int] | None = None  # (reason, bytes that did not fit)
         self._disk_usage: tuple[float, float] | None = None  # (monotonic s, ratio)
+        self._over_disk_full_ratio = False  # for logging the change, once each way
 
     @property
     def closed(self) -> bool:
@@ -58,8 +69,7 @@ class StoreHealth:
         cached = self._disk_usage
         if cached is not None and now - cached[0] < _DISK_USAGE_TTL_S:
             return cached[1]
-        st = os.statvfs(self._root)
-        ratio = 0.0 if st.f_blocks == 0 else (st.f_blocks - st.f_bavail) / st.f_blocks
+        ratio = disk_used_ratio(os.statvfs(self._root))
         self._disk_usage = (now, ratio)
         return ratio
 
@@ -69,7 +79,17 @@ class StoreHealth:
         if self._fatal_error is not None:
             return False, self._fatal_error
         ratio = self.disk_usage_ratio()
-        if ratio > self._config.disk_full_ratio:
+        over = ratio > self._config.disk_full_ratio
+        if over != self._over_disk_full_ratio:
+            self._over_disk_full_ratio = over
+            if over:
+                log.warning("store %s: disk usage %.1f%% is above diskFullRatio %.1f%%: "
+                            "refusing writes until space is freed", self._root,
+                            100 * ratio, 100 * self._config.disk_full_ratio)  # fmt: skip
+            else:
+                log.info("store %s: disk usage %.1f%% is back under diskFullRatio; "
+                         "accepting writes", self._root, 100 * ratio)  # fmt: skip
+        if over:
             return False, (
                 f"disk usage {ratio:.1%} of {self._root} is above diskFullRatio "
                 f"{self._config.disk_full_ratio:.1%}"

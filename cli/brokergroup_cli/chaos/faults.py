@@ -176,7 +176,7 @@ def inject(fault: str, rt: LocalRuntime, rng: random.Random) -> Injected:
         return Injected(f"restart {victim.name} (was {victim.host}) on a new address", _nothing)
     if fault == FILL_MASTER_DISK:
         master = _master(rt)
-        filler = _fill(rt.broker_dir(master.index), 0.97)
+        filler = fill_disk(rt.broker_dir(master.index), 0.97)
 
         def drain() -> None:
             filler.unlink(missing_ok=True)
@@ -194,14 +194,15 @@ def inject(fault: str, rt: LocalRuntime, rng: random.Random) -> Injected:
     raise ValueError(f"unknown fault {fault!r}; known: {', '.join(ALL_FAULTS)}")
 
 
-def _fill(mount_point: Path, used_ratio: float) -> Path:
+def fill_disk(mount_point: Path, used_ratio: float, name: str = "chaos-filler") -> Path:
+    """A filler file that takes the filesystem to `used_ratio` as the broker measures it
+    (df's Use%: used over used + available, `brokergroup_broker.store.health`)."""
     stats = os.statvfs(mount_point)
-    total = stats.f_blocks * stats.f_frsize
-    free = stats.f_bavail * stats.f_frsize
-    want = max(0, int(total * used_ratio) - (total - free))
-    filler = mount_point / "chaos-filler"
+    used = (stats.f_blocks - stats.f_bfree) * stats.f_frsize
+    usable = used + stats.f_bavail * stats.f_frsize
+    filler = mount_point / name
     with open(filler, "wb") as out:
-        out.write(b"\0" * want)
+        out.write(b"\0" * max(0, int(usable * used_ratio) - used))
     return filler
 
 
