@@ -18,6 +18,9 @@ class BrokerLiveness:
     confirm_offset: int = 0
     election_priority: int = 0
     last_heartbeat_age_ms: int | None = None
+    #: Why the leader holds it not alive (a heartbeat timeout, a store that cannot take
+    #: writes and its error, a report); None while alive.
+    inactive_reason: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -29,6 +32,7 @@ class BrokerLiveness:
             "confirmOffset": self.confirm_offset,
             "electionPriority": self.election_priority,
             "lastHeartbeatAgeMs": self.last_heartbeat_age_ms,
+            "inactiveReason": self.inactive_reason,
         }
 
     @classmethod
@@ -42,6 +46,7 @@ class BrokerLiveness:
             confirm_offset=int(data.get("confirmOffset", 0)),
             election_priority=int(data.get("electionPriority", 0)),
             last_heartbeat_age_ms=data.get("lastHeartbeatAgeMs"),
+            inactive_reason=None if (why := data.get("inactiveReason")) is None else str(why),
         )
 
 

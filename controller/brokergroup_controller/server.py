@@ -290,6 +290,7 @@ class ControllerService:
                     confirm_offset=view.confirm_offset,
                     election_priority=view.election_priority,
                     last_heartbeat_age_ms=view.last_heartbeat_age_ms,
+                    inactive_reason=view.inactive_reason,
                 )
             )
         return api.ReplicaInfo(

@@ -46,6 +46,9 @@ class GroupFacts:
     plan_reason: str | None = None
     blocked: tuple[str, str] | None = None
     """(reason, message) when the group cannot run as specified at all."""
+    not_alive: tuple[tuple[int, str], ...] = ()
+    """(brokerId, why) of the replicas the controller holds not alive (a full disk says
+    so here): with no master, what an operator must fix."""
 
 
 def _cond(status: bool, reason: str, message: str) -> tuple[str, str, str]:
@@ -54,8 +57,10 @@ def _cond(status: bool, reason: str, message: str) -> tuple[str, str, str]:
 
 def evaluate(facts: GroupFacts) -> dict[str, tuple[str, str, str]]:
     """Condition type → (status, reason, message)."""
+    why = "; not alive: " + ", ".join(f"{b} ({r})" for b, r in facts.not_alive)
+    why = why if facts.not_alive else ""
     if not facts.master_alive:
-        available = _cond(False, "NoMaster", "the controller has no live master")
+        available = _cond(False, "NoMaster", f"the controller has no live master{why}")
     elif not facts.master_pod_ready:
         available = _cond(False, "MasterNotReady", "the master's pod is not ready")
     elif not facts.master_labelled:
@@ -77,7 +82,7 @@ def evaluate(facts: GroupFacts) -> dict[str, tuple[str, str, str]]:
     else:
         progressing = _cond(False, "UpToDate", "every pod runs the current template")
     if not facts.master_alive:
-        degraded = _cond(True, "NoMaster", "no live master: writes are refused")
+        degraded = _cond(True, "NoMaster", f"no live master: writes are refused{why}")
     elif facts.sync_state_set_size < facts.min_in_sync_replicas:
         degraded = _cond(
             True,

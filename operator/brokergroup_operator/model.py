@@ -49,6 +49,7 @@ class BrokerRow:
     alive: bool
     max_offset: int = 0
     epoch: int = 0
+    inactive_reason: str | None = None  # the controller leader's verdict while not alive
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,8 @@ class GroupView:
         master_id = info.master_broker_id
         master_alive = master_id is not None if master_alive_raw is None else bool(master_alive_raw)
         brokers = tuple(
-            BrokerRow(b.broker_id, b.address, b.alive, b.max_offset, b.epoch) for b in info.brokers
+            BrokerRow(b.broker_id, b.address, b.alive, b.max_offset, b.epoch, b.inactive_reason)
+            for b in info.brokers
         )
         address = info.master_address
         if address is None and master_id is not None:

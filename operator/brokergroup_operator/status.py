@@ -95,6 +95,7 @@ def build_status(inp: StatusInput) -> tuple[dict[str, Any], list[Event]]:
                 if bid is None
                 else str(Role.MASTER if bid == master_id else Role.SLAVE),
                 "alive": bool(row and row.alive),
+                "inactiveReason": None if row is None or row.alive else row.inactive_reason,
                 "inSync": bid is not None and bid in view.sync_state_set,
                 "maxOffset": row.max_offset if row else 0,
                 "ready": pod.ready,
@@ -113,6 +114,7 @@ def build_status(inp: StatusInput) -> tuple[dict[str, Any], list[Event]]:
                     "address": row.address,
                     "role": None,
                     "alive": row.alive,
+                    "inactiveReason": None if row.alive else row.inactive_reason,
                     "inSync": bid in view.sync_state_set,
                     "maxOffset": row.max_offset,
                     "ready": False,
@@ -169,6 +171,11 @@ def build_status(inp: StatusInput) -> tuple[dict[str, Any], list[Event]]:
         pods=len(pods),
         ready_pods=ready,
         master_alive=master_id is not None,
+        not_alive=tuple(
+            (row.broker_id, row.inactive_reason)
+            for row in sorted(view.brokers, key=lambda r: r.broker_id)
+            if not row.alive and row.inactive_reason
+        ),
         master_pod_ready=master_pod is not None and master_pod.ready,
         master_labelled=master_pod is not None
         and master_pod.labels.get(LABEL_ROLE) == str(Role.MASTER),

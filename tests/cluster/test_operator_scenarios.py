@@ -149,6 +149,40 @@ def test_group_comes_up_with_one_master(env: OperatorEnv) -> None:
         )
 
 
+def test_no_master_on_a_full_disk_says_why_and_recovers_when_fixed(env: OperatorEnv) -> None:
+    """A diskFullRatio below what any disk here uses: no broker can take writes, so none
+    can become master, and the Available condition names the cause for each replica
+    (before, "the controller has no live master" and nothing else: the kind e2e tier
+    waited 4 minutes per group on a host whose disk was over the ratio). Raising the
+    ratio again (a spec change, so a roll of a group that has no master) brings one."""
+    env.create_group("full", 2, config={"diskFullRatio": 0.0001})
+
+    def no_master_with_a_reason() -> dict[str, Any] | None:
+        status = env.group("full").get("status") or {}
+        available = {c["type"]: c for c in status.get("conditions") or []}.get("Available")
+        rows = status.get("brokers") or []
+        if (
+            available is None
+            or len(rows) != 2
+            or not all("above diskFullRatio 0.0%" in (b.get("inactiveReason") or "") for b in rows)
+        ):
+            return None
+        return available
+
+    available = wait_for("NoMaster naming the full disks", no_master_with_a_reason, 90)
+    assert (available["status"], available["reason"]) == ("False", "NoMaster")
+    ids = sorted(b["brokerId"] for b in env.group("full")["status"]["brokers"])
+    assert ids == [1, 2]
+    for broker_id in ids:
+        assert f"{broker_id} (store cannot take writes: disk usage " in available["message"]
+    assert available["message"].startswith("the controller has no live master; not alive: 1 (")
+
+    env.patch_group("full", {"spec": {"config": {"diskFullRatio": 0.95}}})
+    group = env.wait_available("full", 2, 120)
+    assert group["status"]["masterEpoch"] >= 1
+    assert [b["inactiveReason"] for b in group["status"]["brokers"]] == [None, None]
+
+
 def _failover_after(env: OperatorEnv, tmp: Path, disrupt: str) -> None:
     env.create_group("orders", 3, ha={"minInSyncReplicas": 2})
     env.wait_available("orders", 3)

@@ -323,6 +323,14 @@ async def test_store_not_writable_master_fails_over_before_the_answer(node_and_c
     assert (
         reply["masterBrokerId"] == 2 and reply["masterEpoch"] == 2 and reply["syncStateSet"] == [2]
     )
+    # Replica-info says why broker 1 is not alive (the operator's NoMaster message uses it).
+    async with ControllerClient([str(client.make_url("/")).rstrip("/")], TOKEN) as cc:
+        info = await cc.replica_info(C, B)
+    assert [(b.broker_id, b.alive, b.inactive_reason) for b in info.brokers] == [
+        (1, False, "store cannot take writes: disk full"),
+        (2, True, None),
+        (3, True, None),
+    ]
 
 
 async def test_replica_info_names_a_dead_master_and_says_it_is_not_alive(

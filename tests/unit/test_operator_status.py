@@ -115,6 +115,31 @@ def test_healthy_then_failover() -> None:
     assert available["lastTransitionTime"] == "2026-11-23T04:00:01Z"
 
 
+def test_no_master_says_why_each_replica_is_not_alive() -> None:
+    """The e2e tier's groups sat at `NoMaster: the controller has no live master` while
+    every broker's disk was over diskFullRatio; the controller knew, the status did not."""
+    full = "store cannot take writes: disk usage 95.2% of /data is above diskFullRatio 95.0%"
+    rows = (
+        BrokerRow(2, f"10.0.0.1:{CLIENT_PORT}", False, 0, 0, full),
+        BrokerRow(1, f"10.0.0.0:{CLIENT_PORT}", False, 0, 0, full),
+        BrokerRow(3, f"10.0.0.2:{CLIENT_PORT}", True, 0, 0, None),
+    )
+    view = GroupView(None, False, None, 0, frozenset(), 0, rows)
+    status, _ = build_status(_input(view, _pods(0), {}, 1000))
+    why = f"; not alive: 1 ({full}), 2 ({full})"
+    assert [(c["type"], c["status"], c["reason"], c["message"]) for c in status["conditions"]] == [
+        (READY, "False", "NoMaster", f"the controller has no live master{why}"),
+        (AVAILABLE, "False", "NoMaster", f"the controller has no live master{why}"),
+        (PROGRESSING, "False", "UpToDate", "every pod runs the current template"),
+        (DEGRADED, "True", "NoMaster", f"no live master: writes are refused{why}"),
+    ]
+    assert [(b["pod"], b["alive"], b["inactiveReason"]) for b in status["brokers"]] == [
+        ("bg-0", False, full),
+        ("bg-1", False, full),
+        ("bg-2", True, None),
+    ]
+
+
 def test_no_controller_view() -> None:
     status, events = build_status(_input(None, _pods(0), {}, 1000))  # type: ignore[arg-type]
     assert events == [] and status["inSync"] == "?"
