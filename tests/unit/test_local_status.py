@@ -178,6 +178,26 @@ def test_no_controller_answer_gives_unknowns_not_errors() -> None:
     assert "master: none" in text and "! no controller answered" in text
 
 
+def test_a_running_broker_the_controller_holds_not_alive_is_a_problem_with_its_reason() -> None:
+    full = "store cannot take writes: disk usage 96.0% of /tmp/x is above diskFullRatio 95.0%"
+    brokers = [
+        {**REPLICA_INFO["brokers"][0], "alive": False, "inactiveReason": full},
+        REPLICA_INFO["brokers"][1],  # running on a new address: the entry is not its own
+        {**REPLICA_INFO["brokers"][2], "inactiveReason": "heartbeat timed out"},  # not running
+    ]
+    s = _snapshot(
+        replica_info={**REPLICA_INFO, "masterAlive": False, "brokers": brokers},
+        problems=("controller-3 did not answer",),
+    )
+    assert s.problems == (
+        "controller-3 did not answer",
+        f"broker 1 (127.0.0.10:10911) is running but not alive to the controller: {full}",
+    )
+    assert f"! broker 1 (127.0.0.10:10911) is running but not alive to the controller: {full}" in (
+        render_text(s)
+    )
+
+
 def test_json_has_the_documented_keys() -> None:
     data = _snapshot().to_json()
     assert data["master"] == {"brokerId": 1, "address": "127.0.0.10:10911"}

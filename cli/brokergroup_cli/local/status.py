@@ -188,6 +188,8 @@ def build_snapshot(
             by_address[str(entry["address"])] = broker_id
 
     partial: list[dict[str, Any]] = []
+    # A running broker the controller holds not alive (a full disk, say): say why.
+    not_alive: list[str] = []
     for record in state.brokers:
         own = broker_status.get(record.index) or {}
         alive_proc = process_alive.get((record.kind.value, record.index), False)
@@ -222,6 +224,11 @@ def build_snapshot(
             alive = bool(view.get("alive")) and view_current
         elif replica_info is not None:
             alive = False
+        if view_current and alive_proc and not alive and view.get("inactiveReason"):
+            not_alive.append(
+                f"broker {broker_id} ({record.address}) is running but not alive to the "
+                f"controller: {view['inactiveReason']}"
+            )
         partial.append(
             {
                 "record": record,
@@ -318,7 +325,7 @@ def build_snapshot(
         leader_term=leader_term,
         brokers=tuple(brokers),
         controllers=tuple(controllers),
-        problems=problems,
+        problems=(*problems, *not_alive),
         dead_master_broker_id=None if master_alive else recorded_master,
     )
 
