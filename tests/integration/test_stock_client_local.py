@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
 from collections import defaultdict
 from collections.abc import Iterator
@@ -247,6 +248,18 @@ def test_mqadmin_topic_status_broker_status_and_config(rt: StockRuntime) -> None
     assert {"bootTimestamp", "runtime", "earliestMessageTimeStamp"} <= table.keys(), out
     assert int(table["bootTimestamp"]) > 0, out
     assert int(table["earliestMessageTimeStamp"]) > 0, out
+    # The store disk as RocketMQ reports it (the dashboard's disk usage): used / (used +
+    # usable) up to a whole percent, the same filesystem for commit log and queues.
+    st = os.statvfs(rt.work)
+    used = st.f_blocks - st.f_bfree
+    assert float(table["commitLogDiskRatio"]) == pytest.approx(
+        used / (used + st.f_bavail), abs=0.02
+    ), out
+    assert table["consumeQueueDiskRatio"] == table["commitLogDiskRatio"], out
+    assert re.fullmatch(
+        r"Total : \d+(\.\d)? [KMGTPE]?i?B, Free : \d+(\.\d)? [KMGTPE]?i?B\.",
+        table["commitLogDirCapacity"],
+    ), out
     # -c asks every broker of the cluster, the slaves too (which serve no offsets).
     out = rt.mqadmin("brokerStatus", "-c", "DefaultCluster")
     booted = re.findall(r"^([0-9.]+:\d+)\s+bootTimestamp\s*: \d+$", out, re.M)

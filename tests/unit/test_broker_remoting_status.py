@@ -11,6 +11,7 @@ neither the store nor the connection.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -21,6 +22,9 @@ from brokergroup_broker.core.config import BrokerConfig
 from brokergroup_broker.remoting_front.broker_status import (
     BrokerStatus,
     TopicOffsetRow,
+    disk_capacity_text,
+    disk_ratio_text,
+    human_bytes,
     kv_table_body,
     properties_text,
     runtime_text,
@@ -28,6 +32,7 @@ from brokergroup_broker.remoting_front.broker_status import (
 )
 from brokergroup_broker.remoting_front.front import FrontSettings, rocketmq_config
 from brokergroup_broker.store import MessageInput, MessageStore
+from brokergroup_broker.store.health import DiskSpace
 from brokergroup_remoting import RequestCode, ResponseCode
 from brokergroup_remoting.command import request
 from brokergroup_remoting.net import Credentials, RemotingClient, RemotingServer, ServerAuth
@@ -35,6 +40,8 @@ from tests.unit.test_broker_remoting_front import ACCESS_KEY, SECRET_KEY, Port, 
 
 HOST = ("127.0.0.1", 10911)
 T0 = 1_700_000_000_000
+#: The disk the answers are built from: 270 GB, 45 GB used, 52 GB usable (a root reserve).
+DISK = DiskSpace(total=270_000_000_000, free=225_000_000_000, usable=52_000_000_000)
 
 
 class StoreReads:
@@ -79,6 +86,7 @@ async def status_port(store: MessageStore) -> AsyncIterator[tuple[RemotingClient
         broker_name="broker-a",
         config=rocketmq_config(settings),
         topics=lambda: {**store.queues.topics(), "Declared": 2},
+        disk_space=lambda: DISK,
         wall_ms=clock,
     )
     server = RemotingServer(
@@ -113,6 +121,27 @@ def test_topic_stats_body_is_fastjsons_map_with_message_queue_keys() -> None:
         '{"lastUpdateTimestamp":0,"maxOffset":0,"minOffset":0}},'
         '"topicPutTps":0.0}'
     )
+
+
+def test_disk_texts_are_rocketmqs() -> None:
+    # UtilAll.getDiskPartitionSpaceUsedPercent: used / (used + usable), up to a whole percent.
+    assert disk_ratio_text(DiskSpace(100, 60, 10)) == "0.8"
+    assert disk_ratio_text(DiskSpace(100, 60, 11)) == "0.79"  # 78.4 % rounds up
+    assert disk_ratio_text(DiskSpace(100, 50, 0)) == "1.0"
+    assert disk_ratio_text(DiskSpace(0, 0, 0)) == "0.0"
+    assert disk_ratio_text(DISK) == "0.47"  # 45 / 97 GB = 46.4 %
+    # MixAll.humanReadableByteCount(n, false).
+    assert [human_bytes(n) for n in (0, 1023, 1024, 1536, 1587, 5 << 30, 1 << 60)] == [
+        "0 B", "1023 B", "1.0 KiB", "1.5 KiB", "1.5 KiB", "5.0 GiB", "1.0 EiB",
+    ]  # fmt: skip
+    assert disk_capacity_text(DISK) == "Total : 251.5 GiB, Free : 209.5 GiB."
+
+
+def test_the_stores_disk_space_is_its_filesystems(store: MessageStore) -> None:
+    space = store.disk_space()
+    st = os.statvfs(store.root)
+    assert space.total == st.f_blocks * st.f_frsize
+    assert 0.0 <= space.used_ratio <= 1.0 and space.usable <= space.free <= space.total
 
 
 def test_kv_table_runtime_and_properties_texts() -> None:
@@ -164,6 +193,9 @@ async def test_runtime_info_names_only_what_the_broker_tracks(
     assert answer.code == ResponseCode.SUCCESS
     assert json.loads(answer.body) == {"table": {
         "bootTimestamp": str(T0 + 10_000),
+        "commitLogDirCapacity": "Total : 251.5 GiB, Free : 209.5 GiB.",
+        "commitLogDiskRatio": "0.47",
+        "consumeQueueDiskRatio": "0.47",
         "earliestMessageTimeStamp": "-1",  # nothing stored yet
         "runtime": "[ 0 days, 0 hours, 0 minutes, 0 seconds ]",
     }}  # fmt: skip
@@ -174,6 +206,9 @@ async def test_runtime_info_names_only_what_the_broker_tracks(
     answer = await client.invoke(ask, 5)
     assert answer.body == kv_table_body({
         "bootTimestamp": str(T0 + 10_000),
+        "commitLogDirCapacity": "Total : 251.5 GiB, Free : 209.5 GiB.",
+        "commitLogDiskRatio": "0.47",
+        "consumeQueueDiskRatio": "0.47",
         "earliestMessageTimeStamp": str(T0 + 3),
         "runtime": "[ 1 days, 1 hours, 1 minutes, 1 seconds ]",
     })  # fmt: skip

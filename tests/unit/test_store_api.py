@@ -27,7 +27,7 @@ from brokergroup_broker.store import (
     health,
     measure_disk_ceiling,
 )
-from brokergroup_broker.store.health import disk_used_ratio
+from brokergroup_broker.store.health import DiskSpace
 
 HOST = ("127.0.0.1", 10911)
 
@@ -140,10 +140,12 @@ def statvfs(blocks: int, free: int, available: int) -> os.statvfs_result:
 def test_disk_used_ratio_is_dfs_use_percent() -> None:
     # 100 blocks, 40 used, 60 free of which 50 are reserved for root: df and RocketMQ
     # say 40 / (40 + 10) = 80 %, not (100 - 10) / 100 = 90 %.
-    assert disk_used_ratio(statvfs(100, 60, 10)) == pytest.approx(0.8)
-    assert disk_used_ratio(statvfs(100, 50, 0)) == 1.0  # the broker's writes get ENOSPC
-    assert disk_used_ratio(statvfs(100, 100, 100)) == 0.0
-    assert disk_used_ratio(statvfs(0, 0, 0)) == 0.0  # a filesystem that reports no blocks
+    space = DiskSpace.from_statvfs(statvfs(100, 60, 10))
+    assert (space.total, space.free, space.usable) == (409600, 245760, 40960)
+    assert space.used_ratio == pytest.approx(0.8)
+    assert DiskSpace.from_statvfs(statvfs(100, 50, 0)).used_ratio == 1.0  # ENOSPC for us
+    assert DiskSpace.from_statvfs(statvfs(100, 100, 100)).used_ratio == 0.0
+    assert DiskSpace(0, 0, 0).used_ratio == 0.0  # a filesystem that reports no blocks
 
 
 def test_root_reserve_is_not_counted_as_used_and_crossings_are_logged(

@@ -252,6 +252,7 @@ class Broker:
                 max_batch_messages=config.max_send_batch_messages,
             ),
             on_new_topic=self._topics_changed,
+            disk_space=parts.store.disk_space,
         )
         if s.namesrv_addresses:
             self._namesrv_link = NameServerLink(

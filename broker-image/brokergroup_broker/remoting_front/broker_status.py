@@ -10,9 +10,10 @@ getBrokerConfig), from the broker's real state only:
   this broker keeps no put-rate statistics (BrokerStatsManager).
 - KVTable of runtime info: only the keys this broker knows (bootTimestamp and runtime of the
   remoting port, earliestMessageTimeStamp over the readable queues, left out on a broker
-  that serves no offsets, a slave); RocketMQ's other keys
-  (put/get counters, thread-pool queues, disk ratios, commit log offsets) are not tracked
-  here and left out rather than made up (docs/rocketmq-compatibility.md).
+  that serves no offsets, a slave; the store disk's commitLogDiskRatio,
+  consumeQueueDiskRatio and commitLogDirCapacity, what the dashboard shows as disk usage);
+  RocketMQ's other keys (put/get counters, thread-pool queues, commit log offsets) are not
+  tracked here and left out rather than made up (docs/rocketmq-compatibility.md).
 - The broker config as RocketMQ's properties text (`key=value` lines), RocketMQ's names
   for this broker's settings; the response header's `version` is a DataVersion that never
   moves (the settings are fixed for the process's life).
@@ -21,13 +22,16 @@ getBrokerConfig), from the broker's real state only:
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Protocol
 
 from brokergroup_broker.protocol.messages import BrokerError
 from brokergroup_broker.remoting_front import wire
+from brokergroup_broker.store.health import DiskSpace
 from brokergroup_remoting import RemotingCommand, ResponseCode
 from brokergroup_remoting.command import response_to
 from brokergroup_remoting.net import Connection
@@ -71,6 +75,32 @@ def runtime_text(elapsed_ms: int) -> str:
     return f"[ {days:,} days, {hours} hours, {minutes} minutes, {seconds} seconds ]"
 
 
+def disk_ratio_text(space: DiskSpace) -> str:
+    """UtilAll.getDiskPartitionSpaceUsedPercent as String.valueOf prints it: the used
+    percent rounded up to a whole one, over 100 ("0.48"). The same ratio as diskFullRatio's."""
+    used = space.total - space.free
+    whole = used + space.usable
+    if whole <= 0:
+        return "0.0"
+    percent, rest = divmod(used * 100, whole)
+    return repr((percent + (1 if rest else 0)) / 100)
+
+
+def human_bytes(count: int) -> str:
+    """MixAll.humanReadableByteCount(count, false): "512 B", "3.9 KiB", "251.9 GiB"."""
+    if count < 1024:
+        return f"{count} B"
+    exp = int(math.log(count) / math.log(1024))
+    scaled = Decimal(repr(count / 1024**exp)).quantize(Decimal("0.1"), ROUND_HALF_UP)
+    return f"{scaled} {'KMGTPE'[exp - 1]}iB"
+
+
+def disk_capacity_text(space: DiskSpace) -> str:
+    """commitLogDirCapacity: "Total : 251.9 GiB, Free : 209.5 GiB." (Free is getFreeSpace:
+    root's reserve included, as RocketMQ shows it)."""
+    return f"Total : {human_bytes(space.total)}, Free : {human_bytes(space.free)}."
+
+
 def properties_text(config: Mapping[str, str]) -> bytes:
     """MixAll.properties2String (sorted, so an answer is reproducible)."""
     return "".join(f"{k}={v}\n" for k, v in sorted(config.items())).encode()
@@ -96,9 +126,11 @@ class BrokerStatus:
         broker_name: str,
         config: Mapping[str, str],
         topics: Callable[[], Mapping[str, int]],
+        disk_space: Callable[[], DiskSpace] | None = None,
         wall_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
     ) -> None:
         self._produce = produce
+        self._disk_space = disk_space
         self._broker_name = broker_name
         self._config = dict(config)
         self._topics = topics
@@ -133,6 +165,17 @@ class BrokerStatus:
             pass
         else:
             table["earliestMessageTimeStamp"] = str(-1 if earliest is None else earliest)
+        if self._disk_space is not None:
+            try:
+                space = self._disk_space()
+            except OSError:
+                pass  # an unreadable disk is left out, like RocketMQ's missing store dir
+            else:
+                # Commit log and consume queues share the store's one filesystem here.
+                table["commitLogDiskRatio"] = table["consumeQueueDiskRatio"] = disk_ratio_text(
+                    space
+                )
+                table["commitLogDirCapacity"] = disk_capacity_text(space)
         return response_to(cmd, ResponseCode.SUCCESS, None, None, kv_table_body(table))
 
     async def _earliest_store_time(self) -> int | None:

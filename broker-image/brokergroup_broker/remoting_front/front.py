@@ -39,6 +39,7 @@ from brokergroup_broker.remoting_front.broker_status import BrokerStatus
 from brokergroup_broker.remoting_front.clients import ConsumerGroups, QueueLocks
 from brokergroup_broker.remoting_front.group_notify import GroupNotifier
 from brokergroup_broker.remoting_front.key_query import RecordSource
+from brokergroup_broker.store.health import DiskSpace
 from brokergroup_broker.store.message import StoredMessage
 from brokergroup_broker.topics import topic_error
 from brokergroup_remoting import RemotingCommand, RequestCode, ResponseCode
@@ -126,6 +127,7 @@ class RemotingFront:
         settings: FrontSettings,
         *,
         on_new_topic: Callable[[str], None] = lambda _topic: None,
+        disk_space: Callable[[], DiskSpace] | None = None,
         clock_ms: Callable[[], int] = _mono_ms,
     ) -> None:
         self._produce = produce
@@ -154,6 +156,7 @@ class RemotingFront:
             broker_name=settings.broker_name,
             config=rocketmq_config(settings),
             topics=self.topics,
+            disk_space=disk_space,
         )
         table: dict[int, Callable[[RemotingCommand, Connection], Awaitable[RemotingCommand]]] = {
             RequestCode.SEND_MESSAGE: self.send_message,

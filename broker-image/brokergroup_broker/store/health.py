@@ -12,6 +12,7 @@ import errno
 import logging
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from .config import StoreConfig
@@ -27,14 +28,29 @@ _RESOURCE_ERRNOS = (errno.EMFILE, errno.ENFILE)
 _DISK_USAGE_TTL_S = 0.1
 
 
-def disk_used_ratio(st: os.statvfs_result) -> float:
-    """df's Use% and RocketMQ's `UtilAll.getDiskPartitionSpaceUsedPercent`: used over
-    used + available to non-root. Blocks reserved for root count as neither, so a
-    filesystem with a large reserve is not "full" while the broker can still write, and
-    the ratio reaches 1.0 exactly when the broker's writes would get ENOSPC."""
-    used = st.f_blocks - st.f_bfree
-    usable = used + st.f_bavail
-    return 0.0 if usable <= 0 else used / usable
+@dataclass(frozen=True)
+class DiskSpace:
+    """The store's filesystem in bytes, as statvfs gives it."""
+
+    total: int
+    free: int
+    """Free blocks, root's reserve included (Java's File.getFreeSpace)."""
+    usable: int
+    """What a non-root process can still write (File.getUsableSpace)."""
+
+    @classmethod
+    def from_statvfs(cls, st: os.statvfs_result) -> DiskSpace:
+        return cls(st.f_blocks * st.f_frsize, st.f_bfree * st.f_frsize, st.f_bavail * st.f_frsize)
+
+    @property
+    def used_ratio(self) -> float:
+        """df's Use% and RocketMQ's `UtilAll.getDiskPartitionSpaceUsedPercent` (unrounded):
+        used over used + usable. Root's reserve counts as neither, so a filesystem with a
+        large reserve is not "full" while the broker can still write, and the ratio reaches
+        1.0 exactly when the broker's writes would get ENOSPC."""
+        used = self.total - self.free
+        whole = used + self.usable
+        return 0.0 if whole <= 0 else used / whole
 
 
 class StoreHealth:
@@ -64,12 +80,15 @@ class StoreHealth:
         if self._closed:
             raise StoreClosed(str(self._root))
 
+    def disk_space(self) -> DiskSpace:
+        return DiskSpace.from_statvfs(os.statvfs(self._root))
+
     def disk_usage_ratio(self) -> float:
         now = time.monotonic()
         cached = self._disk_usage
         if cached is not None and now - cached[0] < _DISK_USAGE_TTL_S:
             return cached[1]
-        ratio = disk_used_ratio(os.statvfs(self._root))
+        ratio = self.disk_space().used_ratio
         self._disk_usage = (now, ratio)
         return ratio
 

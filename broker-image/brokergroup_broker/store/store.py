@@ -96,6 +96,7 @@ class MessageStore:
         self.reset = self._truncation.reset
         self.writable = self._health.writable
         self.disk_usage_ratio = self._health.disk_usage_ratio
+        self.disk_space = self._health.disk_space
 
     @classmethod
     def open(cls, root: Path, config: StoreConfig | None = None) -> MessageStore:
