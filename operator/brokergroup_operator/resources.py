@@ -432,9 +432,10 @@ def stateful_set(ctx: GroupContext, replicas: int) -> dict[str, Any]:
     ).hexdigest()[:16]
     pod_labels = {**(template.get("labels") or {}), **group_labels(ctx.name)}
     pod_annotations = {**(template.get("annotations") or {}), CONFIG_HASH_ANNOTATION: config_hash}
-    own = group_secret(ctx)
-    if own is not None:  # the user's own Secret: they roll the pods when they change it
-        pod_annotations[CREDENTIALS_HASH_ANNOTATION] = credentials_digest(own["stringData"])
+    derived = group_secret(ctx)
+    # With the user's own Secret (None here) they roll the pods when they change it.
+    if derived is not None:
+        pod_annotations[CREDENTIALS_HASH_ANNOTATION] = credentials_digest(derived["stringData"])
     if ctx.restarted_at:
         pod_annotations[RESTARTED_AT_ANNOTATION] = ctx.restarted_at
     container: dict[str, Any] = {
