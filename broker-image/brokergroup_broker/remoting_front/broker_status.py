@@ -78,11 +78,10 @@ def runtime_text(elapsed_ms: int) -> str:
 def disk_ratio_text(space: DiskSpace) -> str:
     """UtilAll.getDiskPartitionSpaceUsedPercent as String.valueOf prints it: the used
     percent rounded up to a whole one, over 100 ("0.48"). The same ratio as diskFullRatio's."""
-    used = space.total - space.free
-    whole = used + space.usable
+    whole = space.used + space.usable
     if whole <= 0:
         return "0.0"
-    percent, rest = divmod(used * 100, whole)
+    percent, rest = divmod(space.used * 100, whole)
     return repr((percent + (1 if rest else 0)) / 100)
 
 

@@ -43,14 +43,17 @@ class DiskSpace:
         return cls(st.f_blocks * st.f_frsize, st.f_bfree * st.f_frsize, st.f_bavail * st.f_frsize)
 
     @property
+    def used(self) -> int:
+        return self.total - self.free
+
+    @property
     def used_ratio(self) -> float:
         """df's Use% and RocketMQ's `UtilAll.getDiskPartitionSpaceUsedPercent` (unrounded):
         used over used + usable. Root's reserve counts as neither, so a filesystem with a
         large reserve is not "full" while the broker can still write, and the ratio reaches
         1.0 exactly when the broker's writes would get ENOSPC."""
-        used = self.total - self.free
-        whole = used + self.usable
-        return 0.0 if whole <= 0 else used / whole
+        whole = self.used + self.usable
+        return 0.0 if whole <= 0 else self.used / whole
 
 
 class StoreHealth:

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from brokergroup_broker.store.health import DiskSpace
 from brokergroup_cli.chaos import netfault
 from brokergroup_cli.chaos.runtime import LocalRuntime, LocalRuntimeError
 from brokergroup_cli.local.state import ChildKind, ChildRecord
@@ -197,12 +198,10 @@ def inject(fault: str, rt: LocalRuntime, rng: random.Random) -> Injected:
 def fill_disk(mount_point: Path, used_ratio: float, name: str = "chaos-filler") -> Path:
     """A filler file that takes the filesystem to `used_ratio` as the broker measures it
     (df's Use%: used over used + available, `brokergroup_broker.store.health`)."""
-    stats = os.statvfs(mount_point)
-    used = (stats.f_blocks - stats.f_bfree) * stats.f_frsize
-    usable = used + stats.f_bavail * stats.f_frsize
+    space = DiskSpace.from_statvfs(os.statvfs(mount_point))
     filler = mount_point / name
     with open(filler, "wb") as out:
-        out.write(b"\0" * max(0, int(usable * used_ratio) - used))
+        out.write(b"\0" * max(0, int((space.used + space.usable) * used_ratio) - space.used))
     return filler
 
 
