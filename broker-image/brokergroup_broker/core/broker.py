@@ -507,6 +507,9 @@ class Broker:
         }
 
     def readiness(self) -> tuple[bool, list[str]]:
+        """/readyz: role confirmed and the store's own verdict (`StoreFaults.health`,
+        which heartbeats and produce admission read too: disk over diskFullRatio is
+        decided there, once)."""
         problems: list[str] = []
         if not self.role.state.confirmed:
             problems.append(f"role not confirmed (register state {self.role.register_state})")
@@ -517,15 +520,6 @@ class Broker:
             writable, error = self.faults.health(store)
             if not writable:
                 problems.append(f"store not writable: {error}")
-            try:
-                ratio = store.disk_usage_ratio()
-            except OSError as exc:
-                problems.append(f"disk usage unknown: {exc}")
-            else:
-                if ratio >= self.config.disk_full_ratio:
-                    problems.append(
-                        f"disk {ratio:.1%} used, diskFullRatio {self.config.disk_full_ratio:.0%}"
-                    )
         return not problems, problems
 
     def consumer_offsets_snapshot(self) -> dict[str, Any]:

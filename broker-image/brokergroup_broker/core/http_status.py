@@ -1,8 +1,9 @@
 """The broker's HTTP side port (client port + 2, docs/architecture.md).
 
 - ``GET /healthz``: the process and its event loop answer (liveness probe).
-- ``GET /readyz``: role confirmed, store writable, disk below diskFullRatio
-  (readiness probe; the same facts go into controller heartbeats, §3.4a).
+- ``GET /readyz``: role confirmed and the store's one verdict (`StoreHealth.writable`:
+  closed, I/O error, disk above diskFullRatio); readiness probe. Heartbeats and produce
+  admission read the same verdict, so probes and controller agree (§3.4a).
 - ``GET /v1/status``: JSON of the broker's replication state.
 - ``GET /v1/consumer-offsets``: this broker's consumer offsets with their
   data version (RIP-32 pre-online sync: a new master takes the newer ones).

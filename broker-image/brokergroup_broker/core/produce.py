@@ -127,6 +127,7 @@ class ProducePath:
                 f"controller heartbeat answer for masterLeaseMs {self._config.master_lease_ms}: "
                 "not acknowledging writes until the controller confirms it",
             )
+        # The store's one verdict, the same heartbeats and /readyz report (§3.4a).
         writable, reason = self._faults.health(self._store)
         if not writable:
             raise BrokerError(

@@ -96,11 +96,21 @@ class StoreHealth:
         return ratio
 
     def writable(self) -> tuple[bool, str | None]:
+        """The store's one verdict: does it take writes, and if not, why. Heartbeats (what
+        the controller elects on), /readyz and produce admission all read this, so the
+        three never disagree (DESIGN.md §3.4a)."""
         if self._closed:
             return False, "store is closed"
         if self._fatal_error is not None:
             return False, self._fatal_error
-        ratio = self.disk_usage_ratio()
+        try:
+            ratio = self.disk_usage_ratio()
+        except OSError as exc:
+            return False, f"disk usage of {self._root} unknown: {exc.strerror or exc}"
+        # Full means strictly above the ratio, as RocketMQ 5's
+        # DefaultMessageStore.CleanCommitLogService.isSpaceFull decides it
+        # (`physicRatio > getDiskSpaceWarningLevelRatio()` marks the disk full):
+        # a disk at exactly diskFullRatio still takes writes.
         over = ratio > self._config.disk_full_ratio
         if over != self._over_disk_full_ratio:
             self._over_disk_full_ratio = over
