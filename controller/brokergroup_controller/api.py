@@ -7,6 +7,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+BrokerSetKey = tuple[str, str]
+"""(clusterName, brokerName): the one key of a broker set (a BrokerGroup's replica group,
+RocketMQ's brokerName) in the controller's state, liveness, name server and front ends.
+Not the operator's Kubernetes key of a BrokerGroup object, (namespace, name)."""
+
 
 @dataclass(frozen=True)
 class BrokerLiveness:

@@ -53,10 +53,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from brokergroup_controller.api import BrokerHeartbeat
+from brokergroup_controller.api import BrokerHeartbeat, BrokerSetKey
 from brokergroup_controller.election import ReplicaHeartbeat
 
-BrokerSetKey = tuple[str, str]  # (clusterName, brokerName)
 BrokerKey = tuple[str, str, int]  # (clusterName, brokerName, brokerId)
 
 

@@ -23,7 +23,7 @@ import string
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-GroupKey = tuple[str, str]  # (clusterName, brokerName)
+from brokergroup_controller.api import BrokerSetKey
 
 #: The template's placeholders.
 TEMPLATE_FIELDS = frozenset({"cluster", "broker", "port"})
@@ -63,7 +63,7 @@ class MasterAddressPolicy:
 
     template: str | None = None
     """`{cluster}`, `{broker}`, `{port}` filled in, e.g. `{broker}-master.ns.svc:{port}`."""
-    fixed: Mapping[GroupKey, str] = field(default_factory=dict)
+    fixed: Mapping[BrokerSetKey, str] = field(default_factory=dict)
     """(clusterName, brokerName) → `host:port`, ahead of the template."""
 
     def __post_init__(self) -> None:
@@ -72,7 +72,7 @@ class MasterAddressPolicy:
         for (cluster, broker), address in self.fixed.items():
             parse_host_port(address, f"master address of {cluster}/{broker}")
 
-    def address(self, group: GroupKey, master_addr: str) -> str:
+    def address(self, group: BrokerSetKey, master_addr: str) -> str:
         """The brokerId 0 address of `group` whose master registered as `master_addr`."""
         fixed = self.fixed.get(group)
         if fixed is not None:
@@ -83,10 +83,10 @@ class MasterAddressPolicy:
         return self.template.format(cluster=group[0], broker=group[1], port=port)
 
 
-def parse_fixed(entries: Iterable[str]) -> dict[GroupKey, str]:
+def parse_fixed(entries: Iterable[str]) -> dict[BrokerSetKey, str]:
     """`CLUSTER/BROKER=HOST:PORT` flags → fixed addresses (ValueError on a bad or repeated
     entry)."""
-    fixed: dict[GroupKey, str] = {}
+    fixed: dict[BrokerSetKey, str] = {}
     for entry in entries:
         group_text, sep, address = entry.partition("=")
         cluster, slash, broker = group_text.partition("/")

@@ -34,10 +34,10 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from brokergroup_controller.api import BrokerSetKey
 from brokergroup_controller.errors import ErrorCode
 from brokergroup_controller.takeover import Takeover
 
-BrokerSetKey = tuple[str, str]  # (clusterName, brokerName)
 RequestKey = tuple[str, str, str, str]  # (event type, clusterName, brokerName, requestId)
 
 #: Answered request ids remembered, all broker sets together, oldest forgotten

@@ -22,14 +22,17 @@ from brokergroup_controller.errors import ControllerError, ErrorCode
 from brokergroup_operator.kube import Kube
 from brokergroup_operator.model import GroupView, PodFacts
 from brokergroup_operator.release_secret import OperatorSecrets, ReleaseSecretError
-from brokergroup_operator.resources import RESTARTED_AT_ANNOTATION, GroupContext
 from brokergroup_operator.settings import OperatorSettings, SettingsError
+from brokergroup_operator.spec import RESTARTED_AT_ANNOTATION, GroupContext
 
 log = logging.getLogger("brokergroup_operator")
 
 PostEvent = Callable[[str, str, str], None]
 """Post a Kubernetes Event on the group: (type, reason, message)."""
-GroupKey = tuple[str, str]
+BrokerGroupRef = tuple[str, str]
+"""(namespace, name) of a BrokerGroup object: the operator's key of what it remembers.
+The controller's key of the same group's broker set is `api.BrokerSetKey`
+(clusterName, brokerName)."""
 
 
 @dataclass
@@ -53,7 +56,7 @@ class Runtime:
         default_factory=dict
     )
     pods: dict[tuple[str, str], PodFacts] = field(default_factory=dict)
-    groups: dict[GroupKey, GroupMemory] = field(default_factory=dict)
+    groups: dict[BrokerGroupRef, GroupMemory] = field(default_factory=dict)
     namespaces: tuple[str, ...] = ()
     """The namespaces this operator watches (empty: every namespace)."""
     secrets: OperatorSecrets | None = field(default=None, repr=False)
@@ -101,7 +104,7 @@ class Runtime:
             )
         return self.clients[key]
 
-    def memory(self, key: GroupKey) -> GroupMemory:
+    def memory(self, key: BrokerGroupRef) -> GroupMemory:
         if key not in self.groups:
             self.groups[key] = GroupMemory()
         return self.groups[key]

@@ -27,6 +27,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from brokergroup_controller.api import BrokerSetKey
 from brokergroup_controller.election import (
     ElectionRequest,
     ElectionTrigger,
@@ -37,7 +38,6 @@ from brokergroup_controller.errors import ErrorCode
 from brokergroup_controller.state import (
     AlterSyncStateSet,
     ApplyBrokerId,
-    BrokerSetKey,
     CleanBrokerData,
     ControllerState,
     ElectMaster,

@@ -18,7 +18,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 
-from brokergroup_controller.namesrv.routes import BrokerRegistration, GroupKey, TopicConfig
+from brokergroup_controller.api import BrokerSetKey
+from brokergroup_controller.namesrv.routes import BrokerRegistration, TopicConfig
 
 RegistrationKey = tuple[str, str]  # (clusterName, brokerAddr)
 
@@ -36,7 +37,7 @@ class Registry:
     def __init__(self, max_registrations: int = DEFAULT_MAX_REGISTRATIONS) -> None:
         self._entries: dict[RegistrationKey, BrokerRegistration] = {}
         self._owners: dict[RegistrationKey, int] = {}
-        self._group_topics: dict[GroupKey, dict[str, TopicConfig]] = {}
+        self._group_topics: dict[BrokerSetKey, dict[str, TopicConfig]] = {}
         self._max = max_registrations
 
     def __iter__(self) -> Iterator[BrokerRegistration]:
@@ -73,7 +74,7 @@ class Registry:
         self._group_topics.setdefault(reg.group, {}).update(reg.topics)
         return merged
 
-    def group_topics(self) -> dict[GroupKey, dict[str, TopicConfig]]:
+    def group_topics(self) -> dict[BrokerSetKey, dict[str, TopicConfig]]:
         """Every topic some registration of each group announced, while the group has one."""
         return {group: dict(topics) for group, topics in self._group_topics.items()}
 

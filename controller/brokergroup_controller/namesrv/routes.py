@@ -39,8 +39,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from brokergroup_controller.api import BrokerSetKey
 from brokergroup_controller.master_address import OWN_ADDRESS, MasterAddressPolicy
-from brokergroup_controller.master_address import GroupKey as GroupKey
 from brokergroup_remoting.codes import BROKER_CHANNEL_EXPIRED_TIME_MS
 
 #: MixAll.MASTER_ID.
@@ -98,7 +98,7 @@ class BrokerRegistration:
     timeout_ms: int = DEFAULT_REGISTRATION_TIMEOUT_MS
 
     @property
-    def group(self) -> GroupKey:
+    def group(self) -> BrokerSetKey:
         return (self.cluster_name, self.broker_name)
 
     def alive(self, now_ms: int) -> bool:
@@ -190,15 +190,15 @@ def _route_ids(
 
 def group_routes(
     registrations: Iterable[BrokerRegistration],
-    managed: Mapping[GroupKey, ManagedGroup],
+    managed: Mapping[BrokerSetKey, ManagedGroup],
     now_ms: int,
     policy: MasterAddressPolicy = OWN_ADDRESS,
-    group_topics: Mapping[GroupKey, Mapping[str, TopicConfig]] | None = None,
+    group_topics: Mapping[BrokerSetKey, Mapping[str, TopicConfig]] | None = None,
 ) -> list[GroupRoute]:
     """Every group with at least one live, routable registration, sorted by name; a managed
     group's master named by `policy`. `group_topics` (the registry's): topics the group's
     members announced before, kept under the queue data's own (Registry doc)."""
-    by_group: dict[GroupKey, list[BrokerRegistration]] = {}
+    by_group: dict[BrokerSetKey, list[BrokerRegistration]] = {}
     for reg in registrations:
         if reg.alive(now_ms):
             by_group.setdefault(reg.group, []).append(reg)

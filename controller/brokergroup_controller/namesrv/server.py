@@ -16,6 +16,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 
+from brokergroup_controller.api import BrokerSetKey
 from brokergroup_controller.master_address import OWN_ADDRESS, MasterAddressPolicy
 from brokergroup_controller.namesrv import bodies, routes
 from brokergroup_controller.namesrv.registry import (
@@ -23,7 +24,7 @@ from brokergroup_controller.namesrv.registry import (
     Registry,
     RegistryFull,
 )
-from brokergroup_controller.namesrv.routes import BrokerRegistration, GroupKey, ManagedGroup
+from brokergroup_controller.namesrv.routes import BrokerRegistration, ManagedGroup
 from brokergroup_controller.state import ControllerState
 from brokergroup_remoting import RemotingCommand, RequestCode, ResponseCode
 from brokergroup_remoting.command import response_to
@@ -39,7 +40,7 @@ MIN_TIMEOUT_MS = 1_000
 MAX_TIMEOUT_MS = 600_000
 
 
-def managed_groups(state: ControllerState) -> dict[GroupKey, ManagedGroup]:
+def managed_groups(state: ControllerState) -> dict[BrokerSetKey, ManagedGroup]:
     """The controller's broker sets as the route needs them (run under the state lock)."""
     return {
         key: ManagedGroup(
@@ -66,7 +67,7 @@ class NameServer:
 
     def __init__(
         self,
-        groups: Callable[[], Mapping[GroupKey, ManagedGroup]],
+        groups: Callable[[], Mapping[BrokerSetKey, ManagedGroup]],
         *,
         auth: ServerAuth | None,
         clock_ms: Callable[[], int] = _monotonic_ms,

@@ -34,13 +34,13 @@ from typing import Any
 
 from brokergroup_controller import api
 from brokergroup_controller.access import AccessRequest, decide
+from brokergroup_controller.api import BrokerSetKey
 from brokergroup_controller.credentials import RocketMQKeys
 from brokergroup_controller.errors import ErrorCode
 from brokergroup_controller.http_support import _reject, _Reply
 from brokergroup_controller.request_parsing import BadRequest
 from brokergroup_controller.rocketmq_front import wire
 from brokergroup_controller.server import ControllerService
-from brokergroup_controller.state import BrokerSetKey
 from brokergroup_remoting import RemotingCommand, RequestCode, ResponseCode, request, response_to
 from brokergroup_remoting.acl import ACCESS_KEY
 from brokergroup_remoting.net import (

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from brokergroup_controller import api
+from brokergroup_controller.api import BrokerSetKey
 from brokergroup_controller.errors import ErrorCode
 from brokergroup_controller.request_parsing import (
     BadRequest,
@@ -28,7 +29,6 @@ from brokergroup_controller.request_parsing import (
     parse_register,
     query_key,
 )
-from brokergroup_controller.state import BrokerSetKey
 from brokergroup_remoting import ResponseCode
 
 #: The one table from the controller's result codes to RocketMQ's (ResponseCode.java 5.3.1).
