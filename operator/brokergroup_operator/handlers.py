@@ -33,10 +33,10 @@ from brokergroup_operator.model import APP_NAME, LABEL_NAME
 from brokergroup_operator.ownership import Release, owns
 from brokergroup_operator.pod_reports import pod_changed
 from brokergroup_operator.reconcile import reconcile_group
-from brokergroup_operator.resources import API_GROUP
 from brokergroup_operator.role_follower import wait_for_change
 from brokergroup_operator.runtime import PostEvent, Runtime
 from brokergroup_operator.settings import OperatorSettings
+from brokergroup_operator.spec import API_GROUP
 
 log = logging.getLogger("brokergroup_operator")
 

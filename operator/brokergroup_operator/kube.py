@@ -28,7 +28,7 @@ from brokergroup_operator.release_secret import (
     ReleaseSecretError,
     plan_release_secret,
 )
-from brokergroup_operator.resources import API_GROUP
+from brokergroup_operator.spec import API_GROUP
 
 FIELD_MANAGER = "brokergroup-operator"
 PLURAL = "brokergroups"

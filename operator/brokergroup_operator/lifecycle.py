@@ -2,7 +2,7 @@
 when it is deleted, and letting go of every group when the operator itself
 is uninstalled.
 
-- Owned objects (resources.owned_objects: Secret, ConfigMap, Services, PDB,
+- Owned objects (objects.owned_objects: Secret, ConfigMap, Services, PDB,
   NetworkPolicy, StatefulSet) are applied with server-side apply on a spec
   change, a scale step, a restart request, or every apply_interval_s.
 - Deleted: pods first, then the group's BrokerIds in the controller, so no
@@ -23,10 +23,12 @@ from brokergroup_controller.client import ControllerUnavailable
 from brokergroup_controller.errors import ControllerError, ErrorCode
 from brokergroup_operator import metrics
 from brokergroup_operator.model import selector_string
+from brokergroup_operator.networking import OBSOLETE_SERVICES
+from brokergroup_operator.objects import owned_objects
 from brokergroup_operator.ownership import Release, Retry, cleanup_step, groups_to_let_go
-from brokergroup_operator.resources import OBSOLETE_SERVICES, GroupContext, owned_objects
 from brokergroup_operator.runtime import GroupMemory, Runtime
 from brokergroup_operator.settings import SettingsError
+from brokergroup_operator.spec import GroupContext
 
 log = logging.getLogger("brokergroup_operator")
 

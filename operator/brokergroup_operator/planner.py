@@ -39,7 +39,7 @@ highest first (the StatefulSet removes ordinals from the top).
    names the members and the minimum, and the status condition repeats it.
 Ids of removed brokers are cleaned from the controller once their pods are
 gone. Their volumes stay unless spec.storage.deleteClaimOnScaleDown says
-otherwise (resources.py).
+otherwise (workload.py).
 
 The handler re-reads the controller just before a disruptive step and plans
 again from the fresh view (`confirm_step`): the step goes ahead only if the

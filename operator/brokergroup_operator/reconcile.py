@@ -23,10 +23,10 @@ from brokergroup_controller.errors import ControllerError
 from brokergroup_operator import metrics
 from brokergroup_operator.lifecycle import apply_owned
 from brokergroup_operator.model import SWITCHOVER_ANNOTATION, PodFacts, selector_string
-from brokergroup_operator.resources import GroupContext
 from brokergroup_operator.role_follower import follow_roles, master_found
 from brokergroup_operator.rollout import take_step
 from brokergroup_operator.runtime import PostEvent, Runtime, read_view
+from brokergroup_operator.spec import GroupContext
 from brokergroup_operator.status import known_broker_ids
 from brokergroup_operator.status_writer import why_blocked, write_blocked, write_status
 from brokergroup_operator.switchover import user_switchover

@@ -19,7 +19,7 @@ password, the HA secret and the key pair of the controllers' RocketMQ ports
 the controller remoting port and the name server, which also accept every pair
 derived from the broker credential root).
 Broker pods never see the Secret: each group gets its own Secret
-(`resources.group_secret`) with its derived broker and client credentials, its
+(`group_secrets.group_secret`) with its derived broker and client credentials, its
 derived RocketMQ broker and client pairs and the HA secret.
 """
 

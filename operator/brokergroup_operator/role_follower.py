@@ -21,8 +21,8 @@ import kopf
 from brokergroup_operator import metrics
 from brokergroup_operator.labels import label_patches
 from brokergroup_operator.model import LABEL_ROLE, GroupView, PodFacts
-from brokergroup_operator.resources import GroupContext
 from brokergroup_operator.runtime import GroupMemory, Runtime, now_ms
+from brokergroup_operator.spec import GroupContext
 
 
 async def follow_roles(

@@ -34,8 +34,8 @@ from brokergroup_operator.planner import (
     plan_roll,
     plan_scale,
 )
-from brokergroup_operator.resources import GroupContext
 from brokergroup_operator.runtime import GroupMemory, PostEvent, Runtime, read_view
+from brokergroup_operator.spec import GroupContext
 from brokergroup_operator.switchover import switchover
 
 log = logging.getLogger("brokergroup_operator")

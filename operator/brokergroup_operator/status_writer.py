@@ -16,8 +16,8 @@ from typing import Any
 from brokergroup_operator import metrics
 from brokergroup_operator.conditions import READY
 from brokergroup_operator.model import GroupView, PodFacts
-from brokergroup_operator.resources import GroupContext, SpecError
 from brokergroup_operator.runtime import GroupMemory, PostEvent, Runtime, now_iso, now_ms
+from brokergroup_operator.spec import GroupContext, SpecError
 from brokergroup_operator.status import StatusInput, build_status
 
 

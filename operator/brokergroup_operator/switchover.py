@@ -18,8 +18,8 @@ from brokergroup_controller.errors import ControllerError
 from brokergroup_operator import metrics
 from brokergroup_operator.model import SWITCHOVER_ANNOTATION, GroupView
 from brokergroup_operator.planner import Switchover, check_switchover
-from brokergroup_operator.resources import GroupContext
 from brokergroup_operator.runtime import PostEvent, Runtime
+from brokergroup_operator.spec import GroupContext
 
 
 class SwitchoverOutcome(StrEnum):

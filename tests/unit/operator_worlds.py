@@ -24,8 +24,9 @@ from brokergroup_operator.model import (
     GroupView,
     PodFacts,
 )
+from brokergroup_operator.objects import owned_objects
 from brokergroup_operator.release_secret import OperatorSecrets
-from brokergroup_operator.resources import GroupContext, owned_objects
+from brokergroup_operator.spec import GroupContext
 
 NEW = "rev-new"
 OLD = "rev-old"

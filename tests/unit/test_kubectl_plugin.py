@@ -92,11 +92,11 @@ def pod(
 
 
 def test_names_agree_with_the_operator() -> None:
-    from brokergroup_operator import model, resources
+    from brokergroup_operator import model, spec
 
-    assert (names.API_GROUP, names.KIND) == (resources.API_GROUP, resources.KIND)
+    assert (names.API_GROUP, names.KIND) == (spec.API_GROUP, spec.KIND)
     assert names.SWITCHOVER_ANNOTATION == model.SWITCHOVER_ANNOTATION
-    assert names.RESTARTED_AT_ANNOTATION == resources.RESTARTED_AT_ANNOTATION
+    assert names.RESTARTED_AT_ANNOTATION == spec.RESTARTED_AT_ANNOTATION
     assert (names.LABEL_NAME, names.LABEL_GROUP, names.LABEL_BROKER_ID, names.LABEL_ROLE) == (
         model.LABEL_NAME, model.LABEL_GROUP, model.LABEL_BROKER_ID, model.LABEL_ROLE,
     )  # fmt: skip

@@ -1,4 +1,4 @@
-"""The objects a BrokerGroup of `spec.engine: rocketmq` owns (issue 20 item 4; resources.py).
+"""The objects a BrokerGroup of `spec.engine: rocketmq` owns (issue 20 item 4; containers.py).
 
 Only what runs in the pods differs from the built-in engine: the ConfigMap holds the stock
 broker's broker.conf (rocketmq_config.py), the container runs the JVM from the RocketMQ
@@ -17,8 +17,9 @@ import pytest
 
 from brokergroup_controller.credentials import Role, derive_rocketmq_pair
 from brokergroup_operator.model import Engine, group_labels
+from brokergroup_operator.objects import owned_objects
 from brokergroup_operator.release_secret import OperatorSecrets
-from brokergroup_operator.resources import GroupContext, SpecError, owned_objects
+from brokergroup_operator.spec import GroupContext, SpecError
 from tests.unit.operator_worlds import APIS, group_context
 
 PAIR = '{"accessKey":"bg-0123456789","secretKey":"s3cr3t-s3cr3t"}'

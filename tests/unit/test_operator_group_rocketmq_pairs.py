@@ -1,5 +1,5 @@
 """Per-group RocketMQ key pairs in the objects a BrokerGroup owns (issue 19 item 4, DESIGN.md
-§11 "client key pairs per BrokerGroup"; resources.py).
+§11 "client key pairs per BrokerGroup"; group_secrets.py).
 
 The release's own pair (`rocketmq-credentials` of the release Secret) is the controllers'
 admin pair: it never reaches a group's Secret. The group Secret `<bg>-credentials` holds the

@@ -1,5 +1,5 @@
 """The stable master endpoint of a BrokerGroup for stock RocketMQ clients (issue 19 item 5,
-issue 20 item 4; resources.py).
+issue 20 item 4; networking.py).
 
 The name servers name the group's master Service `<bg>` as brokerId 0 (the controller's
 `--namesrv-master-address-template`, default `{broker}.{cluster}.svc:{port}`), where

@@ -14,8 +14,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+from brokergroup_operator.objects import owned_objects
 from brokergroup_operator.release_secret import OperatorSecrets
-from brokergroup_operator.resources import GroupContext, owned_objects
+from brokergroup_operator.spec import GroupContext
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "operator" / "owned_objects.json"
 APIS = ("c-0.c:9878", "c-1.c:9878", "c-2.c:9878")

@@ -22,15 +22,15 @@ import yaml
 from brokergroup_broker.core.config import BrokerConfig, camel
 from brokergroup_controller.credentials import CredentialKeys, Principal, Role, authenticate
 from brokergroup_operator.model import group_labels
+from brokergroup_operator.objects import owned_objects
 from brokergroup_operator.release_secret import OperatorSecrets
-from brokergroup_operator.resources import (
+from brokergroup_operator.spec import (
     CONFIG_FIELDS,
     CONFIG_HIGHEST,
     CONFIG_TYPES,
     HA_FIELDS,
     GroupContext,
     SpecError,
-    owned_objects,
 )
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from brokergroup_operator.release_secret import OperatorSecrets
-from brokergroup_operator.resources import GroupContext, SpecError
 from brokergroup_operator.settings import OperatorSettings, SettingsError
+from brokergroup_operator.spec import GroupContext, SpecError
 
 
 def test_from_env_and_token_file(tmp_path: Path) -> None:

@@ -8,9 +8,9 @@ once, although an annotation does not change the object's generation.
 
 from __future__ import annotations
 
+from brokergroup_operator.objects import owned_objects
 from brokergroup_operator.reconcile import reconcile_group
 from brokergroup_operator.release_secret import OperatorSecrets
-from brokergroup_operator.resources import owned_objects
 from brokergroup_operator.runtime import context_of
 from brokergroup_operator.settings import OperatorSettings
 from tests.unit.test_operator_handlers import (

@@ -1,7 +1,7 @@
 """The BrokerGroup API's names the plugin uses (docs/kubernetes.md).
 
 The operator's package defines the same strings (brokergroup_operator.model,
-.resources); nothing outside the operator may import it, so they are written
+.spec); nothing outside the operator may import it, so they are written
 again here and tests/unit/test_kubectl_plugin.py checks both agree.
 """
 

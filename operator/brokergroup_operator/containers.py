@@ -1,0 +1,328 @@
+"""What runs in a BrokerGroup's pods, per engine (pure): the broker container, the
+volumes it mounts and the config files of the group's ConfigMap.
+
+The built-in engine (`brokergroup broker`) reads broker.json, mounts the group's broker
+credential, HA secret and, with the remoting port on, its RocketMQ key pairs. The rocketmq
+engine runs stock RocketMQ 5.3 brokers (rocketmq_config.py): the JVM reads broker.conf and
+signs with the group's broker pair. Each engine's container and volumes are built by its
+own functions; both containers share their name, image, pull policy, hardened security
+context and spec.resources. Everything else in the pod (the StatefulSet, labels,
+Services) is the same for both engines (workload.py, networking.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from brokergroup_controller.api import INCARNATION_ENV
+from brokergroup_operator import rocketmq_config as rmq
+from brokergroup_operator.group_secrets import BROKER_CREDENTIAL_KEY
+from brokergroup_operator.model import (
+    BROKER_CONTAINER,
+    CLIENT_PORT,
+    HA_PORT,
+    HTTP_PORT,
+    REMOTING_PORT,
+    Engine,
+)
+from brokergroup_operator.release_secret import HA_SECRET_KEY
+from brokergroup_operator.spec import HA_FIELDS, GroupContext
+
+SECRETS_DIR = "/etc/brokergroup/secrets"
+#: The client pair of the user's own Secret, an optional key: its own volume, so the broker
+#: credential and the HA secret stay required.
+CLIENT_PAIR_DIR = "/etc/brokergroup/client-pair"
+CONFIG_DIR = "/etc/brokergroup/config"
+DATA_DIR = "/data"
+
+
+def engine_container(ctx: GroupContext) -> dict[str, Any]:
+    """The broker container of the group's engine."""
+    if ctx.engine is Engine.ROCKETMQ:
+        return rocketmq_container(ctx)
+    return broker_container(ctx)
+
+
+def engine_volumes(ctx: GroupContext) -> list[dict[str, Any]]:
+    """The volumes the group's engine mounts besides its data volume (the claim)."""
+    if ctx.engine is Engine.ROCKETMQ:
+        return rocketmq_volumes(ctx)
+    return broker_volumes(ctx)
+
+
+def config_map_name(ctx: GroupContext) -> str:
+    """The ConfigMap `<bg>-config` holding config_data, mounted by both engines."""
+    return f"{ctx.name}-config"
+
+
+def broker_config(ctx: GroupContext) -> dict[str, Any]:
+    """broker.json: spec.ha and spec.config, typed as the CRD admitted them."""
+    ha = ctx.spec.get("ha") or {}
+    config: dict[str, Any] = {k: ha[k] for k in HA_FIELDS if k in ha}
+    config.update({str(k): v for k, v in (ctx.spec.get("config") or {}).items()})
+    return config
+
+
+def rocketmq_properties(ctx: GroupContext) -> dict[str, str]:
+    """broker.conf of a group of stock RocketMQ brokers (the same key as the built-in
+    engine's broker command: cluster = namespace, brokerName = group)."""
+    return rmq.broker_properties(
+        cluster_name=ctx.namespace,
+        broker_name=ctx.name,
+        spec=ctx.spec,
+        controller_addresses=ctx.addresses,
+    )
+
+
+def config_data(ctx: GroupContext) -> dict[str, str]:
+    """The ConfigMap's files: broker.json (built-in) or broker.conf (stock RocketMQ)."""
+    if ctx.engine is Engine.ROCKETMQ:
+        return {rmq.CONFIG_KEY: rmq.render(rocketmq_properties(ctx))}
+    return {"broker.json": json.dumps(broker_config(ctx), sort_keys=True, indent=2) + "\n"}
+
+
+def config_hash(ctx: GroupContext) -> str:
+    """16 hex digits of the broker's config (broker.json's settings, or the stock broker's
+    files): the pod template carries it, so a changed config makes a new revision."""
+    return hashlib.sha256(
+        json.dumps(
+            broker_config(ctx) if ctx.engine is Engine.BROKERGROUP else config_data(ctx),
+            sort_keys=True,
+        ).encode()
+    ).hexdigest()[:16]
+
+
+def broker_command(ctx: GroupContext) -> list[str]:
+    """The broker's command line; $(POD_IP) is expanded by the kubelet.
+
+    With the key pair (`ctx.remoting_on`) the broker opens its remoting port (the CLI's
+    default, client port + 3 = REMOTING_PORT) on the pod IP, accepting the group's broker
+    and client pairs there, and registers it (signed with the broker pair) with every
+    controller node's name server: the master's registered port is the `{port}` of the name
+    servers' master address template, which the master Service serves under that number."""
+    remoting = (
+        [
+            "--remoting-key-file",
+            f"{SECRETS_DIR}/{rmq.CREDENTIALS_KEY}",
+            # The client pair too: the operator's, or the user's own Secret's if it has one.
+            *(
+                ["--remoting-client-key-file", f"{SECRETS_DIR}/{rmq.CLIENT_CREDENTIALS_KEY}"]
+                if ctx.group_pairs_on
+                else []
+            ),
+            *(
+                [
+                    "--remoting-client-key-file",
+                    f"{CLIENT_PAIR_DIR}/{rmq.CLIENT_CREDENTIALS_KEY}",
+                    "--remoting-client-key-optional",
+                ]
+                if ctx.own_secret is not None
+                else []
+            ),
+            "--namesrv-addresses",
+            rmq.namesrv_addr(ctx.addresses),
+        ]
+        if ctx.remoting_on
+        else []
+    )
+    return [
+        "brokergroup",
+        "broker",
+        "--cluster-name",
+        ctx.namespace,
+        "--broker-name",
+        ctx.name,
+        "--data-dir",
+        DATA_DIR,
+        "--controller-addresses",
+        ",".join(ctx.addresses),
+        "--controller-token-file",
+        f"{SECRETS_DIR}/{BROKER_CREDENTIAL_KEY}",
+        "--ha-secret-file",
+        f"{SECRETS_DIR}/ha-secret",
+        "--bind-address",
+        "$(POD_IP)",
+        "--advertise-address",
+        "$(POD_IP)",
+        "--client-port",
+        str(CLIENT_PORT),
+        "--config",
+        f"{CONFIG_DIR}/broker.json",
+        *remoting,
+    ]
+
+
+def broker_container(ctx: GroupContext) -> dict[str, Any]:
+    """The built-in broker's container: `brokergroup broker` (broker_command), its client,
+    HA and HTTP ports (and the remoting port with the key pair), HTTP probes, its data,
+    config and Secret files."""
+    return _container(
+        ctx,
+        {
+            "command": broker_command(ctx),
+            "env": [
+                {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                # The broker's incarnation is its pod: the operator's reports name the
+                # same uid, so the controller can drop one about an older pod.
+                {"name": INCARNATION_ENV, "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
+            ],
+            "ports": [
+                {"name": "client", "containerPort": CLIENT_PORT, "protocol": "TCP"},
+                {"name": "ha", "containerPort": HA_PORT, "protocol": "TCP"},
+                {"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"},
+                *(
+                    [{"name": "remoting", "containerPort": REMOTING_PORT, "protocol": "TCP"}]
+                    if ctx.remoting_on
+                    else []
+                ),
+            ],
+            "readinessProbe": {
+                "httpGet": {"path": "/readyz", "port": HTTP_PORT},
+                "periodSeconds": 1,
+                "failureThreshold": 2,
+            },
+            "livenessProbe": {
+                "httpGet": {"path": "/healthz", "port": HTTP_PORT},
+                "initialDelaySeconds": 10,
+                "periodSeconds": 5,
+                "failureThreshold": 3,
+            },
+            "volumeMounts": [
+                {"name": "data", "mountPath": DATA_DIR},
+                {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+                {"name": "secrets", "mountPath": SECRETS_DIR, "readOnly": True},
+                *(
+                    [{"name": "client-pair", "mountPath": CLIENT_PAIR_DIR, "readOnly": True}]
+                    if ctx.own_secret is not None
+                    else []
+                ),
+            ],
+        },
+    )
+
+
+def broker_volumes(ctx: GroupContext) -> list[dict[str, Any]]:
+    return [
+        {"name": "config", "configMap": {"name": config_map_name(ctx)}},
+        {
+            "name": "secrets",
+            "secret": {
+                "secretName": ctx.secret,
+                # The group's broker credential, the HA secret and the group's RocketMQ
+                # key pairs of the remoting port; nothing else.
+                "items": [
+                    {"key": BROKER_CREDENTIAL_KEY, "path": BROKER_CREDENTIAL_KEY},
+                    {"key": HA_SECRET_KEY, "path": HA_SECRET_KEY},
+                    *(
+                        [{"key": rmq.CREDENTIALS_KEY, "path": rmq.CREDENTIALS_KEY}]
+                        if ctx.remoting_on
+                        else []
+                    ),
+                    *(
+                        [{"key": rmq.CLIENT_CREDENTIALS_KEY, "path": rmq.CLIENT_CREDENTIALS_KEY}]
+                        if ctx.group_pairs_on
+                        else []
+                    ),
+                ],
+                "defaultMode": 0o400,
+            },
+        },
+        *(
+            [
+                {
+                    "name": "client-pair",
+                    "secret": {
+                        "secretName": ctx.own_secret,
+                        # The operator cannot read the user's Secret: a missing key leaves
+                        # the file out (optional) and the port takes the broker pair alone.
+                        "items": [
+                            {"key": rmq.CLIENT_CREDENTIALS_KEY, "path": rmq.CLIENT_CREDENTIALS_KEY}
+                        ],
+                        "optional": True,
+                        "defaultMode": 0o400,
+                    },
+                }
+            ]
+            if ctx.own_secret is not None
+            else []
+        ),
+    ]
+
+
+def rocketmq_container(ctx: GroupContext) -> dict[str, Any]:
+    """A stock broker's container: the JVM (rocketmq_config.launch_script), its two ports,
+    TCP probes (a stock broker has no HTTP port), its config, key pair and an emptyDir for
+    broker.conf, logs and tmp."""
+    settings = rmq.RocketMQSettings.from_spec(ctx.spec)
+    return _container(
+        ctx,
+        {
+            "command": ["sh", "-c", rmq.launch_script(settings.heap_size)],
+            "env": [
+                {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            ],
+            "ports": [
+                {"name": "client", "containerPort": rmq.LISTEN_PORT, "protocol": "TCP"},
+                {"name": "ha", "containerPort": rmq.HA_LISTEN_PORT, "protocol": "TCP"},
+            ],
+            "readinessProbe": {
+                "tcpSocket": {"port": rmq.LISTEN_PORT},
+                "periodSeconds": 2,
+                "failureThreshold": 2,
+            },
+            "livenessProbe": {
+                "tcpSocket": {"port": rmq.LISTEN_PORT},
+                # A JVM broker recovering a large store takes a while to listen.
+                "initialDelaySeconds": 60,
+                "periodSeconds": 10,
+                "failureThreshold": 6,
+            },
+            "volumeMounts": [
+                {"name": "data", "mountPath": DATA_DIR},
+                {"name": "config", "mountPath": rmq.CONFIG_DIR, "readOnly": True},
+                {"name": "secrets", "mountPath": rmq.SECRETS_DIR, "readOnly": True},
+                {"name": "tmp", "mountPath": rmq.TMP_DIR},
+            ],
+        },
+    )
+
+
+def _container(ctx: GroupContext, runs: dict[str, Any]) -> dict[str, Any]:
+    """The container named BROKER_CONTAINER of the group's image around what `runs` says
+    (command, env, ports, probes, volume mounts), with what both engines' containers
+    share: the pull policy, a hardened security context and spec.resources."""
+    container: dict[str, Any] = {
+        "name": BROKER_CONTAINER,
+        "image": ctx.image,
+        "imagePullPolicy": ctx.spec.get("imagePullPolicy", "IfNotPresent"),
+        **runs,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "readOnlyRootFilesystem": True,
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+        },
+    }
+    if ctx.spec.get("resources"):
+        container["resources"] = dict(ctx.spec["resources"])
+    return container
+
+
+def rocketmq_volumes(ctx: GroupContext) -> list[dict[str, Any]]:
+    return [
+        {"name": "config", "configMap": {"name": config_map_name(ctx)}},
+        {
+            "name": "secrets",
+            "secret": {
+                "secretName": ctx.secret,
+                # The key pair the stock broker signs with; nothing else.
+                "items": [{"key": rmq.CREDENTIALS_KEY, "path": rmq.CREDENTIALS_KEY}],
+                "defaultMode": 0o400,
+            },
+        },
+        {"name": "tmp", "emptyDir": {}},
+    ]

@@ -1,0 +1,97 @@
+"""How a BrokerGroup is reached (pure): its Services and its NetworkPolicy.
+
+The headless Service `<bg>-headless` gives the pods stable names (published before
+they are ready); the master Service `<bg>` selects the pod labelled role=master, the
+address the name servers give stock clients for brokerId 0. The NetworkPolicy `<bg>`
+admits HA replication only from the group's own pods, and clients and probes on the
+client ports.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from brokergroup_operator.model import (
+    CLIENT_PORT,
+    HA_PORT,
+    HTTP_PORT,
+    LABEL_ROLE,
+    REMOTING_PORT,
+    Engine,
+    Role,
+    group_labels,
+)
+from brokergroup_operator.spec import GroupContext
+
+# Services earlier versions created and this one deletes. `<bg>-read` selected
+# role=slave, but a slave answers NOT_MASTER to offset queries and consumer
+# offsets, so a consumer could not use it (docs/kubernetes.md "Reads").
+OBSOLETE_SERVICES = ("{group}-read",)
+
+
+def _ports(names: Sequence[str]) -> list[dict[str, Any]]:
+    numbers = {"client": CLIENT_PORT, "ha": HA_PORT, "http": HTTP_PORT, "remoting": REMOTING_PORT}
+    return [
+        {"name": n, "port": numbers[n], "targetPort": numbers[n], "protocol": "TCP"} for n in names
+    ]
+
+
+def services(ctx: GroupContext) -> list[dict[str, Any]]:
+    """The headless Service (stable pod names) and the master Service `<bg>`. The master
+    Service is the address the name servers give stock clients as brokerId 0 (the
+    controller's --namesrv-master-address-template): it serves the port the master
+    registered with them under the same number, so the template's `{port}` is right: the
+    built-in broker's remoting port, a stock broker's listen port (= the client port)."""
+    selector = group_labels(ctx.name)
+    builtin_remoting = ctx.engine is Engine.BROKERGROUP and ctx.remoting_on
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": ctx.object_meta(ctx.headless_name),
+            "spec": {
+                "clusterIP": "None",
+                "publishNotReadyAddresses": True,
+                "selector": selector,
+                "ports": _ports(
+                    ["client", "ha"] if ctx.engine is Engine.ROCKETMQ else ["client", "ha", "http"]
+                ),
+            },
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": ctx.object_meta(ctx.name),
+            "spec": {
+                "selector": {**selector, LABEL_ROLE: str(Role.MASTER)},
+                "ports": _ports(["client", "remoting"] if builtin_remoting else ["client"]),
+            },
+        },
+    ]
+
+
+def network_policy(ctx: GroupContext) -> dict[str, Any]:
+    selector = {"matchLabels": group_labels(ctx.name)}
+    client_ports = [CLIENT_PORT, HTTP_PORT]
+    if ctx.engine is Engine.BROKERGROUP and ctx.remoting_on:
+        client_ports.append(REMOTING_PORT)
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": ctx.object_meta(ctx.name),
+        "spec": {
+            "podSelector": selector,
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                # HA replication: only the group's own brokers.
+                {
+                    "from": [{"podSelector": selector}],
+                    "ports": [{"port": HA_PORT, "protocol": "TCP"}],
+                },
+                # Clients (the built-in broker's own protocol and its RocketMQ remoting
+                # port; a stock broker's remoting port is the client port) and probes.
+                {"ports": [{"port": port, "protocol": "TCP"} for port in client_ports]},
+            ],
+        },
+    }

@@ -1,0 +1,278 @@
+"""The BrokerGroup resource and its typed spec (pure).
+
+`GroupContext` is one BrokerGroup as the builders of its objects see it: who it is
+(name, namespace, uid: the owner reference and metadata every object it owns carries),
+its spec read with the CRD's defaults, and the operator-wide settings the spec falls back
+to (image, controller addresses, the operator's secrets). `validate` makes the checks
+the CRD's CEL rules make, again, for API servers without them; `SpecError` says why a
+group cannot be realised.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from brokergroup_operator import rocketmq_config as rmq
+from brokergroup_operator.model import Engine, group_labels
+from brokergroup_operator.release_secret import OperatorSecrets
+from brokergroup_remoting.codes import BROKER_CHANNEL_EXPIRED_TIME_MS
+
+API_GROUP = "brokergroup.io"
+API_VERSION = "brokergroup.io/v1alpha1"
+KIND = "BrokerGroup"
+#: `kubectl brokergroup restart` writes it on the BrokerGroup (the key `kubectl rollout
+#: restart` uses); copied into the pod template, it makes a new revision: a safe roll.
+RESTARTED_AT_ANNOTATION = "kubectl.kubernetes.io/restartedAt"
+
+# spec.ha field → broker config name (the same camelCase names).
+HA_FIELDS = (
+    "allAckInSyncStateSet",
+    "inSyncReplicas",
+    "minInSyncReplicas",
+    "haMaxTimeSlaveNotCatchUpMs",
+    "slaveTimeoutMs",
+    "masterLeaseMs",
+    "heartbeatIntervalMs",
+    "heartbeatTimeoutMs",
+)
+# spec.config key → the type and lowest value the broker accepts (the CRD's
+# CEL rules say the same; tests/unit/test_operator_resources.py keeps them in step).
+CONFIG_TYPES: dict[str, tuple[type, float]] = {
+    "flushDiskType": (str, 0),
+    "flushIntervalMs": (int, 1),
+    "mappedFileSizeCommitLog": (int, 4096),
+    "diskFullRatio": (float, 0),
+    "electionPriority": (int, 0),
+    "defaultTopicQueueNums": (int, 1),
+    "maxTopics": (int, 1),
+    "maxOpenQueueFiles": (int, 1),
+    "maxPendingAcks": (int, 1),
+    "syncStateSetCheckIntervalMs": (int, 1),
+    "controllerRequestTimeoutMs": (int, 1),
+    "controllerRetryBackoffMs": (int, 1),
+    "controllerRetryBackoffMaxMs": (int, 0),
+    "watchTimeoutMs": (int, 1),
+    "enableSlaveActingMaster": (bool, 0),
+    "maxPullMessages": (int, 1),
+    "maxSendBatchMessages": (int, 1),
+    "autoCreateTopicEnable": (bool, 0),
+    "registerNameServerPeriodMs": (int, 1),
+}
+CONFIG_FIELDS = tuple(CONFIG_TYPES)
+# spec.config key → the highest value the broker accepts (the CRD's `maximum` says the same).
+CONFIG_HIGHEST: dict[str, int] = {
+    # A broker registering less often than the name servers expire its routes drops out
+    # of every route between its registrations; the broker refuses to start so.
+    "registerNameServerPeriodMs": BROKER_CHANNEL_EXPIRED_TIME_MS - 1,
+}
+FLUSH_DISK_TYPES = ("SYNC_FLUSH", "ASYNC_FLUSH")
+
+
+def config_value_error(key: str, value: Any) -> str | None:
+    """Why spec.config[key] = value cannot reach the broker, or None (pure)."""
+    kind, lowest = CONFIG_TYPES[key]
+    if kind is bool:
+        return None if isinstance(value, bool) else f"spec.config.{key} must be true or false"
+    if kind is str:
+        if value in FLUSH_DISK_TYPES:
+            return None
+        return f"spec.config.{key} must be one of {', '.join(FLUSH_DISK_TYPES)}, got {value!r}"
+    numeric = (int, float) if kind is float else (int,)
+    if isinstance(value, bool) or not isinstance(value, numeric):
+        return f"spec.config.{key} must be a number, got {value!r}"
+    if kind is float:
+        return None if 0 < value <= 1 else f"spec.config.{key} must be in (0, 1], got {value}"
+    if value < lowest:
+        return f"spec.config.{key} must be ≥ {int(lowest)}, got {value}"
+    highest = CONFIG_HIGHEST.get(key)
+    if highest is not None and value > highest:
+        return (
+            f"spec.config.{key} must be ≤ {highest} (below the name servers' route expiry "
+            f"{BROKER_CHANNEL_EXPIRED_TIME_MS} ms), got {value}"
+        )
+    return None
+
+
+class SpecError(ValueError):
+    """The BrokerGroup cannot be realised as given (the message says why)."""
+
+
+@dataclass(frozen=True)
+class GroupContext:
+    """Who the group is and the operator-wide settings its spec falls back to."""
+
+    name: str
+    namespace: str
+    uid: str
+    spec: Mapping[str, Any]
+    default_image: str
+    controller_addresses: tuple[str, ...]
+    secrets: OperatorSecrets | None = field(default=None, repr=False)
+    """The operator's secrets, for the group Secret it manages (None: it manages none)."""
+    restarted_at: str = ""
+    """The BrokerGroup's RESTARTED_AT_ANNOTATION ("" if none)."""
+    default_rocketmq_image: str = ""
+    """The image of stock RocketMQ brokers when a group of engine rocketmq names none."""
+
+    @property
+    def engine(self) -> Engine:
+        """spec.engine (the CRD's default: brokergroup)."""
+        raw = str(self.spec.get("engine") or Engine.BROKERGROUP)
+        try:
+            return Engine(raw)
+        except ValueError:
+            raise SpecError(
+                f"spec.engine must be one of {', '.join(Engine)}, got {raw!r}"
+            ) from None
+
+    @property
+    def image(self) -> str:
+        if self.spec.get("image"):
+            return str(self.spec["image"])
+        if self.engine is Engine.ROCKETMQ:
+            return self.default_rocketmq_image
+        return self.default_image
+
+    @property
+    def addresses(self) -> tuple[str, ...]:
+        own = (self.spec.get("controller") or {}).get("addresses") or ()
+        return tuple(own) or self.controller_addresses
+
+    @property
+    def own_secret(self) -> str | None:
+        """spec.controller.secretName: a Secret the user manages (keys broker-credential, ha-secret)."""
+        name = (self.spec.get("controller") or {}).get("secretName")
+        return str(name) if name else None
+
+    @property
+    def secret(self) -> str:
+        """The Secret broker pods mount: the user's, or the one the operator manages."""
+        return self.own_secret or f"{self.name}-credentials"
+
+    @property
+    def client_secret(self) -> str:
+        """The Secret with the group's RocketMQ client pair alone, for applications."""
+        return f"{self.name}-rocketmq-client"
+
+    @property
+    def remoting_on(self) -> bool:
+        """Built-in brokers open their RocketMQ remoting port and register with the name
+        servers when their Secret carries a RocketMQ key pair: always for the user's own
+        Secret (it must hold rocketmq-credentials), for the operator's when the release has
+        its pair (then the controllers run their RocketMQ ports, which accept the group
+        pairs the operator derives)."""
+        return self.own_secret is not None or self.group_pairs_on
+
+    @property
+    def group_pairs_on(self) -> bool:
+        """The operator writes the group's broker and client pairs (its own Secret, and
+        the client Secret): it manages the group Secret and the release has its pair."""
+        return (
+            self.own_secret is None
+            and self.secrets is not None
+            and self.secrets.rocketmq_credentials is not None
+        )
+
+    @property
+    def replicas(self) -> int:
+        return int(self.spec.get("replicas", 3))
+
+    @property
+    def min_in_sync_replicas(self) -> int:
+        return int((self.spec.get("ha") or {}).get("minInSyncReplicas", 1))
+
+    @property
+    def headless_name(self) -> str:
+        return f"{self.name}-headless"
+
+    def owner_reference(self) -> dict[str, Any]:
+        """The BrokerGroup as the controller owner of an object: deleting the group
+        garbage-collects it."""
+        return {
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+            "name": self.name,
+            "uid": self.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+
+    def object_meta(self, name: str) -> dict[str, Any]:
+        """The metadata of an object the group owns: its name, the group's namespace and
+        labels, and the owner reference."""
+        return {
+            "name": name,
+            "namespace": self.namespace,
+            "labels": group_labels(self.name),
+            "ownerReferences": [self.owner_reference()],
+        }
+
+    def validate(self) -> None:
+        """The checks the CRD's CEL rules make, again, for API servers without them."""
+        if self.replicas < 1:
+            raise SpecError(f"spec.replicas must be ≥ 1, got {self.replicas}")
+        if self.min_in_sync_replicas > self.replicas:
+            raise SpecError(
+                f"spec.ha.minInSyncReplicas {self.min_in_sync_replicas} must be ≤ "
+                f"spec.replicas {self.replicas}"
+            )
+        config = self.spec.get("config") or {}
+        unknown = sorted(set(config) - set(CONFIG_FIELDS))
+        if unknown:
+            raise SpecError(f"spec.config has unknown key(s) {unknown}")
+        for key, value in config.items():
+            problem = config_value_error(key, value)
+            if problem is not None:
+                raise SpecError(problem)
+        if self.engine is Engine.ROCKETMQ:
+            self._validate_rocketmq()
+        elif self.spec.get("rocketmq"):
+            raise SpecError(
+                "spec.rocketmq holds settings of stock RocketMQ brokers: set spec.engine to rocketmq"
+            )
+        if not self.image:
+            variable = (
+                "BROKERGROUP_ROCKETMQ_IMAGE"
+                if self.engine is Engine.ROCKETMQ
+                else "BROKERGROUP_IMAGE"
+            )
+            raise SpecError(f"no image: set spec.image or the operator's {variable}")
+        if not self.addresses:
+            raise SpecError(
+                "no controller addresses: set spec.controller.addresses or the operator's "
+                "BROKERGROUP_CONTROLLER_ADDRESSES"
+            )
+        if self.own_secret is None and (
+            self.secrets is None
+            or self.secrets.broker_credential_root is None
+            or self.secrets.ha_secret is None
+        ):
+            raise SpecError(
+                "no broker credential: set spec.controller.secretName (a Secret with keys "
+                "broker-credential and ha-secret) or give the operator its release Secret "
+                "(BROKERGROUP_RELEASE_SECRET) or BROKERGROUP_BROKER_CREDENTIAL_ROOT_FILE and "
+                "BROKERGROUP_HA_SECRET_FILE"
+            )
+
+    def _validate_rocketmq(self) -> None:
+        if self.spec.get("config"):
+            raise SpecError(
+                "spec.config holds settings of the built-in broker: stock RocketMQ brokers "
+                "(spec.engine rocketmq) take theirs from spec.rocketmq"
+            )
+        try:
+            rmq.RocketMQSettings.from_spec(self.spec)
+        except rmq.RocketMQSpecError as exc:
+            raise SpecError(str(exc)) from None
+        if self.own_secret is None and (
+            self.secrets is None or self.secrets.rocketmq_credentials is None
+        ):
+            raise SpecError(
+                "no RocketMQ key pair for stock brokers: the release Secret lacks "
+                "rocketmq-credentials (with it the operator writes the group's own pair into "
+                "a Secret it manages) or set spec.controller.secretName (keys "
+                "broker-credential, ha-secret and rocketmq-credentials: `brokergroup admin "
+                "derive-credential --rocketmq --role broker` prints the group's pair)"
+            )
