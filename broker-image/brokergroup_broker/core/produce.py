@@ -106,6 +106,7 @@ class ProducePath:
         self._committer = committer
         self._heartbeat_now = heartbeat_now
         self._queue_cursor: dict[str, int] = {}
+        self.arrivals = store.arrivals  # held pulls of the remoting front (store/arrivals.py)
 
     def _check_send(self, count: int) -> tuple[int, ReplicationView]:
         """The checks before a produce appends (role, size, lease, store, admission);

@@ -302,6 +302,7 @@ class ReplicationLink:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await asyncio.wait_for(task, _STOP_TASK_TIMEOUT_S)
+        self._store.arrivals.wake_all()  # a role change: held pulls answer as the new role says
 
     # -- the controller's view ------------------------------------------------------------
     def on_controller_view(self, group: roles.GroupView, takeover_wait_ms: int) -> None:

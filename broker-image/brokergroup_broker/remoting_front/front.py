@@ -9,8 +9,10 @@ its answer or its `BrokerError` into RocketMQ's response (`wire.SEND_CODE_OF`). 
 through `start_send_batch`, so the commit rule, masterEpoch fencing, lease and admission
 are the same as for the project's own protocol: a RocketMQ SEND_OK means what our SUCCESS
 means. Pulls send the records exactly as the store holds them (RocketMQ's v1 layout), up to
-confirmOffset; a pull with the suspend flag waits for new records (long polling) by
-re-reading the queue's offsets every `pull_poll_ms`, at most its suspendTimeoutMillis.
+confirmOffset; a pull with the suspend flag that finds nothing new holds (long polling) until
+its queue's readable end moves (the store's `Arrivals`, as RocketMQ's PullRequestHoldService
+is woken by NotifyMessageArrivingListener), at most its suspendTimeoutMillis; an idle held
+pull costs no CPU. Over `max_held_pulls` held at once, a pull is answered SYSTEM_BUSY.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from brokergroup_broker.remoting_front.broker_status import BrokerStatus
 from brokergroup_broker.remoting_front.clients import ConsumerGroups, QueueLocks
 from brokergroup_broker.remoting_front.group_notify import GroupNotifier
 from brokergroup_broker.remoting_front.key_query import RecordSource
+from brokergroup_broker.store.arrivals import Arrivals
 from brokergroup_broker.store.health import DiskSpace
 from brokergroup_broker.store.message import StoredMessage
 from brokergroup_broker.topics import topic_error
@@ -62,6 +65,9 @@ class ProduceAndPull(RecordSource, Protocol):
     """What this front end calls of the broker's one produce/pull path
     (`core.produce.ProducePath` implements it; the broker package's layering keeps this
     package from importing `core`)."""
+
+    @property
+    def arrivals(self) -> Arrivals: ...
 
     def start_send_batch(self, batch: SendBatch, reply: Callable[[Response], None]) -> None: ...
 
@@ -95,8 +101,10 @@ class FrontSettings:
     """Queues of a created topic (UPDATE_AND_CREATE_TOPIC asks for more: capped here, since
     the produce path's queue choice is bounded by defaultTopicQueueNums)."""
     max_batch_messages: int = 1024
-    pull_poll_ms: int = 20
-    """How often a suspended pull looks for new records: the added delivery latency."""
+    max_held_pulls: int = 100_000
+    """Pulls held (long polling) at once on this broker; one more is answered SYSTEM_BUSY
+    (a stock consumer pulls again 3 s later), as RocketMQ answers when its pull thread
+    pool's queue is full. Each connection holds at most its in-flight limit (net.py)."""
     max_suspend_ms: int = 30_000
     """Upper bound of a pull's suspendTimeoutMillis (the stock consumer asks 15 s)."""
     key_query_budget_bytes: int = 32 << 20
@@ -443,9 +451,36 @@ class RemotingFront:
             if req.queue_offset < got.min_offset or req.queue_offset > got.max_offset:
                 moved = got.min_offset if req.queue_offset < got.min_offset else got.max_offset
                 return self._pull_answer(cmd, ResponseCode.PULL_OFFSET_MOVED, moved, got)
-            if self._clock_ms() >= deadline:
+            left_ms = deadline - self._clock_ms()
+            if left_ms <= 0:
                 return self._pull_answer(cmd, ResponseCode.PULL_NOT_FOUND, req.queue_offset, got)
-            await asyncio.sleep(self._settings.pull_poll_ms / 1000)
+            if not await self._hold(req.topic, req.queue_id, left_ms):
+                return response_to(
+                    cmd,
+                    ResponseCode.SYSTEM_BUSY,
+                    f"[OVERLOAD] {self._settings.max_held_pulls} pulls are held on this broker "
+                    "(max_held_pulls); pull again later",
+                )
+
+    async def _hold(self, topic: str, queue_id: int, wait_ms: int) -> bool:
+        """Wait until the queue's readable end may have moved (arrivals.py) or `wait_ms`
+        passed; False at once when `max_held_pulls` pulls already wait. A cancelled pull
+        (its connection closed) leaves nothing behind."""
+        arrivals = self._produce.arrivals
+        if len(arrivals) >= self._settings.max_held_pulls:
+            return False
+        woken: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def wake() -> None:
+            if not woken.done():
+                woken.set_result(None)
+
+        held = arrivals.hold(topic, queue_id, wake)
+        try:
+            await asyncio.wait((woken,), timeout=wait_ms / 1000)
+        finally:
+            held.cancel()
+        return True
 
     @staticmethod
     def _pull_answer(

@@ -33,6 +33,7 @@ from pathlib import Path
 from brokergroup_broker.topics import is_valid_topic
 
 from ._fileio import fsync_dir, write_all
+from .arrivals import Arrivals
 from .errors import StoreConfigMismatch, StoreCorruption, TopicLimitReached
 from .message import RecordIndex
 
@@ -314,6 +315,7 @@ class ConsumeQueueSet:
         self.max_topics = max_topics
         self.queues: dict[tuple[str, int], ConsumeQueue] = {}
         self._queue_counts: dict[str, int] = {}  # topic -> highest queue id + 1
+        self.arrivals = Arrivals()  # held pulls, woken as records become readable
         directory.mkdir(parents=True, exist_ok=True)
         for topic_dir in sorted(directory.iterdir()):
             if not topic_dir.is_dir():
@@ -428,6 +430,9 @@ class ConsumeQueueSet:
             group[1].append(pack(physical_offset, size, tags_code))
         for (topic, queue_id), (first, entries) in groups.items():
             self.get_or_create(topic, queue_id).append(first, b"".join(entries))
+        head, tail = records[0], records[-1]
+        start, last_end = head.physical_offset, tail.physical_offset + tail.size
+        self.arrivals.appended(groups, start, start + head.size, last_end)
         return skipped
 
     def append_run(
@@ -445,6 +450,8 @@ class ConsumeQueueSet:
         codes = repeat(0) if tags_codes is None else tags_codes
         data = b"".join(map(CQ_ENTRY.pack, physical_offsets, sizes, codes))
         self.get_or_create(topic, queue_id).append(first_queue_offset, data)
+        first, last = physical_offsets[0], physical_offsets[-1]
+        self.arrivals.appended(((topic, queue_id),), first, first + sizes[0], last + sizes[-1])
 
     def truncate_physical(self, physical_offset: int) -> int:
         """Drop entries of records that end after `physical_offset`; returns entries dropped."""

@@ -10,6 +10,7 @@ the state it touches, wired once in `opening.open_store`:
     Appender       the log's tail: appends, replicated appends, dispatch (appender.py)
     Durability     flushed_offset: fdatasync, group commit, periodic flush (durability.py)
     Reader         ranges for sendfile, pulls, queue offsets (reader.py)
+    Arrivals       held pulls, woken when their queue's records become readable (arrivals.py)
     Truncation     cut to a point, cut a partial tail, reset (truncation.py)
     StoreHealth    closed, fatal and space errors, disk usage (health.py)
 
@@ -49,6 +50,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .arrivals import Arrivals
 from .checkpoint import StoreCheckpoint
 from .commitlog import CommitLog
 from .config import StoreConfig
@@ -69,6 +71,7 @@ class MessageStore:
         self.config: StoreConfig = parts.config
         self.commitlog: CommitLog = parts.commitlog
         self.queues: ConsumeQueueSet = parts.queues
+        self.arrivals: Arrivals = parts.queues.arrivals
         self.checkpoint: StoreCheckpoint = parts.checkpoint
         self.epoch_file: EpochFile = parts.epoch_file
         self.consumer_offsets: ConsumerOffsetStore = parts.consumer_offsets
@@ -146,5 +149,7 @@ class MessageStore:
         return self.checkpoint.confirm_offset
 
     def set_confirm_offset(self, offset: int) -> None:
-        """Remember confirmOffset; persisted at the next flush()."""
+        """Remember confirmOffset (persisted at the next flush()); wake the pulls held on
+        queues whose records it made readable (arrivals.py)."""
         self.checkpoint.confirm_offset = offset
+        self.arrivals.advance(min(offset, self._reader.serve_end()))

@@ -55,6 +55,7 @@ class Truncation:
             dropped = self._queues.truncate_physical(offset)
             self._appender.after_cut()
             self._durability.after_truncate(offset, self._appender.last_record_end)
+        self._queues.arrivals.wake_all()  # held pulls past the cut answer OFFSET_MOVED
         log.warning(
             "store %s truncated to %d: %d commit log bytes and %d consume queue entries removed",
             self._root, offset, removed, dropped,
@@ -87,3 +88,4 @@ class Truncation:
             self._queues.destroy()
             self._appender.reset_to(offset)
             self._durability.after_reset(offset)
+        self._queues.arrivals.wake_all()
