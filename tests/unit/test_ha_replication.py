@@ -146,9 +146,11 @@ async def start_master(
     return MasterHarness(store, service, clock, acks, disconnects)
 
 
-def start_slave(store: MessageStore, broker_id: int, master: MasterHarness) -> SlaveHarness:
+def start_slave(
+    store: MessageStore, broker_id: int, master: MasterHarness, config: HAConfig = CONFIG
+) -> SlaveHarness:
     confirms: list[int] = []
-    service = HASlaveService(store, CONFIG, broker_id=broker_id, on_confirm_offset=confirms.append)
+    service = HASlaveService(store, config, broker_id=broker_id, on_confirm_offset=confirms.append)
     task = asyncio.create_task(service.run(master.service.bound_address))
     return SlaveHarness(broker_id, store, service, task, confirms)
 
@@ -650,3 +652,96 @@ def test_confirm_publish_delay_is_checked_against_the_heartbeat() -> None:
         with pytest.raises(ValueError, match="confirm_publish_delay_ms"):
             HAConfig(heartbeat_interval_ms=500, confirm_publish_delay_ms=delay)
     assert HAConfig(heartbeat_interval_ms=500, confirm_publish_delay_ms=0)
+
+
+async def test_stop_hands_the_last_confirm_offset_to_the_slaves_first(
+    tmp_path: Path, cleanup: list[Callable[[], Awaitable[Any]]]
+) -> None:
+    """DESIGN §3.3, issue 32 item 8: a master stopped while a moved confirmOffset still
+    waits `confirm_publish_delay_ms` for a batch (a SIGTERM right after the last ack)
+    sends it before the streams close, so the slave an election promotes next serves
+    all it acknowledged. The delay here outlasts the test: only the stop can send it.
+    The old stop cancelled the streams and the slaves kept the offset before."""
+    config = HAConfig(
+        heartbeat_interval_ms=4000,
+        confirm_publish_delay_ms=3000,
+        read_timeout_ms=10_000,
+        write_timeout_ms=5000,
+        reconnect_backoff_min_ms=20,
+        reconnect_backoff_max_ms=200,
+    )
+    master_store = open_store(tmp_path / "m")
+    cleanup.append(_closer(master_store))
+    master_store.epoch_file.append(1, 0)
+    produce(master_store, 40, "a")
+    master = await start_master(master_store, epoch=1, config=config)
+    cleanup.append(master.service.stop)
+    slaves = []
+    for broker_id in (2, 3):
+        store = open_store(tmp_path / f"s{broker_id}")
+        cleanup.append(_closer(store))
+        slave = start_slave(store, broker_id, master, config)
+        cleanup.append(slave.stop)
+        slaves.append(slave)
+    acked_before = master_store.max_offset
+    master.service.set_confirm_offset(acked_before)  # the first frame of a session carries it
+    await eventually(
+        lambda: all(s.confirms[-1:] == [acked_before] for s in slaves), "slaves at confirm"
+    )
+    produce(master_store, 5, "last")
+    master.service.notify_appended()
+    end = master_store.max_offset
+    await eventually(
+        lambda: all(master.service.slaves()[s.broker_id].ack_offset == end for s in slaves),
+        "both slaves acked the last batch",
+    )
+    master.service.set_confirm_offset(end)  # the commit rule acknowledges the last batch
+
+    await master.service.stop()
+
+    for slave in slaves:
+        assert slave.confirms[-1] == end, (slave.broker_id, slave.confirms)
+    assert all(not p.connected for p in master.service.slaves().values())
+
+
+async def test_a_confirm_offset_held_back_goes_at_once_when_writes_stop(
+    tmp_path: Path, cleanup: list[Callable[[], Awaitable[Any]]]
+) -> None:
+    """A master whose role stopped taking writes (a SIGTERM, a fence) sends a moved
+    confirmOffset at once: no batch will come to carry it, and the controller may elect
+    a slave before the delay ends. The delay here outlasts the test's deadline."""
+    config = HAConfig(
+        heartbeat_interval_ms=60_000,
+        confirm_publish_delay_ms=59_000,
+        read_timeout_ms=120_000,
+        write_timeout_ms=5000,
+        ha_max_time_slave_not_catch_up_ms=120_000,
+    )
+    master_store = open_store(tmp_path / "m")
+    cleanup.append(_closer(master_store))
+    master_store.epoch_file.append(1, 0)
+    produce(master_store, 5, "a")
+    service = (await start_master(master_store, epoch=1, config=config)).service
+    cleanup.append(service.stop)
+    reader, writer = await asyncio.open_connection(*service.bound_address)
+    cleanup.append(_writer_closer(writer))
+    decoder = MasterFrameDecoder()
+
+    async def next_frame() -> Any:
+        while (event := decoder.next_event()) is NEED_DATA:
+            data = await asyncio.wait_for(reader.read(65536), DEADLINE_S)
+            assert data, "the master closed the link"
+            decoder.receive_data(data)
+        return event
+
+    writer.write(SlaveHandshake(slave_broker_id=2).encode())
+    assert isinstance(await next_frame(), MasterHandshake)
+    end = master_store.max_offset
+    writer.write(SlaveAck(max_offset=end).encode())
+    first = await next_frame()
+    assert (first.offset, first.confirm_offset) == (end, 0)
+
+    service.set_confirm_offset(end)  # held back for a batch to carry it
+    service.writes_stopped()
+    alone = await next_frame()
+    assert (alone.offset, alone.body, alone.confirm_offset) == (end, b"", end)

@@ -176,6 +176,12 @@ class ReplicationLink:
     def fail_all(self, outcome: AckOutcome) -> None:
         self._resolve(self.waiters.fail_all(outcome))
 
+    def writes_stopped(self) -> None:
+        """The role took its last write: the HA master sends a moved confirmOffset at
+        once instead of waiting for a batch to carry it (none will come)."""
+        if self._ha_master is not None:
+            self._ha_master.writes_stopped()
+
     def _resolve(self, released: Sequence[tuple[int, AckOutcome]]) -> None:
         for token, outcome in released:
             on_outcome = self._futures.pop(token, None)
@@ -270,10 +276,16 @@ class ReplicationLink:
                 takeover_wait_ms,
             )
         await master.start(*self._ha_bind)
+        self._ha_master = master
+        # DESIGN.md §3.3: confirmOffset is the SyncStateSet's, from the first read on,
+        # not from the first produce or slave ack. An election leaves the set {us}
+        # (only we can be elected next), so it covers our whole (durable) log: at
+        # least what the old master acknowledged, as we were in its set. The floor
+        # (what the old master last told us) may be a commit round behind it.
+        self.view()
         # Headers carry confirmOffset only on change: seed it, or slaves (and an
         # acting master among them) would serve nothing until the next write.
         master.set_confirm_offset(self._confirm_offset)
-        self._ha_master = master
         self.release()
 
     def start_slave(self, decision: roles.BecomeSlave) -> None:

@@ -141,6 +141,7 @@ class RoleTransitions:
         that stops also drops its RocketMQ client connections (`on_master_lost`)."""
         was_master = self._role.is_master
         self._role.stop_writes()
+        self._replication.writes_stopped()
         if was_master:
             self._on_master_lost(f"broker {self._broker_id} is no longer the master")
         self._replication.fail_all(outcome)

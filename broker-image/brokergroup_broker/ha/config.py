@@ -42,6 +42,14 @@ class HAConfig:
     of two of each; an idle group's slaves see the new confirmOffset (their
     consumers' read limit) this much later. 0 sends it at once."""
 
+    stop_drain_timeout_ms: int = 1000
+    """How long ``HAMasterService.stop`` waits for each streaming slave to receive the
+    master's last confirmOffset (sent at once, then a half-close the slave reads to
+    its end) before the connections are cut. The slave promoted next, or acting
+    as master, then serves everything this master acknowledged. A healthy slave
+    needs one round trip; a stopped or unreachable one holds the master's step
+    down (and a graceful shutdown) this long."""
+
     read_timeout_ms: int = 3000
     """haHousekeepingInterval: a connection with no frame received for this long is
     closed (master side: slave presumed dead; slave side: reconnect). Shorter
@@ -111,6 +119,7 @@ class HAConfig:
             "max_frame_body_bytes": self.max_frame_body_bytes,
             "read_chunk_bytes": self.read_chunk_bytes,
             "max_inflight_batches": self.max_inflight_batches,
+            "stop_drain_timeout_ms": self.stop_drain_timeout_ms,
         }
         for name, value in positive.items():
             if value <= 0:

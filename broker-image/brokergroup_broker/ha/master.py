@@ -44,6 +44,17 @@ would never count as caught up; so the pairs of unacked sends are kept in a
 bounded FIFO and an ack consumes every pair it covers. With one batch in
 flight this is exactly the seed's rule.
 
+Stopping (``stop``): the last confirmOffset is what the master acknowledged, and
+at any instant it may still be held back by ``confirm_publish_delay_ms`` or ride on
+no batch at all. So a stop drains each streaming connection, bounded by
+``stop_drain_timeout_ms``: the sender sends the confirmOffset its slave has not
+heard (no more data: what a slave lacks was not acknowledged), half-closes, and
+reads acks until the slave closes its side -- the slave has then read that frame.
+A role that stopped taking writes (``writes_stopped``) sends a moved confirmOffset
+at once, since no batch will come to carry it. A slave promoted next thus starts
+from what this master acknowledged; a new master does not rely on it either
+(core/replication.py computes its confirmOffset from its SyncStateSet at once).
+
 Invariants
 ----------
 * A batch's bytes all lie in one epoch: ``epochStartOffset <= offset`` and
@@ -127,6 +138,7 @@ class HAMasterService:
         self._by_broker: dict[int, _Connection] = {}
         self._progress: dict[int, SlaveProgress] = {}
         self._stopping = False
+        self._writes_stopped = False
         self._streams = SlaveStreams(
             store,
             config,
@@ -135,6 +147,8 @@ class HAMasterService:
             confirm_offset=lambda: self._confirm_offset,
             publish=self._publish,
             on_slave_ack=on_slave_ack,
+            writes_stopped=lambda: self._writes_stopped,
+            stopping=lambda: self._stopping,
         )
 
     # ------------------------------------------------------------------ public API
@@ -184,13 +198,31 @@ class HAMasterService:
         )
 
     async def stop(self) -> None:
-        """Close the listener and every slave connection; waits for their tasks."""
+        """Close the listener and every slave connection; waits for their tasks.
+
+        Streaming connections are drained first, for at most
+        ``stop_drain_timeout_ms``: each sends the confirmOffset its slave has not
+        heard yet, at once, then half-closes, and the slave reads that frame before
+        the end of the stream (master_stream.SlaveStreams.send_loop). So a slave
+        promoted next, or acting as master, starts from everything this master
+        acknowledged. The rest is cancelled."""
         self._stopping = True
         tasks: list[asyncio.Task[None]] = []
         if self._accept_task is not None:
             tasks.append(self._accept_task)
             self._accept_task = None
-        tasks.extend(conn.task for conn in list(self._connections) if conn.task is not None)
+        draining: list[asyncio.Task[None]] = []
+        for conn in list(self._connections):
+            if conn.task is None:
+                continue
+            # Streaming (past the handshake): drain it; still shaking hands: cut it.
+            (draining if conn.next_offset >= 0 else tasks).append(conn.task)
+        for task in tasks:
+            task.cancel()
+        if draining:
+            self._wake_all()
+            await asyncio.wait(draining, timeout=self._config.stop_drain_timeout_ms / 1000)
+            tasks.extend(draining)
         for task in tasks:
             task.cancel()
         # Tasks close their own sockets; the listener goes after its accept task ended, so
@@ -201,6 +233,12 @@ class HAMasterService:
         if self._listener is not None:
             self._listener.close()
             self._listener = None
+
+    def writes_stopped(self) -> None:
+        """No more appends under this master (its role stopped taking writes): a moved
+        confirmOffset goes to the slaves at once, as no batch will come to carry it."""
+        self._writes_stopped = True
+        self.notify_appended()
 
     def set_confirm_offset(self, offset: int) -> None:
         """The confirmOffset carried in every following transfer header; an idle link
@@ -385,6 +423,9 @@ class HAMasterService:
         reader = asyncio.create_task(self._streams.ack_loop(conn), name=f"ha-acks-{conn.address}")
         try:
             done, _ = await asyncio.wait({sender, reader}, return_when=asyncio.FIRST_COMPLETED)
+            if sender in done and not sender.cancelled() and sender.exception() is None:
+                await self._finish_drain(conn, reader)
+                return
         finally:
             for task in (sender, reader):
                 task.cancel()
@@ -394,6 +435,22 @@ class HAMasterService:
         for task in done:
             if not task.cancelled() and (exc := task.exception()) is not None:
                 raise exc
+
+    async def _finish_drain(self, conn: _Connection, reader: asyncio.Task[None]) -> None:
+        """The sender returned (``stop``): its last frame is queued. Half-close and read
+        acks until the slave, having read every frame before our end of stream, closes
+        its side. Closing at once could reset the connection under a frame the slave
+        has not read (a close with unread acks sends RST); ``stop`` bounds the wait."""
+        with contextlib.suppress(OSError):
+            conn.sock.shutdown(socket.SHUT_WR)
+        with contextlib.suppress(_ConnectionClosed, OSError, HAProtocolError, TimeoutError):
+            await reader
+        log.info(
+            "HA master: stream to slave broker %s at %s drained (last confirmOffset %d)",
+            conn.broker_id,
+            conn.address,
+            self._confirm_offset,
+        )
 
     def _register(self, conn: _Connection, handshake: SlaveHandshake) -> None:
         broker_id = handshake.slave_broker_id

@@ -48,9 +48,14 @@ class SlaveStreams:
         confirm_offset: Callable[[], int],
         publish: Callable[[_Connection, bool], None],
         on_slave_ack: Callable[[int, int], None],
+        writes_stopped: Callable[[], bool] = lambda: False,
+        stopping: Callable[[], bool] = lambda: False,
     ) -> None:
         """`confirm_offset()`: the master's current confirmOffset for transfer headers;
-        `publish(conn, connected)`: the master records the connection's progress."""
+        `publish(conn, connected)`: the master records the connection's progress;
+        `writes_stopped()`: no batch will come to carry a moved confirmOffset, so it
+        goes at once; `stopping()`: the master stops, `send_loop` sends what
+        confirmOffset it has not sent and returns (the drain, see `send_loop`)."""
         self._store = store
         self._config = config
         self._master_epoch = master_epoch
@@ -58,6 +63,8 @@ class SlaveStreams:
         self._confirm_offset = confirm_offset
         self._publish = publish
         self._on_slave_ack = on_slave_ack
+        self._writes_stopped = writes_stopped
+        self._stopping = stopping
 
     async def ack_loop(self, conn: _Connection) -> None:
         while True:
@@ -105,6 +112,15 @@ class SlaveStreams:
         conn.inflight.append((master_max, self._now_ms()))
 
     async def send_loop(self, conn: _Connection) -> None:
+        """Batches, heartbeats and confirmOffset changes to one slave until cancelled, or,
+        once the master stops (`stopping()`), until the slave has been sent the current
+        confirmOffset: then it returns and the caller half-closes the stream.
+
+        The drain sends no more log data: what is not yet on a slave was not
+        acknowledged, while the last confirmOffset is exactly what was, and is held
+        back by `confirm_publish_delay_ms` (or a batch still in flight) at any
+        instant. Cancelling instead left a slave promoted by the next election one
+        commit round behind what the old master acknowledged."""
         loop = asyncio.get_running_loop()
         heartbeat_s = self._config.heartbeat_interval_ms / 1000
         confirm_delay_s = self._config.confirm_publish_delay_ms / 1000
@@ -114,6 +130,10 @@ class SlaveStreams:
         while True:
             conn.wake.clear()  # before reading max_offset: an append after this re-sets it
             store_max = self._store.max_offset
+            if self._stopping():
+                if sent_confirm != self._confirm_offset():
+                    await self._send_heartbeat(conn, store_max)
+                return
             if conn.next_offset < store_max:
                 await self._send_batch(conn, store_max)
                 sent_confirm = self._confirm_offset()
@@ -131,6 +151,8 @@ class SlaveStreams:
                 if confirm_due is None:
                     # A new session's first frame tells the slave at once.
                     confirm_due = now + confirm_delay_s if sent_confirm >= 0 else now
+                if self._writes_stopped():
+                    confirm_due = now  # no batch will come to carry it
                 if now >= confirm_due:
                     await self._send_heartbeat(conn, store_max)
                     sent_confirm = self._confirm_offset()
