@@ -209,7 +209,11 @@ async def _run(
     producer = ContinuousProducer(
         ledger,
         Producer(
-            CLUSTER, BROKER_NAME, controller_addresses=runtime.addresses.api_addresses, token=token
+            CLUSTER,
+            BROKER_NAME,
+            controller_addresses=runtime.addresses.api_addresses,
+            token=token,
+            credentials=runtime.client_pair(),
         ),
         "k",
     )
@@ -226,6 +230,7 @@ async def _run(
                     BROKER_NAME,
                     controller_addresses=runtime.addresses.api_addresses,
                     token=token,
+                    credentials=runtime.client_pair(),
                     config=ClientConfig(request_timeout_ms=args.partition_request_timeout_ms),
                 ),
                 "p",
@@ -242,7 +247,7 @@ async def _run(
         await producer.stop()
     final = await observer.wait_healthy(ledger)
     assert final.master_address is not None
-    counts, where = await read_back(final.master_address)
+    counts, where = await read_back(final.master_address, runtime.client_pair())
     add_timelines(runtime.root, trials)
     lost = [k for k in ledger.acked if counts[k] == 0]
     misplaced = [

@@ -44,6 +44,7 @@ from brokergroup_controller.api import ReplicaInfo  # noqa: E402
 from brokergroup_controller.client import ControllerClient, ControllerUnavailable  # noqa: E402
 from brokergroup_controller.errors import ControllerError  # noqa: E402
 from brokergroup_controller.server import ControllerConfig  # noqa: E402
+from brokergroup_remoting.net import Credentials  # noqa: E402
 
 CLUSTER = "DefaultCluster"  # local runtime defaults
 
@@ -184,6 +185,7 @@ class Observer:
         try:
             async with self.session.get(
                 f"http://{host}:{CLIENT_PORT + 2}/v1/status",
+                headers={"Authorization": f"Bearer {self.runtime.broker_credential()}"},
                 timeout=aiohttp.ClientTimeout(total=0.5),
             ) as response:
                 if response.status != 200:
@@ -360,8 +362,10 @@ def add_timelines(root: Path, trials: list[Trial]) -> None:
         t.timeline["first_ack"] = t.failover_s
 
 
-async def read_back(address: str) -> tuple[Counter[str], dict[str, set[tuple[int, int]]]]:
-    conn = await BrokerConnection.connect(address)
+async def read_back(
+    address: str, credentials: Credentials | None = None
+) -> tuple[Counter[str], dict[str, set[tuple[int, int]]]]:
+    conn = await BrokerConnection.connect(address, credentials=credentials)
     counts: Counter[str] = Counter()
     where: dict[str, set[tuple[int, int]]] = {}
     try:

@@ -100,9 +100,12 @@ DEFAULT_SETTINGS: dict[str, str] = {
 async def _worker(args: argparse.Namespace) -> dict[str, Any]:
     from brokergroup_broker.protocol.client import BrokerConnection, ClientConfig
     from brokergroup_broker.protocol.messages import BrokerError, ProduceMessage
+    from brokergroup_remoting.keys import read_key_file
 
     conn = await BrokerConnection.connect(
-        args.address, ClientConfig(max_in_flight=max(args.inflight, 1))
+        args.address,
+        ClientConfig(max_in_flight=max(args.inflight, 1)),
+        credentials=read_key_file(args.key_file) if args.key_file else None,
     )
     body = bytes(os.urandom(BODY_BYTES))
     batch = [ProduceMessage(TOPIC, body) for _ in range(args.batch)]
@@ -285,7 +288,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         flush=True,
     )
     settings = {**DEFAULT_SETTINGS, "flushDiskType": args.flush}
-    group = BrokerGroupHarness(base / "group", block=BLOCK, replicas=REPLICAS, settings=settings)
+    group = BrokerGroupHarness(
+        base / "group", block=BLOCK, replicas=REPLICAS, settings=settings, client_auth=True
+    )
     producers: list[subprocess.Popen[bytes]] = []
     profilers: list[subprocess.Popen[bytes]] = []
     try:
@@ -302,6 +307,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             cmd = [
                 sys.executable, __file__, "--worker",
                 "--address", address,
+                "--key-file", str(group.client_key_file),
                 "--batch", str(args.batch),
                 "--inflight", str(args.inflight),
                 "--warmup", str(args.warmup),
@@ -460,6 +466,7 @@ def main() -> int:
     # Internal: a producer process.
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--address", help=argparse.SUPPRESS)
+    parser.add_argument("--key-file", help=argparse.SUPPRESS)
     parser.add_argument("--start-at", type=float, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.seconds is None:

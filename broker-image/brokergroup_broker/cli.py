@@ -50,6 +50,13 @@ def _connection_args(parser: argparse.ArgumentParser, *, many_addresses: bool) -
         default=None,
         help="file holding the controller bearer token (env BROKERGROUP_CONTROLLER_TOKEN)",
     )
+    group.add_argument(
+        "--key-file",
+        default=None,
+        help='the group\'s client key pair, JSON {"accessKey", "secretKey"}: every broker '
+        "connection proves it (env BROKERGROUP_KEY_FILE; default the local runtime's "
+        "client-keys.json)",
+    )
     group.add_argument("--cluster-name", default="DefaultCluster")
     group.add_argument("--broker-name", default="broker-a")
     group.add_argument(

@@ -32,7 +32,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
-from brokergroup_controller.credentials import Role, derive_credential
+from brokergroup_controller.credentials import (
+    RocketMQKeyPair,
+    Role,
+    derive_credential,
+    derive_rocketmq_pair,
+)
+from brokergroup_remoting.net import Credentials
 from tests.integration.controller_harness import ControllerCluster, terminate_all, wait_or_kill
 
 CLIENT_PORT = 10911
@@ -97,7 +103,11 @@ class BrokerGroupHarness:
         replicas: int = 3,
         settings: Mapping[str, str] | None = None,
         controller_config: Mapping[str, Any] | None = None,
+        client_auth: bool = False,
     ) -> None:
+        """`client_auth`: brokers get the group's RocketMQ pairs (`--remoting-key-file`,
+        `--remoting-client-key-file`) and their client port authenticates; otherwise it is
+        open (`--insecure-no-client-auth`) and tests connect without a pair."""
         if not 10 <= block <= 250:
             raise ValueError("broker tests use loopback blocks 127.0.10.0/24 and above")
         self.base_dir = Path(base_dir)
@@ -117,6 +127,18 @@ class BrokerGroupHarness:
             )
             + "\n"
         )
+        self.client_auth = client_auth
+        root = self.controllers.broker_credential_root
+        self.broker_pair = _pair(derive_rocketmq_pair(root, Role.BROKER, CLUSTER, BROKER_NAME))
+        self.client_pair = _pair(derive_rocketmq_pair(root, Role.CLIENT, CLUSTER, BROKER_NAME))
+        self.broker_key_file = self.base_dir / "broker-keys.json"
+        self.client_key_file = self.base_dir / "client-keys.json"
+        for path, key_pair in ((self.broker_key_file, self.broker_pair),
+                               (self.client_key_file, self.client_pair)):  # fmt: skip
+            path.write_text(
+                json.dumps({"accessKey": key_pair.access_key, "secretKey": key_pair.secret_key})
+            )
+            path.chmod(0o600)
         self._next_host = 10
         self.brokers: dict[int, BrokerProcess] = {}
         for slot in range(replicas):
@@ -159,7 +181,13 @@ class BrokerGroupHarness:
             broker.host,
             "--client-port",
             str(CLIENT_PORT),
-        ]
+            *(
+                ["--remoting-key-file", str(self.broker_key_file),
+                 "--remoting-client-key-file", str(self.client_key_file)]
+                if self.client_auth
+                else ["--insecure-no-client-auth"]
+            ),
+        ]  # fmt: skip
         for key, value in {**self.settings, **(extra_settings or {})}.items():
             cmd += ["--set", f"{key}={value}"]
         return cmd
@@ -257,7 +285,12 @@ class BrokerGroupHarness:
         broker = self.brokers[slot]
         if not broker.running() or broker.paused:
             return None
-        return _get_json(f"{broker.http}/v1/status", timeout_s)
+        return _get_json(f"{broker.http}/v1/status", timeout_s, self.broker_credential)
+
+    @property
+    def broker_credential(self) -> str:
+        """The group's broker credential: the bearer token of the brokers' HTTP port."""
+        return self.broker_credential_file.read_text().strip()
 
     def ready(self, slot: int) -> bool:
         broker = self.brokers[slot]
@@ -351,9 +384,16 @@ class BrokerGroupHarness:
         return self.wait_for(probe, f"a SyncStateSet of {size}", timeout_s)
 
 
-def _get_json(url: str, timeout_s: float) -> dict[str, Any] | None:
+def _pair(pair: RocketMQKeyPair) -> Credentials:
+    return Credentials(pair.access_key, pair.secret_key)
+
+
+def _get_json(url: str, timeout_s: float, token: str | None = None) -> dict[str, Any] | None:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
-        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+        with urllib.request.urlopen(
+            urllib.request.Request(url, headers=headers), timeout=timeout_s
+        ) as response:
             value = json.loads(response.read())
     except (urllib.error.URLError, OSError, ValueError):
         return None
@@ -409,7 +449,9 @@ class CarefulProducer:
             return None
         try:
             self._conn = await BrokerConnection.connect(
-                address, ClientConfig(request_timeout_ms=8000, connect_timeout_ms=1000)
+                address,
+                ClientConfig(request_timeout_ms=8000, connect_timeout_ms=1000),
+                credentials=self.group.client_pair if self.group.client_auth else None,
             )
         except OSError:
             return None
@@ -453,11 +495,13 @@ class CarefulProducer:
         return key
 
 
-async def read_topic(address: str, topic: str, queue_count: int = 4) -> dict[int, list[Any]]:
+async def read_topic(
+    address: str, topic: str, queue_count: int = 4, credentials: Credentials | None = None
+) -> dict[int, list[Any]]:
     """Every readable message of every queue of `topic` on one broker."""
     from brokergroup_broker.protocol.client import BrokerConnection
 
-    conn = await BrokerConnection.connect(address)
+    conn = await BrokerConnection.connect(address, credentials=credentials)
     try:
         out: dict[int, list[Any]] = {}
         for queue_id in range(queue_count):

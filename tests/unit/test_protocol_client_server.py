@@ -276,8 +276,14 @@ async def test_handler_bug_is_system_error(servers: Servers) -> None:
 
 
 def _raw_exchange(address: str, payload: bytes, frames_wanted: int) -> tuple[list[object], bool]:
+    """Raw frames after the handshake of an open port (no credential: an empty HELLO)."""
     host, port = address.rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=3) as sock:
+        challenge = b""
+        while len(challenge) < 36:
+            challenge += sock.recv(36 - len(challenge))
+        sock.sendall(b"\x00\x00" + bytes(64))
+        assert sock.recv(1) == b"\x01"  # OPEN
         sock.sendall(payload)
         decoder = FrameDecoder()
         out: list[object] = []

@@ -94,11 +94,12 @@ from brokergroup_broker.core.controller_link import (
     ControllerUnavailable,
 )
 from brokergroup_broker.core.controller_session import ControllerSession
-from brokergroup_broker.core.http_status import StatusServer
+from brokergroup_broker.core.http_status import StatusServer, bearer_header
 from brokergroup_broker.core.lease import MasterLease
 from brokergroup_broker.core.peer_offsets import PeerOffsets
 from brokergroup_broker.core.produce import ProducePath
 from brokergroup_broker.core.registration import register
+from brokergroup_broker.core.remoting_keys import client_port_auth
 from brokergroup_broker.core.replication import ReplicationLink
 from brokergroup_broker.core.role_core import RoleCore
 from brokergroup_broker.core.role_transitions import RoleTransitions
@@ -188,8 +189,9 @@ class Broker:
                 store, on_flushed=flushed, on_error=failed, name="broker-group-commit"
             )
             self._committer.start()
-        self._session = aiohttp.ClientSession()
-        self._http = StatusServer(self)
+        # The group's broker credential: peers' /v1/consumer-offsets need it (http_status).
+        self._session = aiohttp.ClientSession(headers=bearer_header(s.controller_token))
+        self._http = StatusServer(self, token=s.controller_token)
         try:
             await self._http.start(s.bind_address, s.http_port)
             machine = rs.RegisterMachine(s.cluster_name, s.broker_name)
@@ -217,6 +219,11 @@ class Broker:
                 ServerConfig(
                     handler_timeout_ms=self.config.slave_timeout_ms * 2 + 1000,
                     max_frame_bytes=max(8 << 20, self.config.max_send_batch_messages * 4096),
+                ),
+                auth=client_port_auth(
+                    s.remoting_credentials,
+                    s.remoting_client_credentials,
+                    (s.cluster_name, s.broker_name),
                 ),
             )
             await self._server.start(s.bind_address, s.client_port)

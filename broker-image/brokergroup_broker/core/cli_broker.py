@@ -85,6 +85,13 @@ def register(subparsers: Any) -> None:
         "the broker pair alone): the file is an optional key of the pod's Secret",
     )
     parser.add_argument(
+        "--insecure-no-client-auth",
+        action="store_true",
+        help="dev only: a client port (--client-port) that serves connections without a key "
+        "pair; without it the port needs --remoting-key-file (the group's pairs, "
+        "docs/protocol.md 'Authentication')",
+    )
+    parser.add_argument(
         "--insecure-no-remoting-auth",
         action="store_true",
         help="dev only: a remoting port that takes unsigned requests",
@@ -163,6 +170,18 @@ def run_broker_command(args: argparse.Namespace) -> int:
         print(f"brokergroup broker: {pairs}", file=sys.stderr)
         return 2
     remoting_credentials, remoting_client_credentials = pairs
+    if remoting_credentials is None and not args.insecure_no_client_auth:
+        print(
+            "brokergroup broker: --remoting-key-file is required (or --insecure-no-client-auth "
+            "for development): the client port authenticates with the group's key pairs "
+            "(docs/security.md)",
+            file=sys.stderr,
+        )
+        return 2
+    if remoting_credentials is not None and args.insecure_no_client_auth:
+        print("brokergroup broker: --remoting-key-file and --insecure-no-client-auth conflict",
+              file=sys.stderr)  # fmt: skip
+        return 2
     remoting_on = remoting_credentials is not None or args.insecure_no_remoting_auth
     namesrv = tuple(
         a.strip() for a in str(args.namesrv_addresses).replace(";", ",").split(",") if a.strip()

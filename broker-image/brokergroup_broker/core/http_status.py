@@ -10,13 +10,26 @@
 
 A thin shell: every answer comes from a `StatusSource`, so the broker
 decides and this module only serialises.
+
+Authentication (DESIGN.md §11, docs/security.md): `/healthz` and `/readyz` are open (the
+kubelet probes them); every other path needs ``Authorization: Bearer <the group's broker
+credential>`` — the controller API's per-group token, which every broker of the group
+holds (`--controller-token-file`) and compares in constant time, before any handler runs.
+Its readers hold it too: the group's other brokers (consumer offsets), the local runtime's
+supervisor and status view. A missing or wrong one is 401. A broker without a token (a
+controller run with `--insecure-no-auth`) serves these paths open.
 """
 
 from __future__ import annotations
 
+import hmac
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from aiohttp import web
+
+#: Paths served without a credential: the kubelet's probes.
+OPEN_PATHS = frozenset({"/healthz", "/readyz"})
 
 
 class StatusSource(Protocol):
@@ -27,13 +40,41 @@ class StatusSource(Protocol):
     def consumer_offsets_snapshot(self) -> dict[str, Any]: ...
 
 
+def bearer_header(token: str | None) -> dict[str, str]:
+    """The request header a reader of the broker's HTTP port sends (none without a token)."""
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
 class StatusServer:
-    def __init__(self, source: StatusSource) -> None:
+    """`token`: the bearer credential every path but OPEN_PATHS needs (None: all open)."""
+
+    def __init__(self, source: StatusSource, *, token: str | None = None) -> None:
         self._source = source
+        self._token = token
         self._runner: web.AppRunner | None = None
 
+    @web.middleware
+    async def _authenticate(
+        self, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        if self._token is None or request.path in OPEN_PATHS:
+            return await handler(request)
+        header = request.headers.get("Authorization", "")
+        scheme, _, presented = header.partition(" ")
+        if scheme.lower() == "bearer" and hmac.compare_digest(
+            presented.strip().encode(), self._token.encode()
+        ):
+            return await handler(request)
+        reason = (
+            "no credential: this path needs 'Authorization: Bearer <the group's broker "
+            "credential>' (only /healthz and /readyz are open)"
+            if not header
+            else "the credential is not this group's broker credential"
+        )
+        return web.json_response({"error": "UNAUTHORIZED", "message": reason}, status=401)
+
     async def start(self, host: str, port: int) -> None:
-        app = web.Application()
+        app = web.Application(middlewares=[self._authenticate])
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
         app.router.add_get("/v1/status", self._status)

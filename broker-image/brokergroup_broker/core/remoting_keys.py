@@ -11,12 +11,16 @@ is read.
 A key file whose AccessKey is a derived one must name this broker's group and the role its
 flag says; a pair that is not derived (a release-wide pair, as before per-group pairs) is
 taken as it is.
+
+The broker's own client port (`brokergroup_broker.protocol.auth`) takes the same two
+pairs (`client_port_auth`), so an application holds one pair for both front ends.
 """
 
 from __future__ import annotations
 
 import hmac
 
+from brokergroup_broker.protocol.auth import ClientPortAuth
 from brokergroup_controller.credentials import Role, rocketmq_principal_of
 from brokergroup_remoting.net import Credentials, ServerAuth
 
@@ -69,4 +73,22 @@ def group_server_auth(pairs: tuple[Credentials, ...], group: tuple[str, str]) ->
     return ServerAuth(
         secret_for=secret_for,
         unknown_key_reason=lambda key: foreign_pair_reason(key, cluster_name, broker_name),
+    )
+
+
+def client_port_auth(
+    broker_pair: Credentials | None, client_pair: Credentials | None, group: tuple[str, str]
+) -> ClientPortAuth | None:
+    """What the client port checks: the group's broker and client pairs, each with its
+    role (None when the broker holds neither: an open port, `--insecure-no-client-auth`)."""
+    pairs = tuple(
+        (pair, role)
+        for pair, role in ((broker_pair, Role.BROKER), (client_pair, Role.CLIENT))
+        if pair is not None
+    )
+    if not pairs:
+        return None
+    cluster_name, broker_name = group
+    return ClientPortAuth(
+        pairs, unknown_key_reason=lambda key: foreign_pair_reason(key, cluster_name, broker_name)
     )

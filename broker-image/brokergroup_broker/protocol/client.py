@@ -24,8 +24,14 @@ Retry policy of `Producer`, and why:
   now. Retried only `isr_retry_max_attempts` times so a caller learns of
   the lost redundancy instead of hanging; SLAVE_TIMEOUT and timeouts may
   have appended, so a retry can duplicate (at-least-once, like RocketMQ).
-- Anything else (TOPIC_NOT_FOUND, TOPIC_INVALID, BAD_REQUEST, SYSTEM_ERROR): raised at
-  once; retrying cannot help.
+- Anything else (TOPIC_NOT_FOUND, TOPIC_INVALID, BAD_REQUEST, SYSTEM_ERROR,
+  NO_PERMISSION): raised at once; retrying cannot help.
+- `AuthenticationError` (the broker refused the key pair, or the controller refused
+  the discovery credential): raised at once, never retried or renamed: the same
+  credential is refused again, and the user must learn why now, not after the budget.
+
+Every connection starts with the key-pair handshake (`protocol.auth`, docs/protocol.md
+"Authentication") inside `connect_timeout_ms`, before the first frame.
 """
 
 from __future__ import annotations
@@ -35,12 +41,15 @@ import contextlib
 import itertools
 import logging
 import random
+import secrets
 import socket
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
+from brokergroup_broker.protocol import auth
+from brokergroup_broker.protocol.auth import AuthenticationError
 from brokergroup_broker.protocol.codec import (
     DEFAULT_MAX_FRAME_BYTES,
     FrameDecoder,
@@ -76,8 +85,10 @@ from brokergroup_broker.protocol.messages import (
     TopicQueueCountRequest,
 )
 from brokergroup_broker.protocol.response_codec import decode_response
+from brokergroup_remoting.net import Credentials
 
 __all__ = [
+    "AuthenticationError",
     "BrokerConnection",
     "BrokerConnectionError",
     "BrokerUnavailableError",
@@ -185,20 +196,42 @@ class BrokerConnection:
         self._reader_task = asyncio.create_task(self._read_loop(), name=f"broker-conn {address}")
 
     @classmethod
-    async def connect(cls, address: str, config: ClientConfig | None = None) -> BrokerConnection:
+    async def connect(
+        cls,
+        address: str,
+        config: ClientConfig | None = None,
+        *,
+        credentials: Credentials | None = None,
+    ) -> BrokerConnection:
+        """Connect and authenticate with `credentials` (the group's client or broker pair;
+        None: no credential, which only a broker with an open port accepts).
+        `AuthenticationError` if the broker refuses the pair or cannot prove it."""
         config = config or ClientConfig()
         host, port = parse_address(address)
+        writer: asyncio.StreamWriter | None = None
         try:
             async with asyncio.timeout(config.connect_timeout_ms / 1000):
                 reader, writer = await asyncio.open_connection(
                     host, port, limit=config.read_chunk_bytes
                 )
+                await _handshake(address, reader, writer, credentials)
         except TimeoutError as exc:
+            _close_quietly(writer)
             raise BrokerConnectionError(
-                address, f"connect timed out after {config.connect_timeout_ms} ms"
+                address,
+                f"connect or authentication timed out after {config.connect_timeout_ms} ms",
+            ) from exc
+        except asyncio.IncompleteReadError as exc:
+            _close_quietly(writer)
+            raise BrokerConnectionError(
+                address, "the broker closed the connection during the authentication handshake"
             ) from exc
         except OSError as exc:
+            _close_quietly(writer)
             raise BrokerConnectionError(address, f"connect failed: {exc}") from exc
+        except AuthenticationError:
+            _close_quietly(writer)
+            raise
         sock = writer.get_extra_info("socket")
         if sock is not None:
             with contextlib.suppress(OSError):
@@ -351,6 +384,53 @@ class BrokerConnection:
             QueryConsumerOffsetRequest(group, topic, queue_id), ConsumerOffsetResult
         )
         return r.offset
+
+
+def _close_quietly(writer: asyncio.StreamWriter | None) -> None:
+    if writer is not None:
+        writer.close()
+
+
+async def _handshake(
+    address: str,
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    credentials: Credentials | None,
+) -> None:
+    """The client side of `protocol.auth`: read the challenge, send the HELLO, read the
+    answer. Returns when authenticated (or the port is open and we hold no pair)."""
+    challenge = await reader.readexactly(auth.CHALLENGE_BYTES)
+    client_nonce = secrets.token_bytes(auth.NONCE_BYTES)
+    try:
+        writer.write(auth.hello(credentials, challenge, client_nonce))
+    except auth.HandshakeError as exc:
+        raise AuthenticationError(address, str(exc)) from None
+    status = (await reader.readexactly(1))[0]
+    if status == auth.AuthStatus.AUTHENTICATED:
+        proof = await reader.readexactly(auth.SERVER_PROOF_BYTES)
+        if credentials is None:
+            raise AuthenticationError(address, "the broker claims a pair this client never sent")
+        try:
+            auth.check_server_proof(credentials, challenge, client_nonce, proof)
+        except auth.HandshakeError as exc:
+            raise AuthenticationError(address, str(exc)) from None
+        return
+    if status == auth.AuthStatus.OPEN:
+        if credentials is not None:
+            raise AuthenticationError(
+                address,
+                "the broker does not authenticate its client port (--insecure-no-client-auth), "
+                "so it cannot prove it holds the group's pair: not sending to it",
+            )
+        return
+    if status == auth.AuthStatus.REFUSED:
+        try:
+            length = auth.reason_length(await reader.readexactly(2))
+        except auth.HandshakeError as exc:
+            raise AuthenticationError(address, str(exc)) from None
+        reason = (await reader.readexactly(length)).decode(errors="replace")
+        raise AuthenticationError(address, reason)
+    raise AuthenticationError(address, f"unknown handshake status {status} from the broker")
 
 
 # --------------------------------------------------------------------------

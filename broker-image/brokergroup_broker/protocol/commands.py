@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from brokergroup_broker.protocol.client import (
+    AuthenticationError,
     BrokerConnectionError,
     BrokerUnavailableError,
     ClientConfig,
@@ -37,8 +38,14 @@ from brokergroup_broker.protocol.messages import BrokerError, ProduceMessage, Pu
 from brokergroup_broker.protocol.producer import Producer
 from brokergroup_broker.store.message import body_crc
 from brokergroup_controller.admin import local_runtime_file
+from brokergroup_remoting.keys import read_key_file
+from brokergroup_remoting.net import Credentials
+
+#: Where --key-file is read from when the flag is not given.
+KEY_FILE_ENV = "BROKERGROUP_KEY_FILE"
 
 _FAILURES = (
+    AuthenticationError,
     BrokerError,
     BrokerUnavailableError,
     BrokerConnectionError,
@@ -61,6 +68,22 @@ def _token(args: argparse.Namespace) -> str | None:
         return None
 
 
+def _key_pair(args: argparse.Namespace) -> Credentials | None:
+    """The key pair every broker connection proves: --key-file, $BROKERGROUP_KEY_FILE, else
+    the local runtime's client pair (client-keys.json), if there is one. A file named by
+    the flag or the environment must be readable (SystemExit naming it, never the secret)."""
+    named = args.key_file or os.environ.get(KEY_FILE_ENV)
+    path = named or local_runtime_file("client-keys.json")
+    try:
+        return read_key_file(path, "key file")
+    except FileNotFoundError:
+        if named:
+            raise SystemExit(f"--key-file {path}: no such file") from None
+        return None
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"{exc}") from None
+
+
 def _client_config(args: argparse.Namespace) -> ClientConfig:
     deadline_ms = max(1, args.retry_deadline_ms)
     return ClientConfig(
@@ -70,6 +93,8 @@ def _client_config(args: argparse.Namespace) -> ClientConfig:
 
 
 def _error_code(exc: BaseException) -> str:
+    if isinstance(exc, AuthenticationError):
+        return "UNAUTHENTICATED"
     if isinstance(exc, BrokerError):
         return exc.code.name
     if isinstance(exc, BrokerUnavailableError | BrokerConnectionError | NoMasterError):
@@ -126,14 +151,16 @@ async def produce(args: argparse.Namespace) -> dict[str, Any]:
         args.broker_name,
         controller_addresses=args.controller_addresses,
         token=_token(args),
+        credentials=_key_pair(args),
         static_address=args.broker_address,
         config=config,
     )
     next_index = 0
+    refused: AuthenticationError | None = None
 
     async def worker() -> None:
-        nonlocal next_index
-        while next_index < args.count:
+        nonlocal next_index, refused
+        while next_index < args.count and refused is None:
             start = next_index
             n = min(args.batch, args.count - start)
             next_index += n
@@ -146,6 +173,11 @@ async def produce(args: argparse.Namespace) -> dict[str, Any]:
             began = time.perf_counter()
             try:
                 result = await producer.send_batch(messages, args.queue_id)
+            except AuthenticationError as exc:
+                # The credential is refused for every batch alike: stop at once and say why.
+                stats.fail(n, exc)
+                refused = refused or exc
+                return
             except _FAILURES as exc:
                 stats.fail(n, exc)
                 continue
@@ -209,6 +241,7 @@ async def produce(args: argparse.Namespace) -> dict[str, Any]:
         "retries": producer.retries,
         "masterAddress": master,
         "keyPrefix": prefix,
+        "refused": None if refused is None else str(refused),
     }
 
 
@@ -222,7 +255,9 @@ def cmd_produce(args: argparse.Namespace) -> int:
             f"in {summary['elapsed_s']} s ({summary['msgs_per_s']} msg/s, "
             f"{summary['mb_per_s']} MB/s) to {summary['masterAddress']}"
         )
-        if summary["firstError"]:
+        if summary["refused"]:
+            print(f"refused: {summary['refused']}", file=sys.stderr)
+        elif summary["firstError"]:
             print(f"errors {summary['errors']}; first: {summary['firstError']}", file=sys.stderr)
     return 0 if summary["failed"] == 0 else 1
 
@@ -256,6 +291,7 @@ async def consume(args: argparse.Namespace, out: IO[str]) -> tuple[int, str | No
         group=args.group,
         controller_addresses=args.controller_addresses,
         token=_token(args),
+        credentials=_key_pair(args),
         static_address=args.broker_address,
         config=config,
     )

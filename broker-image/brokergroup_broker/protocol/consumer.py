@@ -25,6 +25,7 @@ from brokergroup_broker.protocol.messages import (
     PullResult,
     ResponseCode,
 )
+from brokergroup_remoting.net import Credentials
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +62,7 @@ class Consumer:
         group: str | None = None,
         controller_addresses: str | Sequence[str] = (),
         token: str | None = None,
+        credentials: Credentials | None = None,
         static_address: str | Sequence[str] | None = None,
         config: ClientConfig | None = None,
         discovery: MasterDiscovery | None = None,
@@ -70,6 +72,8 @@ class Consumer:
         self.broker_name = broker_name
         self.group = group
         self._config = config or ClientConfig()
+        #: The key pair every broker connection proves (`protocol.auth`).
+        self._credentials = credentials
         self._discovery = discovery or make_discovery(
             cluster_name,
             broker_name,
@@ -235,7 +239,9 @@ class Consumer:
             last: BrokerConnectionError | None = None
             for address in fresh:
                 try:
-                    self._conn = await BrokerConnection.connect(address, self._config)
+                    self._conn = await BrokerConnection.connect(
+                        address, self._config, credentials=self._credentials
+                    )
                     return self._conn
                 except BrokerConnectionError as exc:
                     excluded.add(address)

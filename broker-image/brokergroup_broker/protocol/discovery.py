@@ -15,7 +15,9 @@ import logging
 from collections.abc import Sequence
 from typing import Protocol
 
+from brokergroup_broker.protocol.auth import AuthenticationError
 from brokergroup_controller.api import ReplicaInfo
+from brokergroup_controller.errors import ControllerError, ErrorCode
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +80,9 @@ class ReplicaInfoSource(Protocol):
     async def close(self) -> None: ...
 
 
+#: Controller answers that a retry with the same credential cannot change.
+_REFUSED = frozenset({ErrorCode.UNAUTHORIZED, ErrorCode.FORBIDDEN})
+
 #: A syncStateSetEpoch no set reaches: the watch then wakes on masterEpoch only.
 _IGNORE_SYNC_STATE_SET = 2**62
 
@@ -126,6 +131,18 @@ class ControllerDiscovery:
         try:
             async with asyncio.timeout(self._timeout_s):
                 info = await self._client.replica_info(self._cluster, self._broker)
+        except ControllerError as exc:
+            if exc.code in _REFUSED:  # the same credential is refused again: say so now
+                raise AuthenticationError(
+                    f"controller {','.join(self._addresses) or '(client)'}",
+                    f"{exc.code}: {exc.message} (the client credential of "
+                    f"{self._cluster}/{self._broker}: --controller-token-file)",
+                ) from exc
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            log.info(
+                "replica-info for %s/%s failed: %s", self._cluster, self._broker, self.last_error
+            )
+            return None
         except Exception as exc:  # any failure means "unknown now": retry later
             self.last_error = f"{type(exc).__name__}: {exc}"
             log.info(

@@ -63,6 +63,9 @@ class ResponseCode(IntEnum):
     #: The topic name breaks the topic rule (brokergroup_broker.topics); nothing
     #: was written. Fix the name: retrying cannot help.
     TOPIC_INVALID = 11
+    #: The connection's key pair may not send this request (docs/security.md: the
+    #: client pair may not send an administrative request). Nothing was done.
+    NO_PERMISSION = 12
 
 
 class RequestCode(IntEnum):

@@ -13,6 +13,7 @@ from brokergroup_broker.protocol.client import (
     _CONNECTION_ERRORS,
     _ISR,
     _REDISCOVER,
+    AuthenticationError,
     BrokerConnection,
     BrokerConnectionError,
     ClientConfig,
@@ -26,6 +27,7 @@ from brokergroup_broker.protocol.messages import (
     ResponseCode,
     SendResult,
 )
+from brokergroup_remoting.net import Credentials
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +48,7 @@ class Producer:
         *,
         controller_addresses: str | Sequence[str] = (),
         token: str | None = None,
+        credentials: Credentials | None = None,
         static_address: str | None = None,
         config: ClientConfig | None = None,
         discovery: MasterDiscovery | None = None,
@@ -53,6 +56,8 @@ class Producer:
         self.cluster_name = cluster_name
         self.broker_name = broker_name
         self._config = config or ClientConfig()
+        #: The key pair every broker connection proves (`protocol.auth`).
+        self._credentials = credentials
         self._discovery = discovery or make_discovery(
             cluster_name,
             broker_name,
@@ -65,7 +70,9 @@ class Producer:
         self._hint: str | None = None
         self._lock = asyncio.Lock()
         self._connect_seq = 0
-        self._connect_error: NoMasterError | BrokerConnectionError | None = None
+        self._connect_error: NoMasterError | BrokerConnectionError | AuthenticationError | None = (
+            None
+        )
         self._closing: set[asyncio.Task[None]] = set()
         self._watch_task: asyncio.Task[None] | None = None
         # The live master the controller's watch last named (None: unknown).
@@ -148,8 +155,10 @@ class Producer:
                     raise NoMasterError(
                         f"no master for {self.cluster_name}/{self.broker_name} right now"
                     )
-                self._conn = await BrokerConnection.connect(address, self._config)
-            except (NoMasterError, BrokerConnectionError) as exc:
+                self._conn = await BrokerConnection.connect(
+                    address, self._config, credentials=self._credentials
+                )
+            except (NoMasterError, BrokerConnectionError, AuthenticationError) as exc:
                 self._connect_seq += 1
                 self._connect_error = exc
                 raise

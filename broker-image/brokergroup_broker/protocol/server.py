@@ -24,6 +24,13 @@ Bounds (all `ServerConfig` fields):
   responses never wait per message but a slow reader cannot grow memory;
 - frame size, connections and the time one handler call may take.
 
+Authentication (DESIGN.md §11, `auth`): every connection starts with the key-pair
+handshake. The broker writes its challenge, reads a 2-byte AccessKey length and then
+exactly that many bytes plus the fixed-size proof, all within `auth_timeout_ms`, and
+answers AUTHENTICATED, OPEN (no `auth`: `--insecure-no-client-auth`) or REFUSED with
+the reason, after which it closes. No `FrameDecoder` exists before the answer, so
+nothing richer than that length is parsed for an unauthenticated peer.
+
 Errors: a framing error closes the connection (the stream is unusable); a
 malformed body answers BAD_REQUEST to that request only; a `BrokerError`
 becomes its code; anything else is a bug, logged with its traceback and
@@ -35,10 +42,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from brokergroup_broker.ha import auth as ha_auth
+from brokergroup_broker.protocol import auth
 from brokergroup_broker.protocol.codec import (
     DEFAULT_MAX_FRAME_BYTES,
     Frame,
@@ -68,6 +78,7 @@ from brokergroup_broker.protocol.messages import (
     TopicQueueCountRequest,
 )
 from brokergroup_broker.protocol.response_codec import encode_response
+from brokergroup_controller.credentials import Role
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +104,10 @@ class ServerConfig:
     handler_timeout_ms: int = 30_000
     #: Time `stop()` gives open requests to finish before cancelling them.
     stop_grace_ms: int = 2_000
+    #: Longest a new connection may take to send its whole HELLO (docs/protocol.md
+    #: "Authentication"); a slower one is refused and closed. Bounds what an
+    #: unauthenticated peer can hold: one connection slot for this long.
+    auth_timeout_ms: int = 5_000
 
     def __post_init__(self) -> None:
         if self.max_in_flight_per_connection < 1:
@@ -103,14 +118,26 @@ class ServerConfig:
             raise ValueError("read_chunk_bytes and write_buffer_high_water_bytes must be >= 1")
         if self.handler_timeout_ms < 1 or self.max_connections < 1:
             raise ValueError("handler_timeout_ms and max_connections must be >= 1")
+        if self.auth_timeout_ms < 1:
+            raise ValueError("auth_timeout_ms must be >= 1")
 
 
 class BrokerProtocolServer:
-    """Serves the client protocol on one listening socket."""
+    """Serves the client protocol on one listening socket.
 
-    def __init__(self, handler: RequestHandler, config: ServerConfig | None = None) -> None:
+    `auth`: the key pairs connections must prove (`protocol.auth`); None serves every
+    connection unauthenticated (OPEN: development and in-process tests only)."""
+
+    def __init__(
+        self,
+        handler: RequestHandler,
+        config: ServerConfig | None = None,
+        *,
+        auth: auth.ClientPortAuth | None = None,
+    ) -> None:
         self._handler = handler
         self._config = config or ServerConfig()
+        self._auth = auth
         self._server: asyncio.Server | None = None
         self._connections: dict[asyncio.Task[None], _Connection] = {}
 
@@ -168,7 +195,7 @@ class BrokerProtocolServer:
             )
             writer.close()
             return
-        conn = _Connection(self._handler, self._config, reader, writer)
+        conn = _Connection(self._handler, self._config, reader, writer, self._auth)
         self._connections[task] = conn
         try:
             await conn.run()
@@ -183,9 +210,13 @@ class _Connection:
         config: ServerConfig,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
+        port_auth: auth.ClientPortAuth | None = None,
     ) -> None:
         self._handler = handler
         self._config = config
+        self._auth = port_auth
+        #: The role the connection's pair proved (None: an OPEN port).
+        self._role: Role | None = None
         self._reader = reader
         self._writer = writer
         self._peer = writer.get_extra_info("peername")
@@ -212,6 +243,17 @@ class _Connection:
         if sock is not None:
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            authenticated = await self._authenticate()
+        except (ConnectionError, OSError, asyncio.IncompleteReadError) as exc:
+            log.debug("connection from %s lost during the handshake: %s", self._peer, exc)
+            authenticated = False
+        if not authenticated:
+            self.draining = True
+            self._writer.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._writer.wait_closed(), 1.0)
+            return
         decoder = FrameDecoder(self._config.max_frame_bytes)
         try:
             high_water = self._config.write_buffer_high_water_bytes
@@ -255,6 +297,55 @@ class _Connection:
                 self._writer.close()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._writer.wait_closed(), 1.0)
+
+    async def _authenticate(self) -> bool:
+        """The handshake (`protocol.auth`): challenge, HELLO, answer. False: refused (the
+        reason went to the client) or the peer went away; the caller closes."""
+        challenge = ha_auth.challenge(secrets.token_bytes(auth.NONCE_BYTES))
+        self._writer.write(challenge)
+        verdict: auth.Accepted | auth.Refused | None
+        timeout_ms = self._config.auth_timeout_ms
+        try:
+            async with asyncio.timeout(timeout_ms / 1000):
+                length = auth.access_key_length(await self._reader.readexactly(2))
+                if isinstance(length, auth.Refused):
+                    verdict = length
+                else:
+                    rest = await self._reader.readexactly(length + auth.CLIENT_PROOF_BYTES)
+                    if self._auth is None:
+                        verdict = None
+                    else:
+                        verdict = self._auth.check(challenge, rest[:length], rest[length:])
+        except TimeoutError:
+            verdict = auth.Refused(
+                f"no complete HELLO in {timeout_ms} ms (auth_timeout_ms): the client port "
+                "starts with the authentication handshake (docs/protocol.md)"
+            )
+        if verdict is None:
+            self._writer.write(auth.OPEN_ANSWER)
+            return True
+        if isinstance(verdict, auth.Accepted):
+            self._role = verdict.role
+            self._writer.write(verdict.answer)
+            return True
+        log.warning("refused a client from %s: %s", self._peer, verdict.reason)
+        self._writer.write(verdict.answer)
+        await self._linger()
+        return False
+
+    async def _linger(self) -> None:
+        """After a refusal: half-close and discard what the peer still sends, briefly and
+        boundedly, so closing with unread bytes does not reset the connection before the
+        peer has read the reason."""
+        with contextlib.suppress(Exception):
+            self._writer.write_eof()
+            async with asyncio.timeout(1.0):
+                discarded = 0
+                while discarded < 1 << 20:
+                    data = await self._reader.read(64 * 1024)
+                    if not data:
+                        break
+                    discarded += len(data)
 
     def _serve_send(
         self, start_send: Callable[[SendBatch, Callable[[Response], None]], None], frame: Frame
@@ -311,6 +402,9 @@ class _Connection:
             self._slots.release()
 
     async def _respond(self, frame: Frame) -> Response:
+        refused = auth.refusal_for(self._role, frame.code)
+        if refused is not None:
+            return ErrorResponse(frame.code, ResponseCode.NO_PERMISSION, refused)
         try:
             request = decode_request(frame)
         except ProtocolError as exc:

@@ -50,6 +50,7 @@ from brokergroup_cli.chaos.checker import (
 )
 from brokergroup_cli.chaos.runtime import BROKER_NAME, CLUSTER, LocalRuntime, LocalRuntimeError
 from brokergroup_cli.local.state import ChildKind
+from brokergroup_remoting.net import Credentials
 
 TOPIC = "chaos"
 #: Refusals that come before anything is appended.
@@ -317,9 +318,11 @@ async def _wait_healthy(rt: LocalRuntime, brokers: int, timeout_s: float) -> boo
     return False
 
 
-async def read_log(address: str, topic: str, queues: Sequence[int]) -> list[ReadRecord]:
+async def read_log(
+    address: str, topic: str, queues: Sequence[int], credentials: Credentials | None = None
+) -> list[ReadRecord]:
     """Every message one replica serves of `queues`, in log order, bodies' CRCs included."""
-    conn = await BrokerConnection.connect(address)
+    conn = await BrokerConnection.connect(address, credentials=credentials)
     try:
         out: list[ReadRecord] = []
         for queue_id in queues:
@@ -362,7 +365,8 @@ async def drain(
     if info is None or not info.get("masterAddress"):
         raise LocalRuntimeError("no master to drain from")
     master = str(info["masterAddress"])
-    run.read_back = await read_log(master, topic, queues)
+    pair = await asyncio.to_thread(rt.client_pair)
+    run.read_back = await read_log(master, topic, queues, pair)
     deadline = time.monotonic() + settle_s
     slaves = replica_addresses(info)
     if len(slaves) < rt.brokers - 1:
@@ -371,7 +375,7 @@ async def drain(
         error: Exception | None = None
         while True:
             try:
-                held = await read_log(address, topic, queues)
+                held = await read_log(address, topic, queues, pair)
             except (OSError, BrokerError, BrokerConnectionError) as exc:
                 held, error = [], exc
             else:
@@ -396,7 +400,9 @@ async def plant(
     info = await asyncio.to_thread(rt.replica_info)
     if info is None or not info.get("masterAddress"):
         raise LocalRuntimeError("no master to plant on")
-    conn = await BrokerConnection.connect(str(info["masterAddress"]))
+    conn = await BrokerConnection.connect(
+        str(info["masterAddress"]), credentials=await asyncio.to_thread(rt.client_pair)
+    )
     try:
         if PLANT_DUPLICATE in kinds:
             victim = max((o for o in run.operations if o.outcome == OK), key=lambda o: o.complete_s)
@@ -438,6 +444,7 @@ async def run_schedule(
     if not await _wait_healthy(rt, rt.brokers, schedule.healthy_timeout_s):
         raise LocalRuntimeError("the group never became healthy")
     token = rt.client_credential()  # clients read their group only (DESIGN.md §11)
+    pair = rt.client_pair()  # and prove the group's client pair to every broker
     config = ClientConfig(
         retry_max_attempts=1,
         request_timeout_ms=schedule.op_timeout_ms,
@@ -446,13 +453,13 @@ async def run_schedule(
     )
     producers = [
         Producer(CLUSTER, BROKER_NAME, controller_addresses=rt.addresses.api_addresses,
-                 token=token, config=config)
+                 token=token, credentials=pair, config=config)
         for _ in range(schedule.producers)
     ]  # fmt: skip
     queues = list(range(schedule.producers))
     consumers = [
         Consumer(CLUSTER, BROKER_NAME, controller_addresses=rt.addresses.api_addresses,
-                 token=token)
+                 token=token, credentials=pair)
         for _ in range(schedule.consumers)
     ]  # fmt: skip
     stop = asyncio.Event()

@@ -21,6 +21,8 @@ from pathlib import Path
 
 from brokergroup_cli.local.procs import is_alive, send_signal
 from brokergroup_cli.local.state import ChildKind, ChildRecord, RuntimeState, read_state
+from brokergroup_remoting.keys import read_key_file
+from brokergroup_remoting.net import Credentials
 
 CLUSTER = "DefaultCluster"
 BROKER_NAME = "broker-a"
@@ -142,6 +144,14 @@ class LocalRuntime:
         """The group's client credential: what producers and consumers use."""
         return (self.root / "client-credential").read_text().strip()
 
+    def client_pair(self) -> Credentials:
+        """The group's client key pair: what every broker connection proves."""
+        return read_key_file(str(self.root / "client-keys.json"), "client key file")
+
+    def broker_credential(self) -> str:
+        """The group's broker credential: brokers' HTTP port asks it (but for probes)."""
+        return (self.root / "broker-credential").read_text().strip()
+
     def state(self) -> RuntimeState:
         state = read_state(self.root / "state.json")
         if state is None:
@@ -178,11 +188,16 @@ class LocalRuntime:
         return None
 
     def broker_status(self, host: str) -> dict[str, object] | None:
-        return self._get_json(f"http://{host}:{BROKER_CLIENT_PORT + 2}/v1/status")
+        return self._get_json(
+            f"http://{host}:{BROKER_CLIENT_PORT + 2}/v1/status", token=self.broker_credential()
+        )
 
-    def _get_json(self, url: str, timeout_s: float = 1.0) -> dict[str, object] | None:
-        # The admin credential: controller reads need one (brokers ignore it).
-        request = urllib.request.Request(url, headers={"Authorization": f"Bearer {self.token()}"})
+    def _get_json(
+        self, url: str, timeout_s: float = 1.0, token: str | None = None
+    ) -> dict[str, object] | None:
+        # The admin credential by default: controller reads need one.
+        bearer = token or self.token()
+        request = urllib.request.Request(url, headers={"Authorization": f"Bearer {bearer}"})
         try:
             with urllib.request.urlopen(request, timeout=timeout_s) as response:
                 body = json.loads(response.read())

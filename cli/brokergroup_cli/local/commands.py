@@ -254,6 +254,14 @@ def _admin_token(layout: Layout) -> str | None:
         return None  # status then shows the controllers' 401 as a problem line
 
 
+def _broker_token(layout: Layout) -> str | None:
+    """The group's broker credential: brokers' /v1/status asks for it."""
+    try:
+        return layout.broker_credential_file.read_text().strip() or None
+    except OSError:
+        return None  # status then shows the brokers as unreadable
+
+
 def _snapshot(layout: Layout) -> StatusSnapshot:
     config, state = _load(layout)
     alive = {(c.kind.value, c.index): is_alive(c.pid, c.start_ticks) for c in state.children()}
@@ -261,7 +269,10 @@ def _snapshot(layout: Layout) -> StatusSnapshot:
 
     async def take() -> StatusSnapshot:
         async with aiohttp.ClientSession() as session:
-            return await Prober(config, session, _admin_token(layout)).snapshot(
+            prober = Prober(
+                config, session, _admin_token(layout), broker_token=_broker_token(layout)
+            )
+            return await prober.snapshot(
                 state, process_alive=alive, supervisor_alive=supervisor_alive, now_ms=wall_ms()
             )
 

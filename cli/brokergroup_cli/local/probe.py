@@ -20,19 +20,35 @@ from brokergroup_cli.local.status import StatusSnapshot, build_snapshot
 
 class Prober:
     def __init__(
-        self, config: LocalConfig, session: aiohttp.ClientSession, admin_token: str | None
+        self,
+        config: LocalConfig,
+        session: aiohttp.ClientSession,
+        admin_token: str | None,
+        *,
+        broker_token: str | None = None,
     ) -> None:
-        """`admin_token`: the runtime's admin credential (controller reads need one)."""
+        """`admin_token`: the runtime's admin credential (controller reads need one);
+        `broker_token`: the group's broker credential, which a broker's HTTP port asks of
+        every path but its probes (brokergroup_broker.core.http_status)."""
         self._config = config
         self._session = session
         self._headers = {} if admin_token is None else {"Authorization": f"Bearer {admin_token}"}
+        self._broker_headers = (
+            {} if broker_token is None else {"Authorization": f"Bearer {broker_token}"}
+        )
         self._timeout = aiohttp.ClientTimeout(total=config.http_timeout_ms / 1000)
 
     async def _get(
-        self, url: str, params: Mapping[str, str] | None = None
+        self,
+        url: str,
+        params: Mapping[str, str] | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> tuple[int, dict[str, Any] | None]:
         async with self._session.get(
-            url, params=params, headers=self._headers, timeout=self._timeout
+            url,
+            params=params,
+            headers=self._headers if headers is None else headers,
+            timeout=self._timeout,
         ) as response:
             try:
                 body = await response.json(content_type=None)
@@ -52,7 +68,7 @@ class Prober:
             return None  # a stock broker has no /v1/status: the controller's view stands
         url = f"http://{broker.host}:{self._config.broker_http_port()}/v1/status"
         try:
-            status, body = await self._get(url)
+            status, body = await self._get(url, headers=self._broker_headers)
         except (aiohttp.ClientError, TimeoutError, OSError):
             return None
         return body if status == 200 else None

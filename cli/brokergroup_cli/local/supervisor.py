@@ -436,7 +436,12 @@ class Supervisor:
         broker_tasks: list[asyncio.Task[None]] = []
         stop_watch = asyncio.create_task(self._forward_stop(stop))
         async with aiohttp.ClientSession() as session:
-            self._prober = Prober(self._config, session, self._token)
+            self._prober = Prober(
+                self._config,
+                session,
+                self._token,
+                broker_token=self._layout.broker_credential_file.read_text().strip(),
+            )
             watch_client = ControllerClient(self._config.controller_api_addresses, self._token)
             watch: asyncio.Task[None] | None = None
             try:
