@@ -196,6 +196,18 @@ async def _run(args: argparse.Namespace, out: TextIO) -> int:
             result = info.to_json()
             if not args.json:
                 _print_replica_info(info, out)
+        elif command == "switchover":
+            eligible = (
+                None
+                if args.eligible_broker_ids is None
+                else [int(x) for x in api.split_addresses(args.eligible_broker_ids)]
+            )
+            info = await client.switchover(
+                args.cluster_name, args.broker_name, eligible_broker_ids=eligible
+            )
+            result = info.to_json()
+            if not args.json:
+                _print_replica_info(info, out)
         elif command == "clean-broker-data":
             ids = None if args.broker_ids is None else api.split_addresses(args.broker_ids)
             removed = await client.clean_broker_data(

@@ -125,6 +125,15 @@ def register(subparsers: Any) -> None:
     p.add_argument("--broker-id", type=int, required=True, help="designated new master")
     common(p)
     p = commands.add_parser(
+        "switchover",
+        help="move the live master to the best other in-sync replica (the controller ranks)",
+    )
+    broker_set(p)
+    p.add_argument(
+        "--eligible-broker-ids", help="comma separated BrokerIds that may take over (default: any)"
+    )
+    common(p)
+    p = commands.add_parser(
         "clean-broker-data", help="forget brokers (mqadmin cleanBrokerMetadata)"
     )
     broker_set(p)

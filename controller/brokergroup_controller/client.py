@@ -341,6 +341,29 @@ class ControllerClient:
         body = await self.request("POST", "/v1/elect-master", body=payload)
         return api.ReplicaInfo.from_json(body)
 
+    async def switchover(
+        self,
+        cluster_name: str,
+        broker_name: str,
+        *,
+        eligible_broker_ids: Iterable[int] | None = None,
+    ) -> api.ReplicaInfo:
+        """Admin ElectMaster with `switchover`: the controller moves the live master to the
+        best other in-sync replica, ranked as its elections rank (electionPriority
+        honoured), within `eligible_broker_ids` if given (e.g. those whose pods are ready).
+        Refused ELECT_TARGET_NOT_ELIGIBLE when none can take over, MASTER_NOT_AVAILABLE
+        when there is no live master."""
+        payload: dict[str, Any] = {
+            **_key(cluster_name, broker_name),
+            "switchover": True,
+            "trigger": "admin",
+            "requestId": new_request_id(),
+        }
+        if eligible_broker_ids is not None:
+            payload["eligibleBrokerIds"] = sorted(set(eligible_broker_ids))
+        body = await self.request("POST", "/v1/elect-master", body=payload)
+        return api.ReplicaInfo.from_json(body)
+
     async def clean_broker_data(
         self,
         cluster_name: str,

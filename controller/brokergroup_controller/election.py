@@ -30,6 +30,18 @@ Rules:
 - No candidate: a controller-triggered election records "no master"
   (masterEpoch+1) so the dead master is fenced; a broker/admin request is
   refused with MASTER_NOT_AVAILABLE.
+
+Switchover (an admin election with `switchover` and no designated broker: the
+operator's rolling update and scale-down, `brokergroup admin switchover`): move
+a live master to the best other replica, as Patroni's switchover without a
+candidate does. The controller owns the choice (`switchover_targets`): the live
+SyncStateSet members other than the master, each heard by this leader (a replica
+alive only by grace may be dead), within `eligible_broker_ids` when the caller
+names them (the operator passes the brokers whose pods are ready: the controller
+cannot see pods), ranked by `rank_key` exactly as an election ranks, so
+electionPriority is honoured. Never an unclean choice, whatever
+enableElectUncleanMaster says: a planned move must not lose acknowledged writes.
+No live master: refused (MASTER_NOT_AVAILABLE; the controller elects on its own).
 """
 
 from __future__ import annotations
@@ -66,6 +78,11 @@ class ElectionRequest:
     requester_broker_id: int | None = None
     designated_broker_id: int | None = None
     enable_elect_unclean_master: bool = False
+    switchover: bool = False
+    """Admin: move the live master to the best other in-sync replica (`switchover_targets`)."""
+    eligible_broker_ids: frozenset[int] | None = None
+    """With `switchover`: only these may take over (None: any); the caller's own facts,
+    e.g. which brokers' pods are ready."""
 
 
 @dataclass(frozen=True)
@@ -86,6 +103,64 @@ def rank_key(heartbeat: ReplicaHeartbeat) -> tuple[int, int, int, int]:
         -heartbeat.max_offset,
         heartbeat.election_priority,
         heartbeat.broker_id,
+    )
+
+
+def switchover_targets(
+    broker_set: BrokerSet,
+    alive: Mapping[int, ReplicaHeartbeat],
+    unheard: AbstractSet[int] = frozenset(),
+    eligible_broker_ids: AbstractSet[int] | None = None,
+) -> list[ReplicaHeartbeat]:
+    """Who may take over from the current master in a switchover, best first: alive
+    SyncStateSet members heard by this leader, not the master, within
+    `eligible_broker_ids` if given, ranked by `rank_key` (the election ranking)."""
+    pool = [
+        heartbeat
+        for broker_id, heartbeat in alive.items()
+        if broker_id in broker_set.brokers
+        and broker_id in broker_set.sync_state_set
+        and broker_id != broker_set.master_broker_id
+        and broker_id not in unheard
+        and (eligible_broker_ids is None or broker_id in eligible_broker_ids)
+    ]
+    return sorted(pool, key=rank_key)
+
+
+def _switchover(
+    broker_set: BrokerSet,
+    alive: Mapping[int, ReplicaHeartbeat],
+    request: ElectionRequest,
+    unheard: AbstractSet[int],
+) -> ElectionDecision:
+    name = broker_set.broker_name
+    old_master = broker_set.master_broker_id
+    if old_master is None or old_master not in alive:
+        return ElectionDecision(
+            ErrorCode.MASTER_NOT_AVAILABLE,
+            f"{name} has no live master to switch over from"
+            + ("" if old_master is None else f" (master {old_master} is not alive)")
+            + ": the controller elects one itself",
+        )
+    ranked = switchover_targets(broker_set, alive, unheard, request.eligible_broker_ids)
+    if not ranked:
+        within = (
+            ""
+            if request.eligible_broker_ids is None
+            else f" within the eligible {sorted(request.eligible_broker_ids)}"
+        )
+        return ElectionDecision(
+            ErrorCode.ELECT_TARGET_NOT_ELIGIBLE,
+            f"no replica of {name} can take over from master {old_master}: none of the "
+            f"SyncStateSet {sorted(broker_set.sync_state_set)} is alive and heard{within} "
+            f"(alive {sorted(alive)})",
+        )
+    winner = ranked[0].broker_id
+    return ElectionDecision(
+        ErrorCode.SUCCESS,
+        f"switchover of {name}: broker {winner} takes over from master {old_master}, "
+        f"best of {[h.broker_id for h in ranked]}",
+        _event(broker_set, winner, f"switchover ({request.trigger})"),
     )
 
 
@@ -119,6 +194,9 @@ def decide_election(
             ErrorCode.ELECT_TARGET_NOT_ELIGIBLE,
             f"designated broker {name}:{designated} is not registered",
         )
+    if request.switchover:
+        assert designated is None, "a switchover lets the controller pick the target"
+        return _switchover(broker_set, alive, request, unheard)
     if (
         old_master is not None
         and old_master in alive

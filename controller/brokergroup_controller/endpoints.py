@@ -254,6 +254,8 @@ class Endpoints:
             requester_broker_id=requester,
             designated_broker_id=b["designatedBrokerId"],
             enable_elect_unclean_master=self.service.config.enable_elect_unclean_master,
+            switchover=b["switchover"],
+            eligible_broker_ids=b["eligibleBrokerIds"],
         )
         return await self.elect(broker_set, request_, b["requestId"])
 

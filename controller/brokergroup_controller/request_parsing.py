@@ -192,13 +192,31 @@ def parse_elect(b: Mapping[str, Any]) -> dict[str, Any]:
         trigger = ElectionTrigger(raw_trigger)
     else:
         raise BadRequest("field 'trigger' must be 'broker' or 'admin'")
-    if requester is None and designated is None:
-        raise BadRequest("field 'brokerId' (requester) or 'designatedBrokerId' is required")
+    switchover = _opt_bool(b, "switchover", False)
+    eligible = _int_list(b, "eligibleBrokerIds", required=False)
+    if switchover:
+        # The controller picks the target (election.switchover_targets): an admin call.
+        if requester is not None or designated is not None:
+            raise BadRequest(
+                "a switchover names no 'brokerId' or 'designatedBrokerId': the controller "
+                "picks the target (use designatedBrokerId alone to choose it yourself)"
+            )
+        if raw_trigger not in (None, ElectionTrigger.ADMIN.value):
+            raise BadRequest("a switchover is an admin election: field 'trigger' must be 'admin'")
+        trigger = ElectionTrigger.ADMIN
+    elif eligible is not None:
+        raise BadRequest("field 'eligibleBrokerIds' goes only with 'switchover': true")
+    elif requester is None and designated is None:
+        raise BadRequest(
+            "field 'brokerId' (requester), 'designatedBrokerId' or 'switchover' is required"
+        )
     return {
         **key,
         "brokerId": requester,
         "designatedBrokerId": designated,
         "trigger": trigger,
+        "switchover": switchover,
+        "eligibleBrokerIds": None if eligible is None else frozenset(eligible),
         "requestId": _request_id(b),
     }
 

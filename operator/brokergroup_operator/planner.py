@@ -19,9 +19,13 @@ Rolling update (DESIGN.md §5):
 2. Outdated slaves first: out-of-sync ones (restarting them cannot shrink
    the SyncStateSet), then highest ordinal. A slave in the SyncStateSet is
    restarted only if the set without it still has minInSyncReplicas members.
-3. Only the master outdated: ask the controller to switch over to the most
-   up-to-date live in-sync slave (admin ElectMaster). The operator never
-   picks a master the controller would not: the target is in the set.
+3. Only the master outdated: ask the controller to switch over (admin
+   ElectMaster with `switchover`), passing the brokers whose pods are ready as
+   the eligible ones. The controller picks the target among its live in-sync
+   replicas with its election ranking (electionPriority included): the
+   operator owns pod readiness and roll order, never the ranking (STYLE §8).
+   The plan waits instead while no ready pod holds a live in-sync slave in the
+   controller's view (a precondition, not a choice).
 4. The old master, now a slave, is restarted by rule 2.
 A one-replica group has no switchover target: its pod is restarted directly
 (the unavailability is unavoidable and the plan says so).
@@ -30,8 +34,8 @@ Scale down (DESIGN.md §5, issue 17 item 1): one ordinal at a time, the
 highest first (the StatefulSet removes ordinals from the top).
 1. Nothing while a pod of an earlier step is still going, or while no live
    master keeps the SyncStateSet up to date.
-2. If the master's pod is among the pods leaving, switch over first to an
-   in-sync slave that stays.
+2. If the master's pod is among the pods leaving, switch over first, the
+   ready pods that stay being the eligible ones (the controller picks).
 3. Remove the next ordinal only when the replicas that stay hold at least
    minInSyncReplicas members of the SyncStateSet (alive, their pods ready):
    otherwise the removed replica could be the only in-sync copy besides the
@@ -70,9 +74,23 @@ class RestartPod:
 
 @dataclass(frozen=True)
 class Switchover:
+    """Move the master off `from_broker_id` (an admin ElectMaster).
+
+    `to_broker_id`: the target a user designated. None: the controller picks the best
+    of `eligible_broker_ids` (the brokers whose pods the operator holds ready and
+    staying) with its own election ranking; the operator never ranks."""
+
     from_broker_id: int
-    to_broker_id: int
+    to_broker_id: int | None
     reason: str
+    eligible_broker_ids: frozenset[int] = frozenset()
+
+    @property
+    def target(self) -> str:
+        """The target in words, for Events."""
+        if self.to_broker_id is not None:
+            return str(self.to_broker_id)
+        return f"the controller's pick of {sorted(self.eligible_broker_ids)}"
 
 
 @dataclass(frozen=True)
@@ -106,27 +124,21 @@ def would_drop_below_min(sync_state_set: frozenset[int], broker_id: int, min_in_
     return len(sync_state_set - {broker_id}) < min_in_sync
 
 
-def switchover_target(
-    view: GroupView,
-    ids: dict[str, int],
-    pods: Sequence[PodFacts],
-    *,
-    exclude_pods: frozenset[str] = frozenset(),
-) -> int | None:
-    """The live, ready, in-sync slave with the most data (then lowest id)."""
-    ready = {p.name for p in pods if p.ready and not p.deleting and p.name not in exclude_pods}
-    candidates = [
-        row
-        for row in view.brokers
-        if row.alive
-        and row.broker_id != view.master_broker_id
-        and row.broker_id in view.sync_state_set
-        and any(ids.get(name) == row.broker_id for name in ready)
-    ]
-    if not candidates:
+def switchover_step(
+    view: GroupView, ids: Mapping[str, int], pods: Sequence[PodFacts], reason: str
+) -> Switchover | None:
+    """A switchover off the live master among the brokers on `pods` that are ready and
+    not being deleted (what only the operator knows), or None while none of them is a
+    live in-sync slave in the controller's view (nothing the controller could pick).
+    The choice among them is the controller's (election.switchover_targets)."""
+    master = view.live_master
+    assert master is not None, "a switchover needs a live master"
+    eligible = frozenset(
+        ids[p.name] for p in pods if p.ready and not p.deleting and p.name in ids
+    ) - {master}
+    if not any(check_switchover(view, broker_id) is None for broker_id in eligible):
         return None
-    best = min(candidates, key=lambda r: (-r.epoch, -r.max_offset, r.broker_id))
-    return best.broker_id
+    return Switchover(master, None, reason, eligible)
 
 
 def plan_roll(
@@ -185,10 +197,10 @@ def plan_roll(
             f"restarting any outdated slave would shrink the SyncStateSet {sorted(sss)} "
             f"below minInSyncReplicas {min_in_sync_replicas}"
         )
-    target = switchover_target(view, ids, pods)
-    if target is None:
+    step = switchover_step(view, ids, pods, "rolling update: master last")
+    if step is None:
         return Wait(f"master {master} is outdated but no live in-sync slave can take over")
-    return Switchover(master, target, "rolling update: master last")
+    return step
 
 
 def _stuck_pod_step(
@@ -273,13 +285,15 @@ def _scale_down_step(
     if any(pod_ordinal(name) >= desired_replicas for name in master_pods):
         staying_at_end = [p for p in pods if p.ordinal < desired_replicas]
         live_ids = broker_ids_by_pod(pods, view)
-        target = switchover_target(view, live_ids, staying_at_end)
-        if target is None:
+        step = switchover_step(
+            view, live_ids, staying_at_end, "scale down: the master's pod is removed"
+        )
+        if step is None:
             return Wait(
                 f"master {master} is on a pod being removed and no in-sync slave "
                 f"among the remaining {desired_replicas} pod(s) can take over"
             )
-        return Switchover(master, target, "scale down: the master's pod is removed")
+        return step
     leaving = current_replicas - 1
     leaving_pod = next((p.name for p in pods if p.ordinal == leaving), None)
     leaving_id = ids.get(leaving_pod) if leaving_pod is not None else None

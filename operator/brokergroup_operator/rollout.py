@@ -164,8 +164,7 @@ async def _roll(
         post(
             "Normal",
             "RollingUpdate",
-            f"switching the master over {roll.from_broker_id} → {roll.to_broker_id} "
-            f"before restarting it",
+            f"switching the master over {roll.from_broker_id} → {roll.target} before restarting it",
         )
         await switchover(rt, ctx, controller, roll, post, cause="rolling-update")
     elif isinstance(roll, Wait):

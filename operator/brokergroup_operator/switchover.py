@@ -1,5 +1,9 @@
 """Switchover: the operator's only election-related call, an admin
-ElectMaster naming the broker to take over (the controller still decides).
+ElectMaster. A user's request names the broker to take over; a roll or a
+scale-down asks the controller to switch over (`ControllerClient.switchover`)
+among the brokers whose pods the operator holds ready, and the controller picks
+the target with its election ranking (electionPriority honoured): the operator
+owns pod readiness, the controller owns who is master (STYLE §8).
 
 Three callers: a user's request (the switchover annotation, set by
 `brokergroup kube switchover`), a scale-down that removes the master's pod,
@@ -39,20 +43,25 @@ async def switchover(
 ) -> SwitchoverOutcome:
     """One admin ElectMaster; wakes the group's next pass unless refused."""
     try:
-        info = await controller.elect_master(
-            ctx.namespace, ctx.name, designated_broker_id=step.to_broker_id
-        )
+        if step.to_broker_id is None:
+            info = await controller.switchover(
+                ctx.namespace, ctx.name, eligible_broker_ids=step.eligible_broker_ids
+            )
+        else:
+            info = await controller.elect_master(
+                ctx.namespace, ctx.name, designated_broker_id=step.to_broker_id
+            )
     except ControllerUnavailable as exc:
         post(
             "Warning",
             "SwitchoverOutcomeUnknown",
-            f"{step.from_broker_id} → {step.to_broker_id}: no answer ({exc}); "
+            f"{step.from_broker_id} → {step.target}: no answer ({exc}); "
             "the next pass reads the controller before any other step",
         )
         rt.memory((ctx.namespace, ctx.name)).wake.set()
         return SwitchoverOutcome.UNKNOWN
     except ControllerError as exc:
-        post("Warning", "SwitchoverFailed", f"{step.from_broker_id} → {step.to_broker_id}: {exc}")
+        post("Warning", "SwitchoverFailed", f"{step.from_broker_id} → {step.target}: {exc}")
         return SwitchoverOutcome.REFUSED
     metrics.SWITCHOVERS.labels(cause).inc()
     post(

@@ -692,3 +692,42 @@ def test_config_defaults_and_relationships(tmp_path: Path) -> None:
                 if overrides.get("token", 1)
                 else {k: v for k, v in base.items() if k != "token"},
             )
+
+
+async def test_switchover_is_the_controllers_pick_by_the_election_ranking(
+    node_and_client: Any,
+) -> None:
+    """Issue 32 item 3: an admin ElectMaster with `switchover` (no target named) moves
+    the live master to the best other in-sync replica as elections rank it, here by
+    electionPriority between equal logs, within the caller's eligible ids; with none
+    able to take over it is refused and nothing changes."""
+    _, client = node_and_client
+    address = f"{client.server.host}:{client.server.port}"
+    async with ControllerClient([address], TOKEN, request_timeout_s=3) as cc:
+        for i in (1, 2, 3):
+            assert await cc.apply_broker_id(C, "s", i, f"rc{i}", f"10.1.0.{i}:10911") == i
+            await cc.register_broker(C, "s", i, f"10.1.0.{i}:10911")
+        priorities = {1: 0, 2: 7, 3: 3}
+
+        async def heartbeats(epoch: int) -> None:
+            for i, priority in priorities.items():
+                await cc.heartbeat(
+                    api.BrokerHeartbeat(C, "s", i, f"10.1.0.{i}:10911", epoch, 100, 100,
+                                        election_priority=priority,
+                                        heartbeat_timeout_ms=600_000)
+                )  # fmt: skip
+
+        await heartbeats(0)
+        assert (await cc.elect_master(C, "s", requester_broker_id=1)).master_broker_id == 1
+        await cc.alter_sync_state_set(C, "s", 1, 1, [1, 2, 3], 1)
+        await heartbeats(1)
+        info = await cc.switchover(C, "s")
+        assert (info.master_broker_id, info.master_epoch) == (3, 2)  # priority 3 beats 7
+        await cc.alter_sync_state_set(C, "s", 3, 2, [1, 2, 3], info.sync_state_set_epoch)
+        await heartbeats(2)
+        info = await cc.switchover(C, "s", eligible_broker_ids=[2])
+        assert (info.master_broker_id, info.master_epoch) == (2, 3)
+        with pytest.raises(ControllerError) as err:  # 1 and 3 are out of the set now
+            await cc.switchover(C, "s", eligible_broker_ids=[1, 3])
+        assert err.value.code is ErrorCode.ELECT_TARGET_NOT_ELIGIBLE
+        assert (await cc.replica_info(C, "s")).master_epoch == 3

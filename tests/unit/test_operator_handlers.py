@@ -121,6 +121,15 @@ class FakeController:
             self.info.sync_state_set_epoch + 1,
         )
 
+    async def switchover(
+        self, cluster: str, broker: str, *, eligible_broker_ids: frozenset[int]
+    ) -> ReplicaInfo:
+        """The controller's pick is its own ranking; this fake takes the lowest id."""
+        self.calls.append(("switchover", sorted(eligible_broker_ids)))
+        return await self.elect_master(
+            cluster, broker, designated_broker_id=min(eligible_broker_ids)
+        )
+
     async def report_inactive(
         self,
         cluster: str,

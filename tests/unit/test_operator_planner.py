@@ -4,10 +4,13 @@ STYLE §8: status in, ordered plan out, tested without a cluster).
 Step properties over random groups: the live master's pod is never
 restarted (except a one-replica group); nothing restarts while a pod is
 missing, deleting or not ready; a restart never shrinks the SyncStateSet
-below minInSyncReplicas; a switchover targets a live in-sync slave. A
-simulated rolling update (restart = broker leaves the set and rejoins on
-the next tick; switchover = the controller's ElectMaster) always finishes
-with slaves first and the old master last. Scale-down never removes the
+below minInSyncReplicas; a switchover leaves the target to the controller
+(issue 32 item 3: the controller ranks, tests/unit/test_election_switchover.py)
+and names as eligible only brokers on ready pods, at least one of them a live
+in-sync slave. A simulated rolling update (restart = broker leaves the set and
+rejoins on the next tick; switchover = the controller's ElectMaster, picking
+any eligible live in-sync slave) always finishes with slaves first and the old
+master last. Scale-down never removes the
 master's pod without a switchover and cleans only ids of gone, dead brokers."""
 
 from __future__ import annotations
@@ -73,12 +76,27 @@ def test_roll_step_is_always_safe(world: tuple, min_in_sync: int) -> None:
             assert not would_drop_below_min(view.sync_state_set, ids[pod.name], min_in_sync)
     elif isinstance(step, Switchover):
         assert step.from_broker_id == view.live_master
-        assert check_switchover(view, step.to_broker_id) is None
+        assert step.to_broker_id is None  # the controller picks
+        assert view.live_master not in step.eligible_broker_ids
+        on_ready_pods = {ids.get(p.name) for p in pods if p.ready and not p.deleting}
+        assert step.eligible_broker_ids <= on_ready_pods
+        assert any(check_switchover(view, b) is None for b in step.eligible_broker_ids)
         # Every slave is already updated; only the master is left.
         outdated = {ids.get(p.name) for p in pods if p.revision == OLD}
         assert outdated == {view.live_master}
     elif isinstance(step, Done):
         assert all(p.revision == NEW for p in pods)
+
+
+def _controller_pick(view: GroupView, step: Switchover, *, last: bool = False) -> int:
+    """A model of the controller's switchover: some eligible live in-sync slave. Which
+    one is its ranking's business (tested in test_election_switchover); the plans must
+    finish whichever it picks, so the simulations take the lowest or the highest id."""
+    if step.to_broker_id is not None:
+        return step.to_broker_id
+    able = sorted(b for b in step.eligible_broker_ids if check_switchover(view, b) is None)
+    assert able, step
+    return able[-1] if last else able[0]
 
 
 def _elected(view: GroupView, broker_id: int) -> GroupView:
@@ -91,7 +109,9 @@ def _elected(view: GroupView, broker_id: int) -> GroupView:
     )
 
 
-def _simulate_roll(pods: list[PodFacts], view: GroupView, min_in_sync: int) -> list[str]:
+def _simulate_roll(
+    pods: list[PodFacts], view: GroupView, min_in_sync: int, *, last: bool = False
+) -> list[str]:
     """Drive the planner to the end; return the transcript of actions."""
     transcript: list[str] = []
     rejoin: list[int] = []
@@ -113,9 +133,10 @@ def _simulate_roll(pods: list[PodFacts], view: GroupView, min_in_sync: int) -> l
             rejoin.append(bid)
             transcript.append(f"restart {bid}" + (" (master)" if bid == view.live_master else ""))
         elif isinstance(step, Switchover):
-            view = _elected(view, step.to_broker_id)
-            rejoin.extend(sorted({r.broker_id for r in view.brokers} - {step.to_broker_id}))
-            transcript.append(f"switchover {step.from_broker_id}->{step.to_broker_id}")
+            target = _controller_pick(view, step, last=last)
+            view = _elected(view, target)
+            rejoin.extend(sorted({r.broker_id for r in view.brokers} - {target}))
+            transcript.append(f"switchover {step.from_broker_id}->{target}")
         else:
             assert isinstance(step, Wait)
             if not rejoin:
@@ -124,13 +145,15 @@ def _simulate_roll(pods: list[PodFacts], view: GroupView, min_in_sync: int) -> l
 
 
 @settings(max_examples=200)
-@given(healthy_groups(), st.integers(1, 3))
-def test_simulated_roll_finishes_slaves_first_master_last(group: tuple, min_in_sync: int) -> None:
+@given(healthy_groups(), st.integers(1, 3), st.booleans())
+def test_simulated_roll_finishes_slaves_first_master_last(
+    group: tuple, min_in_sync: int, last: bool
+) -> None:
     pods, view = group
     pods = with_revision(pods, OLD)
     min_in_sync = min(min_in_sync, len(pods) - 1)
     old_master = view.live_master
-    transcript = _simulate_roll(pods, view, min_in_sync)
+    transcript = _simulate_roll(pods, view, min_in_sync, last=last)
     n = len(pods)
     assert len([t for t in transcript if t.startswith("restart")]) == n
     switch = [i for i, t in enumerate(transcript) if t.startswith("switchover")]
@@ -195,8 +218,8 @@ def test_scale_never_drops_the_master_pod(
 ) -> None:
     """Over any world (dead masters, unready and deleting pods, stale rows): a
     scale-down step never removes the pod of the master the controller records,
-    alive or not, and switches over only from a live master to a staying,
-    in-sync, live slave."""
+    alive or not, and switches over only from a live master, naming as eligible
+    only brokers on staying ready pods, one of them an in-sync, live slave."""
     pods, view = world
     pods = pods[:current] if current <= len(pods) else pods
     current = len(pods)
@@ -209,9 +232,12 @@ def test_scale_never_drops_the_master_pod(
     if isinstance(step, Switchover):
         assert step.from_broker_id == view.live_master
         assert [p.ordinal for p in master_pods if p.ordinal >= desired] != []
-        target_pod = next(p for p in pods if ids.get(p.name) == step.to_broker_id)
-        assert target_pod.ordinal < desired
-        assert check_switchover(view, step.to_broker_id) is None
+        assert step.to_broker_id is None  # the controller picks among the eligible
+        for broker_id in step.eligible_broker_ids:
+            assert any(
+                ids.get(p.name) == broker_id and p.ordinal < desired and p.ready for p in pods
+            )
+        assert any(check_switchover(view, b) is None for b in step.eligible_broker_ids)
     if desired > current:
         assert step == ScaleTo(desired, "scale up")
 
@@ -266,11 +292,10 @@ def _simulate_scale_down(
             view = replace(view, sync_state_set=view.sync_state_set - {bid})
             transcript.append(f"remove {removed.name}")
         elif isinstance(step, Switchover):
-            view = _elected(view, step.to_broker_id)
-            transcript.append(f"switchover {step.from_broker_id}->{step.to_broker_id}")
-            pending = [
-                b for b in sorted(r.broker_id for r in view.brokers) if b != step.to_broker_id
-            ]
+            target = _controller_pick(view, step)
+            view = _elected(view, target)
+            transcript.append(f"switchover {step.from_broker_id}->{target}")
+            pending = [b for b in sorted(r.broker_id for r in view.brokers) if b != target]
         elif isinstance(step, Wait):
             staying_ids = {broker_ids_by_pod(pods, view)[p.name] for p in pods}
             joinable = [b for b in pending if b in staying_ids and b not in view.sync_state_set]
@@ -332,7 +357,10 @@ def test_scale_down_story_switchover_then_scale_then_clean() -> None:
     view = GroupView(5, True, None, 1, frozenset({1, 2, 5}), 1, rows)
     known = {f"bg-{i}": i + 1 for i in range(5)}
     step = plan_scale(pods, view, desired_replicas=3, current_replicas=5, known_broker_ids=known)
-    assert step == Switchover(5, 1, "scale down: the master's pod is removed")
+    # The staying pods bg-0..bg-2 are eligible; the controller picks among them.
+    assert step == Switchover(
+        5, None, "scale down: the master's pod is removed", frozenset({1, 2, 3})
+    )
     view = replace(view, master_broker_id=1, sync_state_set=frozenset({1, 2}))
     step = plan_scale(pods, view, desired_replicas=3, current_replicas=5, known_broker_ids=known)
     assert step == ScaleTo(4, "scale down: removing pod ordinal 4 (broker 5)")
@@ -441,4 +469,39 @@ def test_confirm_step_needs_an_unchanged_master_epoch_and_plan() -> None:
     later = Wait("broker 3 (bg-2) is not back in the SyncStateSet yet")
     assert confirm_step(planned, planned, step, later) == (
         f"the controller's view changed since planning: the next step is now {later}"
+    )
+
+
+def test_switchover_leaves_the_ranking_to_the_controller_and_keeps_pod_readiness() -> None:
+    """Issue 32 item 3: the planner ranked targets itself ((-epoch, -maxOffset, brokerId),
+    without electionPriority) and asked for broker 3 here. Now it names the brokers on
+    ready, staying pods and the controller picks; a broker whose pod is not ready is
+    never eligible, whatever its log (the controller cannot see pods)."""
+    rows = (
+        BrokerRow(1, f"10.0.0.0:{CLIENT_PORT}", True, 100, 2),
+        BrokerRow(2, f"10.0.0.1:{CLIENT_PORT}", True, 100, 2),
+        BrokerRow(3, f"10.0.0.2:{CLIENT_PORT}", True, 900, 2),
+        BrokerRow(4, f"10.0.0.3:{CLIENT_PORT}", True, 950, 2),
+        BrokerRow(5, f"10.0.0.4:{CLIENT_PORT}", True, 100, 2),
+    )
+    pods = [PodFacts(f"bg-{i}", i, f"u{i}", f"10.0.0.{i}", True) for i in range(5)]
+    pods[3] = replace(pods[3], ready=False)  # broker 4: the longest log, pod not ready
+    view = GroupView(5, True, None, 2, frozenset({1, 2, 3, 4, 5}), 1, rows)
+    step = plan_scale(pods, view, desired_replicas=4, current_replicas=5, known_broker_ids={})
+    assert step == Switchover(
+        5, None, "scale down: the master's pod is removed", frozenset({1, 2, 3})
+    )
+    assert step.target == "the controller's pick of [1, 2, 3]"
+
+
+def test_switchover_waits_while_no_ready_pod_holds_an_in_sync_slave() -> None:
+    """Broker 2 is the only in-sync slave, but its pod is not ready: nothing the
+    operator would let the controller pick, so the plan waits (and says why)."""
+    rows = tuple(BrokerRow(i + 1, f"10.0.0.{i}:{CLIENT_PORT}", True) for i in range(3))
+    pods = [PodFacts(f"bg-{i}", i, f"u{i}", f"10.0.0.{i}", i != 1) for i in range(3)]
+    view = GroupView(3, True, None, 1, frozenset({2, 3}), 1, rows)
+    step = plan_scale(pods, view, desired_replicas=2, current_replicas=3, known_broker_ids={})
+    assert step == Wait(
+        "master 3 is on a pod being removed and no in-sync slave among the remaining "
+        "2 pod(s) can take over"
     )

@@ -7,7 +7,10 @@ controller:
 - before a roll deletes a pod the operator re-reads the controller and
   deletes only if masterEpoch did not move since it planned (Strimzi's
   KafkaRoller re-checks before each restart);
-- a scale-down step is re-checked the same way before the StatefulSet shrinks.
+- a scale-down step is re-checked the same way before the StatefulSet shrinks;
+- a rolling update's switchover asks the controller to pick (issue 32 item 3),
+  naming the brokers on ready pods as the eligible ones, and the controller's
+  answer (not a ranking of the operator's) is the new master in the Event.
 """
 
 from __future__ import annotations
@@ -99,3 +102,22 @@ async def test_scale_down_skips_when_master_epoch_moved_since_planning() -> None
     body["spec"]["replicas"] = 2
     await reconcile_group(runtime(kube, ctl), body, Events())
     assert kube.sts is not None and kube.sts["spec"]["replicas"] == 3
+
+
+async def test_roll_switchover_is_the_controllers_pick_among_ready_pods() -> None:
+    # Slaves bg-1, bg-2 updated; the master's pod bg-0 is the last one outdated.
+    pods = [pod(0, revision="r0"), pod(1), pod(2)]
+    kube = FakeKube(
+        pods, {"spec": {"replicas": 3}, "status": {"updateRevision": "r1", "currentRevision": "r0"}}
+    )
+    ctl = FakeController(info(1))
+    events = Events()
+    await reconcile_group(runtime(kube, ctl), group(), events)
+    assert ("switchover", [2, 3]) in ctl.calls
+    assert not [c for c in ctl.calls if c[0] == "elect" and c != ("elect", 2)]
+    assert [c for c in kube.calls if c[0] == "delete"] == []
+    assert (
+        "Normal",
+        "Switchover",
+        "rolling update: master last: master 1 → 2 at epoch 2",
+    ) in events
