@@ -133,6 +133,16 @@ class FrameDecoder:
         self._failure: RemoteProtocolError | None = None
 
     @property
+    def limits(self) -> RemotingLimits:
+        return self._limits
+
+    @limits.setter
+    def limits(self, limits: RemotingLimits) -> None:
+        """New bounds for the frames after the one being read (a connection that proved its
+        key gets the full ones)."""
+        self._limits = limits
+
+    @property
     def buffered_bytes(self) -> int:
         """Bytes received and not yet returned as a command."""
         return len(self._buffer) - self._start

@@ -1,9 +1,10 @@
 """The one asyncio transport for RocketMQ's remoting protocol (every remoting port and peer).
 
-The codec (`frame`, `command`, `acl`) is sans-I/O; this module is the thin shell around it,
-shared by the broker's remoting port, the name server and the controller's remoting port
-(servers) and by whatever calls them (clients, the controller notifying brokers), so there is
-one socket loop, one place that checks signatures and one place that bounds a connection.
+The codec (`frame`, `command`, `acl`, `fields`) is sans-I/O; this module is the thin shell
+around it, shared by the broker's remoting port, the name server and the controller's
+remoting port (servers) and by whatever calls them (clients, the controller notifying
+brokers), so there is one socket loop, one place that checks signatures, one place that
+answers refusals and one place that bounds a peer.
 
 A `Connection` is symmetric, as RocketMQ's NettyRemotingAbstract is: either side may send
 requests (each gets a fresh opaque and waits for the response carrying it) and answer the
@@ -13,9 +14,21 @@ handler sees the request, so nothing the request names is looked up), then its c
 → REQUEST_CODE_NOT_SUPPORTED with a remark). Handlers of one connection run concurrently, so
 a long-polling PULL_MESSAGE does not hold up the requests behind it; at most
 `max_in_flight` per connection (more → SYSTEM_BUSY, as RocketMQ's rejected thread pool
-answers). A handler's exception becomes SYSTEM_ERROR with its text; the connection and the
-others go on. A frame that breaks the protocol or a limit closes that connection only: the
-byte stream cannot be trusted after it, and there is no opaque to answer.
+answers).
+
+A handler answers by returning a response, or refuses by raising `RequestRefused(code,
+remark)` (RocketMQ's AbortProcessException) or `BadField` (a header it cannot read:
+SYSTEM_ERROR, or the server's `bad_field_code`); a server's `translate` maps its core's own
+errors to refusals. Anything else is a defect: logged once with the request code (never the
+body) and answered SYSTEM_ERROR; the connection and the others go on. A frame that breaks
+the protocol or a limit closes that connection only: the byte stream cannot be trusted after
+it, and there is no opaque to answer.
+
+Bounds (`ListenerLimits`, docs/security.md "Limits"): connections per port and per source;
+until its first signed request a connection gets small frame bounds and a share of one
+per-port byte budget; a connection whose unsent answers pass `max_unsent_bytes` is not read
+until the peer takes them; one idle for `idle_timeout_s` is closed; refusals are logged at
+most `log_lines_per_minute` times a minute, with client-chosen text made printable.
 """
 
 from __future__ import annotations
@@ -38,16 +51,27 @@ from brokergroup_remoting.command import (
     response_to,
 )
 from brokergroup_remoting.errors import RemoteProtocolError
+from brokergroup_remoting.fields import BadField, RequestRefused, quoted
 from brokergroup_remoting.frame import FrameDecoder, encode
+from brokergroup_remoting.listener import (
+    DEFAULT_LISTENER_LIMITS,
+    ListenerGuard,
+    ListenerLimits,
+    LogBudget,
+)
 
 log = logging.getLogger(__name__)
 
 Handler = Callable[[RemotingCommand, "Connection"], Awaitable[RemotingCommand | None]]
-"""Answers one request: the response (built with `response_to`), or None for no answer."""
+"""Answers one request: the response (built with `response_to`), or None for no answer; or
+raises `RequestRefused`."""
+
+Translate = Callable[[Exception], RequestRefused | None]
+"""A front end's own errors as refusals (None: not one of its errors, a defect)."""
 
 _READ_CHUNK = 256 * 1024
-#: Handlers running at once on one connection before new requests get SYSTEM_BUSY.
-DEFAULT_MAX_IN_FLIGHT = 256
+#: A refusal's remark quotes at most this much of an exception's text.
+_REMARK_CHARS = 512
 
 
 @dataclass(frozen=True)
@@ -80,6 +104,14 @@ class Credentials:
         return f"Credentials(access_key={self.access_key!r})"
 
 
+@dataclass(frozen=True)
+class Dispatch:
+    """How a server turns what its handlers raise into answers (one per front end)."""
+
+    bad_field_code: int = ResponseCode.SYSTEM_ERROR
+    translate: Translate | None = None
+
+
 class ConnectionClosed(ConnectionError):
     """The connection closed before the response arrived."""
 
@@ -96,7 +128,10 @@ class Connection:
         auth: ServerAuth | None = None,
         credentials: Credentials | None = None,
         limits: RemotingLimits = DEFAULT_LIMITS,
-        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        listener: ListenerLimits = DEFAULT_LISTENER_LIMITS,
+        guard: ListenerGuard | None = None,
+        dispatch: Dispatch = Dispatch(),
+        log_budget: LogBudget | None = None,
         name: str = "remoting",
     ) -> None:
         self._reader = reader
@@ -104,16 +139,27 @@ class Connection:
         self._handlers = handlers
         self._auth = auth
         self._credentials = credentials
-        self._decoder = FrameDecoder(limits)
-        self._max_in_flight = max_in_flight
+        self._limits = limits
+        self._listener = listener
+        self._guard = guard
+        self._dispatch_policy = dispatch
+        self._log_budget = log_budget or LogBudget(listener.log_lines_per_minute)
+        # A server reads small frames until the peer has signed one request.
+        self._authenticated = auth is None
+        self._decoder = FrameDecoder(limits if auth is None else listener.pre_auth_limits)
         self._name = name
+        self._loop = asyncio.get_running_loop()
+        self.last_activity = self._loop.time()
+        """Loop time of the last read or write (the idle timeout's reading)."""
         # Frames written in one turn of the loop go out in one write(2) (`_flush`): the
         # group commit answers every send it covers in the same turn.
         self._outbox: list[bytes] = []
+        self._outbox_bytes = 0
         self._opaques = itertools.count(1)
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = asyncio.Event()
+        self._on_close: list[Callable[[], None]] = []
         peer = writer.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         self.access_key: str | None = None
@@ -125,8 +171,20 @@ class Connection:
 
     @property
     def transport(self) -> asyncio.BaseTransport:
-        """The socket's transport (a server watches it close, e.g. for a peer's liveness)."""
+        """The socket's transport."""
         return self._writer.transport
+
+    @property
+    def in_flight(self) -> int:
+        """Requests of this connection being handled now."""
+        return len(self._tasks)
+
+    def on_close(self, callback: Callable[[], None]) -> None:
+        """Call `callback` once when the connection closes (at once if it has)."""
+        if self.closed:
+            self._loop.call_soon(callback)
+        else:
+            self._on_close.append(callback)
 
     async def wait_closed(self) -> None:
         await self._closed.wait()
@@ -134,7 +192,7 @@ class Connection:
     async def invoke(self, cmd: RemotingCommand, timeout_s: float) -> RemotingCommand:
         """Send request `cmd` (its opaque is replaced) and wait for its response."""
         opaque = next(self._opaques)
-        future: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[RemotingCommand] = self._loop.create_future()
         self._pending[opaque] = future
         try:
             await self._write(self._outgoing(cmd, opaque))
@@ -157,23 +215,58 @@ class Connection:
         self._finish()
 
     async def run(self) -> None:
-        """Read and dispatch until EOF, a protocol error or `close()`."""
+        """Read and dispatch until EOF, a protocol error, a limit or `close()`."""
         try:
             while True:
+                await self._wait_for_peer_to_read()
                 data = await self._reader.read(_READ_CHUNK)
                 if not data:
                     if not self._decoder.at_frame_boundary:
-                        log.warning("%s: %s closed inside a frame", self._name, self.peer)
+                        self._log(logging.WARNING, "%s closed inside a frame", self.peer)
                     return
+                self.last_activity = self._loop.time()
                 self._decoder.feed(data)
                 for cmd in self._decoder.commands():
                     self._dispatch(cmd)
+                if not self._authenticated and self._guard is not None:
+                    held = self._decoder.buffered_bytes
+                    if not self._guard.hold_pre_auth(id(self), held):
+                        self._log(
+                            logging.WARNING,
+                            "closing %s: %d bytes buffered before any signed request, over "
+                            "the port's pre-authentication budget of %d bytes",
+                            self.peer,
+                            held,
+                            self._listener.pre_auth_budget_bytes,
+                        )
+                        return
         except RemoteProtocolError as exc:
-            log.warning("%s: closing %s: %s", self._name, self.peer, exc)
+            self._log(logging.WARNING, "closing %s: %s", self.peer, exc)
         except (ConnectionError, asyncio.IncompleteReadError) as exc:
             log.debug("%s: %s: %s", self._name, self.peer, exc)
         finally:
             await self.close()
+
+    async def _wait_for_peer_to_read(self) -> None:
+        """Stop reading while the answers the peer has not taken are over the bound."""
+        transport = self._writer.transport
+        bound = self._listener.max_unsent_bytes
+        if self._outbox_bytes + transport.get_write_buffer_size() <= bound:
+            return
+        self._flush()
+        if transport.get_write_buffer_size() > bound:
+            # The transport paused writing at its high-water mark: drain() returns below the
+            # low one (a peer that never reads is closed by the idle timeout meanwhile).
+            await self._writer.drain()
+
+    def _log(self, level: int, msg: str, *args: object) -> None:
+        allowed, held = self._log_budget.allow(self._loop.time())
+        if not allowed:
+            return
+        if held:
+            msg += " (%d similar lines held back)"
+            args = (*args, held)
+        log.log(level, "%s: " + msg, self._name, *args)
 
     def _outgoing(self, cmd: RemotingCommand, opaque: int) -> RemotingCommand:
         if self._credentials is not None:
@@ -181,17 +274,29 @@ class Connection:
         return dataclasses.replace(cmd, opaque=opaque)
 
     async def _write(self, cmd: RemotingCommand) -> None:
+        self._send(cmd)
+        await self._writer.drain()  # a request waits while the transport is over its mark
+
+    def _send(self, cmd: RemotingCommand) -> None:
         if self.closed or self._writer.is_closing():
             raise ConnectionClosed(f"{self._name}: connection to {self.peer} is closed")
         if not self._outbox:
-            asyncio.get_running_loop().call_soon(self._flush)
-        self._outbox.append(encode(cmd))
-        await self._writer.drain()  # backpressure: waits while the transport is over its mark
+            self._loop.call_soon(self._flush)
+        frame = encode(cmd)
+        self._outbox.append(frame)
+        self._outbox_bytes += len(frame)
+
+    def _answer(self, cmd: RemotingCommand) -> None:
+        """Queue an answer without waiting: the reader stops while answers queue."""
+        with contextlib.suppress(ConnectionClosed):
+            self._send(cmd)
 
     def _flush(self) -> None:
         frames, self._outbox = self._outbox, []
+        self._outbox_bytes = 0
         if not frames or self._writer.is_closing():
             return
+        self.last_activity = self._loop.time()
         self._writer.write(frames[0] if len(frames) == 1 else b"".join(frames))
 
     def _dispatch(self, cmd: RemotingCommand) -> None:
@@ -205,9 +310,11 @@ class Connection:
         refusal = self._refusal(cmd)
         if refusal is not None:
             if not cmd.is_oneway:
-                self._spawn(self._write(refusal))
+                self._answer(refusal)
             return
-        self._spawn(self._handle(self._handlers[cmd.code], cmd))
+        task = asyncio.ensure_future(self._handle(self._handlers[cmd.code], cmd))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def _refusal(self, cmd: RemotingCommand) -> RemotingCommand | None:
         """The answer to a request that must not reach its handler, or None."""
@@ -222,9 +329,15 @@ class Connection:
                     assert check.access_key is not None
                     reason = explain(check.access_key)
                     remark = remark if reason is None else f"{remark}: {reason}"
-                log.info("%s: refused code %d from %s: %s", self._name, cmd.code, self.peer, remark)
+                self._log(logging.INFO, "refused code %d from %s: %s", cmd.code, self.peer,
+                          quoted(remark, 200))  # fmt: skip
                 return response_to(cmd, ResponseCode.NO_PERMISSION, remark)
             self.access_key = signer = check.access_key
+            if not self._authenticated:
+                self._authenticated = True
+                self._decoder.limits = self._limits
+                if self._guard is not None:
+                    self._guard.authenticated(id(self))
         if cmd.code not in self._handlers:
             return response_to(
                 cmd,
@@ -234,11 +347,14 @@ class Connection:
         if self._auth is not None and self._auth.authorize is not None and signer is not None:
             reason = self._auth.authorize(signer, cmd)
             if reason is not None:
-                log.info("%s: refused code %d from %s: %s", self._name, cmd.code, self.peer, reason)
+                self._log(logging.INFO, "refused code %d from %s: %s", cmd.code, self.peer,
+                          quoted(reason, 200))  # fmt: skip
                 return response_to(cmd, ResponseCode.NO_PERMISSION, reason)
-        if len(self._tasks) >= self._max_in_flight:
+        if len(self._tasks) >= self._listener.max_in_flight:
             return response_to(
-                cmd, ResponseCode.SYSTEM_BUSY, f"over {self._max_in_flight} requests in flight"
+                cmd,
+                ResponseCode.SYSTEM_BUSY,
+                f"over {self._listener.max_in_flight} requests in flight",
             )
         return None
 
@@ -248,17 +364,29 @@ class Connection:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            log.exception("%s: code %d from %s failed", self._name, cmd.code, self.peer)
-            answer = response_to(cmd, ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+            answer = self._refused(cmd, exc)
         if answer is None or cmd.is_oneway:
             return
-        with contextlib.suppress(ConnectionClosed, ConnectionError):
-            await self._write(answer)
+        self._answer(answer)
 
-    def _spawn(self, coro: Awaitable[None]) -> None:
-        task = asyncio.ensure_future(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+    def _refused(self, cmd: RemotingCommand, exc: Exception) -> RemotingCommand:
+        """The one answer to whatever a handler raised."""
+        refused = exc if isinstance(exc, RequestRefused) else None
+        if refused is None and self._dispatch_policy.translate is not None:
+            refused = self._dispatch_policy.translate(exc)
+        if refused is not None:
+            code = refused.code
+            if isinstance(refused, BadField):
+                code = self._dispatch_policy.bad_field_code
+            log.debug("%s: code %d from %s refused: %s", self._name, cmd.code, self.peer,
+                      quoted(refused.remark, 200))  # fmt: skip
+            return response_to(cmd, code, refused.remark)
+        allowed, held = self._log_budget.allow(self._loop.time())
+        if allowed:
+            log.error("%s: code %d from %s failed (%d similar lines held back)", self._name,
+                      cmd.code, self.peer, held, exc_info=exc)  # fmt: skip
+        text = f"{type(exc).__name__}: {exc}"
+        return response_to(cmd, ResponseCode.SYSTEM_ERROR, text[:_REMARK_CHARS])
 
     def _finish(self) -> None:
         if self._closed.is_set():
@@ -270,10 +398,16 @@ class Connection:
         self._pending.clear()
         for task in list(self._tasks):
             task.cancel()
+        callbacks, self._on_close = self._on_close, []
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:
+                log.exception("%s: on-close callback for %s failed", self._name, self.peer)
 
 
 class RemotingServer:
-    """A listening remoting port: one `Connection` per accepted peer."""
+    """A listening remoting port: one `Connection` per accepted peer, within its limits."""
 
     def __init__(
         self,
@@ -281,15 +415,20 @@ class RemotingServer:
         *,
         auth: ServerAuth | None,
         limits: RemotingLimits = DEFAULT_LIMITS,
-        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        listener: ListenerLimits = DEFAULT_LISTENER_LIMITS,
+        dispatch: Dispatch = Dispatch(),
         name: str = "remoting",
     ) -> None:
         self._handlers = handlers
         self._auth = auth
         self._limits = limits
-        self._max_in_flight = max_in_flight
+        self._listener = listener
+        self._dispatch = dispatch
         self._name = name
+        self._guard = ListenerGuard(listener)
+        self._log_budget = LogBudget(listener.log_lines_per_minute)
         self._server: asyncio.Server | None = None
+        self._sweeper: asyncio.Task[None] | None = None
         self.connections: set[Connection] = set()
 
     @property
@@ -299,10 +438,17 @@ class RemotingServer:
         port: int = self._server.sockets[0].getsockname()[1]
         return port
 
+    @property
+    def guard(self) -> ListenerGuard:
+        return self._guard
+
     async def start(self, host: str, port: int) -> None:
         self._server = await asyncio.start_server(self._accept, host, port, limit=_READ_CHUNK)
+        self._sweeper = asyncio.create_task(self._sweep_idle())
 
     async def close(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
         if self._server is not None:
             self._server.close()
         for conn in list(self.connections):
@@ -310,14 +456,40 @@ class RemotingServer:
         if self._server is not None:
             await self._server.wait_closed()
 
+    async def _sweep_idle(self) -> None:
+        idle = self._listener.idle_timeout_s
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(min(idle / 4, 15.0))
+            now = loop.time()
+            for conn in list(self.connections):
+                if conn.in_flight == 0 and now - conn.last_activity > idle:
+                    log.info("%s: closing %s: idle for over %.0f s", self._name, conn.peer, idle)
+                    await conn.close()
+
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        source = str(peer[0]) if isinstance(peer, tuple) else str(peer)
+        refused = self._guard.admit(source)
+        if refused is not None:
+            allowed, held = self._log_budget.allow(asyncio.get_running_loop().time())
+            if allowed:
+                log.warning("%s: closing a connection from %s at once: %s (%d similar lines "
+                            "held back)", self._name, source, refused, held)  # fmt: skip
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+            return
         conn = Connection(
             reader,
             writer,
             handlers=self._handlers,
             auth=self._auth,
             limits=self._limits,
-            max_in_flight=self._max_in_flight,
+            listener=self._listener,
+            guard=self._guard,
+            dispatch=self._dispatch,
+            log_budget=self._log_budget,
             name=self._name,
         )
         self.connections.add(conn)
@@ -325,6 +497,7 @@ class RemotingServer:
             await conn.run()
         finally:
             self.connections.discard(conn)
+            self._guard.release(source, id(conn))
 
 
 class RemotingClient:

@@ -1,7 +1,7 @@
 """The broker's RocketMQ remoting front end (brokergroup_broker.remoting_front).
 
 The pure layer (`wire`): SendMessageRequestHeader(V2), PullMessageRequestHeader and the
-queue headers decode what a stock client sends and refuse anything else with `BadHeader`
+queue headers decode what a stock client sends and refuse anything else with `BadField`
 only (hypothesis over structured field maps); MessageDecoder's batch body and offset
 message ids round-trip; the registration body is what the name server's own parser
 accepts. The consumer-group and queue-lock tables (`clients`).
@@ -53,6 +53,7 @@ from brokergroup_controller.client import ControllerClient
 from brokergroup_controller.namesrv import bodies
 from brokergroup_remoting import RemotingCommand, RequestCode, ResponseCode
 from brokergroup_remoting.command import request
+from brokergroup_remoting.fields import BadField
 from brokergroup_remoting.net import Credentials, RemotingClient, ServerAuth
 
 ACCESS_KEY, SECRET_KEY = "brokerAK01", "brokerSecret-0123"
@@ -100,7 +101,7 @@ def test_header_decoders_raise_only_bad_header(fields: dict[str, str]) -> None:
         wire.pull_request,
         wire.queue_ref,
     ):
-        with contextlib.suppress(wire.BadHeader):
+        with contextlib.suppress(BadField):
             decode(fields)
 
 
@@ -121,21 +122,21 @@ def test_batch_body_round_trips_and_refuses_cut_or_oversized_input() -> None:
     assert [(m.body, m.properties) for m in got] == [
         (b"one", {"KEYS": "k1"}), (b"", {}), (b"three" * 100, {}),
     ]  # fmt: skip
-    with pytest.raises(wire.BadHeader, match="more than 2"):
+    with pytest.raises(BadField, match="more than 2"):
         wire.decode_batch_body(body, max_messages=2)
     first = len(java_batch([(0, b"one", "KEYS\x01k1\x02")]))
     boundaries = {first, first + len(java_batch([(0, b"", "")]))}
     for cut in set(range(1, len(body))) - boundaries:  # a cut inside a message
-        with pytest.raises(wire.BadHeader):
+        with pytest.raises(BadField):
             wire.decode_batch_body(body[:cut], max_messages=8)
-    with pytest.raises(wire.BadHeader):
+    with pytest.raises(BadField):
         wire.decode_batch_body(b"", max_messages=8)
 
 
 @settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.binary(max_size=200))
 def test_batch_decoder_raises_only_bad_header(body: bytes) -> None:
-    with contextlib.suppress(wire.BadHeader):
+    with contextlib.suppress(BadField):
         wire.decode_batch_body(body, max_messages=16)
 
 
@@ -144,7 +145,7 @@ def test_offset_message_id_is_javas() -> None:
     msg_id = wire.offset_message_id(("127.0.0.1", 10911), 1234)
     assert msg_id == "7F00000100002A9F00000000000004D2"
     assert wire.decode_message_id(msg_id) == ("127.0.0.1", 10911, 1234)
-    with pytest.raises(wire.BadHeader):
+    with pytest.raises(BadField):
         wire.decode_message_id("nothex")
 
 

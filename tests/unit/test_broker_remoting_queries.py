@@ -3,7 +3,7 @@ the broker's remoting port (remoting_front.key_query, admin_queries; store.recor
 
 The pure parts: `record_keys` reads a stored record's keys as RocketMQ's IndexService
 indexes them (each KEYS key, UNIQ_KEY) and refuses bytes that are not one record; the
-QUERY_MESSAGE header decoder raises only BadHeader on random field maps; the ConsumeStats
+QUERY_MESSAGE header decoder raises only BadField on random field maps; the ConsumeStats
 body is fastjson's form with MessageQueue objects as keys (compared as text). The scan runs
 over a real store (a temp dir) and is checked against a naive reference (every record of
 the topic decoded and filtered) on random keys, time ranges and maxNum; a byte budget
@@ -42,6 +42,7 @@ from brokergroup_broker.store.message_scan import decode_record
 from brokergroup_broker.store.record_keys import NotARecord, record_keys
 from brokergroup_remoting import RemotingCommand, RequestCode, ResponseCode
 from brokergroup_remoting.command import request
+from brokergroup_remoting.fields import BadField
 from brokergroup_remoting.net import Connection, Credentials, Handler, RemotingClient
 from tests.unit.test_broker_remoting_front import ACCESS_KEY, SECRET_KEY, Port, open_port
 
@@ -128,7 +129,7 @@ QUERY_VALUES = st.one_of(
 @settings(deadline=None)
 @given(st.dictionaries(QUERY_FIELDS, QUERY_VALUES, max_size=8))
 def test_query_header_decoder_raises_only_bad_header(fields: dict[str, str]) -> None:
-    with contextlib.suppress(wire.BadHeader):
+    with contextlib.suppress(BadField):
         q = key_query(fields)
         assert 0 <= q.max_num <= 64 and q.topic and q.key
 
@@ -139,7 +140,7 @@ def test_query_header_applies_rocketmqs_max_num_rules() -> None:
     assert key_query(fields).max_num == 64  # maxMsgsNumBatch
     assert key_query({**fields, "_UNIQUE_KEY_QUERY": "true"}).max_num == DEFAULT_QUERY_MAX_NUM
     for missing in ("topic", "key", "maxNum", "beginTimestamp", "endTimestamp"):
-        with pytest.raises(wire.BadHeader, match=missing):
+        with pytest.raises(BadField, match=missing):
             key_query({k: v for k, v in fields.items() if k != missing})
 
 
@@ -258,7 +259,7 @@ async def test_malformed_headers_of_the_new_codes_are_answered_and_harm_nothing(
     bad = {"topic": "T", "key": "k", "maxNum": "32", "beginTimestamp": "0", "endTimestamp": "z"}
     answer = await port.ask(request(RequestCode.QUERY_MESSAGE, 0, bad))
     assert answer.code == ResponseCode.SYSTEM_ERROR
-    assert answer.remark == "the header field endTimestamp is not a number: 'z'"
+    assert answer.remark == "the header field endTimestamp is not a number (a long): 'z'"
     # Still REQUEST_CODE_NOT_SUPPORTED for what is not served; the connection goes on.
     answer = await port.ask(request(RequestCode.GET_PRODUCER_CONNECTION_LIST, 0, {}))
     assert answer.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED

@@ -159,15 +159,15 @@ async def test_unsigned_wrongly_signed_and_unknown_requests_are_refused(
 
 
 BAD_REGISTRATIONS = [
-    ("missing brokerAddr", {"brokerAddr": None}, b"", "the custom field <brokerAddr> is null"),
+    ("missing brokerAddr", {"brokerAddr": None}, b"", "the header field brokerAddr is missing"),
     ("brokerId not a number", {"brokerId": "zero"}, b"", "field brokerId is not a number"),
-    ("negative brokerId", {"brokerId": "-1"}, b"", "field brokerId = -1 is outside"),
+    ("negative brokerId", {"brokerId": "-1"}, b"", "field brokerId is -1, outside"),
     ("brokerId overflow", {"brokerId": "99999999999999999999"}, b"", "field brokerId"),
     ("address without port", {"brokerAddr": "127.0.0.10"}, b"", "is not host:port"),
     ("port out of range", {"brokerAddr": "127.0.0.10:70000"}, b"", "is not host:port"),
-    ("empty brokerName", {"brokerName": ""}, b"", "field brokerName must hold"),
-    ("body not JSON", {}, b"{not json", "RegisterBrokerBody is not JSON"),
-    ("body not UTF-8", {}, b"\xff\xfe", "RegisterBrokerBody is not JSON"),
+    ("empty brokerName", {"brokerName": ""}, b"", "the header field brokerName is empty"),
+    ("body not JSON", {}, b"{not json", "RegisterBrokerBody body is not JSON"),
+    ("body not UTF-8", {}, b"\xff\xfe", "RegisterBrokerBody body is not JSON"),
     ("body a list", {}, b"[]", "must be a JSON object"),
     (
         "topic table not an object",

@@ -16,6 +16,7 @@ import pytest
 
 from brokergroup_remoting import RemotingCommand, RequestCode, ResponseCode, SerializeType
 from brokergroup_remoting.command import request, response_to
+from brokergroup_remoting.listener import ListenerLimits
 from brokergroup_remoting.net import (
     Connection,
     ConnectionClosed,
@@ -61,7 +62,9 @@ class Recorder:
 async def served() -> AsyncIterator[tuple[RemotingServer, Recorder]]:
     rec = Recorder()
     handlers = {ECHO: rec.echo, SLOW: rec.slow, BOOM: rec.boom, ASK_BACK: rec.ask_back}
-    server = RemotingServer(handlers, auth=ServerAuth(KEYS.get), max_in_flight=4, name="test")
+    server = RemotingServer(
+        handlers, auth=ServerAuth(KEYS.get), listener=ListenerLimits(max_in_flight=4), name="test"
+    )
     await server.start("127.0.0.1", 0)
     try:
         yield server, rec

@@ -11,7 +11,6 @@ ConsumerConnection. Nothing here writes.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
@@ -20,6 +19,8 @@ from brokergroup_broker.protocol.messages import NO_CONSUMER_OFFSET
 from brokergroup_broker.remoting_front import wire
 from brokergroup_broker.remoting_front.key_query import RecordSource, key_query, run_key_query
 from brokergroup_remoting import RemotingCommand, ResponseCode
+from brokergroup_remoting import fields as header
+from brokergroup_remoting.body import json_text
 from brokergroup_remoting.command import response_to
 from brokergroup_remoting.net import Connection
 
@@ -51,7 +52,7 @@ def consume_stats_body(broker_name: str, stats: list[QueueStats], consume_tps: f
             "lastTimestamp": s.last_timestamp_ms,
             "pullOffset": s.consumer_offset,
         }
-        entries.append(f"{_json(key)}:{_json(value)}")
+        entries.append(f"{json_text(key)}:{json_text(value)}")
     return ('{"consumeTps":' + repr(float(consume_tps)) + ',"offsetTable":{'
             + ",".join(entries) + "}}").encode("utf-8")  # fmt: skip
 
@@ -110,8 +111,8 @@ class AdminQueries:
         queue's max offset, the group's offset and the store time of its last consumed
         record (AdminBrokerProcessor.getConsumeStats)."""
         fields = cmd.fields()
-        group = wire.text(fields, "consumerGroup")
-        asked = wire.optional_text(fields, "topic", max_bytes=127)
+        group = header.text(fields, "consumerGroup")
+        asked = header.optional_text(fields, "topic", max_bytes=127)
         topics = self._topics()
         stats: list[QueueStats] = []
         for topic in [asked] if asked else sorted(topics):
@@ -135,20 +136,20 @@ class AdminQueries:
 
     async def topic_config(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         """GET_TOPIC_CONFIG: TopicConfigAndQueueMapping (no static-topic mapping here)."""
-        topic = wire.text(cmd.fields(), "topic", max_bytes=127)
+        topic = header.text(cmd.fields(), "topic", max_bytes=127)
         queues = self._topics().get(topic)
         if queues is None:
             return response_to(
                 cmd, ResponseCode.TOPIC_NOT_EXIST, f"No topic in this broker. topic: {topic}"
             )
         body = {**wire.topic_config(topic, queues), "mappingDetail": None}
-        return response_to(cmd, ResponseCode.SUCCESS, None, None, _json(body).encode())
+        return response_to(cmd, ResponseCode.SUCCESS, None, None, json_text(body).encode())
 
     async def consumer_connections(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         """GET_CONSUMER_CONNECTION_LIST: the group's live clients. The heartbeat's
         subscriptions are not kept, so subscriptionTable is empty and the consume type and
         message model are the push consumer's defaults."""
-        group = wire.text(cmd.fields(), "consumerGroup")
+        group = header.text(cmd.fields(), "consumerGroup")
         members = self._consumers.members(group, self._clock_ms())
         if not members:
             return response_to(
@@ -163,8 +164,4 @@ class AdminQueries:
             "messageModel": "CLUSTERING",
             "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
         }
-        return response_to(cmd, ResponseCode.SUCCESS, None, None, _json(body).encode())
-
-
-def _json(obj: object) -> str:
-    return json.dumps(obj, separators=(",", ":"))
+        return response_to(cmd, ResponseCode.SUCCESS, None, None, json_text(body).encode())

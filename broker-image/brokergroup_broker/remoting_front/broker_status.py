@@ -21,7 +21,6 @@ getBrokerConfig), from the broker's real state only:
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Callable, Mapping
@@ -30,9 +29,10 @@ from decimal import ROUND_HALF_UP, Decimal
 from typing import Protocol
 
 from brokergroup_broker.protocol.messages import BrokerError
-from brokergroup_broker.remoting_front import wire
 from brokergroup_broker.store.health import DiskSpace
 from brokergroup_remoting import RemotingCommand, ResponseCode
+from brokergroup_remoting import fields as header
+from brokergroup_remoting.body import json_text
 from brokergroup_remoting.command import response_to
 from brokergroup_remoting.net import Connection
 
@@ -57,13 +57,13 @@ def topic_stats_body(topic: str, broker_name: str, rows: list[TopicOffsetRow]) -
             "maxOffset": r.max_offset,
             "minOffset": r.min_offset,
         }
-        entries.append(f"{_json(key)}:{_json(value)}")
+        entries.append(f"{json_text(key)}:{json_text(value)}")
     return ('{"offsetTable":{' + ",".join(entries) + '},"topicPutTps":0.0}').encode()
 
 
 def kv_table_body(table: Mapping[str, str]) -> bytes:
     """KVTable: {"table": {key: value}}."""
-    return _json({"table": dict(sorted(table.items()))}).encode()
+    return json_text({"table": dict(sorted(table.items()))}).encode()
 
 
 def runtime_text(elapsed_ms: int) -> str:
@@ -138,7 +138,7 @@ class BrokerStatus:
 
     async def topic_stats(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         """GET_TOPIC_STATS_INFO: the topic's queues' min/max offsets and last store time."""
-        topic = wire.text(cmd.fields(), "topic", max_bytes=127)
+        topic = header.text(cmd.fields(), "topic", max_bytes=127)
         queues = self._topics().get(topic)
         if queues is None:
             return response_to(cmd, ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
@@ -191,11 +191,7 @@ class BrokerStatus:
 
     async def broker_config(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         """GET_BROKER_CONFIG: the settings as properties text, header `version` a DataVersion."""
-        version = _json({"counter": 0, "stateVersion": 0, "timestamp": self.boot_ms})
+        version = json_text({"counter": 0, "stateVersion": 0, "timestamp": self.boot_ms})
         return response_to(
             cmd, ResponseCode.SUCCESS, None, {"version": version}, properties_text(self._config)
         )
-
-
-def _json(obj: object) -> str:
-    return json.dumps(obj, separators=(",", ":"))

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -46,8 +45,11 @@ from brokergroup_broker.store.health import DiskSpace
 from brokergroup_broker.store.message import StoredMessage
 from brokergroup_broker.topics import topic_error
 from brokergroup_remoting import RemotingCommand, RequestCode, ResponseCode
+from brokergroup_remoting import fields as header
+from brokergroup_remoting.body import decode_json_object, json_body
 from brokergroup_remoting.command import response_to
-from brokergroup_remoting.net import Connection, Handler
+from brokergroup_remoting.fields import BadField, RequestRefused
+from brokergroup_remoting.net import Connection, Dispatch, Handler
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +151,7 @@ class RemotingFront:
         #: Topics that exist before their first record: retry topics of the consumer groups
         #: that heartbeat here and UPDATE_AND_CREATE_TOPIC's; name → queue count.
         self.declared: dict[str, int] = {}
-        self._watched: dict[int, asyncio.Task[None]] = {}
+        self._watched: set[int] = set()
         admin = AdminQueries(
             produce,
             broker_name=settings.broker_name,
@@ -197,23 +199,8 @@ class RemotingFront:
             RequestCode.GET_BROKER_RUNTIME_INFO: status.runtime_info,
             RequestCode.GET_BROKER_CONFIG: status.broker_config,
         }
-        self.handlers: dict[int, Handler] = {
-            int(code): self._guarded(handler) for code, handler in table.items()
-        }
-
-    def _guarded(
-        self, handler: Callable[[RemotingCommand, Connection], Awaitable[RemotingCommand]]
-    ) -> Handler:
-        async def run(cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
-            try:
-                return await handler(cmd, conn)
-            except wire.BadHeader as exc:
-                log.info("remoting: code %d from %s refused: %s", cmd.code, conn.peer, exc)
-                return response_to(cmd, ResponseCode.SYSTEM_ERROR, str(exc))
-            except BrokerError as exc:
-                return response_to(cmd, wire.READ_CODE_OF[exc.code], exc.message)
-
-        return run
+        self.handlers: dict[int, Handler] = {int(code): h for code, h in table.items()}
+        self.dispatch = Dispatch(translate=refusal_of)
 
     # ------------------------------------------------------------------ sends
 
@@ -332,7 +319,7 @@ class RemotingFront:
         if self._known_topic(topic):
             return
         if len(self.declared) >= _MAX_DECLARED_TOPICS:
-            raise wire.BadHeader(f"over {_MAX_DECLARED_TOPICS} topics declared without records")
+            raise BadField(f"over {_MAX_DECLARED_TOPICS} topics declared without records")
         self.declared[topic] = queues
         self._on_new_topic(topic)
 
@@ -342,17 +329,11 @@ class RemotingFront:
         Through the one produce path. Redelivery is immediate: the retry delay levels need
         scheduled messages, which are not supported."""
         fields = cmd.fields()
-        offset = wire.integer(fields, "offset", low=0, high=(1 << 63) - 1)
-        group = wire.text(fields, "group")
-        delay_level = wire.optional_integer(
-            fields, "delayLevel", 0, low=-(1 << 31), high=(1 << 31) - 1
-        )
-        max_times = wire.optional_integer(
-            fields,
-            "maxReconsumeTimes",
-            wire.DEFAULT_MAX_RECONSUME_TIMES,
-            low=-1,
-            high=(1 << 31) - 1,
+        offset = header.int64(fields, "offset", low=0, high=header.INT64_MAX)
+        group = header.text(fields, "group")
+        delay_level = header.optional_int32(fields, "delayLevel", 0)
+        max_times = header.optional_int32(
+            fields, "maxReconsumeTimes", wire.DEFAULT_MAX_RECONSUME_TIMES, low=-1
         )
         if max_times < 0:
             max_times = wire.DEFAULT_MAX_RECONSUME_TIMES
@@ -394,7 +375,7 @@ class RemotingFront:
 
     async def view_message(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         """VIEW_MESSAGE_BY_ID: the record at the commit log `offset`, exactly as stored."""
-        offset = wire.integer(cmd.fields(), "offset", low=0, high=(1 << 63) - 1)
+        offset = header.int64(cmd.fields(), "offset", low=0, high=header.INT64_MAX)
         found = await self._produce.message_at(offset)
         if found is None:
             return response_to(
@@ -411,16 +392,16 @@ class RemotingFront:
             "topicConfigTable": table,
             "dataVersion": {"stateVersion": 0, "timestamp": 0, "counter": 0},
         }
-        return response_to(cmd, ResponseCode.SUCCESS, None, None, _json_bytes(body))
+        return response_to(cmd, ResponseCode.SUCCESS, None, None, json_body(body))
 
     async def create_topic(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         """UPDATE_AND_CREATE_TOPIC: the topic is routable at once and stored on its first send."""
         fields = cmd.fields()
-        topic = wire.text(fields, "topic", max_bytes=127)
+        topic = header.text(fields, "topic", max_bytes=127)
         error = topic_error(topic)
         if error is not None:
             return response_to(cmd, ResponseCode.SYSTEM_ERROR, error)
-        wanted = wire.optional_integer(fields, "writeQueueNums", 0, low=0, high=1024)
+        wanted = header.optional_int32(fields, "writeQueueNums", 0, low=0, high=1024)
         self._declare(topic, max(1, min(wanted or self._settings.default_queue_nums,
                                          self._settings.default_queue_nums)))  # fmt: skip
         return response_to(cmd, ResponseCode.SUCCESS)
@@ -529,7 +510,7 @@ class RemotingFront:
         fields = cmd.fields()
         ref = wire.queue_ref(fields, group="consumerGroup")
         assert ref.group is not None
-        offset = wire.integer(fields, "commitOffset", low=0, high=(1 << 63) - 1)
+        offset = header.int64(fields, "commitOffset", low=0, high=header.INT64_MAX)
         await self._produce.commit_consumer_offset(ref.group, ref.topic, ref.queue_id, offset)
         return response_to(cmd, ResponseCode.SUCCESS)
 
@@ -549,7 +530,7 @@ class RemotingFront:
         the queue offset on one master (the log is appended in order)."""
         fields = cmd.fields()
         ref = wire.queue_ref(fields)
-        timestamp = wire.integer(fields, "timestamp", low=-(1 << 63), high=(1 << 63) - 1)
+        timestamp = header.int64(fields, "timestamp")
         low, high = await self._produce.query_offsets(ref.topic, ref.queue_id)
         while low < high:
             mid = (low + high) // 2
@@ -575,20 +556,20 @@ class RemotingFront:
     # ------------------------------------------------------------------ clients
 
     async def heart_beat(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
-        data = _json_object(cmd.body, "HeartbeatData")
+        data = decode_json_object(cmd.body, "HeartbeatData")
         client_id = data.get("clientID")
         if not isinstance(client_id, str) or not client_id:
-            raise wire.BadHeader("HeartbeatData has no clientID")
+            raise BadField("HeartbeatData has no clientID")
         consumers = data.get("consumerDataSet") or []
         if not isinstance(consumers, list) or len(consumers) > _MAX_HEARTBEAT_GROUPS:
-            raise wire.BadHeader("HeartbeatData's consumerDataSet is not a list of groups")
+            raise BadField("HeartbeatData's consumerDataSet is not a list of groups")
         now = self._clock_ms()
         if consumers:
             self._watch(conn)
         for consumer in consumers:
             group = consumer.get("groupName") if isinstance(consumer, dict) else None
             if not isinstance(group, str) or not group:
-                raise wire.BadHeader("a consumer in HeartbeatData has no groupName")
+                raise BadField("a consumer in HeartbeatData has no groupName")
             joins = self.consumers.joins(group, client_id, id(conn))
             if not self.consumers.heartbeat(group, client_id, id(conn), now):
                 return response_to(cmd, ResponseCode.SYSTEM_BUSY, "too many consumers")
@@ -610,54 +591,50 @@ class RemotingFront:
         key = id(conn)
         if key in self._watched:
             return
+        self._watched.add(key)
         self._notifier.track(conn)
 
-        async def watch() -> None:
-            try:
-                await conn.wait_closed()
-            finally:
-                self._notifier.forget(key)
-                for group in self.consumers.drop_connection(key):
-                    self._notifier.notify(group, self.consumers.connections(group))
-                self._watched.pop(key, None)
+        def forget() -> None:
+            self._watched.discard(key)
+            self._notifier.forget(key)
+            for group in self.consumers.drop_connection(key):
+                self._notifier.notify(group, self.consumers.connections(group))
 
-        self._watched[key] = asyncio.ensure_future(watch())
+        conn.on_close(forget)
 
     async def unregister_client(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         fields = cmd.fields()
-        client_id = wire.text(fields, "clientID")
-        group = wire.optional_text(fields, "consumerGroup")
+        client_id = header.text(fields, "clientID")
+        group = header.optional_text(fields, "consumerGroup")
         if group is not None and self.consumers.unregister(group, client_id):
             self._notifier.notify(group, self.consumers.connections(group))
         return response_to(cmd, ResponseCode.SUCCESS)
 
     async def get_consumer_list(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
-        group = wire.text(cmd.fields(), "consumerGroup")
+        group = header.text(cmd.fields(), "consumerGroup")
         members = self.consumers.members(group, self._clock_ms())
         if not members:
             return response_to(
                 cmd, ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {group}"
             )
         return response_to(
-            cmd, ResponseCode.SUCCESS, None, None, _json_bytes({"consumerIdList": members})
+            cmd, ResponseCode.SUCCESS, None, None, json_body({"consumerIdList": members})
         )
 
     async def lock_batch(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
-        data = _json_object(cmd.body, "LockBatchRequestBody")
+        data = decode_json_object(cmd.body, "LockBatchRequestBody")
         group, client_id, queues = _lock_body(data)
         held = self.locks.lock([(group, *q) for q in queues], client_id, self._clock_ms())
         ok = [{"topic": t, "brokerName": b, "queueId": i} for _, t, b, i in held]
-        return response_to(cmd, ResponseCode.SUCCESS, None, None, _json_bytes({"lockOKMQSet": ok}))
+        return response_to(cmd, ResponseCode.SUCCESS, None, None, json_body({"lockOKMQSet": ok}))
 
     async def unlock_batch(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
-        data = _json_object(cmd.body, "UnlockBatchRequestBody")
+        data = decode_json_object(cmd.body, "UnlockBatchRequestBody")
         group, client_id, queues = _lock_body(data)
         self.locks.unlock([(group, *q) for q in queues], client_id)
         return response_to(cmd, ResponseCode.SUCCESS)
 
     async def close(self) -> None:
-        for task in list(self._watched.values()):
-            task.cancel()
         await self._notifier.close()
 
 
@@ -665,32 +642,18 @@ def _lock_body(data: dict[str, object]) -> tuple[str, str, list[tuple[str, str, 
     """LockBatchRequestBody / UnlockBatchRequestBody: group, clientId, mqSet."""
     group, client_id, mq_set = data.get("consumerGroup"), data.get("clientId"), data.get("mqSet")
     if not isinstance(group, str) or not group or not isinstance(client_id, str) or not client_id:
-        raise wire.BadHeader("a lock request needs consumerGroup and clientId")
+        raise BadField("a lock request needs consumerGroup and clientId")
     if not isinstance(mq_set, list) or len(mq_set) > 10_000:
-        raise wire.BadHeader("a lock request's mqSet is not a list of queues")
+        raise BadField("a lock request's mqSet is not a list of queues")
     queues: list[tuple[str, str, int]] = []
     for mq in mq_set:
         topic = mq.get("topic") if isinstance(mq, dict) else None
         broker = mq.get("brokerName") if isinstance(mq, dict) else None
         queue_id = mq.get("queueId") if isinstance(mq, dict) else None
         if not (isinstance(topic, str) and isinstance(broker, str) and type(queue_id) is int):
-            raise wire.BadHeader("a queue in mqSet needs topic, brokerName and queueId")
+            raise BadField("a queue in mqSet needs topic, brokerName and queueId")
         queues.append((topic, broker, queue_id))
     return group, client_id, queues
-
-
-def _json_object(body: bytes, what: str) -> dict[str, object]:
-    try:
-        data = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        raise wire.BadHeader(f"the body is not {what} JSON") from None
-    if not isinstance(data, dict):
-        raise wire.BadHeader(f"the body is not a {what} JSON object")
-    return data
-
-
-def _json_bytes(obj: object) -> bytes:
-    return json.dumps(obj, separators=(",", ":")).encode("utf-8")
 
 
 def _host_port(peer: str) -> tuple[str, int] | None:
@@ -699,3 +662,11 @@ def _host_port(peer: str) -> tuple[str, int] | None:
         return host.strip("[]"), int(port)
     except ValueError:
         return None
+
+
+def refusal_of(exc: Exception) -> RequestRefused | None:
+    """The one produce path's refusals as RocketMQ answers a read, an offset or an admin
+    request (a send maps its own through `wire.SEND_CODE_OF` before it gets here)."""
+    if isinstance(exc, BrokerError):
+        return RequestRefused(wire.READ_CODE_OF[exc.code], exc.message)
+    return None

@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from brokergroup_broker.protocol.messages import RecordPull
-from brokergroup_broker.remoting_front import wire
 from brokergroup_broker.store.record_keys import NotARecord, RecordKeys, record_keys
+from brokergroup_remoting import fields as header
 
 #: MixAll.UNIQUE_MSG_QUERY_FLAG: the extFields entry a query by message id carries.
 UNIQUE_MSG_QUERY_FLAG = "_UNIQUE_KEY_QUERY"
@@ -61,11 +61,11 @@ class KeyQuery:
 
 def key_query(fields: Mapping[str, str]) -> KeyQuery:
     """Decode a QUERY_MESSAGE header; BadHeader if a field is missing or not a number."""
-    topic = wire.text(fields, "topic", max_bytes=127)
-    key = wire.text(fields, "key", max_bytes=_MAX_KEY_BYTES)
-    max_num = wire.integer(fields, "maxNum", low=_INT32[0], high=_INT32[1])
-    begin = wire.integer(fields, "beginTimestamp", low=_INT64[0], high=_INT64[1])
-    end = wire.integer(fields, "endTimestamp", low=_INT64[0], high=_INT64[1])
+    topic = header.text(fields, "topic", max_bytes=127)
+    key = header.text(fields, "key", max_bytes=_MAX_KEY_BYTES)
+    max_num = header.int32(fields, "maxNum")
+    begin = header.int64(fields, "beginTimestamp")
+    end = header.int64(fields, "endTimestamp")
     unique = fields.get(UNIQUE_MSG_QUERY_FLAG) == "true"
     if unique:  # QueryMessageProcessor: a unique-key query gets defaultQueryMaxNum
         max_num = DEFAULT_QUERY_MAX_NUM

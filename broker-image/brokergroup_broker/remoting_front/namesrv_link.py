@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -25,10 +24,10 @@ from brokergroup_broker.remoting_front.wire import (
     PERM_INHERIT,
     PERM_READ,
     PERM_WRITE,
-    crc32_body,
     topic_config,
 )
 from brokergroup_remoting import RequestCode, ResponseCode
+from brokergroup_remoting.body import crc32, json_body
 from brokergroup_remoting.command import request
 from brokergroup_remoting.net import Credentials, RemotingClient
 
@@ -72,7 +71,7 @@ def register_body(reg: Registration, topics: Mapping[str, int], counter: int, no
         },
         "filterServerList": [],
     }
-    return json.dumps(body, separators=(",", ":")).encode("utf-8")
+    return json_body(body)
 
 
 def register_fields(reg: Registration, body: bytes) -> dict[str, str]:
@@ -84,7 +83,7 @@ def register_fields(reg: Registration, body: bytes) -> dict[str, str]:
         "brokerId": str(reg.broker_id),
         "enableActingMaster": "false",
         "compressed": "false",
-        "bodyCrc32": str(crc32_body(body)),
+        "bodyCrc32": str(crc32(body)),
     }
 
 

@@ -18,7 +18,9 @@ ROCKETMQ_LISTEN_PORT = 10911
 class RemotingFrontServer:
     def __init__(self, front: RemotingFront, auth: ServerAuth | None) -> None:
         self.front = front
-        self._server = RemotingServer(front.handlers, auth=auth, name="broker-remoting")
+        self._server = RemotingServer(
+            front.handlers, auth=auth, dispatch=front.dispatch, name="broker-remoting"
+        )
         self._closing: set[asyncio.Task[None]] = set()
 
     @property

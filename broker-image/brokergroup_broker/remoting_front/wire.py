@@ -5,8 +5,9 @@ full names) and SendMessageRequestHeaderV2 (SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE
 each: a producerGroup, b topic, c defaultTopic, d defaultTopicQueueNums, e queueId, f sysFlag,
 g bornTimestamp, h flag, i properties, j reconsumeTimes, k unitMode, l maxReconsumeTimes,
 m batch, n brokerName), PullMessageRequestHeader, the consumer-offset headers,
-MessageDecoder (properties string, batch body, offset message id). Every decoder raises
-`BadHeader` naming the field and why; the front end answers it and the store is untouched.
+MessageDecoder (properties string, batch body, offset message id). Header fields are read
+by `brokergroup_remoting.fields` (Java's parsing rules); every decoder raises `BadField`
+naming the field and why; the transport answers it and the store is untouched.
 The mapping of the one produce path's refusals to RocketMQ response codes is here too.
 """
 
@@ -14,12 +15,13 @@ from __future__ import annotations
 
 import ipaddress
 import struct
-import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from brokergroup_broker.protocol.messages import ResponseCode as BrokerCode
 from brokergroup_remoting import ResponseCode
+from brokergroup_remoting import fields as header
+from brokergroup_remoting.fields import BadField
 
 #: MessageDecoder: name and value separators of the properties string.
 NAME_VALUE_SEPARATOR = "\x01"
@@ -42,57 +44,7 @@ AUTO_CREATE_TOPIC_KEY = "TBW102"
 #: PermName: read 4, write 2, inherit 1.
 PERM_READ, PERM_WRITE, PERM_INHERIT = 4, 2, 1
 
-_MAX_NAME_BYTES = 255
 _MAX_PROPERTIES_BYTES = 32767  # the record's properties length is a short
-_INT32 = (-(1 << 31), (1 << 31) - 1)
-_INT64 = (-(1 << 63), (1 << 63) - 1)
-
-
-class BadHeader(ValueError):
-    """A header field or body a stock client would not send; the text says which and why."""
-
-
-def text(fields: Mapping[str, str], name: str, *, max_bytes: int = _MAX_NAME_BYTES) -> str:
-    value = fields.get(name)
-    if value is None or value == "":
-        raise BadHeader(f"the header field {name} is missing")
-    if len(value.encode("utf-8", "surrogatepass")) > max_bytes:
-        raise BadHeader(f"the header field {name} is over {max_bytes} bytes")
-    return value
-
-
-def optional_text(
-    fields: Mapping[str, str], name: str, *, max_bytes: int = _MAX_NAME_BYTES
-) -> str | None:
-    return text(fields, name, max_bytes=max_bytes) if fields.get(name) else None
-
-
-def integer(fields: Mapping[str, str], name: str, *, low: int, high: int) -> int:
-    raw = fields.get(name)
-    if raw is None or raw == "":
-        raise BadHeader(f"the header field {name} is missing")
-    return _parse_int(name, raw, low, high)
-
-
-def optional_integer(
-    fields: Mapping[str, str], name: str, default: int, *, low: int, high: int
-) -> int:
-    raw = fields.get(name)
-    return default if raw is None or raw == "" else _parse_int(name, raw, low, high)
-
-
-def _parse_int(name: str, raw: str, low: int, high: int) -> int:
-    if len(raw) > 21 or not raw.lstrip("-").isdigit():
-        raise BadHeader(f"the header field {name} is not a number: {raw[:32]!r}")
-    value = int(raw)
-    if not low <= value <= high:
-        raise BadHeader(f"the header field {name} is {value}, outside [{low}, {high}]")
-    return value
-
-
-def boolean(fields: Mapping[str, str], name: str) -> bool:
-    # Boolean.parseBoolean: "true" in any case is true, anything else false.
-    return fields.get(name, "").lower() == "true"
 
 
 def decode_properties(raw: str | None) -> dict[str, str]:
@@ -101,7 +53,7 @@ def decode_properties(raw: str | None) -> dict[str, str]:
     if not raw:
         return {}
     if len(raw.encode("utf-8", "surrogatepass")) > _MAX_PROPERTIES_BYTES:
-        raise BadHeader(f"the message properties are over {_MAX_PROPERTIES_BYTES} bytes")
+        raise BadField(f"the message properties are over {_MAX_PROPERTIES_BYTES} bytes")
     out: dict[str, str] = {}
     for pair in raw.split(PROPERTY_SEPARATOR):
         name, sep, value = pair.partition(NAME_VALUE_SEPARATOR)
@@ -153,24 +105,26 @@ def send_request(fields: Mapping[str, str], *, v2: bool) -> SendRequest:
     if v2:
         fields = {long: fields[short] for long, short in _V2_NAMES.items() if short in fields}
     return SendRequest(
-        producer_group=text(fields, "producerGroup"),
-        topic=text(fields, "topic", max_bytes=127),
-        default_topic=optional_text(fields, "defaultTopic") or AUTO_CREATE_TOPIC_KEY,
-        default_topic_queue_nums=optional_integer(
+        producer_group=header.text(fields, "producerGroup"),
+        topic=header.text(fields, "topic", max_bytes=127),
+        default_topic=header.optional_text(fields, "defaultTopic") or AUTO_CREATE_TOPIC_KEY,
+        default_topic_queue_nums=header.optional_int32(
             fields, "defaultTopicQueueNums", 4, low=0, high=1024
         ),
-        queue_id=integer(fields, "queueId", low=-1, high=_INT32[1]),
-        sys_flag=integer(fields, "sysFlag", low=_INT32[0], high=_INT32[1]),
-        born_timestamp_ms=integer(fields, "bornTimestamp", low=0, high=_INT64[1]),
-        flag=integer(fields, "flag", low=_INT32[0], high=_INT32[1]),
+        queue_id=header.int32(fields, "queueId", low=-1, high=header.INT32_MAX),
+        sys_flag=header.int32(fields, "sysFlag"),
+        born_timestamp_ms=header.int64(fields, "bornTimestamp", low=0, high=header.INT64_MAX),
+        flag=header.int32(fields, "flag"),
         properties=decode_properties(fields.get("properties")),
-        reconsume_times=optional_integer(fields, "reconsumeTimes", 0, low=0, high=_INT32[1]),
+        reconsume_times=header.optional_int32(
+            fields, "reconsumeTimes", 0, low=0, high=header.INT32_MAX
+        ),
         max_reconsume_times=(
-            optional_integer(fields, "maxReconsumeTimes", 0, low=_INT32[0], high=_INT32[1])
+            header.optional_int32(fields, "maxReconsumeTimes", 0)
             if fields.get("maxReconsumeTimes")
             else None
         ),
-        batch=boolean(fields, "batch"),
+        batch=header.boolean(fields, "batch"),
     )
 
 
@@ -191,29 +145,29 @@ def decode_batch_body(body: bytes, *, max_messages: int) -> list[BatchMessage]:
     pos = 0
     while pos < len(body):
         if len(out) >= max_messages:
-            raise BadHeader(f"the batch holds more than {max_messages} messages")
+            raise BadField(f"the batch holds more than {max_messages} messages")
         if len(body) - pos < _BATCH_PREFIX.size:
-            raise BadHeader(f"the batch body is cut inside message {len(out)}")
+            raise BadField(f"the batch body is cut inside message {len(out)}")
         total, _magic, _crc, flag, body_len = _BATCH_PREFIX.unpack_from(body, pos)
         end = pos + total
         start = pos + _BATCH_PREFIX.size
         if total < _BATCH_PREFIX.size + 2 or end > len(body) or body_len < 0:
-            raise BadHeader(f"message {len(out)} of the batch has a bad length ({total})")
+            raise BadField(f"message {len(out)} of the batch has a bad length ({total})")
         if start + body_len + 2 > end:
-            raise BadHeader(f"message {len(out)} of the batch has a bad body length ({body_len})")
+            raise BadField(f"message {len(out)} of the batch has a bad body length ({body_len})")
         msg_body = body[start : start + body_len]
         (props_len,) = struct.unpack_from(">h", body, start + body_len)
         props_start = start + body_len + 2
         if props_len < 0 or props_start + props_len != end:
-            raise BadHeader(f"message {len(out)} of the batch has a bad properties length")
+            raise BadField(f"message {len(out)} of the batch has a bad properties length")
         try:
             props_text = body[props_start:end].decode("utf-8")
         except UnicodeDecodeError:
-            raise BadHeader(f"message {len(out)} of the batch has non-UTF-8 properties") from None
+            raise BadField(f"message {len(out)} of the batch has non-UTF-8 properties") from None
         out.append(BatchMessage(flag, msg_body, decode_properties(props_text)))
         pos = end
     if not out:
-        raise BadHeader("the batch holds no message")
+        raise BadField("the batch holds no message")
     return out
 
 
@@ -244,13 +198,13 @@ _OFFSET = struct.Struct(">q")
 
 
 def decode_message_id(msg_id: str) -> tuple[str, int, int]:
-    """(host, port, commit log offset) of an offset message id; BadHeader if it is not one."""
+    """(host, port, commit log offset) of an offset message id; BadField if it is not one."""
     try:
         raw = bytes.fromhex(msg_id)
     except ValueError:
-        raise BadHeader(f"message id {msg_id[:40]!r} is not hex") from None
+        raise BadField(f"message id {msg_id[:40]!r} is not hex") from None
     if len(raw) not in (16, 28):
-        raise BadHeader(f"message id {msg_id[:40]!r} is not 16 or 28 bytes")
+        raise BadField(f"message id {msg_id[:40]!r} is not 16 or 28 bytes")
     host = str(ipaddress.ip_address(raw[:-12]))
     port, offset = struct.unpack(">iq", raw[-12:])
     return host, port, offset
@@ -270,15 +224,15 @@ class PullRequest:
 
 def pull_request(fields: Mapping[str, str]) -> PullRequest:
     return PullRequest(
-        consumer_group=text(fields, "consumerGroup"),
-        topic=text(fields, "topic", max_bytes=127),
-        queue_id=integer(fields, "queueId", low=0, high=_INT32[1]),
-        queue_offset=integer(fields, "queueOffset", low=0, high=_INT64[1]),
-        max_msg_nums=integer(fields, "maxMsgNums", low=0, high=_INT32[1]),
-        sys_flag=integer(fields, "sysFlag", low=_INT32[0], high=_INT32[1]),
-        commit_offset=integer(fields, "commitOffset", low=-1, high=_INT64[1]),
-        suspend_timeout_ms=optional_integer(
-            fields, "suspendTimeoutMillis", 0, low=0, high=_INT64[1]
+        consumer_group=header.text(fields, "consumerGroup"),
+        topic=header.text(fields, "topic", max_bytes=127),
+        queue_id=header.int32(fields, "queueId", low=0, high=header.INT32_MAX),
+        queue_offset=header.int64(fields, "queueOffset", low=0, high=header.INT64_MAX),
+        max_msg_nums=header.int32(fields, "maxMsgNums", low=0, high=header.INT32_MAX),
+        sys_flag=header.int32(fields, "sysFlag"),
+        commit_offset=header.int64(fields, "commitOffset", low=-1, high=header.INT64_MAX),
+        suspend_timeout_ms=header.optional_int64(
+            fields, "suspendTimeoutMillis", 0, low=0, high=header.INT64_MAX
         ),
     )
 
@@ -294,15 +248,10 @@ class QueueRef:
 
 def queue_ref(fields: Mapping[str, str], *, group: str | None = None) -> QueueRef:
     return QueueRef(
-        topic=text(fields, "topic", max_bytes=127),
-        queue_id=integer(fields, "queueId", low=0, high=_INT32[1]),
-        group=None if group is None else text(fields, group),
+        topic=header.text(fields, "topic", max_bytes=127),
+        queue_id=header.int32(fields, "queueId", low=0, high=header.INT32_MAX),
+        group=None if group is None else header.text(fields, group),
     )
-
-
-def crc32_body(body: bytes) -> int:
-    """UtilAll.crc32: CRC32 with the sign bit cleared."""
-    return zlib.crc32(body) & 0x7FFFFFFF
 
 
 #: The one produce path's refusals as RocketMQ answers a send. A broker that may not take

@@ -1,9 +1,9 @@
 """Headers and bodies of the name server's requests, decoded and bounded (pure).
 
 Header fields come from a request's extFields (`RemotingCommand.fields()`, the view the
-signature covers). Missing or malformed fields raise `BadRequest` with the field's name,
-which the server answers as RocketMQ answers a RemotingCommandException: SYSTEM_ERROR with
-the reason. REGISTER_BROKER's body is RegisterBrokerBody (remoting/protocol/body,
+signature covers), read by `brokergroup_remoting.fields` (Java's parsing rules). Missing or
+malformed fields and bodies raise `BadField` naming what and why, which the transport answers
+as RocketMQ answers a RemotingCommandException: SYSTEM_ERROR with the reason. REGISTER_BROKER's body is RegisterBrokerBody (remoting/protocol/body,
 5.3.1): JSON (the broker default), or with compressedRegister=true a zlib stream (recognized
 by its header: 5.3.1 brokers send it with `compressed=false`) of length-prefixed parts (DataVersion JSON, N × TopicConfig.encode() strings,
 filter-server JSON, topic-queue mappings, which routes do not use). Decompression is bounded
@@ -12,7 +12,6 @@ so a small body cannot inflate without limit.
 
 from __future__ import annotations
 
-import json
 import struct
 import zlib
 from collections.abc import Mapping
@@ -20,6 +19,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from brokergroup_controller.namesrv.routes import PERM_READ_WRITE, DataVersion, TopicConfig
+from brokergroup_remoting import fields as header
+from brokergroup_remoting.body import decode_json
+from brokergroup_remoting.fields import BadField, quoted
 
 #: Inflated REGISTER_BROKER body at most (a broker with 100k topics compresses to a few MiB).
 MAX_INFLATED_BYTES = 64 * 1024 * 1024
@@ -30,10 +32,6 @@ MAX_QUEUE_NUMS = 65_535
 #: TopicValidator.TOPIC_MAX_LENGTH.
 MAX_TOPIC_BYTES = 127
 _INT32 = struct.Struct(">i")
-
-
-class BadRequest(ValueError):
-    """The request's header or body cannot be used; the text names what and why."""
 
 
 @dataclass(frozen=True)
@@ -51,93 +49,31 @@ class RegisterHeader:
     body_crc32: int
 
 
-def text(fields: Mapping[str, str], name: str, *, max_bytes: int = 255) -> str:
-    value = fields.get(name)
-    if value is None:
-        raise BadRequest(f"the custom field <{name}> is null")
-    if not value or len(value.encode("utf-8", "surrogatepass")) > max_bytes:
-        raise BadRequest(
-            f"field {name} must hold 1..{max_bytes} bytes, got {len(value)} characters"
-        )
-    return value
-
-
-def optional_text(fields: Mapping[str, str], name: str, *, max_bytes: int = 255) -> str | None:
-    return None if fields.get(name) is None else text(fields, name, max_bytes=max_bytes)
-
-
-def integer(
-    fields: Mapping[str, str], name: str, *, low: int = -(1 << 63), high: int = (1 << 63) - 1
-) -> int:
-    raw = fields.get(name)
-    if raw is None:
-        raise BadRequest(f"the custom field <{name}> is null")
-    return _parse_int(name, raw, low, high)
-
-
-def optional_integer(
-    fields: Mapping[str, str], name: str, *, low: int = -(1 << 63), high: int = (1 << 63) - 1
-) -> int | None:
-    raw = fields.get(name)
-    return None if raw is None else _parse_int(name, raw, low, high)
-
-
-def _parse_int(name: str, raw: str, low: int, high: int) -> int:
-    # Java's Long.parseLong: an optional sign and ASCII digits only.
-    body = raw[1:] if raw[:1] in "+-" else raw
-    if not body or not body.isascii() or not body.isdigit() or len(raw) > 20:
-        raise BadRequest(f"field {name} is not a number: {raw[:40]!r}")
-    value = int(raw)
-    if not low <= value <= high:
-        raise BadRequest(f"field {name} = {value} is outside {low}..{high}")
-    return value
-
-
-def boolean(fields: Mapping[str, str], name: str) -> bool | None:
-    raw = fields.get(name)
-    if raw is None:
-        return None
-    # Boolean.parseBoolean: "true" in any case is true, anything else false.
-    return raw.lower() == "true"
-
-
 def address(fields: Mapping[str, str], name: str) -> str:
-    value = text(fields, name)
+    value = header.text(fields, name)
     host, sep, port = value.rpartition(":")
     if not sep or not host or not port.isascii() or not port.isdigit() or not 0 < int(port) < 65536:
-        raise BadRequest(f"field {name} is not host:port: {value[:80]!r}")
+        raise BadField(f"the header field {name} is not host:port: {quoted(value, 80)}")
     return value
 
 
 def register_header(fields: Mapping[str, str]) -> RegisterHeader:
     ha = fields.get("haServerAddr")
     if ha is None:
-        raise BadRequest("the custom field <haServerAddr> is null")
+        raise BadField("the header field haServerAddr is missing")
     return RegisterHeader(
-        broker_name=text(fields, "brokerName"),
+        broker_name=header.text(fields, "brokerName"),
         broker_addr=address(fields, "brokerAddr"),
-        cluster_name=text(fields, "clusterName"),
+        cluster_name=header.text(fields, "clusterName"),
         ha_server_addr=ha[:255],
-        broker_id=integer(fields, "brokerId", low=0),
-        heartbeat_timeout_ms=optional_integer(
-            fields, "heartbeatTimeoutMillis", low=1, high=24 * 3600 * 1000
+        broker_id=header.int64(fields, "brokerId", low=0),
+        heartbeat_timeout_ms=header.optional_int64(
+            fields, "heartbeatTimeoutMillis", None, low=1, high=24 * 3600 * 1000
         ),
-        enable_acting_master=boolean(fields, "enableActingMaster"),
-        compressed=bool(boolean(fields, "compressed")),
-        body_crc32=optional_integer(fields, "bodyCrc32", low=-(1 << 31), high=(1 << 31) - 1) or 0,
+        enable_acting_master=header.optional_boolean(fields, "enableActingMaster"),
+        compressed=header.boolean(fields, "compressed"),
+        body_crc32=header.optional_int32(fields, "bodyCrc32", 0),
     )
-
-
-def body_crc32(body: bytes) -> int:
-    """UtilAll.crc32: CRC32 with the sign bit cleared."""
-    return zlib.crc32(body) & 0x7FFFFFFF
-
-
-def _json(data: bytes, what: str) -> Any:
-    try:
-        return json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise BadRequest(f"{what} is not JSON: {exc}") from None
 
 
 def _int_field(
@@ -145,7 +81,7 @@ def _int_field(
 ) -> int:
     value = obj.get(name, default)
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise BadRequest(f"{what}: {name} must be an integer in {low}..{high}, got {value!r}")
+        raise BadField(f"{what}: {name} must be an integer in {low}..{high}, got {value!r}")
     return value
 
 
@@ -153,7 +89,7 @@ def data_version(obj: Any, what: str = "dataVersion") -> DataVersion:
     if obj is None:
         return DataVersion()
     if not isinstance(obj, dict):
-        raise BadRequest(f"{what} must be a JSON object")
+        raise BadField(f"{what} must be a JSON object")
     big = (1 << 63) - 1
     counter = obj.get("counter", 0)
     if isinstance(counter, dict):  # an AtomicLong written by a lenient serializer
@@ -167,7 +103,7 @@ def data_version(obj: Any, what: str = "dataVersion") -> DataVersion:
 
 def decode_data_version(body: bytes) -> DataVersion:
     """QUERY_DATA_VERSION's body: DataVersion JSON (absent = zero)."""
-    return data_version(_json(body, "DataVersion") if body else None)
+    return data_version(decode_json(body, "DataVersion") if body else None)
 
 
 def _topic_name(name: Any, what: str) -> str:
@@ -175,16 +111,16 @@ def _topic_name(name: Any, what: str) -> str:
         not isinstance(name, str)
         or not 0 < len(name.encode("utf-8", "surrogatepass")) <= MAX_TOPIC_BYTES
     ):
-        raise BadRequest(f"{what}: topic name must be 1..{MAX_TOPIC_BYTES} bytes, got {name!r:.80}")
+        raise BadField(f"{what}: topic name must be 1..{MAX_TOPIC_BYTES} bytes, got {name!r:.80}")
     return name
 
 
 def topic_config(obj: Any, what: str) -> TopicConfig:
     if not isinstance(obj, dict):
-        raise BadRequest(f"{what} must be a JSON object")
+        raise BadField(f"{what} must be a JSON object")
     order = obj.get("order", False)
     if not isinstance(order, bool):
-        raise BadRequest(f"{what}: order must be true or false")
+        raise BadField(f"{what}: order must be true or false")
     return TopicConfig(
         topic_name=_topic_name(obj.get("topicName"), what),
         read_queue_nums=_int_field(obj, "readQueueNums", 16, 0, MAX_QUEUE_NUMS, what),
@@ -199,11 +135,11 @@ def _encoded_topic_config(line: str, what: str) -> TopicConfig:
     # TopicConfig.encode(): "name read write perm filterType [attributes JSON]", space-separated.
     parts = line.split(" ")
     if len(parts) < 5:
-        raise BadRequest(f"{what}: {line[:80]!r} has fewer than 5 space-separated parts")
+        raise BadField(f"{what}: {line[:80]!r} has fewer than 5 space-separated parts")
     numbers = []
     for part in parts[1:4]:
         if not part.isascii() or not part.lstrip("-").isdigit() or len(part) > 11:
-            raise BadRequest(f"{what}: {part[:20]!r} is not a number")
+            raise BadField(f"{what}: {part[:20]!r} is not a number")
         numbers.append(int(part))
     read, write, perm = numbers
     for name, value, high in (
@@ -212,7 +148,7 @@ def _encoded_topic_config(line: str, what: str) -> TopicConfig:
         ("perm", perm, 0xFF),
     ):
         if not 0 <= value <= high:
-            raise BadRequest(f"{what}: {name} {value} outside 0..{high}")
+            raise BadField(f"{what}: {name} {value} outside 0..{high}")
     return TopicConfig(_topic_name(parts[0], what), read, write, perm)
 
 
@@ -220,9 +156,9 @@ def _topics(table: Any) -> dict[str, TopicConfig]:
     if table is None:
         return {}
     if not isinstance(table, dict):
-        raise BadRequest("topicConfigTable must be a JSON object")
+        raise BadField("topicConfigTable must be a JSON object")
     if len(table) > MAX_TOPICS:
-        raise BadRequest(f"{len(table)} topics in one registration (limit {MAX_TOPICS})")
+        raise BadField(f"{len(table)} topics in one registration (limit {MAX_TOPICS})")
     topics: dict[str, TopicConfig] = {}
     for key, value in table.items():
         config = topic_config(value, f"topic {key!r:.80}")
@@ -238,14 +174,14 @@ def decode_register_body(
         return DataVersion(), {}
     if compressed or _zlib_header(body):
         return _decode_compressed(body)
-    obj = _json(body, "RegisterBrokerBody")
+    obj = decode_json(body, "RegisterBrokerBody")
     if not isinstance(obj, dict):
-        raise BadRequest("RegisterBrokerBody must be a JSON object")
+        raise BadField("RegisterBrokerBody must be a JSON object")
     wrapper = obj.get("topicConfigSerializeWrapper")
     if wrapper is None:
         return DataVersion(), {}
     if not isinstance(wrapper, dict):
-        raise BadRequest("topicConfigSerializeWrapper must be a JSON object")
+        raise BadField("topicConfigSerializeWrapper must be a JSON object")
     return data_version(wrapper.get("dataVersion")), _topics(wrapper.get("topicConfigTable"))
 
 
@@ -268,26 +204,26 @@ class _Inflated:
             inflater = zlib.decompressobj()
             self._data = inflater.decompress(body, MAX_INFLATED_BYTES)
         except zlib.error as exc:
-            raise BadRequest(f"compressed RegisterBrokerBody is not a zlib stream: {exc}") from None
+            raise BadField(f"compressed RegisterBrokerBody is not a zlib stream: {exc}") from None
         if inflater.unconsumed_tail:
-            raise BadRequest(
+            raise BadField(
                 f"compressed RegisterBrokerBody inflates beyond {MAX_INFLATED_BYTES} bytes"
             )
         self._pos = 0
 
     def int32(self, what: str) -> int:
         if self._pos + 4 > len(self._data):
-            raise BadRequest(f"compressed RegisterBrokerBody ends before {what}")
+            raise BadField(f"compressed RegisterBrokerBody ends before {what}")
         (value,) = _INT32.unpack_from(self._data, self._pos)
         self._pos += 4
         if value < 0:
-            raise BadRequest(f"compressed RegisterBrokerBody: negative {what} {value}")
+            raise BadField(f"compressed RegisterBrokerBody: negative {what} {value}")
         return int(value)
 
     def chunk(self, what: str) -> bytes:
         length = self.int32(f"the length of {what}")
         if self._pos + length > len(self._data):
-            raise BadRequest(f"compressed RegisterBrokerBody ends inside {what}")
+            raise BadField(f"compressed RegisterBrokerBody ends inside {what}")
         data = self._data[self._pos : self._pos + length]
         self._pos += length
         return data
@@ -295,17 +231,17 @@ class _Inflated:
 
 def _decode_compressed(body: bytes) -> tuple[DataVersion, dict[str, TopicConfig]]:
     reader = _Inflated(body)
-    version = data_version(_json(reader.chunk("the DataVersion"), "DataVersion"))
+    version = data_version(decode_json(reader.chunk("the DataVersion"), "DataVersion"))
     count = reader.int32("the topic count")
     if count > MAX_TOPICS:
-        raise BadRequest(f"{count} topics in one registration (limit {MAX_TOPICS})")
+        raise BadField(f"{count} topics in one registration (limit {MAX_TOPICS})")
     topics: dict[str, TopicConfig] = {}
     for index in range(count):
         raw = reader.chunk(f"topic config {index}")
         try:
             line = raw.decode("utf-8")
         except UnicodeDecodeError:
-            raise BadRequest(f"topic config {index} is not UTF-8") from None
+            raise BadField(f"topic config {index} is not UTF-8") from None
         config = _encoded_topic_config(line, f"topic config {index}")
         topics[config.topic_name] = config
     # The filter-server list and topic-queue mappings follow; routes use neither.

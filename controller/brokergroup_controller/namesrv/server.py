@@ -10,8 +10,6 @@ a RemotingCommandException); nothing a peer sends reaches another connection.
 
 from __future__ import annotations
 
-import asyncio
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -27,6 +25,8 @@ from brokergroup_controller.namesrv.registry import (
 from brokergroup_controller.namesrv.routes import BrokerRegistration, ManagedGroup
 from brokergroup_controller.state import ControllerState
 from brokergroup_remoting import RemotingCommand, RequestCode, ResponseCode
+from brokergroup_remoting import fields as header
+from brokergroup_remoting.body import crc32, json_body
 from brokergroup_remoting.command import response_to
 from brokergroup_remoting.net import Connection, Handler, RemotingServer, ServerAuth
 
@@ -58,10 +58,6 @@ def _monotonic_ms() -> int:
     return int(time.monotonic() * 1000)
 
 
-def _json_body(obj: object) -> bytes:
-    return json.dumps(obj, separators=(",", ":")).encode("utf-8")
-
-
 class NameServer:
     """One node's name server: its registrations and the handlers over them."""
 
@@ -78,7 +74,7 @@ class NameServer:
         self._master_address = master_address
         self._clock_ms = clock_ms
         self.registry = Registry(max_registrations)
-        self._watched: dict[int, asyncio.Task[None]] = {}
+        self._watched: set[int] = set()
         handlers: dict[int, Callable[[RemotingCommand, Connection], Awaitable[RemotingCommand]]] = {
             RequestCode.GET_ROUTEINFO_BY_TOPIC: self.get_route_info,
             RequestCode.GET_BROKER_CLUSTER_INFO: self.get_cluster_info,
@@ -91,9 +87,7 @@ class NameServer:
             RequestCode.BROKER_HEARTBEAT: self.broker_heartbeat,
             RequestCode.DELETE_TOPIC_IN_NAMESRV: self.delete_topic,
         }
-        self.handlers: dict[int, Handler] = {
-            int(code): self._guarded(handler) for code, handler in handlers.items()
-        }
+        self.handlers: dict[int, Handler] = {int(code): h for code, h in handlers.items()}
         self._server = RemotingServer(self.handlers, auth=auth, name="namesrv")
 
     @property
@@ -104,21 +98,7 @@ class NameServer:
         await self._server.start(host, port)
 
     async def close(self) -> None:
-        for task in self._watched.values():
-            task.cancel()
         await self._server.close()
-
-    def _guarded(
-        self, handler: Callable[[RemotingCommand, Connection], Awaitable[RemotingCommand]]
-    ) -> Handler:
-        async def run(cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
-            try:
-                return await handler(cmd, conn)
-            except bodies.BadRequest as exc:
-                log.info("namesrv: code %d from %s refused: %s", cmd.code, conn.peer, exc)
-                return response_to(cmd, ResponseCode.SYSTEM_ERROR, str(exc))
-
-        return run
 
     def group_routes(self) -> list[routes.GroupRoute]:
         return routes.group_routes(
@@ -132,7 +112,7 @@ class NameServer:
     # Routes (clients, mqadmin) -------------------------------------------------------------
 
     async def get_route_info(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
-        topic = bodies.text(cmd.fields(), "topic")
+        topic = header.text(cmd.fields(), "topic")
         route = routes.topic_route(topic, self.group_routes())
         if route is None:
             return response_to(
@@ -140,22 +120,22 @@ class NameServer:
                 ResponseCode.TOPIC_NOT_EXIST,
                 f"No topic route info in name server for the topic: {topic}",
             )
-        return response_to(cmd, body=_json_body(route))
+        return response_to(cmd, body=json_body(route))
 
     async def get_cluster_info(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
-        return response_to(cmd, body=_json_body(routes.cluster_info(self.group_routes())))
+        return response_to(cmd, body=json_body(routes.cluster_info(self.group_routes())))
 
     async def get_all_topics(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         return response_to(
-            cmd, body=_json_body({"topicList": routes.topic_list(self.group_routes())})
+            cmd, body=json_body({"topicList": routes.topic_list(self.group_routes())})
         )
 
     async def get_topics_by_cluster(
         self, cmd: RemotingCommand, conn: Connection
     ) -> RemotingCommand:
-        cluster = bodies.text(cmd.fields(), "cluster")
+        cluster = header.text(cmd.fields(), "cluster")
         topics = routes.topic_list(self.group_routes(), cluster)
-        return response_to(cmd, body=_json_body({"topicList": topics}))
+        return response_to(cmd, body=json_body({"topicList": topics}))
 
     async def get_system_topics(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         # RouteInfoManager.getSystemTopicList: cluster and broker names, plus one address.
@@ -167,13 +147,13 @@ class NameServer:
             if "brokerAddr" not in body and route.broker_addrs:
                 body["brokerAddr"] = route.broker_addrs[min(route.broker_addrs)]
         body["topicList"] = sorted(names)
-        return response_to(cmd, body=_json_body(body))
+        return response_to(cmd, body=json_body(body))
 
     # Brokers --------------------------------------------------------------------------------
 
     async def register_broker(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         header = bodies.register_header(cmd.fields())
-        if header.body_crc32 != 0 and header.body_crc32 != bodies.body_crc32(cmd.body):
+        if header.body_crc32 != 0 and header.body_crc32 != crc32(cmd.body):
             return response_to(cmd, ResponseCode.SYSTEM_ERROR, "crc32 not match")
         data_version, topics = bodies.decode_register_body(cmd.body, header.compressed)
         now = self._clock_ms()
@@ -210,38 +190,38 @@ class NameServer:
 
     async def unregister_broker(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         fields = cmd.fields()
-        broker_name = bodies.text(fields, "brokerName")
+        broker_name = header.text(fields, "brokerName")
         broker_addr = bodies.address(fields, "brokerAddr")
-        cluster = bodies.text(fields, "clusterName")
-        bodies.integer(fields, "brokerId", low=0)
+        cluster = header.text(fields, "clusterName")
+        header.int64(fields, "brokerId", low=0)
         if self.registry.unregister(cluster, broker_addr, broker_name):
             log.info("namesrv: %s/%s at %s unregistered", cluster, broker_name, broker_addr)
         return response_to(cmd)
 
     async def query_data_version(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         fields = cmd.fields()
-        bodies.text(fields, "brokerName")
+        header.text(fields, "brokerName")
         broker_addr = bodies.address(fields, "brokerAddr")
-        cluster = bodies.text(fields, "clusterName")
-        bodies.integer(fields, "brokerId", low=0)
+        cluster = header.text(fields, "clusterName")
+        header.int64(fields, "brokerId", low=0)
         theirs = bodies.decode_data_version(cmd.body)
         held = self.registry.get(cluster, broker_addr)
         changed = held is None or held.data_version != theirs
         self.registry.touch(cluster, broker_addr, self._clock_ms())
-        body = b"" if held is None else _json_body(held.data_version.to_json())
+        body = b"" if held is None else json_body(held.data_version.to_json())
         return response_to(cmd, fields={"changed": "true" if changed else "false"}, body=body)
 
     async def broker_heartbeat(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         fields = cmd.fields()
-        cluster = bodies.text(fields, "clusterName")
+        cluster = header.text(fields, "clusterName")
         broker_addr = bodies.address(fields, "brokerAddr")
         self.registry.touch(cluster, broker_addr, self._clock_ms())
         return response_to(cmd)
 
     async def delete_topic(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         fields = cmd.fields()
-        topic = bodies.text(fields, "topic")
-        cluster = bodies.optional_text(fields, "clusterName")
+        topic = header.text(fields, "topic")
+        cluster = header.optional_text(fields, "clusterName")
         self.registry.delete_topic(topic, cluster)
         return response_to(cmd)
 
@@ -250,10 +230,10 @@ class NameServer:
         key = id(conn)
         if key in self._watched:
             return
+        self._watched.add(key)
 
-        async def forget() -> None:
-            await conn.wait_closed()
-            self._watched.pop(key, None)
+        def forget() -> None:
+            self._watched.discard(key)
             for reg in self.registry.drop_owner(key):
                 log.info(
                     "namesrv: %s/%s at %s gone with its connection",
@@ -262,4 +242,4 @@ class NameServer:
                     reg.broker_addr,
                 )
 
-        self._watched[key] = asyncio.create_task(forget())
+        conn.on_close(forget)

@@ -43,9 +43,11 @@ from brokergroup_controller.rocketmq_front import wire
 from brokergroup_controller.server import ControllerService
 from brokergroup_remoting import RemotingCommand, RequestCode, ResponseCode, request, response_to
 from brokergroup_remoting.acl import ACCESS_KEY
+from brokergroup_remoting.fields import BadField, RequestRefused
 from brokergroup_remoting.net import (
     Connection,
     Credentials,
+    Dispatch,
     RemotingClient,
     RemotingServer,
     ServerAuth,
@@ -84,7 +86,14 @@ class ControllerRemoting:
         self.port = port
         """Every node's remoting port (the leader's address is its Raft host and this port)."""
         self._credentials = credentials
-        self._server = RemotingServer(self.handlers(), auth=auth, name="controller-remoting")
+        self._server = RemotingServer(
+            self.handlers(),
+            auth=auth,
+            dispatch=Dispatch(
+                bad_field_code=ResponseCode.CONTROLLER_INVALID_REQUEST, translate=refusal_of
+            ),
+            name="controller-remoting",
+        )
         # Brokers heartbeating over this port (stock brokers): they get role notifications.
         self._remoting_brokers: set[tuple[str, str, int]] = set()
         self._notified: dict[BrokerSetKey, int] | None = None
@@ -104,12 +113,12 @@ class ControllerRemoting:
             RequestCode.CLEAN_BROKER_DATA: self._clean,
         }
         table: dict[int, RemotingHandler] = {
-            code: self._guarded(handler, leader_only=True) for code, handler in leader_only.items()
+            code: self._on_leader(handler) for code, handler in leader_only.items()
         }
-        table[RequestCode.CONTROLLER_GET_METADATA_INFO] = self._guarded(self._metadata)
-        table[RequestCode.BROKER_HEARTBEAT] = self._guarded(self._heartbeat)
-        table[RequestCode.GET_CONTROLLER_CONFIG] = self._guarded(self._get_config)
-        table[RequestCode.UPDATE_CONTROLLER_CONFIG] = self._guarded(self._update_config)
+        table[RequestCode.CONTROLLER_GET_METADATA_INFO] = self._metadata
+        table[RequestCode.BROKER_HEARTBEAT] = self._heartbeat
+        table[RequestCode.GET_CONTROLLER_CONFIG] = self._get_config
+        table[RequestCode.UPDATE_CONTROLLER_CONFIG] = self._update_config
         return table
 
     # -- lifecycle
@@ -134,33 +143,24 @@ class ControllerRemoting:
 
     # -- plumbing
 
-    def _guarded(
-        self,
-        handler: Callable[[RemotingCommand, Connection], Awaitable[RemotingCommand]],
-        *,
-        leader_only: bool = False,
+    def _on_leader(
+        self, handler: Callable[[RemotingCommand, Connection], Awaitable[RemotingCommand]]
     ) -> RemotingHandler:
-        async def guarded(cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
-            try:
-                if leader_only:
-                    await self.service.wait_leader_current()
-                    if not self.service.is_leader():
-                        leader = self.leader_address()
-                        raise _reject(
-                            ErrorCode.NOT_LEADER,
-                            "The controller is not in leader state"
-                            + (f"; the leader is {leader}" if leader else "; no leader is known"),
-                        )
-                return await handler(cmd, conn)
-            except BadRequest as exc:
-                return response_to(cmd, ResponseCode.CONTROLLER_INVALID_REQUEST, str(exc))
-            except _Reply as reply:
-                code = str(reply.body.get("code", ErrorCode.INTERNAL_ERROR.value))
-                return response_to(
-                    cmd, wire.response_code_of(code), str(reply.body.get("message", code))
-                )
+        """`handler`, served by the leader only (a follower answers CONTROLLER_NOT_LEADER
+        with the leader's address, as RocketMQ's controller does)."""
 
-        return guarded
+        async def on_leader(cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+            await self.service.wait_leader_current()
+            if not self.service.is_leader():
+                leader = self.leader_address()
+                raise _reject(
+                    ErrorCode.NOT_LEADER,
+                    "The controller is not in leader state"
+                    + (f"; the leader is {leader}" if leader else "; no leader is known"),
+                )
+            return await handler(cmd, conn)
+
+        return on_leader
 
     def leader_address(self) -> str | None:
         leader = self.service.node.status().leader
@@ -184,7 +184,7 @@ class ControllerRemoting:
 
     def _key(self, broker_name: str | None, cluster_name: str | None = None) -> BrokerSetKey:
         if not broker_name:
-            raise wire.HeaderError("header field 'brokerName' is required")
+            raise BadField("header field 'brokerName' is required")
         keys = self.service.node.read(lambda s: list(s.broker_sets))
         key = wire.resolve_broker_set(keys, broker_name, cluster_name or None)
         if key is None:
@@ -283,7 +283,7 @@ class ControllerRemoting:
         if b is not None:
             self._authorize(cmd, "elect_master", b)
         if b is None:
-            raise wire.HeaderError(
+            raise BadField(
                 "brokerId -1 asks for a controller-triggered election: this controller starts "
                 "those itself when a master goes inactive; name a brokerId"
             )
@@ -425,3 +425,14 @@ class ControllerRemoting:
             if stale is not None:
                 with contextlib.suppress(Exception):
                     await stale.close()
+
+
+def refusal_of(exc: Exception) -> RequestRefused | None:
+    """The controller's answers as RocketMQ's codes: a request the parser refuses is
+    CONTROLLER_INVALID_REQUEST, a service refusal its `wire.RESPONSE_CODE_OF` code."""
+    if isinstance(exc, BadRequest):
+        return RequestRefused(ResponseCode.CONTROLLER_INVALID_REQUEST, str(exc))
+    if isinstance(exc, _Reply):
+        code = str(exc.body.get("code", ErrorCode.INTERNAL_ERROR.value))
+        return RequestRefused(wire.response_code_of(code), str(exc.body.get("message", code)))
+    return None

@@ -11,7 +11,6 @@ Raft log as the HTTP API. Every `ErrorCode` has exactly one RocketMQ response co
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -20,7 +19,6 @@ from brokergroup_controller import api
 from brokergroup_controller.api import BrokerSetKey
 from brokergroup_controller.errors import ErrorCode
 from brokergroup_controller.request_parsing import (
-    BadRequest,
     parse_alter,
     parse_apply,
     parse_clean,
@@ -30,6 +28,9 @@ from brokergroup_controller.request_parsing import (
     query_key,
 )
 from brokergroup_remoting import ResponseCode
+from brokergroup_remoting import fields as header
+from brokergroup_remoting.body import decode_json, decode_json_object, json_body
+from brokergroup_remoting.fields import BadField
 
 #: The one table from the controller's result codes to RocketMQ's (ResponseCode.java 5.3.1).
 RESPONSE_CODE_OF: Mapping[ErrorCode, ResponseCode] = {
@@ -66,55 +67,7 @@ def response_code_of(code: str) -> ResponseCode:
         return ResponseCode.SYSTEM_ERROR
 
 
-class HeaderError(BadRequest):
-    """A header field or body a stock peer would not send; answered CONTROLLER_INVALID_REQUEST."""
-
-
 # ---------------------------------------------------------------- header fields
-
-_LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
-
-
-def _text(fields: Mapping[str, str], name: str) -> str:
-    value = fields.get(name)
-    if value is None or value == "":
-        raise HeaderError(f"header field '{name}' is required")
-    return value
-
-
-def _long(fields: Mapping[str, str], name: str) -> int | None:
-    """A Java Long/Integer header field (None when absent); Long.parseLong's syntax."""
-    raw = fields.get(name)
-    if raw is None or raw == "null":
-        return None
-    body = raw[1:] if raw[:1] in "+-" else raw
-    if not body.isascii() or not body.isdigit():
-        raise HeaderError(f"header field '{name}' must be an integer, got {raw!r}")
-    value = int(raw)
-    if not _LONG_MIN <= value <= _LONG_MAX:
-        raise HeaderError(f"header field '{name}' is out of range: {raw}")
-    return value
-
-
-def _required_long(fields: Mapping[str, str], name: str) -> int:
-    value = _long(fields, name)
-    if value is None:
-        raise HeaderError(f"header field '{name}' is required")
-    return value
-
-
-def _bool(fields: Mapping[str, str], name: str) -> bool:
-    # Boolean.parseBoolean: only "true" (any case) is true.
-    return (fields.get(name) or "").lower() == "true"
-
-
-def _json_body(body: bytes, what: str) -> Any:
-    if not body:
-        raise HeaderError(f"the request needs a {what} body")
-    try:
-        return json.loads(body.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise HeaderError(f"the {what} body is not JSON: {exc}") from None
 
 
 def _not_negative(value: int | None) -> int:
@@ -130,13 +83,13 @@ def resolve_broker_set(
 ) -> BrokerSetKey | None:
     """The broker set a brokerName-only request means. RocketMQ's controller keys sets by
     brokerName alone; ours by (clusterName, brokerName). None when no set has that name;
-    HeaderError when several clusters use it and the request names none of them."""
+    BadField when several clusters use it and the request names none of them."""
     matches = sorted(k for k in keys if k[1] == broker_name)
     if cluster_name:
         return (cluster_name, broker_name) if (cluster_name, broker_name) in matches else None
     if len(matches) > 1:
         clusters = ", ".join(c for c, _ in matches)
-        raise HeaderError(
+        raise BadField(
             f"brokerName {broker_name!r} exists in several clusters ({clusters}): "
             "rename one, or use the HTTP API, which takes clusterName"
         )
@@ -156,12 +109,12 @@ def next_broker_id_request(fields: Mapping[str, str]) -> dict[str, Any]:
 def apply_broker_id_request(fields: Mapping[str, str]) -> dict[str, Any]:
     """ApplyBrokerIdRequestHeader: the address is the registerCheckCode's part before ';'
     (`address;timestamp`, as ReplicasInfoManager.applyBrokerId reads it)."""
-    code = _text(fields, "registerCheckCode")
+    code = header.text(fields, "registerCheckCode")
     return parse_apply(
         {
             "clusterName": fields.get("clusterName"),
             "brokerName": fields.get("brokerName"),
-            "brokerId": _required_long(fields, "appliedBrokerId"),
+            "brokerId": header.int64(fields, "appliedBrokerId"),
             "registerCode": code,
             "address": code.split(";")[0],
         }
@@ -174,7 +127,7 @@ def register_request(fields: Mapping[str, str]) -> dict[str, Any]:
         {
             "clusterName": fields.get("clusterName"),
             "brokerName": fields.get("brokerName"),
-            "brokerId": _required_long(fields, "brokerId"),
+            "brokerId": header.int64(fields, "brokerId"),
             "address": fields.get("brokerAddress"),
         }
     )
@@ -182,17 +135,19 @@ def register_request(fields: Mapping[str, str]) -> dict[str, Any]:
 
 def heartbeat_request(fields: Mapping[str, str]) -> dict[str, Any]:
     """BrokerHeartbeatRequestHeader (namesrv package; also the controller's)."""
-    timeout = _long(fields, "heartbeatTimeoutMills")
+    timeout = header.optional_int64(fields, "heartbeatTimeoutMills", None)
     return parse_heartbeat(
         {
             "clusterName": fields.get("clusterName"),
             "brokerName": fields.get("brokerName"),
-            "brokerId": _required_long(fields, "brokerId"),
+            "brokerId": header.int64(fields, "brokerId"),
             "address": fields.get("brokerAddr"),
-            "epoch": _not_negative(_long(fields, "epoch")),
-            "maxOffset": _not_negative(_long(fields, "maxOffset")),
-            "confirmOffset": _not_negative(_long(fields, "confirmOffset")),
-            "electionPriority": _not_negative(_long(fields, "electionPriority")),
+            "epoch": _not_negative(header.optional_int32(fields, "epoch", None)),
+            "maxOffset": _not_negative(header.optional_int64(fields, "maxOffset", None)),
+            "confirmOffset": _not_negative(header.optional_int64(fields, "confirmOffset", None)),
+            "electionPriority": _not_negative(
+                header.optional_int32(fields, "electionPriority", None)
+            ),
             "heartbeatTimeoutMs": None if timeout is None else max(timeout, 0),
         }
     )
@@ -201,15 +156,13 @@ def heartbeat_request(fields: Mapping[str, str]) -> dict[str, Any]:
 def alter_request(fields: Mapping[str, str], body: bytes, key: BrokerSetKey) -> dict[str, Any]:
     """AlterSyncStateSetRequestHeader (brokerName, masterBrokerId, masterEpoch) with a
     SyncStateSet body (the new set and the syncStateSetEpoch it was based on)."""
-    data = _json_body(body, "SyncStateSet")
-    if not isinstance(data, dict):
-        raise HeaderError("the SyncStateSet body must be a JSON object")
+    data = decode_json_object(body, "SyncStateSet")
     return parse_alter(
         {
             "clusterName": key[0],
             "brokerName": key[1],
-            "masterBrokerId": _required_long(fields, "masterBrokerId"),
-            "masterEpoch": _required_long(fields, "masterEpoch"),
+            "masterBrokerId": header.int64(fields, "masterBrokerId"),
+            "masterEpoch": header.int32(fields, "masterEpoch"),
             "syncStateSet": data.get("syncStateSet"),
             "syncStateSetEpoch": data.get("syncStateSetEpoch"),
         }
@@ -220,10 +173,10 @@ def elect_request(fields: Mapping[str, str], key: BrokerSetKey) -> dict[str, Any
     """ElectMasterRequestHeader: designateElect → an admin election of brokerId; a brokerId
     alone → the broker asks (it wins a first election); brokerId -1 → None (a controller-
     triggered election, which only the controller starts here)."""
-    broker_id = _long(fields, "brokerId")
+    broker_id = header.optional_int64(fields, "brokerId", None)
     if broker_id is None or broker_id == -1:
         return None
-    designate = _bool(fields, "designateElect")
+    designate = header.boolean(fields, "designateElect")
     return parse_elect(
         {
             "clusterName": key[0],
@@ -241,27 +194,28 @@ def clean_request(fields: Mapping[str, str], key: BrokerSetKey) -> dict[str, Any
     raw = (fields.get("brokerControllerIdsToClean") or "").strip()
     ids: list[int] | None = None
     if raw:
-        try:
-            ids = [int(part) for part in raw.split(";") if part.strip()]
-        except ValueError:
-            raise HeaderError(
-                f"brokerControllerIdsToClean must be BrokerIds separated by ';', got {raw!r}"
-            ) from None
+        parsed = [header.java_integer(part.strip()) for part in raw.split(";") if part.strip()]
+        ids = [broker_id for broker_id in parsed if broker_id is not None]
+        if len(ids) != len(parsed):
+            raise BadField(
+                "brokerControllerIdsToClean must be BrokerIds separated by ';', "
+                f"got {header.quoted(raw)}"
+            )
     return parse_clean(
         {
             "clusterName": key[0],
             "brokerName": key[1],
             "brokerIds": ids,
-            "force": _bool(fields, "isCleanLivingBroker"),
+            "force": header.boolean(fields, "isCleanLivingBroker"),
         }
     )
 
 
 def broker_names_body(body: bytes) -> list[str]:
     """CONTROLLER_GET_SYNC_STATE_DATA's body: a JSON list of brokerNames."""
-    data = _json_body(body, "brokerName list")
+    data = decode_json(body, "brokerName list")
     if not isinstance(data, list) or not all(isinstance(n, str) for n in data):
-        raise HeaderError("the body must be a JSON list of brokerNames")
+        raise BadField("the body must be a JSON list of brokerNames")
     return list(data)
 
 
@@ -278,13 +232,9 @@ def _header(values: Mapping[str, object]) -> dict[str, str]:
     return out
 
 
-def _json(value: object) -> bytes:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-
-
 def sync_state_set_json(members: Iterable[int], epoch: int) -> bytes:
     """body/SyncStateSet."""
-    return _json({"syncStateSet": sorted(members), "syncStateSetEpoch": epoch})
+    return json_body({"syncStateSet": sorted(members), "syncStateSetEpoch": epoch})
 
 
 def sync_state_set_body(info: api.ReplicaInfo) -> bytes:
@@ -318,7 +268,7 @@ def member_group(info: api.ReplicaInfo) -> dict[str, Any]:
 
 def elect_body(info: api.ReplicaInfo) -> bytes:
     """body/ElectMasterResponseBody."""
-    return _json(
+    return json_body(
         {"brokerMemberGroup": member_group(info), "syncStateSet": sorted(info.sync_state_set)}
     )
 
@@ -345,7 +295,7 @@ def replicas_info_body(infos: Iterable[api.ReplicaInfo]) -> bytes:
             "inSyncReplicas": in_sync,
             "notInSyncReplicas": not_in_sync,
         }
-    return _json({"replicasInfoTable": table})
+    return json_body({"replicasInfoTable": table})
 
 
 @dataclass(frozen=True)
@@ -404,7 +354,7 @@ def parse_properties(body: bytes) -> dict[str, str]:
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise HeaderError(f"the properties body is not UTF-8: {exc}") from None
+        raise BadField(f"the properties body is not UTF-8: {exc}") from None
     out: dict[str, str] = {}
     for line in text.splitlines():
         line = line.strip()
