@@ -31,6 +31,7 @@ from brokergroup_controller.credentials import (
     derive_rocketmq_pair,
     verify_credential,
 )
+from brokergroup_controller.request_parsing import parse_elect
 
 ROOT = "root-secret-of-this-test-0123456789"
 KEYS = CredentialKeys(admin_token="admin-token-of-this-test", broker_credential_root=ROOT)
@@ -235,6 +236,16 @@ def test_a_broker_elects_only_as_requester_and_designates_only_itself() -> None:
     assert decide(
         ADMIN, request("elect_master", acting_broker_id=None, designated_broker_id=3)
     ).allowed
+
+
+def test_a_switchover_is_the_admin_credentials_alone() -> None:
+    """A switchover (the controller picks the target, issue 32 item 3) names no requester,
+    so a broker credential is refused as for any election it does not request."""
+    parsed = parse_elect({"clusterName": A[0], "brokerName": A[1], "switchover": True})
+    as_parsed = AccessRequest.from_parsed("elect_master", parsed)
+    refused = decide(BROKER_A, as_parsed)
+    assert not refused.allowed and "only as the requester" in refused.reason
+    assert decide(ADMIN, as_parsed).allowed
 
 
 # ---------------------------------------------------------------- address rules (leader)
