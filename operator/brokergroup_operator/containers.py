@@ -125,7 +125,10 @@ def broker_command(ctx: GroupContext) -> list[str]:
             rmq.namesrv_addr(ctx.addresses),
         ]
         if ctx.remoting_on
-        else []
+        # No key pair at all (a release Secret without rocketmq-credentials): the client
+        # port has nothing to check a client against and stays open, as before the
+        # handshake; docs/security.md says to add the pair (the port then authenticates).
+        else ["--insecure-no-client-auth"]
     )
     return [
         "brokergroup",

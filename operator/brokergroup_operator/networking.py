@@ -3,8 +3,8 @@
 The headless Service `<bg>-headless` gives the pods stable names (published before
 they are ready); the master Service `<bg>` selects the pod labelled role=master, the
 address the name servers give stock clients for brokerId 0. The NetworkPolicy `<bg>`
-admits HA replication only from the group's own pods, and clients and probes on the
-client ports.
+admits HA replication and the HTTP port only from the group's own pods, and clients on
+the client ports (own protocol, RocketMQ remoting).
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def services(ctx: GroupContext) -> list[dict[str, Any]]:
 
 def network_policy(ctx: GroupContext) -> dict[str, Any]:
     selector = {"matchLabels": group_labels(ctx.name)}
-    client_ports = [CLIENT_PORT, HTTP_PORT]
+    client_ports = [CLIENT_PORT]
     if ctx.engine is Engine.BROKERGROUP and ctx.remoting_on:
         client_ports.append(REMOTING_PORT)
     return {
@@ -90,8 +90,19 @@ def network_policy(ctx: GroupContext) -> dict[str, Any]:
                     "ports": [{"port": HA_PORT, "protocol": "TCP"}],
                 },
                 # Clients (the built-in broker's own protocol and its RocketMQ remoting
-                # port; a stock broker's remoting port is the client port) and probes.
+                # port; a stock broker's remoting port is the client port): from anywhere,
+                # both authenticate before they parse a request (docs/security.md).
                 {"ports": [{"port": port, "protocol": "TCP"} for port in client_ports]},
+                # The HTTP port (status, consumer offsets: the group's broker credential)
+                # only from the group's own brokers, which read each other's consumer
+                # offsets. The kubelet's /healthz and /readyz probes come from the node,
+                # which most CNIs (Calico, Cilium, the default kubenet) do not filter with
+                # NetworkPolicy, so probes keep working; on a CNI that does, allow the
+                # node addresses here.
+                {
+                    "from": [{"podSelector": selector}],
+                    "ports": [{"port": HTTP_PORT, "protocol": "TCP"}],
+                },
             ],
         },
     }

@@ -104,9 +104,11 @@ def test_the_network_policy_admits_clients_on_the_remoting_port() -> None:
     assert "from" not in clients
     assert clients["ports"] == [
         {"port": 10911, "protocol": "TCP"},
-        {"port": 10913, "protocol": "TCP"},
         {"port": 10914, "protocol": "TCP"},
     ]
+    # The HTTP port (status, consumer offsets) only from the group's own pods.
+    assert ingress[2]["ports"] == [{"port": 10913, "protocol": "TCP"}]
+    assert ingress[2]["from"] == ingress[0]["from"]
 
 
 def test_without_a_key_pair_the_remoting_port_stays_closed() -> None:
