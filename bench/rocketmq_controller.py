@@ -328,7 +328,7 @@ class RocketMQSystem:
     def start_broker(self, i: int) -> None:
         b = self.brokers[i]
         b.base_dir.mkdir(parents=True, exist_ok=True)
-        b.conf_path.write_text(b.text())
+        b.write()
         self.procs[i] = _popen(b.argv(self.home), b.base_dir, b.base_dir / "out.log")
 
     def start(self) -> None:

@@ -142,7 +142,7 @@ class StockBroker:
             return
         config = self.config()
         self.base_dir.mkdir(parents=True, exist_ok=True)
-        config.conf_path.write_text(config.text())
+        config.write()
         with open(self.log_path, "ab") as log:
             log.write(f"--- start at {time.time():.3f}\n".encode())
         self.process = _java(config.argv(self.home), cwd=self.base_dir, log=self.log_path)

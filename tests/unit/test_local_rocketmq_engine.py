@@ -81,6 +81,34 @@ def test_a_stock_broker_runs_in_controller_mode_under_the_runtime(tmp_path: Path
     assert f"-Drocketmq.home.dir={layout.broker_data_dir(1)}" in argv
 
 
+def test_broker_conf_holds_the_broker_pair_and_is_owner_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DESIGN.md §11: broker.conf carries innerClientAuthenticationCredentials (the
+    group's broker pair), so it is 0600 like every secret file, also when a broader file
+    was there before (a start by an older version)."""
+    config = build_config(tmp_path, 3, [], "rocketmq")
+    layout = Layout(tmp_path)
+    prepare_dir(config, layout)
+    conf = rocketmq_engine.broker_config(config, layout, 0, "127.0.0.10").conf_path
+    conf.parent.mkdir(parents=True, exist_ok=True)
+    conf.write_text("old\n")
+    conf.chmod(0o644)
+
+    class NoJava(Exception):
+        pass
+
+    def no_home() -> RocketMQHome:
+        raise NoJava  # broker_argv writes broker.conf before it looks for the JVM
+
+    monkeypatch.setattr(rocketmq_engine, "require_home", no_home)
+    with pytest.raises(NoJava):
+        rocketmq_engine.broker_argv(config, layout, 0, "127.0.0.10")
+    assert "innerClientAuthenticationCredentials" in conf.read_text()
+    assert oct(conf.stat().st_mode & 0o777) == "0o600"
+    assert not conf.with_name("broker.conf.tmp").exists()
+
+
 def test_a_later_setting_overrides_a_default() -> None:
     broker = StockBrokerConfig(
         base_dir=Path("/x"), host="127.0.0.10", port=10911, controllers="c", namesrv="n",

@@ -92,7 +92,7 @@ def broker_argv(config: LocalConfig, layout: Layout, slot: int, host: str) -> li
     command line."""
     broker = broker_config(config, layout, slot, host)
     broker.base_dir.mkdir(parents=True, exist_ok=True)
-    broker.conf_path.write_text(broker.text())
+    broker.write()  # 0600: it holds the group's broker pair
     return broker.argv(require_home())
 
 

@@ -199,6 +199,12 @@ class StockBrokerConfig:
     def text(self) -> str:
         return properties_text(self.properties())
 
+    def write(self) -> Path:
+        """Write broker.conf readable by its owner only: it holds the group's broker pair
+        (innerClientAuthenticationCredentials)."""
+        write_owner_only(self.conf_path, self.text())
+        return self.conf_path
+
     def argv(self, home: RocketMQHome) -> list[str]:
         return java_argv(home, BROKER_MAIN, ["-c", str(self.conf_path)], user_home=self.base_dir)
 
@@ -216,6 +222,20 @@ def read_broker_id(store_dir: Path) -> int | None:
         return int(parts[2])
     except ValueError:
         return None
+
+
+def write_owner_only(path: Path, text: str) -> None:
+    """Replace `path` with `text`, mode 0600 from its first byte (temp file + fsync +
+    rename): a file holding a secret is never briefly readable by others, and a reader
+    sees the old file or the new one whole."""
+    temp = path.with_name(path.name + ".tmp")
+    temp.unlink(missing_ok=True)  # a crash's leftover
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(temp, path)
 
 
 def namesrv_properties(host: str, port: int, extra: Mapping[str, str] | None = None) -> str:
