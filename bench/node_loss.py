@@ -33,6 +33,7 @@ from brokergroup_broker.protocol.messages import ProduceMessage
 from brokergroup_broker.protocol.producer import Producer
 from brokergroup_cli.chaos.checker import OK, FaultWindow, Operation, ReadRecord, check
 from brokergroup_cli.chaos.runner import outcome_of, read_log
+from brokergroup_remoting.keys import read_key_file
 from tests.cluster.operator_env import OperatorEnv, one_pod_per_node, wait_for
 
 TOPIC = "nodeloss"
@@ -126,6 +127,8 @@ def run_rounds(
         discovery_timeout_ms=1_000,
     )
     token = env.controllers.client_credential(env.namespace, name)  # the producers' role
+    key_file = env.client_key_file(name)  # and the pair every broker connection proves
+    pair = None if key_file is None else read_key_file(str(key_file))
     queues = list(range(producers))
     results: list[dict[str, Any]] = []
 
@@ -133,7 +136,7 @@ def run_rounds(
         stop = asyncio.Event()
         clients = [
             Producer(env.namespace, name, controller_addresses=env.controllers.addresses,
-                     token=token, config=config)
+                     token=token, credentials=pair, config=config)
             for _ in queues
         ]  # fmt: skip
         tasks = [
@@ -155,7 +158,7 @@ def run_rounds(
         address = await asyncio.to_thread(
             wait_for, "the master Service", lambda: env.service_address(name), 30
         )
-        return await read_log(address, TOPIC, queues)
+        return await read_log(address, TOPIC, queues, pair)
 
     read_back = asyncio.run(main())
     windows = [r.pop("window") for r in results]

@@ -54,15 +54,23 @@ from _common import print_last_line, summarize, write_result
 
 from brokergroup_broker.protocol.client import BrokerConnection
 from brokergroup_broker.protocol.messages import ProduceMessage
+from brokergroup_remoting.keys import read_key_file
+from brokergroup_remoting.net import Credentials
 from tests.cluster.operator_env import OperatorEnv, apply_crds, wait_for
 
 TOPIC = "bench"
 NAME = "bench"
 
 
-async def _send_one(address: str, key: str) -> bool:
+def _pair(env: OperatorEnv) -> Credentials | None:
+    """The group's client pair: brokers authenticate their client port."""
+    path = env.client_key_file(NAME)
+    return None if path is None else read_key_file(str(path))
+
+
+async def _send_one(address: str, key: str, pair: Credentials | None) -> bool:
     try:
-        conn = await asyncio.wait_for(BrokerConnection.connect(address), 1.0)
+        conn = await asyncio.wait_for(BrokerConnection.connect(address, credentials=pair), 1.0)
     except (OSError, TimeoutError, ConnectionError):
         return False
     try:
@@ -81,7 +89,7 @@ def first_write(env: OperatorEnv, key: str, deadline_s: float = 30.0) -> float:
     t0 = time.monotonic()
     while time.monotonic() - t0 < deadline_s:
         address = env.service_address(NAME)
-        if address and asyncio.run(_send_one(address, key)):
+        if address and asyncio.run(_send_one(address, key, _pair(env))):
             return time.monotonic() - t0
         time.sleep(0.02)
     raise AssertionError(f"no acknowledged write within {deadline_s}s")
@@ -92,7 +100,7 @@ def write_batch(env: OperatorEnv, prefix: str, count: int) -> list[str]:
     keys = [f"{prefix}{i}" for i in range(count)]
 
     async def send() -> None:
-        conn = await BrokerConnection.connect(address)
+        conn = await BrokerConnection.connect(address, credentials=_pair(env))
         try:
             await conn.send(TOPIC, [ProduceMessage(TOPIC, k.encode(), key=k) for k in keys])
         finally:

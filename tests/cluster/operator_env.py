@@ -232,6 +232,8 @@ class OperatorEnv:
         self.operator_kubeconfig = operator_kubeconfig or kubeconfig
         self.namespace = namespace
         self.work = work
+        #: Client address → the group (Service) it was picked for (client_key_args).
+        self.group_of_address: dict[str, str] = {}
         api = config.new_client_from_config(config_file=kubeconfig)
         self.api = api
         self.core = client.CoreV1Api(api)
@@ -350,8 +352,38 @@ class OperatorEnv:
                 c.type == "Ready" and c.status == "True" for c in pod.status.conditions or []
             )
             if ready and pod.metadata.deletion_timestamp is None and pod.status.pod_ip:
-                return f"{pod.status.pod_ip}:10911"
+                address = f"{pod.status.pod_ip}:10911"
+                self.group_of_address[address] = service
+                return address
         return None
+
+    def client_key_args(self, address: str) -> list[str]:
+        """`--key-file` with the client pair of the group whose Service gave `address`:
+        brokers authenticate their client port (docs/security.md). The pair is read from
+        the Secret the operator writes for applications (`<group>-rocketmq-client`); none
+        when the address's group is unknown or has no such Secret."""
+        group = self.group_of_address.get(address)
+        path = None if group is None else self.client_key_file(group)
+        return [] if path is None else ["--key-file", str(path)]
+
+    def client_key_file(self, group: str) -> Path | None:
+        """The group's client pair as a key file (0600), from the Secret the operator
+        writes for applications; None when there is none."""
+        import base64
+
+        path = self.work / f"client-keys-{group}.json"
+        if not path.exists():
+            try:
+                secret = self.core.read_namespaced_secret(
+                    f"{group}-rocketmq-client", self.namespace
+                )
+            except ApiException:
+                return None
+            text = base64.b64decode((secret.data or {})["rocketmq-credentials"]).decode()
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
+        return path
 
     def group_events(self, name: str) -> list[tuple[str, str]]:
         items = self.core.list_namespaced_event(
@@ -448,6 +480,7 @@ class OperatorEnv:
                 "--json",
                 "--controller-token-file",
                 str(self.controllers.token_file),
+                *self.client_key_args(address),
             ],
             capture_output=True,
             text=True,
@@ -469,6 +502,7 @@ class OperatorEnv:
                 "--json",
                 "--idle-timeout-ms",
                 "2000",
+                *self.client_key_args(address),
             ],
             capture_output=True,
             text=True,

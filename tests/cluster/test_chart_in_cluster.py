@@ -99,6 +99,7 @@ class InClusterEnv(OperatorEnv):
 
     def client_address(self) -> str:
         ip = self.core.read_namespaced_service(GROUP_NAME, self.namespace).spec.cluster_ip
+        self.group_of_address[f"{ip}:10911"] = GROUP_NAME  # its client pair: client_key_args
         return f"{ip}:10911"
 
     def write(self, prefix: str, count: int = 200) -> list[str]:

@@ -87,6 +87,7 @@ class _Producer(threading.Thread):
                 [sys.executable, "-m", "brokergroup_cli.main", "produce",
                  "--controller-addresses", CONTROLLER_API_ADDRESSES,
                  "--controller-token-file", str(self.rt.root / "token"),
+                 "--key-file", str(self.rt.root / "client-keys.json"),
                  "--broker-name", "broker-a", "--topic", "AuditT", "--count", "1500",
                  "--batch", "16", "--size", "300", "--key-prefix", f"r{n}-",
                  "--retry-deadline-ms", "20000", "--ack-log", str(self.ack_log), "--json"],
