@@ -53,7 +53,7 @@ def _unauthenticated_exchange(address: str, payload: bytes) -> tuple[bytes, list
         while True:
             try:
                 chunk = sock.recv(65536)
-            except ConnectionResetError:
+            except (ConnectionResetError, TimeoutError):  # TimeoutError: left open
                 break
             if not chunk:
                 break
