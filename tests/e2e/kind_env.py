@@ -259,6 +259,20 @@ class Release(OperatorEnv):
             for e in s.endpoints or []
         )
 
+    def client_key_args(self, address: str) -> list[str]:
+        """`--key-file` with the client pair of the group behind `address` (the Service
+        `<group>.<ns>.svc…`): brokers authenticate their client port (docs/security.md).
+        Derived in the client pod from the release Secret's root, as the operator does."""
+        group = address.split(".", 1)[0]
+        path = f"/tmp/client-keys-{group}.json"
+        self.cluster.kubectl(
+            "exec", "-n", self.namespace, "client", "--", "sh", "-c",
+            f"umask 077 && brokergroup admin derive-credential --rocketmq --role client "
+            f"--cluster-name {self.namespace} --broker-name {group} "
+            f"--root-file {SECRETS}/broker-credential-root > {path}",
+        )  # fmt: skip
+        return ["--key-file", path]
+
     def produce(
         self,
         address: str,
@@ -274,7 +288,7 @@ class Release(OperatorEnv):
             "produce", "--broker-address", address, "--topic", topic, "--count", str(count),
             "--size", "128", "--batch", "16", "--key-prefix", key_prefix, "--ack-log", remote,
             "--json", "--controller-token-file", f"{SECRETS}/api-token",
-            timeout=timeout_s, check=False,
+            *self.client_key_args(address), timeout=timeout_s, check=False,
         )  # fmt: skip
         acks = self.cluster.kubectl(
             "exec", "-n", self.namespace, "client", "--", "cat", remote, check=False
@@ -287,7 +301,7 @@ class Release(OperatorEnv):
     def consume_keys(self, address: str, topic: str) -> list[str]:
         out = self.client(
             "consume", "--broker-address", address, "--topic", topic, "--from-beginning",
-            "--json", "--idle-timeout-ms", "3000",
+            "--json", "--idle-timeout-ms", "3000", *self.client_key_args(address),
         )  # fmt: skip
         return [json.loads(line)["key"] for line in out.splitlines() if line.startswith("{")]
 
