@@ -428,3 +428,19 @@ def test_cmd_produce_prints_the_refusal(
     assert asyncio.run(scenario()) == 1
     err = capsys.readouterr().err
     assert "refused: " in err and "no credential" in err
+
+
+async def test_stop_closes_a_connection_still_in_its_handshake() -> None:
+    srv = BrokerProtocolServer(
+        RecordingHandler(),
+        ServerConfig(auth_timeout_ms=60_000),
+        auth=client_port_auth(BROKER_PAIR, CLIENT_PAIR, GROUP),
+    )
+    await srv.start(HOST, 0)
+    reader, writer = await asyncio.open_connection(HOST, srv.port)
+    assert (await reader.readexactly(auth.CHALLENGE_BYTES)).startswith(b"BGH1")
+    assert srv.connection_count == 1  # waiting for a HELLO that never comes
+    await srv.stop()
+    assert await reader.read() == b""  # closed by the broker, no answer
+    assert srv.connection_count == 0
+    writer.close()

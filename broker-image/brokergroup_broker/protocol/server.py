@@ -248,6 +248,10 @@ class _Connection:
         except (ConnectionError, OSError, asyncio.IncompleteReadError) as exc:
             log.debug("connection from %s lost during the handshake: %s", self._peer, exc)
             authenticated = False
+        except asyncio.CancelledError:  # stop() while the peer has not finished its HELLO
+            self.draining = True
+            self._writer.close()
+            raise
         if not authenticated:
             self.draining = True
             self._writer.close()
