@@ -745,3 +745,49 @@ async def test_a_confirm_offset_held_back_goes_at_once_when_writes_stop(
     service.writes_stopped()
     alone = await next_frame()
     assert (alone.offset, alone.body, alone.confirm_offset) == (end, b"", end)
+
+
+async def test_stop_drain_is_bounded_by_a_slave_that_never_closes(
+    tmp_path: Path, cleanup: list[Callable[[], Awaitable[Any]]]
+) -> None:
+    """HAConfig.stop_drain_timeout_ms bounds the drain: a slave that reads the last
+    confirmOffset but never closes its side (a stuck process) is cut, and stop returns.
+    The raw slave sees the last frame, then the master's end of stream."""
+    config = HAConfig(
+        heartbeat_interval_ms=4000,
+        confirm_publish_delay_ms=3000,
+        read_timeout_ms=10_000,
+        write_timeout_ms=5000,
+        stop_drain_timeout_ms=200,
+    )
+    master_store = open_store(tmp_path / "m")
+    cleanup.append(_closer(master_store))
+    master_store.epoch_file.append(1, 0)
+    produce(master_store, 5, "a")
+    service = (await start_master(master_store, epoch=1, config=config)).service
+    cleanup.append(service.stop)
+    reader, writer = await asyncio.open_connection(*service.bound_address)
+    cleanup.append(_writer_closer(writer))
+    decoder = MasterFrameDecoder()
+
+    async def next_frame() -> Any:
+        while (event := decoder.next_event()) is NEED_DATA:
+            data = await asyncio.wait_for(reader.read(65536), DEADLINE_S)
+            if not data:
+                return None  # the master's end of stream
+            decoder.receive_data(data)
+        return event
+
+    writer.write(SlaveHandshake(slave_broker_id=2).encode())
+    assert isinstance(await next_frame(), MasterHandshake)
+    end = master_store.max_offset
+    writer.write(SlaveAck(max_offset=end).encode())
+    assert (await next_frame()).confirm_offset == 0
+    service.set_confirm_offset(end)
+
+    await asyncio.wait_for(service.stop(), DEADLINE_S)
+
+    last = await next_frame()
+    assert (last.offset, last.body, last.confirm_offset) == (end, b"", end)
+    assert await next_frame() is None
+    assert not service.slaves()[2].connected
