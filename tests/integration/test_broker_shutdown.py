@@ -1,6 +1,14 @@
 """Graceful stop (SIGTERM) of a master: the process drains, exits 0, tells
 the controller it is going away, and a slave from the SyncStateSet takes
 over; the acknowledged messages are all there (DESIGN.md §3.4, §3.3).
+
+"All there" is read once, as soon as the new master is master: the last
+acknowledged message included (issue 32 item 8: the stop used to cancel the
+slave streams while that message's confirmOffset waited
+confirm_publish_delay_ms, and the new master served reads below it until a
+produce or a slave ack). The mechanisms are tested deterministically in
+tests/unit/test_ha_replication.py and test_ha_new_master_readable_range.py;
+docs/ha.md "Hand-over".
 """
 
 from __future__ import annotations
