@@ -70,6 +70,8 @@ Translate = Callable[[Exception], RequestRefused | None]
 """A front end's own errors as refusals (None: not one of its errors, a defect)."""
 
 _READ_CHUNK = 256 * 1024
+#: How long a close waits for the peer to take the answers already given.
+_CLOSE_FLUSH_S = 2.0
 #: A refusal's remark quotes at most this much of an exception's text.
 _REMARK_CHARS = 512
 
@@ -210,8 +212,13 @@ class Connection:
             if self._outbox:  # answers already given go out before the close
                 self._flush()
             self._writer.close()
-        with contextlib.suppress(Exception):
-            await self._writer.wait_closed()
+        try:
+            # A peer that reads nothing would hold the flush (and this close) forever.
+            await asyncio.wait_for(self._writer.wait_closed(), _CLOSE_FLUSH_S)
+        except TimeoutError:
+            self._writer.transport.abort()
+        except Exception:
+            log.debug("%s: closing %s", self._name, self.peer, exc_info=True)
         self._finish()
 
     async def run(self) -> None:
