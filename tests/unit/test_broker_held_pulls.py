@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import pytest
@@ -120,6 +121,35 @@ async def test_a_held_pull_is_answered_by_its_queues_arrival_only(
         assert answer.code == ResponseCode.SUCCESS, answer
         assert answer.fields()["nextBeginOffset"] == "1"
         assert len(port.arrivals) == 0
+    finally:
+        await consumer.close()
+
+
+async def test_an_idle_held_pull_reads_the_store_once(
+    make_port: Callable[..., Awaitable[Port]],
+) -> None:
+    """Held, it costs nothing: no re-read while its queue does not move (the old front
+    re-read every 20 ms). The sleep only lets a timer, if there were one, fire."""
+    port = await make_port()
+    produce = port.parts.produce
+    reads = 0
+    pull_records = produce.pull_records
+
+    async def counted(*args: Any) -> Any:
+        nonlocal reads
+        reads += 1
+        return await pull_records(*args)
+
+    produce.pull_records = counted  # type: ignore[method-assign]
+    consumer = await port.client()
+    try:
+        pull = await start_pull(consumer, held_pull(0))
+        await until(lambda: reads == 1, "the pull read its queue")
+        await asyncio.sleep(0.3)
+        assert reads == 1 and not pull.done()
+        await port.send(0)
+        assert (await pull).code == ResponseCode.SUCCESS
+        assert reads == 2  # woken once, read once
     finally:
         await consumer.close()
 
