@@ -11,7 +11,7 @@ What it does
    with no pull held (the `baseline` window of each side): its idle CPU and a send's latency
    are the best the held window can reach.
 2. One broker (SyncStateSet {1}, the harness's settings) under three controllers, real
-   processes (tests/integration `BrokerGroupHarness`) on loopback block 127.0.41.0/24, its
+   processes (tests/integration `BrokerGroupHarness`) on loopback block 127.0.43.0/24, its
    remoting port signing-only: every request here is signed with the group's client pair,
    as a stock client's AclClientRPCHook signs it.
 3. `HeldTopic` gets one message in each of its 4 queues; a holder *process* opens
@@ -57,7 +57,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from _common import loopback_tcp_ceiling, print_last_line, summarize, write_result  # noqa: E402
 from _cpu import cpu_window, take_sample  # noqa: E402
 
-BLOCK = 41  # 127.0.41.0/24: not the local runtime's, not a test block, not produce.py's 40
+BLOCK = 43  # 127.0.43.0/24: not the local runtime's, no test's (41 is one), not produce.py's
 HELD_TOPIC = "HeldTopic"
 SEND_TOPIC = "SendTopic"
 QUEUES = 4
