@@ -5,13 +5,18 @@ Theory of operation
 `decide` takes the authenticated principal (credentials.py), the request in
 the terms that matter for access (`AccessRequest`), the host the request
 came from and the addresses the controller registered for the group, and
-returns a `Verdict`. The HTTP layer (api_auth.py) calls it twice:
+returns a `Verdict`. The service calls it (`endpoints.Endpoints.authorize`,
+with the caller's principal from its front end, `requests.Caller`), for the
+HTTP API twice:
 
 1. on the node that received the request, without the registered addresses
    (role and group rules only; a follower then forwards);
 2. on the leader, with the addresses from the replicated state (the
    address rules below). A forwarded request carries the origin host the
    follower saw, MAC'd with the nodes' shared secret.
+
+The RocketMQ controller port checks role and group rules only (its callers'
+source addresses say nothing; docs/security.md).
 
 Role rules (least privilege):
 
@@ -41,9 +46,10 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
+from brokergroup_controller import requests as rq
 from brokergroup_controller.credentials import Principal, Role
+from brokergroup_controller.requests import ServiceRequest
 
 # Endpoint names as in app.py's table (plus "raft" for GET /v1/raft).
 GROUP_READS = frozenset({"replica_info", "watch"})
@@ -64,7 +70,7 @@ OPEN_TO_ANY_PRINCIPAL = frozenset({"raft"})
 
 @dataclass(frozen=True)
 class AccessRequest:
-    """What access depends on, extracted from a parsed request (`from_parsed`)."""
+    """What access depends on, extracted from a typed request (`of`)."""
 
     endpoint: str
     group: tuple[str, str] | None = None
@@ -76,28 +82,47 @@ class AccessRequest:
     designated_broker_id: int | None = None
 
     @classmethod
-    def from_parsed(cls, endpoint: str, parsed: Mapping[str, Any]) -> AccessRequest:
-        hb = parsed.get("heartbeat")
-        if hb is not None:
-            return cls(
-                endpoint,
-                (hb.cluster_name, hb.broker_name),
-                acting_broker_id=hb.broker_id,
-                claimed_address=hb.address,
-            )
-        group = None
-        if "clusterName" in parsed and "brokerName" in parsed:
-            group = (str(parsed["clusterName"]), str(parsed["brokerName"]))
-        acting = parsed.get("masterBrokerId", parsed.get("brokerId"))
-        if endpoint in ("apply_broker_id", "clean"):
-            acting = None  # apply-id claims a new id; clean names ids to remove
-        return cls(
-            endpoint,
-            group,
-            acting_broker_id=acting if isinstance(acting, int) else None,
-            claimed_address=parsed.get("address"),
-            designated_broker_id=parsed.get("designatedBrokerId"),
-        )
+    def of(cls, request: ServiceRequest) -> AccessRequest:
+        """The fields of a typed service request that access depends on."""
+        match request:
+            case rq.Heartbeat(heartbeat=hb):
+                return cls(
+                    request.ENDPOINT,
+                    (hb.cluster_name, hb.broker_name),
+                    acting_broker_id=hb.broker_id,
+                    claimed_address=hb.address,
+                )
+            case rq.ListGroups():
+                return cls(request.ENDPOINT)
+            case rq.ApplyBrokerId():  # claims a new id: it acts as none yet
+                return cls(request.ENDPOINT, _group(request), claimed_address=request.address)
+            case rq.RegisterBroker():
+                return cls(
+                    request.ENDPOINT,
+                    _group(request),
+                    acting_broker_id=request.broker_id,
+                    claimed_address=request.address,
+                )
+            case rq.ReportInactive():
+                return cls(request.ENDPOINT, _group(request), acting_broker_id=request.broker_id)
+            case rq.AlterSyncStateSet():
+                return cls(
+                    request.ENDPOINT, _group(request), acting_broker_id=request.master_broker_id
+                )
+            case rq.ElectMaster():
+                return cls(
+                    request.ENDPOINT,
+                    _group(request),
+                    acting_broker_id=request.broker_id,
+                    designated_broker_id=request.designated_broker_id,
+                )
+            case _:  # reads and clean (its ids are ones to remove, not ones it acts as)
+                return cls(request.ENDPOINT, _group(request))
+
+
+def _group(request: ServiceRequest) -> tuple[str, str]:
+    assert not isinstance(request, rq.Heartbeat | rq.ListGroups)
+    return (request.cluster_name, request.broker_name)
 
 
 @dataclass(frozen=True)

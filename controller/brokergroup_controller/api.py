@@ -122,9 +122,28 @@ class ReplicaInfo:
         )
 
 
-#: The environment variable through which a launcher (the pod spec, the local
-#: supervisor) tells a broker its incarnation; reports about it carry the same.
-INCARNATION_ENV = "BROKERGROUP_INCARNATION"
+@dataclass(frozen=True)
+class AppliedBrokerId:
+    """ApplyBrokerId's answer: the broker's id and the set's next free one."""
+
+    broker_id: int
+    next_broker_id: int
+
+
+@dataclass(frozen=True)
+class SyncStateSet:
+    """AlterSyncStateSet's answer: the committed set and its epoch."""
+
+    members: frozenset[int]
+    epoch: int
+
+
+@dataclass(frozen=True)
+class InactiveReportAnswer:
+    """A report's answer: the set after it, and whether it was ignored (stale incarnation)."""
+
+    replica_info: ReplicaInfo
+    ignored: bool
 
 
 #: The environment variable through which a launcher (the pod spec, the local

@@ -1,15 +1,16 @@
-"""The HTTP side of controller access control: a thin shell over credentials.py
-(who is this?) and access.py (may they?), hooked into app.py's route wrapper.
+"""The HTTP side of controller access control: who is this (credentials.py), hooked into
+app.py's route wrapper; what they may do is access.py's, decided by the service
+(`endpoints.Endpoints.authorize`) for every front end alike.
 
 Order per request (so nothing richer than headers is parsed unauthenticated):
 
 1. `authenticate(request)`: the Authorization header alone → `Principal`, or
    401. /healthz, /readyz and /metrics never get here (they are open).
-2. The body or query is parsed (400 naming the field).
-3. `authorize(request, endpoint, parsed, registered)`: access.py's rules, 403
-   with the reason. Every node checks role and group; the leader also checks
-   addresses, against the group's registered brokers and the request's
-   origin host.
+2. The body or query is parsed into the typed request (400 naming the field).
+3. `caller(request)`: the principal, origin host and connection as a
+   `requests.Caller`; the service checks access.py's rules with it (403 with
+   the reason): every node role and group, the leader also addresses,
+   against the group's registered brokers and the request's origin host.
 
 The origin host is the TCP peer, or, for a request a follower forwarded, the
 host that follower saw: it sends it in `X-Brokergroup-Origin` with a MAC
@@ -22,12 +23,9 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-from collections.abc import Callable, Mapping
-from typing import Any
 
 from aiohttp import web
 
-from brokergroup_controller.access import AccessRequest, decide
 from brokergroup_controller.credentials import (
     AuthenticationError,
     CredentialKeys,
@@ -35,8 +33,9 @@ from brokergroup_controller.credentials import (
     Role,
     authenticate,
 )
-from brokergroup_controller.errors import ErrorCode
-from brokergroup_controller.http_support import FORWARDED_HEADER, _reject
+from brokergroup_controller.errors import ControllerError, ErrorCode
+from brokergroup_controller.http_support import FORWARDED_HEADER
+from brokergroup_controller.requests import Caller
 
 ORIGIN_HEADER = "X-Brokergroup-Origin"
 ORIGIN_PROOF_HEADER = "X-Brokergroup-Origin-Proof"
@@ -89,7 +88,7 @@ class ApiAuth:
         try:
             principal = authenticate(request.headers.get("Authorization"), self._keys)
         except AuthenticationError as exc:
-            raise _reject(ErrorCode.UNAUTHORIZED, str(exc)) from None
+            raise ControllerError(ErrorCode.UNAUTHORIZED, str(exc)) from None
         request[PRINCIPAL_KEY] = principal
         request[ORIGIN_KEY] = self._origin(request)
         return principal
@@ -102,30 +101,19 @@ class ApiAuth:
         if not origin or not hmac.compare_digest(
             proof.encode(), self._origin_proof(origin, request).encode()
         ):
-            raise _reject(
+            raise ControllerError(
                 ErrorCode.UNAUTHORIZED,
                 "a forwarded request must carry the forwarding node's origin proof",
             )
         return origin
 
-    def authorize(
-        self,
-        request: web.Request,
-        endpoint: str,
-        parsed: Mapping[str, Any],
-        registered: Callable[[], Mapping[int, str]] | None,
-    ) -> None:
-        """Step 3: 403 FORBIDDEN with the reason unless access.py allows it.
-        `registered` (the leader's view of the group's addresses) is read only when
-        an address rule applies: a broker credential, or a heartbeat."""
-        if self._keys is None:
-            return
-        principal: Principal = request[PRINCIPAL_KEY]
-        access = AccessRequest.from_parsed(endpoint, parsed)
-        needs_addresses = principal.role is Role.BROKER or endpoint == "heartbeat"
-        addresses: Mapping[int, str] | None = None  # None: role rules only (a follower)
-        if registered is not None:
-            addresses = registered() if needs_addresses else {}
-        verdict = decide(principal, access, request.get(ORIGIN_KEY), addresses)
-        if not verdict.allowed:
-            raise _reject(ErrorCode.FORBIDDEN, verdict.reason)
+    def caller(self, request: web.Request) -> Caller:
+        """The authenticated request's caller for the service (`requests.Caller`): its
+        principal (None without authentication: nothing is checked), origin host, and
+        its connection unless a follower relayed it (a heartbeat's close watch)."""
+        relayed = bool(request.headers.get(FORWARDED_HEADER))
+        return Caller(
+            request[PRINCIPAL_KEY] if self.enabled else None,
+            request.get(ORIGIN_KEY),
+            connection=None if relayed else request.transport,
+        )

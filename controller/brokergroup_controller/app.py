@@ -1,7 +1,14 @@
-"""The controller's aiohttp application and process entry: the endpoint table
-(path → parser → handler, docs/architecture.md), the route wrapper
-(authentication before the body is read, validation, access rules, forwarding
-to the leader, metrics), health and metrics pages (open, no credential), and `serve` for `brokergroup controller`."""
+"""The controller's aiohttp application and process entry: the HTTP API, one front end over
+the service (`server.ControllerService`, `endpoints.Endpoints`; docs/architecture.md).
+
+The endpoint table maps path → parser (`request_parsing`: JSON body or query → the typed
+request) → answer (the `Endpoints` call, its typed answer as the API's JSON). The route
+wrapper authenticates before the body is read (api_auth.py), parses, checks the caller's
+role and group (the service's `authorize`), forwards to the leader from a follower, calls
+the service on the leader, and turns a `ControllerError` into its status and JSON body
+(`http_support._refusal`); it counts metrics. Health and metrics pages are open (no
+credential); `serve` runs `brokergroup controller`.
+"""
 
 from __future__ import annotations
 
@@ -15,34 +22,42 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from aiohttp import web
+from aiohttp import ClientError, ClientSession, ClientTimeout, web
 from prometheus_client import generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from brokergroup_controller import api
+from brokergroup_controller import requests as rq
+from brokergroup_controller.api_auth import ApiAuth
 from brokergroup_controller.config import (
     ControllerConfig,
 )
-from brokergroup_controller.errors import ErrorCode
+from brokergroup_controller.endpoints import Endpoints
+from brokergroup_controller.errors import ControllerError, ErrorCode
 from brokergroup_controller.http_support import (
-    Handler,
+    FORWARDED_HEADER,
+    LEADER_HEADER,
     _error_body,
     _json,
-    _Reply,
+    _refusal,
 )
 from brokergroup_controller.raft_node import ControllerRaftNode
 from brokergroup_controller.request_parsing import (
     BadRequest,
+    int_field,
     parse_alter,
     parse_apply,
     parse_clean,
     parse_elect,
     parse_heartbeat,
     parse_inactive,
+    parse_next_broker_id,
     parse_none,
     parse_register,
     parse_watch,
     query_key,
 )
+from brokergroup_controller.requests import Caller
 from brokergroup_controller.rocketmq_front import ControllerRemoting, start_remoting_front
 from brokergroup_controller.server import ControllerService
 
@@ -52,70 +67,151 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+def _info_json(info: api.ReplicaInfo) -> dict[str, Any]:
+    return {"code": ErrorCode.SUCCESS.value, **info.to_json()}
+
+
+# The answers as JSON (the key order is the API's: "code" first where the answer is a
+# ReplicaInfo, else added last by the route).
+
+
+async def _next_broker_id(e: Endpoints, r: rq.GetNextBrokerId, c: Caller) -> dict[str, Any]:
+    return {"nextBrokerId": await e.next_broker_id(r, c)}
+
+
+async def _apply_broker_id(e: Endpoints, r: rq.ApplyBrokerId, c: Caller) -> dict[str, Any]:
+    applied = await e.apply_broker_id(r, c)
+    return {"brokerId": applied.broker_id, "nextBrokerId": applied.next_broker_id}
+
+
+async def _register(e: Endpoints, r: rq.RegisterBroker, c: Caller) -> dict[str, Any]:
+    return _info_json(await e.register_broker(r, c))
+
+
+async def _heartbeat(e: Endpoints, r: rq.Heartbeat, c: Caller) -> dict[str, Any]:
+    return _info_json(await e.heartbeat(r, c))
+
+
+async def _inactive(e: Endpoints, r: rq.ReportInactive, c: Caller) -> dict[str, Any]:
+    report = await e.report_inactive(r, c)
+    return {**_info_json(report.replica_info), "reportIgnored": report.ignored}
+
+
+async def _alter(e: Endpoints, r: rq.AlterSyncStateSet, c: Caller) -> dict[str, Any]:
+    altered = await e.alter_sync_state_set(r, c)
+    return {"syncStateSet": sorted(altered.members), "syncStateSetEpoch": altered.epoch}
+
+
+async def _elect(e: Endpoints, r: rq.ElectMaster, c: Caller) -> dict[str, Any]:
+    return _info_json(await e.elect_master(r, c))
+
+
+async def _clean(e: Endpoints, r: rq.CleanBrokerData, c: Caller) -> dict[str, Any]:
+    return {"removed": list(await e.clean_broker_data(r, c))}
+
+
+async def _replica_info(e: Endpoints, r: rq.GetReplicaInfo, c: Caller) -> dict[str, Any]:
+    return _info_json(await e.get_replica_info(r, c))
+
+
+async def _groups(e: Endpoints, r: rq.ListGroups, c: Caller) -> dict[str, Any]:
+    return {"groups": [info.to_json() for info in await e.groups(r, c)]}
+
+
+async def _watch(e: Endpoints, r: rq.Watch, c: Caller) -> dict[str, Any]:
+    return _info_json(await e.watch(r, c))
+
+
 @dataclass(frozen=True)
 class _Endpoint:
     name: str
     method: str
     path: str
-    parse: Callable[[Mapping[str, Any]], dict[str, Any]]
-    handler: Callable[[ControllerService], Handler]
+    parse: Callable[[Mapping[str, Any]], rq.ServiceRequest]
+    """JSON body or query → the typed request (BadRequest naming the field)."""
+    answer: Callable[[Endpoints, Any, Caller], Awaitable[dict[str, Any]]]
+    """The service call, its answer as JSON."""
 
 
 _ENDPOINTS = (
-    _Endpoint(
-        "next_broker_id",
-        "GET",
-        "/v1/next-broker-id",
-        query_key,
-        lambda s: s.endpoints.next_broker_id,
-    ),
-    _Endpoint(
-        "apply_broker_id",
-        "POST",
-        "/v1/brokers/apply-id",
-        parse_apply,
-        lambda s: s.endpoints.apply_broker_id,
-    ),
-    _Endpoint(
-        "register",
-        "POST",
-        "/v1/brokers/register",
-        parse_register,
-        lambda s: s.endpoints.register_broker,
-    ),
-    _Endpoint(
-        "heartbeat",
-        "POST",
-        "/v1/brokers/heartbeat",
-        parse_heartbeat,
-        lambda s: s.endpoints.heartbeat,
-    ),
-    _Endpoint(
-        "inactive",
-        "POST",
-        "/v1/brokers/inactive",
-        parse_inactive,
-        lambda s: s.endpoints.report_inactive,
-    ),
-    _Endpoint(
-        "alter_sync_state_set",
-        "POST",
-        "/v1/sync-state-set/alter",
-        parse_alter,
-        lambda s: s.endpoints.alter_sync_state_set,
-    ),
-    _Endpoint(
-        "elect_master", "POST", "/v1/elect-master", parse_elect, lambda s: s.endpoints.elect_master
-    ),
-    _Endpoint(
-        "clean", "POST", "/v1/brokers/clean", parse_clean, lambda s: s.endpoints.clean_broker_data
-    ),
-    _Endpoint(
-        "replica_info", "GET", "/v1/replica-info", query_key, lambda s: s.endpoints.get_replica_info
-    ),
-    _Endpoint("groups", "GET", "/v1/groups", parse_none, lambda s: s.endpoints.groups),
-    _Endpoint("watch", "GET", "/v1/watch", parse_watch, lambda s: s.endpoints.watch),
+    _Endpoint("next_broker_id", "GET", "/v1/next-broker-id", parse_next_broker_id, _next_broker_id),
+    _Endpoint("apply_broker_id", "POST", "/v1/brokers/apply-id", parse_apply, _apply_broker_id),
+    _Endpoint("register", "POST", "/v1/brokers/register", parse_register, _register),
+    _Endpoint("heartbeat", "POST", "/v1/brokers/heartbeat", parse_heartbeat, _heartbeat),
+    _Endpoint("inactive", "POST", "/v1/brokers/inactive", parse_inactive, _inactive),
+    _Endpoint("alter_sync_state_set", "POST", "/v1/sync-state-set/alter", parse_alter, _alter),
+    _Endpoint("elect_master", "POST", "/v1/elect-master", parse_elect, _elect),
+    _Endpoint("clean", "POST", "/v1/brokers/clean", parse_clean, _clean),
+    _Endpoint("replica_info", "GET", "/v1/replica-info", query_key, _replica_info),
+    _Endpoint("groups", "GET", "/v1/groups", parse_none, _groups),
+    _Endpoint("watch", "GET", "/v1/watch", parse_watch, _watch),
 )
+
+
+class _HttpFront:
+    """The HTTP API's edge state of one node: authentication and forwarding to the leader."""
+
+    def __init__(self, service: ControllerService) -> None:
+        self.service = service
+        self.auth = ApiAuth(service.config.credential_keys(), service.config.raft_password)
+        self._session: ClientSession | None = None
+
+    async def start(self) -> None:
+        self._session = ClientSession(
+            timeout=ClientTimeout(total=self.service.config.forward_timeout_ms / 1000)
+        )
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    async def forward(self, request: web.Request, body: bytes) -> web.Response:
+        """Relay the request to the leader; 503 NOT_LEADER if that is impossible."""
+        service, config = self.service, self.service.config
+        status = service.node.status()
+        leader_api = service.leader_api()
+        if request.headers.get(FORWARDED_HEADER) or leader_api is None or status.is_leader:
+            raise ControllerError(
+                ErrorCode.NOT_LEADER,
+                "this node is not the Raft leader and cannot forward"
+                + (f"; the leader is {leader_api}" if leader_api else "; no leader is known yet"),
+                leader=leader_api,
+            )
+        assert self._session is not None
+        headers = {FORWARDED_HEADER: config.self_address, "Content-Type": "application/json"}
+        if "Authorization" in request.headers:
+            headers["Authorization"] = request.headers["Authorization"]
+        headers.update(self.auth.forwarding_headers(request))
+        timeout_s = config.forward_timeout_ms / 1000
+        if request.path == "/v1/watch":
+            timeout_s += (
+                min(int_field(request.query, "timeoutMs", text=True), config.watch_max_timeout_ms)
+                / 1000
+            )
+        url = f"http://{leader_api}{request.path_qs}"
+        service.metrics.forwarded.inc()
+        try:
+            async with self._session.request(
+                request.method,
+                url,
+                data=body if request.method == "POST" else None,
+                headers=headers,
+                timeout=ClientTimeout(total=timeout_s),
+            ) as upstream:
+                payload = await upstream.read()
+                return web.Response(
+                    status=upstream.status,
+                    body=payload,
+                    content_type="application/json",
+                    headers={LEADER_HEADER: leader_api},
+                )
+        except (ClientError, TimeoutError) as exc:
+            raise ControllerError(
+                ErrorCode.NOT_LEADER,
+                f"forwarding to the leader {leader_api} failed ({type(exc).__name__}); "
+                "retry, or try the leader directly",
+                leader=leader_api,
+            ) from exc
 
 
 def raft_body(service: ControllerService) -> dict[str, Any]:
@@ -149,16 +245,16 @@ def raft_body(service: ControllerService) -> dict[str, Any]:
 
 
 def _route(
-    service: ControllerService, endpoint: _Endpoint
+    front: _HttpFront, endpoint: _Endpoint
 ) -> Callable[[web.Request], Awaitable[web.Response]]:
-    handler = endpoint.handler(service)
+    service = front.service
 
     async def route(request: web.Request) -> web.Response:
         started = time.perf_counter()
         leader_api = service.leader_api()
         try:
             body = b""
-            service.auth.authenticate(request)
+            front.auth.authenticate(request)
             if endpoint.method == "POST":
                 body = await request.read()
                 try:
@@ -170,21 +266,17 @@ def _route(
             else:
                 data = dict(request.query)
             parsed = endpoint.parse(data)
-            service.auth.authorize(request, endpoint.name, parsed, None)
+            caller = front.auth.caller(request)
+            service.endpoints.authorize(caller.roles_only(), parsed)  # before forwarding
             await service.wait_leader_current()
             if not service.is_leader():
-                response = await service.forward(request, body)
+                response = await front.forward(request, body)
             else:
-                service.auth.authorize(
-                    request, endpoint.name, parsed, lambda: service.registered_addresses(parsed)
-                )
-                result = await handler(request, parsed)
+                result = await endpoint.answer(service.endpoints, parsed, caller)
                 result.setdefault("code", ErrorCode.SUCCESS.value)
                 response = _json(200, result, leader_api)
-        except BadRequest as exc:
-            response = _json(400, _error_body(ErrorCode.BAD_REQUEST, str(exc)), leader_api)
-        except _Reply as reply:
-            response = _json(reply.status, reply.body, leader_api)
+        except ControllerError as exc:  # BadRequest too: 400
+            response = _refusal(exc, leader_api)
         except Exception as exc:
             log.exception("%s %s failed", request.method, request.path)
             response = _json(
@@ -215,16 +307,17 @@ def create_app(
 ) -> web.Application:
     """The aiohttp app of one node; `node` must be started by the caller."""
     service = ControllerService(config, node, clock_ms=clock_ms)
+    front = _HttpFront(service)
     app = web.Application(client_max_size=1 << 20)
     app[SERVICE_KEY] = service
     for endpoint in _ENDPOINTS:
-        app.router.add_route(endpoint.method, endpoint.path, _route(service, endpoint))
+        app.router.add_route(endpoint.method, endpoint.path, _route(front, endpoint))
 
     async def raft(request: web.Request) -> web.Response:
         try:
-            service.auth.authenticate(request)
-        except _Reply as reply:
-            return _json(reply.status, reply.body, service.leader_api())
+            front.auth.authenticate(request)
+        except ControllerError as exc:
+            return _refusal(exc, service.leader_api())
         return _json(200, raft_body(service), service.leader_api())
 
     async def metrics(request: web.Request) -> web.Response:
@@ -269,10 +362,12 @@ def create_app(
     app.router.add_get("/readyz", readyz)
 
     async def on_startup(app: web.Application) -> None:
+        await front.start()
         await service.start()
 
     async def on_cleanup(app: web.Application) -> None:
         await service.close()
+        await front.close()
 
     app.on_startup.append(on_startup)
     app.on_cleanup.append(on_cleanup)

@@ -1,12 +1,18 @@
-"""The controller API's request handlers on the leader (DESIGN.md §2.2–§2.4):
-input is already validated and authenticated (`app`), the deterministic
-rules come from `state`/`election`, liveness from `liveness`.
+"""The controller service's request handlers on the leader (DESIGN.md §2.2–§2.4, §12 "One
+request layer"): one method per typed request (`requests`), answering with the API's types
+(`api.ReplicaInfo`, ...) or raising `ControllerError`, the one refusal type. The front ends
+(the HTTP API in `app`, the RocketMQ controller port in `rocketmq_front`) decode their wire
+form into the typed request, authenticate the caller into a `requests.Caller`, and encode
+the answer or refusal at their own edge; nothing here knows JSON, HTTP or remoting.
 
-The handlers hold no state: they reach the node's service core through
-`LeaderService`, the few things a handler needs (the Raft node, liveness,
-the request-id table, the takeover record). `server.ControllerService`
-implements it and builds one `Endpoints` over itself, so this module never
-imports the server (no import circle, issue 18 item 2).
+Each handler first authorizes the caller (`authorize`: access.decide with the leader's
+registered addresses), then decides with the deterministic rules of `state`/`election` and
+the leader's liveness, and proposes through Raft.
+
+The handlers hold no state: they reach the node's service core through `LeaderService`,
+the few things a handler needs (the Raft node, liveness, the request-id table, the takeover
+record). `server.ControllerService` implements it and builds one `Endpoints` over itself,
+so this module never imports the server (no import circle, issue 18 item 2).
 """
 
 from __future__ import annotations
@@ -14,33 +20,42 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
-from typing import Any, Protocol
-
-from aiohttp import web
+from typing import Protocol, TypeVar
 
 from brokergroup_controller import api
+from brokergroup_controller import requests as rq
+from brokergroup_controller.access import AccessRequest, decide
 from brokergroup_controller.config import ControllerConfig
+from brokergroup_controller.credentials import Role
 from brokergroup_controller.election import ElectionRequest, ElectionTrigger, decide_election
-from brokergroup_controller.errors import ErrorCode
-from brokergroup_controller.http_support import FORWARDED_HEADER, _Metrics, _reject, _Reply
+from brokergroup_controller.errors import ControllerError, ErrorCode
+from brokergroup_controller.http_support import _Metrics
 from brokergroup_controller.liveness import Liveness
 from brokergroup_controller.raft_node import ControllerRaftNode
 from brokergroup_controller.state import (
     AlterSyncStateSet,
     ApplyBrokerId,
+    BrokerIdApplied,
+    BrokerRegistered,
+    BrokersCleaned,
     BrokerSet,
     CleanBrokerData,
     ControllerState,
     ElectMaster,
     Event,
+    MasterElected,
+    Outcome,
     RegisterBroker,
     RequestKey,
+    SyncStateSetAltered,
     request_key_of,
 )
 
 log = logging.getLogger(__name__)
+
+OutcomeT = TypeVar("OutcomeT", bound=Outcome)
 
 
 class LeaderService(Protocol):
@@ -52,21 +67,24 @@ class LeaderService(Protocol):
     metrics: _Metrics
     clock_ms: Callable[[], int]
 
+    def snapshot(self, cluster: str, name: str) -> BrokerSet | None: ...
+
     def require_set(self, cluster: str, name: str) -> BrokerSet: ...
 
     def require_registered(self, cluster: str, name: str, broker_id: int) -> BrokerSet: ...
 
     def replica_info(self, broker_set: BrokerSet) -> api.ReplicaInfo: ...
 
-    def info_body(self, cluster: str, name: str) -> dict[str, Any]: ...
-
-    async def propose(self, event: Event) -> dict[str, Any]: ...
+    async def propose(self, event: Event, expect: type[OutcomeT]) -> OutcomeT:
+        """Commit `event`; its outcome (of type `expect`), or its refusal raised."""
+        ...
 
     async def once(
         self,
         request_key: RequestKey | None,
-        decide_and_propose: Callable[[], Awaitable[dict[str, Any]]],
-    ) -> dict[str, Any]:
+        expect: type[OutcomeT],
+        decide_and_propose: Callable[[], Awaitable[OutcomeT]],
+    ) -> OutcomeT:
         """Run a mutating request unless its request id was answered (then that answer)."""
         ...
 
@@ -89,64 +107,94 @@ class Endpoints:
     def __init__(self, service: LeaderService) -> None:
         self.service = service
 
-    async def next_broker_id(
-        self, request: web.Request | None, q: dict[str, Any]
-    ) -> dict[str, Any]:
-        cluster, name = q["clusterName"], q["brokerName"]
-        return {"nextBrokerId": self.service.node.read(lambda s: s.next_broker_id(cluster, name))}
+    # -- access
+
+    def authorize(self, caller: rq.Caller, request: rq.ServiceRequest | AccessRequest) -> None:
+        """FORBIDDEN with the reason unless access.decide lets `caller` do this. With
+        `caller.address_rules`, also the address rules against the group's registered
+        brokers (read only when one applies: a broker credential, or a heartbeat)."""
+        principal = caller.principal
+        if principal is None:
+            return
+        access = request if isinstance(request, AccessRequest) else AccessRequest.of(request)
+        registered: Mapping[int, str] | None = None  # None: role rules only
+        if caller.address_rules:
+            needs_addresses = principal.role is Role.BROKER or access.endpoint == "heartbeat"
+            registered = self._registered_addresses(access.group) if needs_addresses else {}
+        verdict = decide(principal, access, caller.origin_host, registered)
+        if not verdict.allowed:
+            raise ControllerError(ErrorCode.FORBIDDEN, verdict.reason)
+
+    def _registered_addresses(self, group: tuple[str, str] | None) -> dict[int, str]:
+        """BrokerId → registered address of the group (for the address rules)."""
+        broker_set = None if group is None else self.service.snapshot(*group)
+        if broker_set is None:
+            return {}
+        return {broker_id: record.address for broker_id, record in broker_set.brokers.items()}
+
+    def _info(self, cluster: str, name: str) -> api.ReplicaInfo:
+        return self.service.replica_info(self.service.require_set(cluster, name))
+
+    # -- identity and registration
+
+    async def next_broker_id(self, request: rq.GetNextBrokerId, caller: rq.Caller) -> int:
+        self.authorize(caller, request)
+        cluster, name = request.cluster_name, request.broker_name
+        return self.service.node.read(lambda s: s.next_broker_id(cluster, name))
 
     async def apply_broker_id(
-        self, request: web.Request | None, b: dict[str, Any]
-    ) -> dict[str, Any]:
+        self, request: rq.ApplyBrokerId, caller: rq.Caller
+    ) -> api.AppliedBrokerId:
+        self.authorize(caller, request)
         event = ApplyBrokerId(
-            b["clusterName"],
-            b["brokerName"],
-            b["brokerId"],
-            b["registerCode"],
-            b["address"],
-            request_id=b["requestId"],
+            request.cluster_name,
+            request.broker_name,
+            request.broker_id,
+            request.register_code,
+            request.address,
+            request_id=request.request_id,
         )
-        details = await self.service.once(event.request_key, lambda: self.service.propose(event))
-        return {"brokerId": details["brokerId"], "nextBrokerId": details["nextBrokerId"]}
+        applied = await self.service.once(
+            event.request_key, BrokerIdApplied, lambda: self.service.propose(event, BrokerIdApplied)
+        )
+        return api.AppliedBrokerId(applied.broker_id, applied.next_broker_id)
 
     async def register_broker(
-        self, request: web.Request | None, b: dict[str, Any]
-    ) -> dict[str, Any]:
+        self, request: rq.RegisterBroker, caller: rq.Caller
+    ) -> api.ReplicaInfo:
+        self.authorize(caller, request)
         cluster, name, broker_id, address = (
-            b["clusterName"],
-            b["brokerName"],
-            b["brokerId"],
-            b["address"],
+            request.cluster_name,
+            request.broker_name,
+            request.broker_id,
+            request.address,
         )
-        event = RegisterBroker(cluster, name, broker_id, address, request_id=b["requestId"])
+        event = RegisterBroker(cluster, name, broker_id, address, request_id=request.request_id)
 
-        async def register() -> dict[str, Any]:
+        async def register() -> BrokerRegistered:
             broker_set = self.service.require_registered(cluster, name, broker_id)
             if broker_set.brokers[broker_id].address == address:
-                return {}  # only an address change is worth a commit (persistent-broker-id §5.1)
-            return await self.service.propose(event)
+                return BrokerRegistered()  # only an address change is worth a commit (§5.1)
+            return await self.service.propose(event, BrokerRegistered)
 
-        await self.service.once(event.request_key, register)
+        await self.service.once(event.request_key, BrokerRegistered, register)
         self.service.liveness.touch((cluster, name, broker_id), address, self.service.clock_ms())
-        return self.service.info_body(cluster, name)
+        return self._info(cluster, name)
 
-    async def heartbeat(self, request: web.Request | None, b: dict[str, Any]) -> dict[str, Any]:
-        forwarded = request is None or request.headers.get(FORWARDED_HEADER)
-        transport = None if forwarded or request is None else request.transport
-        return await self.accept_heartbeat(b["heartbeat"], transport)
+    # -- liveness
 
-    async def accept_heartbeat(
-        self, hb: api.BrokerHeartbeat, transport: asyncio.BaseTransport | None
-    ) -> dict[str, Any]:
-        """A heartbeat from either front end; `transport` is the broker's own connection
-        (its close makes the broker inactive), None when the heartbeat was relayed."""
+    async def heartbeat(self, request: rq.Heartbeat, caller: rq.Caller) -> api.ReplicaInfo:
+        """A heartbeat from either front end; `caller.connection` is the broker's own
+        connection (its close makes the broker inactive), None when it was relayed."""
+        self.authorize(caller, request)
+        hb = request.heartbeat
         key = (hb.cluster_name, hb.broker_name, hb.broker_id)
         broker_set = self.service.require_registered(hb.cluster_name, hb.broker_name, hb.broker_id)
         now = self.service.clock_ms()
         was_alive = self.service.liveness.is_alive(key, now)
         self.service.liveness.heartbeat(hb, now)
-        if transport is not None:
-            self.service.track_connection(key, transport)
+        if caller.connection is not None:
+            self.service.track_connection(key, caller.connection)
         if (
             was_alive
             and not self.service.liveness.is_alive(key, now)
@@ -154,56 +202,59 @@ class Endpoints:
         ):
             # The master says its store cannot take writes: fail over before answering.
             await self.service.run_liveness_tick()
-        return self.service.info_body(hb.cluster_name, hb.broker_name)
+        return self._info(hb.cluster_name, hb.broker_name)
 
     async def report_inactive(
-        self, request: web.Request | None, b: dict[str, Any]
-    ) -> dict[str, Any]:
-        cluster, name, broker_id = b["clusterName"], b["brokerName"], b["brokerId"]
+        self, request: rq.ReportInactive, caller: rq.Caller
+    ) -> api.InactiveReportAnswer:
+        self.authorize(caller, request)
+        r = request
+        cluster, name, broker_id = r.cluster_name, r.broker_name, r.broker_id
         self.service.require_set(cluster, name)
         self.service.require_registered(cluster, name, broker_id)
         accepted = self.service.liveness.report_inactive(
             (cluster, name, broker_id),
-            b["reason"],
+            r.reason,
             self.service.clock_ms(),
-            process_gone=b["processGone"],
-            incarnation=b["incarnation"],
-            symptom_only=b["symptomOnly"],
+            process_gone=r.process_gone,
+            incarnation=r.incarnation,
+            symptom_only=r.symptom_only,
         )
         if not accepted:
             log.info(
                 "ignored a stale report on broker %s/%s:%d (incarnation %s, not the one "
-                "heartbeating): %s", cluster, name, broker_id, b["incarnation"], b["reason"],
+                "heartbeating): %s", cluster, name, broker_id, r.incarnation, r.reason,
             )  # fmt: skip
-            return {**self.service.info_body(cluster, name), "reportIgnored": True}
+            return api.InactiveReportAnswer(self._info(cluster, name), ignored=True)
         log.info(
             "broker %s/%s:%d reported inactive%s%s: %s",
-            cluster, name, broker_id, " (process gone)" if b["processGone"] else "",
-            " (a symptom: heartbeats decide)" if b["symptomOnly"] else "", b["reason"],
+            cluster, name, broker_id, " (process gone)" if r.process_gone else "",
+            " (a symptom: heartbeats decide)" if r.symptom_only else "", r.reason,
         )  # fmt: skip
         await self.service.run_liveness_tick()  # a dead master is replaced before we answer
-        return {**self.service.info_body(cluster, name), "reportIgnored": False}
+        return api.InactiveReportAnswer(self._info(cluster, name), ignored=False)
+
+    # -- SyncStateSet and elections
 
     async def alter_sync_state_set(
-        self, request: web.Request | None, b: dict[str, Any]
-    ) -> dict[str, Any]:
-        cluster, name = b["clusterName"], b["brokerName"]
+        self, request: rq.AlterSyncStateSet, caller: rq.Caller
+    ) -> api.SyncStateSet:
+        self.authorize(caller, request)
         event = AlterSyncStateSet(
-            cluster,
-            name,
-            master_broker_id=b["masterBrokerId"],
-            master_epoch=b["masterEpoch"],
-            sync_state_set=frozenset(b["syncStateSet"]),
-            sync_state_set_epoch=b["syncStateSetEpoch"],
-            request_id=b["requestId"],
+            request.cluster_name,
+            request.broker_name,
+            master_broker_id=request.master_broker_id,
+            master_epoch=request.master_epoch,
+            sync_state_set=request.sync_state_set,
+            sync_state_set_epoch=request.sync_state_set_epoch,
+            request_id=request.request_id,
         )
-        details = await self.service.once(event.request_key, lambda: self._alter(event))
-        return {
-            "syncStateSet": details["syncStateSet"],
-            "syncStateSetEpoch": details["syncStateSetEpoch"],
-        }
+        altered = await self.service.once(
+            event.request_key, SyncStateSetAltered, lambda: self._alter(event)
+        )
+        return api.SyncStateSet(altered.sync_state_set, altered.sync_state_set_epoch)
 
-    async def _alter(self, event: AlterSyncStateSet) -> dict[str, Any]:
+    async def _alter(self, event: AlterSyncStateSet) -> SyncStateSetAltered:
         cluster, name = event.key
         broker_set = self.service.require_set(cluster, name)
         # Deterministic rules first (same verdict apply would give), then liveness.
@@ -211,7 +262,7 @@ class Endpoints:
         dry.broker_sets[broker_set.key] = broker_set
         verdict = dry.apply(event)
         if not verdict.ok:
-            raise _reject(verdict.code, verdict.message, **verdict.details)
+            raise ControllerError(verdict.code, verdict.message)
         now = self.service.clock_ms()
         master_key = (cluster, name, event.master_broker_id)
         self.service.liveness.touch(
@@ -223,48 +274,49 @@ class Endpoints:
             if not self.service.liveness.is_alive((cluster, name, m), now)
         )
         if dead:
-            raise _reject(
+            raise ControllerError(
                 ErrorCode.BROKER_NOT_ALIVE,
                 f"SyncStateSet members {dead} of {name} are not alive in the controller's view; "
                 "shrink them out instead",
             )
-        return await self.service.propose(event)
+        return await self.service.propose(event, SyncStateSetAltered)
 
-    async def elect_master(self, request: web.Request | None, b: dict[str, Any]) -> dict[str, Any]:
-        cluster, name = b["clusterName"], b["brokerName"]
+    async def elect_master(self, request: rq.ElectMaster, caller: rq.Caller) -> api.ReplicaInfo:
+        self.authorize(caller, request)
+        cluster, name = request.cluster_name, request.broker_name
         await self.service.once(
-            request_key_of(ElectMaster.TYPE, cluster, name, b["requestId"]),
-            lambda: self._requested_election(b),
+            request_key_of(ElectMaster.TYPE, cluster, name, request.request_id),
+            MasterElected,
+            lambda: self._requested_election(request),
         )
-        return self.service.info_body(cluster, name)
+        return self._info(cluster, name)
 
-    async def _requested_election(self, b: dict[str, Any]) -> dict[str, Any]:
-        cluster, name = b["clusterName"], b["brokerName"]
-        trigger: ElectionTrigger = b["trigger"]
-        requester: int | None = b["brokerId"]
+    async def _requested_election(self, request: rq.ElectMaster) -> MasterElected:
+        cluster, name = request.cluster_name, request.broker_name
+        requester = request.broker_id
         broker_set = self.service.require_set(cluster, name)
-        if trigger is ElectionTrigger.BROKER and requester in broker_set.brokers:
+        if request.trigger is ElectionTrigger.BROKER and requester in broker_set.brokers:
             assert requester is not None
             address = broker_set.brokers[requester].address
             self.service.liveness.touch(
                 (cluster, name, requester), address, self.service.clock_ms()
             )
-        request_ = ElectionRequest(
-            trigger=trigger,
+        election = ElectionRequest(
+            trigger=request.trigger,
             requester_broker_id=requester,
-            designated_broker_id=b["designatedBrokerId"],
+            designated_broker_id=request.designated_broker_id,
             enable_elect_unclean_master=self.service.config.enable_elect_unclean_master,
-            switchover=b["switchover"],
-            eligible_broker_ids=b["eligibleBrokerIds"],
+            switchover=request.switchover,
+            eligible_broker_ids=request.eligible_broker_ids,
         )
-        return await self.elect(broker_set, request_, b["requestId"])
+        return await self.elect(broker_set, election, request.request_id)
 
     async def elect(
         self,
         broker_set: BrokerSet,
         request: ElectionRequest,
         request_id: str = "",
-    ) -> dict[str, Any]:
+    ) -> MasterElected:
         now = self.service.clock_ms()
         alive = self.service.liveness.alive_replicas(broker_set.key, broker_set.brokers, now)
         unheard = self.service.liveness.unheard(broker_set.key, broker_set.brokers, now)
@@ -272,15 +324,20 @@ class Endpoints:
         decision = decide_election(broker_set, alive, request, unheard, inactive)
         if not decision.ok or decision.event is None:
             self.service.metrics.elections.labels(request.trigger.value, decision.code.value).inc()
-            details: dict[str, Any] = {}
             if decision.code is ErrorCode.MASTER_STILL_EXIST:
-                details["replicaInfo"] = self.service.replica_info(broker_set).to_json()
-            raise _reject(decision.code, decision.message, **details)
+                raise ControllerError(
+                    decision.code,
+                    decision.message,
+                    replicaInfo=self.service.replica_info(broker_set),
+                )
+            raise ControllerError(decision.code, decision.message)
         event = self.service.with_takeover(broker_set, decision.event, now)
         try:
-            details = await self.service.propose(replace(event, request_id=request_id))
-        except _Reply as reply:
-            self.service.metrics.elections.labels(request.trigger.value, reply.body["code"]).inc()
+            elected = await self.service.propose(
+                replace(event, request_id=request_id), MasterElected
+            )
+        except ControllerError as refusal:
+            self.service.metrics.elections.labels(request.trigger.value, refusal.code.value).inc()
             raise
         self.service.metrics.elections.labels(request.trigger.value, ErrorCode.SUCCESS.value).inc()
         log.info("%s (masterEpoch was %d)", decision.message, broker_set.master_epoch)
@@ -291,59 +348,71 @@ class Endpoints:
                 event.takeover_old_master_broker_id, *broker_set.key, event.takeover_wait_ms,
                 event.new_master_broker_id,
             )  # fmt: skip
-        return details
+        return elected
+
+    # -- admin
 
     async def clean_broker_data(
-        self, request: web.Request | None, b: dict[str, Any]
-    ) -> dict[str, Any]:
-        cluster, name = b["clusterName"], b["brokerName"]
-        request_key = request_key_of(CleanBrokerData.TYPE, cluster, name, b["requestId"])
-        details = await self.service.once(request_key, lambda: self._clean(b))
-        return {"removed": details["removed"]}
+        self, request: rq.CleanBrokerData, caller: rq.Caller
+    ) -> tuple[int, ...]:
+        """The BrokerIds removed."""
+        self.authorize(caller, request)
+        request_key = request_key_of(
+            CleanBrokerData.TYPE, request.cluster_name, request.broker_name, request.request_id
+        )
+        cleaned = await self.service.once(request_key, BrokersCleaned, lambda: self._clean(request))
+        return cleaned.removed
 
-    async def _clean(self, b: dict[str, Any]) -> dict[str, Any]:
-        cluster, name = b["clusterName"], b["brokerName"]
+    async def _clean(self, request: rq.CleanBrokerData) -> BrokersCleaned:
+        cluster, name = request.cluster_name, request.broker_name
         broker_set = self.service.require_set(cluster, name)
-        ids = set(broker_set.brokers) if b["brokerIds"] is None else set(b["brokerIds"])
+        ids = set(broker_set.brokers) if request.broker_ids is None else set(request.broker_ids)
         now = self.service.clock_ms()
         alive = sorted(i for i in ids if self.service.liveness.is_alive((cluster, name, i), now))
-        if alive and not b["force"]:
-            raise _reject(
+        if alive and not request.force:
+            raise ControllerError(
                 ErrorCode.BROKER_STILL_ALIVE,
                 f"brokers {alive} of {name} are still alive; stop them first or pass force",
             )
-        event_ids = None if b["brokerIds"] is None else frozenset(ids)
-        details = await self.service.propose(
-            CleanBrokerData(cluster, name, broker_ids=event_ids, request_id=b["requestId"])
+        cleaned = await self.service.propose(
+            CleanBrokerData(
+                cluster, name, broker_ids=request.broker_ids, request_id=request.request_id
+            ),
+            BrokersCleaned,
         )
-        for broker_id in details["removed"]:
+        for broker_id in cleaned.removed:
             self.service.liveness.forget((cluster, name, broker_id))
-        return details
+        return cleaned
+
+    # -- reads
 
     async def get_replica_info(
-        self, request: web.Request | None, q: dict[str, Any]
-    ) -> dict[str, Any]:
-        return self.service.info_body(q["clusterName"], q["brokerName"])
+        self, request: rq.GetReplicaInfo, caller: rq.Caller
+    ) -> api.ReplicaInfo:
+        self.authorize(caller, request)
+        return self._info(request.cluster_name, request.broker_name)
 
-    async def groups(self, request: web.Request | None, q: dict[str, Any]) -> dict[str, Any]:
+    async def groups(
+        self, request: rq.ListGroups, caller: rq.Caller
+    ) -> tuple[api.ReplicaInfo, ...]:
+        self.authorize(caller, request)
         sets = self.service.node.read(
             lambda s: [s.snapshot(c, n) for (c, n) in sorted(s.broker_sets)]
         )
-        return {
-            "groups": [self.service.replica_info(bs).to_json() for bs in sets if bs is not None]
-        }
+        return tuple(self.service.replica_info(bs) for bs in sets if bs is not None)
 
-    async def watch(self, request: web.Request | None, q: dict[str, Any]) -> dict[str, Any]:
-        cluster, name = q["clusterName"], q["brokerName"]
-        timeout_s = min(q["timeoutMs"], self.service.config.watch_max_timeout_ms) / 1000
+    async def watch(self, request: rq.Watch, caller: rq.Caller) -> api.ReplicaInfo:
+        self.authorize(caller, request)
+        cluster, name = request.cluster_name, request.broker_name
+        timeout_s = min(request.timeout_ms, self.service.config.watch_max_timeout_ms) / 1000
         deadline = asyncio.get_running_loop().time() + timeout_s
         changed = self.service.state_changed()
         async with changed:
             while True:
                 broker_set = self.service.require_set(cluster, name)
                 if (
-                    broker_set.master_epoch > q["masterEpoch"]
-                    or broker_set.sync_state_set_epoch > q["syncStateSetEpoch"]
+                    broker_set.master_epoch > request.master_epoch
+                    or broker_set.sync_state_set_epoch > request.sync_state_set_epoch
                 ):
                     break
                 remaining = deadline - asyncio.get_running_loop().time()
@@ -351,4 +420,4 @@ class Endpoints:
                     break
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(changed.wait(), remaining)
-        return {"code": ErrorCode.SUCCESS.value, **self.service.replica_info(broker_set).to_json()}
+        return self.service.replica_info(broker_set)

@@ -1,16 +1,16 @@
-"""HTTP plumbing shared by the controller's service and app: reply helpers,
-the headers of forwarding, the Prometheus metrics."""
+"""HTTP plumbing of the controller's app: reply helpers (a `ControllerError` as its JSON
+answer), the headers of forwarding, and the Prometheus metrics the service counts."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from brokergroup_controller.errors import ErrorCode, http_status
+from brokergroup_controller.api import ReplicaInfo
+from brokergroup_controller.errors import ControllerError, ErrorCode, http_status
 
 log = logging.getLogger(__name__)
 
@@ -61,17 +61,11 @@ def _error_body(code: ErrorCode, message: str, **details: Any) -> dict[str, Any]
     return {"code": code.value, "message": message, **details}
 
 
-class _Reply(Exception):
-    """Short-circuit a handler with a finished response (errors mostly)."""
-
-    def __init__(self, status: int, body: dict[str, Any]) -> None:
-        super().__init__(body.get("message", ""))
-        self.status = status
-        self.body = body
-
-
-def _reject(code: ErrorCode, message: str, **details: Any) -> _Reply:
-    return _Reply(http_status(code), _error_body(code, message, **details))
-
-
-Handler = Callable[[web.Request, dict[str, Any]], Awaitable[dict[str, Any]]]
+def _refusal(exc: ControllerError, leader_api: str | None = None) -> web.Response:
+    """A service refusal as the HTTP API answers it: the code's status, and a body of the
+    code, message and details (a ReplicaInfo detail in its JSON form)."""
+    details = {
+        name: value.to_json() if isinstance(value, ReplicaInfo) else value
+        for name, value in exc.details.items()
+    }
+    return _json(http_status(exc.code), _error_body(exc.code, exc.message, **details), leader_api)

@@ -1,8 +1,10 @@
 """Parsing and type-checking of API request bodies and queries (DESIGN.md §2.4).
 
-Every parser returns the keyword arguments of one `ControllerService` call or
-raises `BadRequest` naming the field, so malformed input is answered with 400
-before anything is forwarded or proposed.
+Every parser returns the typed request (`requests`) of one `endpoints.Endpoints` call or
+raises `BadRequest` naming the field, so malformed input is answered with 400 (on the
+RocketMQ port CONTROLLER_INVALID_REQUEST) before anything is forwarded or proposed. The
+HTTP API parses its JSON here; the RocketMQ port (`rocketmq_front.wire`) its header
+fields, through the same checks.
 """
 
 from __future__ import annotations
@@ -11,11 +13,19 @@ from collections.abc import Mapping
 from typing import Any
 
 from brokergroup_controller import api
+from brokergroup_controller import requests as rq
 from brokergroup_controller.election import ElectionTrigger
+from brokergroup_controller.errors import ControllerError, ErrorCode
 
 
-class BadRequest(Exception):
-    """Malformed input; the message names the field."""
+class BadRequest(ControllerError):
+    """Malformed input (BAD_REQUEST); the message names the field."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.BAD_REQUEST, message)
+
+    def __str__(self) -> str:
+        return self.message
 
 
 def _str(data: Mapping[str, Any], name: str) -> str:
@@ -104,39 +114,42 @@ def _broker_set_key(data: Mapping[str, Any]) -> tuple[str, str]:
     return _str(data, "clusterName"), _str(data, "brokerName")
 
 
-def query_key(data: Mapping[str, Any]) -> dict[str, Any]:
-    cluster, name = _broker_set_key(data)
-    return {"clusterName": cluster, "brokerName": name}
+def query_key(data: Mapping[str, Any]) -> rq.GetReplicaInfo:
+    return rq.GetReplicaInfo(*_broker_set_key(data))
 
 
-def parse_none(data: Mapping[str, Any]) -> dict[str, Any]:
-    return {}
+def parse_next_broker_id(data: Mapping[str, Any]) -> rq.GetNextBrokerId:
+    return rq.GetNextBrokerId(*_broker_set_key(data))
 
 
-def parse_apply(b: Mapping[str, Any]) -> dict[str, Any]:
-    return {
-        **query_key(b),
-        "brokerId": int_field(b, "brokerId"),
-        "registerCode": _str(b, "registerCode"),
-        "address": _str(b, "address"),
-        "requestId": _request_id(b),
-    }
+def parse_none(data: Mapping[str, Any]) -> rq.ListGroups:
+    return rq.ListGroups()
 
 
-def parse_register(b: Mapping[str, Any]) -> dict[str, Any]:
-    return {
-        **query_key(b),
-        "brokerId": int_field(b, "brokerId", minimum=1),
-        "address": _str(b, "address"),
-        "requestId": _request_id(b),
-    }
+def parse_apply(b: Mapping[str, Any]) -> rq.ApplyBrokerId:
+    return rq.ApplyBrokerId(
+        *_broker_set_key(b),
+        broker_id=int_field(b, "brokerId"),
+        register_code=_str(b, "registerCode"),
+        address=_str(b, "address"),
+        request_id=_request_id(b),
+    )
 
 
-def parse_heartbeat(b: Mapping[str, Any]) -> dict[str, Any]:
-    key = query_key(b)
+def parse_register(b: Mapping[str, Any]) -> rq.RegisterBroker:
+    return rq.RegisterBroker(
+        *_broker_set_key(b),
+        broker_id=int_field(b, "brokerId", minimum=1),
+        address=_str(b, "address"),
+        request_id=_request_id(b),
+    )
+
+
+def parse_heartbeat(b: Mapping[str, Any]) -> rq.Heartbeat:
+    cluster, name = _broker_set_key(b)
     hb = api.BrokerHeartbeat(
-        cluster_name=key["clusterName"],
-        broker_name=key["brokerName"],
+        cluster_name=cluster,
+        broker_name=name,
         broker_id=int_field(b, "brokerId", minimum=1),
         address=_str(b, "address"),
         epoch=int_field(b, "epoch"),
@@ -150,39 +163,37 @@ def parse_heartbeat(b: Mapping[str, Any]) -> dict[str, Any]:
         all_ack_in_sync_state_set=_opt_bool(b, "allAckInSyncStateSet", False),
         incarnation=_opt_str(b, "incarnation") or "",
     )
-    return {"heartbeat": hb}
+    return rq.Heartbeat(hb)
 
 
-def parse_inactive(b: Mapping[str, Any]) -> dict[str, Any]:
-    reason = _opt_str(b, "reason") or "reported inactive"
-    return {
-        **query_key(b),
-        "brokerId": int_field(b, "brokerId", minimum=1),
-        "reason": reason,
-        # True only from a witness of the process's end (exit status, pod gone).
-        "processGone": _opt_bool(b, "processGone", False),
-        # The incarnation the report is about ("" unknown: taken as current).
-        "incarnation": _opt_str(b, "incarnation") or "",
-        # A symptom (not ready), not an end: counts only once heartbeats stop too.
-        "symptomOnly": _opt_bool(b, "symptomOnly", False),
-    }
+def parse_inactive(b: Mapping[str, Any]) -> rq.ReportInactive:
+    return rq.ReportInactive(
+        *_broker_set_key(b),
+        broker_id=int_field(b, "brokerId", minimum=1),
+        reason=_opt_str(b, "reason") or "reported inactive",
+        process_gone=_opt_bool(b, "processGone", False),
+        incarnation=_opt_str(b, "incarnation") or "",
+        symptom_only=_opt_bool(b, "symptomOnly", False),
+    )
 
 
-def parse_alter(b: Mapping[str, Any]) -> dict[str, Any]:
+def parse_alter(b: Mapping[str, Any]) -> rq.AlterSyncStateSet:
+    cluster, name = _broker_set_key(b)
     members = _int_list(b, "syncStateSet", required=True)
     assert members is not None
-    return {
-        **query_key(b),
-        "masterBrokerId": int_field(b, "masterBrokerId", minimum=1),
-        "masterEpoch": int_field(b, "masterEpoch"),
-        "syncStateSet": members,
-        "syncStateSetEpoch": int_field(b, "syncStateSetEpoch"),
-        "requestId": _request_id(b),
-    }
+    return rq.AlterSyncStateSet(
+        cluster,
+        name,
+        master_broker_id=int_field(b, "masterBrokerId", minimum=1),
+        master_epoch=int_field(b, "masterEpoch"),
+        sync_state_set=frozenset(members),
+        sync_state_set_epoch=int_field(b, "syncStateSetEpoch"),
+        request_id=_request_id(b),
+    )
 
 
-def parse_elect(b: Mapping[str, Any]) -> dict[str, Any]:
-    key = query_key(b)
+def parse_elect(b: Mapping[str, Any]) -> rq.ElectMaster:
+    cluster, name = _broker_set_key(b)
     requester = _opt_int(b, "brokerId", None, minimum=1)
     designated = _opt_int(b, "designatedBrokerId", None, minimum=1)
     raw_trigger = b.get("trigger")
@@ -210,30 +221,34 @@ def parse_elect(b: Mapping[str, Any]) -> dict[str, Any]:
         raise BadRequest(
             "field 'brokerId' (requester), 'designatedBrokerId' or 'switchover' is required"
         )
-    return {
-        **key,
-        "brokerId": requester,
-        "designatedBrokerId": designated,
-        "trigger": trigger,
-        "switchover": switchover,
-        "eligibleBrokerIds": None if eligible is None else frozenset(eligible),
-        "requestId": _request_id(b),
-    }
+    return rq.ElectMaster(
+        cluster,
+        name,
+        trigger=trigger,
+        broker_id=requester,
+        designated_broker_id=designated,
+        switchover=switchover,
+        eligible_broker_ids=None if eligible is None else frozenset(eligible),
+        request_id=_request_id(b),
+    )
 
 
-def parse_clean(b: Mapping[str, Any]) -> dict[str, Any]:
-    return {
-        **query_key(b),
-        "brokerIds": _int_list(b, "brokerIds", required=False),
-        "force": _opt_bool(b, "force", False),
-        "requestId": _request_id(b),
-    }
+def parse_clean(b: Mapping[str, Any]) -> rq.CleanBrokerData:
+    cluster, name = _broker_set_key(b)
+    ids = _int_list(b, "brokerIds", required=False)
+    return rq.CleanBrokerData(
+        cluster,
+        name,
+        broker_ids=None if ids is None else frozenset(ids),
+        force=_opt_bool(b, "force", False),
+        request_id=_request_id(b),
+    )
 
 
-def parse_watch(q: Mapping[str, Any]) -> dict[str, Any]:
-    return {
-        **query_key(q),
-        "masterEpoch": int_field(q, "masterEpoch", text=True),
-        "syncStateSetEpoch": int_field(q, "syncStateSetEpoch", text=True),
-        "timeoutMs": int_field(q, "timeoutMs", text=True),
-    }
+def parse_watch(q: Mapping[str, Any]) -> rq.Watch:
+    return rq.Watch(
+        *_broker_set_key(q),
+        master_epoch=int_field(q, "masterEpoch", text=True),
+        sync_state_set_epoch=int_field(q, "syncStateSetEpoch", text=True),
+        timeout_ms=int_field(q, "timeoutMs", text=True),
+    )

@@ -1,22 +1,26 @@
-"""The controller's HTTP API on every node (DESIGN.md §2.3, §2.4; docs/architecture.md).
+"""The controller's service core on every node (DESIGN.md §2.3, §2.4, §12 "One request
+layer"; docs/architecture.md).
 
 Theory of operation
 -------------------
-Every node serves the same API. A request is handled in this order, so a
-rejected request never changes anything:
+`ControllerService` holds what every front end shares: the Raft node, the leader's
+liveness view, the request-id table (`once`), the takeover record, and one
+`endpoints.Endpoints`, whose methods take typed requests (`requests`) and a `Caller` and
+answer with the API's types or raise `ControllerError`. The front ends are edges over it:
+the HTTP API (`app`: JSON, bearer credentials, forwarding to the leader) and the RocketMQ
+controller port (`rocketmq_front`: header fields, signed requests). A request is handled
+in this order, so a rejected request never changes anything:
 
-1. Every API request (not /healthz, /readyz, /metrics) needs a bearer
-   credential: the admin token or a group's broker or client credential
-   (api_auth.py; 401, checked from the header alone).
-2. The body or query is parsed and type-checked (400 naming the field), then
-   the credential's role and group are checked against it (403).
-3. A follower forwards the request verbatim to the leader's API address (the
-   leader's `--peers` host with the API port) and relays the answer; if it
-   cannot, it answers 503 NOT_LEADER with the leader it knows. A forwarded
-   request is never forwarded again.
-4. The leader checks a broker's address rules (api_auth.py, 403), decides with its liveness view (`liveness.Liveness`, local,
-   not replicated), proposes an event through Raft, and answers with the
-   applied result; rule rejections are 409 with the `ErrorCode`.
+1. The front end authenticates the caller (HTTP: api_auth.py, 401 from the header
+   alone; RocketMQ: the signature, NO_PERMISSION) and decodes the request into its
+   typed form (400 / CONTROLLER_INVALID_REQUEST naming the field).
+2. Access (access.py, 403 / NO_PERMISSION): every node checks the credential's role and
+   group; a follower then forwards (HTTP) or answers CONTROLLER_NOT_LEADER (RocketMQ).
+3. The leader's `Endpoints` method checks access again, with the address rules where the
+   front end knows the origin (HTTP), decides with its liveness view
+   (`liveness.Liveness`, local, not replicated), proposes an event through Raft, and
+   answers with the applied result; rule rejections are `ControllerError` with the
+   `ErrorCode` (HTTP 409, RocketMQ `wire.RESPONSE_CODE_OF`).
 
 A background task ticks liveness every `livenessTickMs`; a master that just
 became inactive gets a controller-triggered election at once, retried with
@@ -33,12 +37,9 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from typing import Any
-
-from aiohttp import ClientError, ClientSession, ClientTimeout, web
+from typing import Any, TypeVar
 
 from brokergroup_controller import api, takeover
-from brokergroup_controller.api_auth import ApiAuth
 from brokergroup_controller.config import (
     DEFAULT_API_PORT,
     DEFAULT_RAFT_PORT,
@@ -50,36 +51,31 @@ from brokergroup_controller.config import (
 from brokergroup_controller.election import ElectionRequest, ElectionTrigger
 from brokergroup_controller.endpoints import Endpoints
 from brokergroup_controller.errors import ControllerError, ErrorCode
-from brokergroup_controller.http_support import (
-    FORWARDED_HEADER,
-    LEADER_HEADER,
-    _Metrics,
-    _reject,
-    _Reply,
-)
+from brokergroup_controller.http_support import _Metrics
 from brokergroup_controller.liveness import Liveness, WatchedSet
 from brokergroup_controller.raft_node import ControllerRaftNode
-from brokergroup_controller.request_parsing import (
-    int_field,
-)
 from brokergroup_controller.state import (
     ApplyResult,
     BrokerSet,
     ControllerState,
     ElectMaster,
     Event,
+    Outcome,
     RequestKey,
 )
 
 log = logging.getLogger(__name__)
+
+OutcomeT = TypeVar("OutcomeT", bound=Outcome)
 
 
 # ---------------------------------------------------------------- the service
 
 
 class ControllerService:
-    """The node's service core (state helpers, request ids, takeover, liveness loop) plus
-    forwarding; one per node. It implements `endpoints.LeaderService` for its handlers."""
+    """The node's service core (state helpers, request ids, takeover, liveness loop); one
+    per node, shared by its front ends. It implements `endpoints.LeaderService` for its
+    handlers (`self.endpoints`)."""
 
     def __init__(
         self,
@@ -104,8 +100,6 @@ class ControllerService:
             election_retry_max_ms=config.election_retry_max_ms,
         )
         self.metrics = _Metrics()
-        self.auth = ApiAuth(config.credential_keys(), config.raft_password)
-        self._session: ClientSession | None = None
         self._changed: asyncio.Condition | None = None
         self._was_leader = False
         self._heartbeat_transports: dict[tuple[str, str, int], asyncio.BaseTransport] = {}
@@ -119,9 +113,6 @@ class ControllerService:
         loop = asyncio.get_running_loop()
         self._changed = asyncio.Condition()
         self._tick_now = asyncio.Event()
-        self._session = ClientSession(
-            timeout=ClientTimeout(total=self.config.forward_timeout_ms / 1000)
-        )
         self.node.add_listener(loop, self._on_node_changed)
         self._spawn(self._liveness_loop())
         self._on_node_changed()
@@ -132,8 +123,6 @@ class ControllerService:
         for task in list(self._background):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        if self._session is not None:
-            await self._session.close()
 
     def _spawn(self, coro: Awaitable[Any]) -> None:
         task = asyncio.ensure_future(coro)
@@ -177,76 +166,11 @@ class ControllerService:
             if not status.is_leader or status.caught_up:
                 return
             if time.monotonic() >= deadline:
-                raise _reject(
+                raise ControllerError(
                     ErrorCode.NOT_LEADER,
                     "this node just became leader and has not applied the log yet; retry",
                 )
             await asyncio.sleep(0.005)
-
-    # -- request plumbing
-
-    def registered_addresses(self, parsed: dict[str, Any]) -> dict[int, str]:
-        """BrokerId → registered address of the parsed request's group (for api_auth)."""
-        if "heartbeat" in parsed:
-            key = (parsed["heartbeat"].cluster_name, parsed["heartbeat"].broker_name)
-        elif "clusterName" in parsed:
-            key = (parsed["clusterName"], parsed["brokerName"])
-        else:
-            return {}
-        broker_set = self.snapshot(*key)
-        if broker_set is None:
-            return {}
-        return {broker_id: record.address for broker_id, record in broker_set.brokers.items()}
-
-    async def forward(self, request: web.Request, body: bytes) -> web.Response:
-        """Relay the request to the leader; 503 NOT_LEADER if that is impossible."""
-        status = self.node.status()
-        leader_api = self.leader_api()
-        if request.headers.get(FORWARDED_HEADER) or leader_api is None or status.is_leader:
-            raise _reject(
-                ErrorCode.NOT_LEADER,
-                "this node is not the Raft leader and cannot forward"
-                + (f"; the leader is {leader_api}" if leader_api else "; no leader is known yet"),
-                leader=leader_api,
-            )
-        assert self._session is not None
-        headers = {FORWARDED_HEADER: self.config.self_address, "Content-Type": "application/json"}
-        if "Authorization" in request.headers:
-            headers["Authorization"] = request.headers["Authorization"]
-        headers.update(self.auth.forwarding_headers(request))
-        timeout_s = self.config.forward_timeout_ms / 1000
-        if request.path == "/v1/watch":
-            timeout_s += (
-                min(
-                    int_field(request.query, "timeoutMs", text=True),
-                    self.config.watch_max_timeout_ms,
-                )
-                / 1000
-            )
-        url = f"http://{leader_api}{request.path_qs}"
-        self.metrics.forwarded.inc()
-        try:
-            async with self._session.request(
-                request.method,
-                url,
-                data=body if request.method == "POST" else None,
-                headers=headers,
-                timeout=ClientTimeout(total=timeout_s),
-            ) as upstream:
-                payload = await upstream.read()
-                return web.Response(
-                    status=upstream.status,
-                    body=payload,
-                    content_type="application/json",
-                    headers={LEADER_HEADER: leader_api},
-                )
-        except (ClientError, TimeoutError) as exc:
-            raise _reject(
-                ErrorCode.NOT_LEADER,
-                f"forwarding to the leader {leader_api} failed ({type(exc).__name__}); "
-                "retry, or try the leader directly",
-                leader=leader_api,
-            ) from exc
 
     # -- state helpers (leader)
 
@@ -256,7 +180,7 @@ class ControllerService:
     def require_set(self, cluster: str, name: str) -> BrokerSet:
         broker_set = self.snapshot(cluster, name)
         if broker_set is None:
-            raise _reject(
+            raise ControllerError(
                 ErrorCode.BROKER_SET_NOT_FOUND,
                 f"no broker set {cluster}/{name}: brokers must apply for a BrokerId first",
             )
@@ -265,7 +189,7 @@ class ControllerService:
     def require_registered(self, cluster: str, name: str, broker_id: int) -> BrokerSet:
         broker_set = self.snapshot(cluster, name)
         if broker_set is None or broker_id not in broker_set.brokers:
-            raise _reject(
+            raise ControllerError(
                 ErrorCode.NEED_TO_BE_REGISTERED,
                 f"broker {cluster}/{name}:{broker_id} has no BrokerId assigned; "
                 "run GetNextBrokerId/ApplyBrokerId first",
@@ -334,46 +258,44 @@ class ControllerService:
         remaining = self.takeover_remaining(broker_set, now)
         return self.liveness.grace_remaining_ms(now) if remaining is None else remaining[1]
 
-    def info_body(self, cluster: str, name: str) -> dict[str, Any]:
-        broker_set = self.require_set(cluster, name)
-        return {"code": ErrorCode.SUCCESS.value, **self.replica_info(broker_set).to_json()}
-
-    async def propose(self, event: Event) -> dict[str, Any]:
+    async def propose(self, event: Event, expect: type[OutcomeT]) -> OutcomeT:
+        """Commit `event` and return its outcome, or raise its refusal (ControllerError;
+        NOT_LEADER and COMMIT_TIMEOUT name the leader this node knows)."""
         try:
             result = await self.node.propose(event, self.config.commit_timeout_ms / 1000)
         except ControllerError as exc:
-            raise _reject(exc.code, exc.message, leader=self.leader_api()) from exc
-        return _details_or_reject(result)
+            raise ControllerError(exc.code, exc.message, leader=self.leader_api()) from exc
+        return _outcome_or_refusal(result, expect)
 
     async def once(
         self,
         request_key: RequestKey | None,
-        decide_and_propose: Callable[[], Awaitable[dict[str, Any]]],
-    ) -> dict[str, Any]:
+        expect: type[OutcomeT],
+        decide_and_propose: Callable[[], Awaitable[OutcomeT]],
+    ) -> OutcomeT:
         """Run a mutating request unless its id was answered already (then that
         answer). A refusal is checked against the table once more: a twin of
         this request may have committed between the first look and the decision."""
         first = self._first_answer(request_key)
         if first is not None:
-            return first
+            return _outcome_or_refusal(first, expect)
         try:
             return await decide_and_propose()
-        except _Reply:
+        except ControllerError:
             first = self._first_answer(request_key)
             if first is None:
                 raise
-            return first
+            return _outcome_or_refusal(first, expect)
 
-    def _first_answer(self, request_key: RequestKey | None) -> dict[str, Any] | None:
-        """A retried request id's first answer (its details, or its refusal raised);
+    def _first_answer(self, request_key: RequestKey | None) -> ApplyResult | None:
+        """A retried request id's first answer (its outcome or its refusal);
         None for a request not answered yet. Checked before anything is decided:
         the retry of a committed AlterSyncStateSet would be FENCED_SYNC_STATE_SET_EPOCH
         and that of a committed election MASTER_STILL_EXIST. A retry that arrives
         while its first attempt is still in flight is caught when it applies."""
         if request_key is None:
             return None
-        result = self.node.read(lambda s: s.answer_of(request_key))
-        return None if result is None else _details_or_reject(result)
+        return self.node.read(lambda s: s.answer_of(request_key))
 
     def with_takeover(self, broker_set: BrokerSet, event: ElectMaster, now: int) -> ElectMaster:
         """The leader's takeover decision, carried by the event so that `apply`
@@ -464,11 +386,11 @@ class ControllerService:
                 ),
             )
             succeeded = True
-        except _Reply as reply:
+        except ControllerError as refusal:
             # MASTER_STILL_EXIST: the master came back; that ends the retries too.
-            succeeded = reply.body.get("code") == ErrorCode.MASTER_STILL_EXIST.value
+            succeeded = refusal.code is ErrorCode.MASTER_STILL_EXIST
             if not succeeded:
-                log.info("controller election for %s/%s: %s", *key, reply.body.get("message"))
+                log.info("controller election for %s/%s: %s", *key, refusal.message)
         except Exception:
             log.exception("controller election for %s/%s failed", *key)
         finally:
@@ -479,10 +401,17 @@ class ControllerService:
             self._tick_now.set()
 
 
-def _details_or_reject(result: ApplyResult) -> dict[str, Any]:
+def _outcome_or_refusal(result: ApplyResult, expect: type[OutcomeT]) -> OutcomeT:
+    """A committed event's outcome, or its refusal raised as ControllerError (a refused
+    ApplyBrokerId names the nextBrokerId to apply for instead)."""
     if not result.ok:
-        raise _reject(result.code, result.message, **result.details)
-    return result.details
+        details = {} if result.next_broker_id is None else {"nextBrokerId": result.next_broker_id}
+        raise ControllerError(result.code, result.message, **details)
+    if not isinstance(result.outcome, expect):
+        raise ControllerError(
+            ErrorCode.INTERNAL_ERROR, f"expected {expect.__name__}, applied {result.outcome!r}"
+        )
+    return result.outcome
 
 
 __all__ = [

@@ -233,29 +233,127 @@ def event_from_dict(data: dict[str, Any]) -> Event:
 
 
 @dataclass(frozen=True)
+class BrokerIdApplied:
+    """ApplyBrokerId took: the id is the broker's, `next_broker_id` the next free one."""
+
+    broker_id: int
+    next_broker_id: int
+
+
+@dataclass(frozen=True)
+class BrokerRegistered:
+    """RegisterBroker took (the address is recorded)."""
+
+
+@dataclass(frozen=True)
+class SyncStateSetAltered:
+    sync_state_set: frozenset[int]
+    sync_state_set_epoch: int
+
+
+@dataclass(frozen=True)
+class MasterElected:
+    """The election's outcome (`master_broker_id` None: no candidate, no master)."""
+
+    master_broker_id: int | None
+    master_epoch: int
+    sync_state_set: frozenset[int]
+    sync_state_set_epoch: int
+
+
+@dataclass(frozen=True)
+class BrokersCleaned:
+    removed: tuple[int, ...]
+
+
+Outcome = BrokerIdApplied | BrokerRegistered | SyncStateSetAltered | MasterElected | BrokersCleaned
+"""What an event that took changed, one type per event type."""
+
+
+def _outcome_json(outcome: Outcome | None) -> dict[str, Any]:
+    """An outcome as the dump's `details` (camelCase, the format dumps always had)."""
+    match outcome:
+        case BrokerIdApplied():
+            return {"brokerId": outcome.broker_id, "nextBrokerId": outcome.next_broker_id}
+        case SyncStateSetAltered():
+            return {
+                "syncStateSet": sorted(outcome.sync_state_set),
+                "syncStateSetEpoch": outcome.sync_state_set_epoch,
+            }
+        case MasterElected():
+            return {
+                "masterBrokerId": outcome.master_broker_id,
+                "masterEpoch": outcome.master_epoch,
+                "syncStateSet": sorted(outcome.sync_state_set),
+                "syncStateSetEpoch": outcome.sync_state_set_epoch,
+            }
+        case BrokersCleaned():
+            return {"removed": list(outcome.removed)}
+        case _:
+            return {}
+
+
+def _outcome_from_json(event_type: str, data: dict[str, Any]) -> Outcome:
+    if event_type == ApplyBrokerId.TYPE:
+        return BrokerIdApplied(int(data["brokerId"]), int(data["nextBrokerId"]))
+    if event_type == AlterSyncStateSet.TYPE:
+        return SyncStateSetAltered(
+            frozenset(int(x) for x in data["syncStateSet"]), int(data["syncStateSetEpoch"])
+        )
+    if event_type == ElectMaster.TYPE:
+        master = data["masterBrokerId"]
+        return MasterElected(
+            None if master is None else int(master),
+            int(data["masterEpoch"]),
+            frozenset(int(x) for x in data["syncStateSet"]),
+            int(data["syncStateSetEpoch"]),
+        )
+    if event_type == CleanBrokerData.TYPE:
+        return BrokersCleaned(tuple(int(x) for x in data["removed"]))
+    if event_type == RegisterBroker.TYPE:
+        return BrokerRegistered()
+    raise ValueError(f"unknown controller event type {event_type!r}")
+
+
+@dataclass(frozen=True)
 class ApplyResult:
+    """How an event applied: SUCCESS with its typed `outcome`, or a refusal's code and
+    message (`next_broker_id`: the id a refused ApplyBrokerId should apply for instead)."""
+
     code: ErrorCode
     message: str = ""
-    details: dict[str, Any] = field(default_factory=dict)
+    outcome: Outcome | None = None
+    next_broker_id: int | None = None
 
     @property
     def ok(self) -> bool:
         return self.code is ErrorCode.SUCCESS
 
     def to_dict(self) -> dict[str, Any]:
-        return {"code": self.code.value, "message": self.message, "details": self.details}
+        """The dump's form (recentRequests), unchanged since dumps had request ids."""
+        details = _outcome_json(self.outcome)
+        if self.next_broker_id is not None:
+            details["nextBrokerId"] = self.next_broker_id
+        return {"code": self.code.value, "message": self.message, "details": details}
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> ApplyResult:
-        return cls(ErrorCode(data["code"]), str(data["message"]), dict(data["details"]))
+    def from_dict(cls, data: dict[str, Any], event_type: str) -> ApplyResult:
+        code = ErrorCode(data["code"])
+        details = dict(data["details"])
+        if code is ErrorCode.SUCCESS:
+            return cls(code, str(data["message"]), _outcome_from_json(event_type, details))
+        next_id = details.get("nextBrokerId")
+        return cls(
+            code, str(data["message"]), next_broker_id=None if next_id is None else int(next_id)
+        )
 
 
-def _ok(message: str = "", **details: Any) -> ApplyResult:
-    return ApplyResult(ErrorCode.SUCCESS, message, details)
+def _ok(outcome: Outcome) -> ApplyResult:
+    return ApplyResult(ErrorCode.SUCCESS, outcome=outcome)
 
 
-def _reject(code: ErrorCode, message: str, **details: Any) -> ApplyResult:
-    return ApplyResult(code, message, details)
+def _reject(code: ErrorCode, message: str, *, next_broker_id: int | None = None) -> ApplyResult:
+    return ApplyResult(code, message, next_broker_id=next_broker_id)
 
 
 # ---------------------------------------------------------------- state
@@ -327,7 +425,7 @@ class ControllerState:
                     ErrorCode.BROKER_ID_INVALID,
                     f"broker set {e.broker_name} is new: the first BrokerId must be 1, "
                     f"not {e.broker_id}",
-                    nextBrokerId=1,
+                    next_broker_id=1,
                 )
             master_epoch, set_epoch = self.retired_epochs.pop(e.key, (0, 0))
             broker_set = BrokerSet(
@@ -341,7 +439,7 @@ class ControllerState:
             return _reject(
                 ErrorCode.BROKER_ID_INVALID,
                 f"BrokerId {e.broker_id} is invalid: ids start at 1",
-                nextBrokerId=broker_set.next_broker_id,
+                next_broker_id=broker_set.next_broker_id,
             )
         else:
             existing = broker_set.brokers.get(e.broker_id)
@@ -350,11 +448,11 @@ class ControllerState:
                     ErrorCode.BROKER_ID_INVALID,
                     f"BrokerId {e.broker_id} of {e.broker_name} is held by another broker "
                     f"(registerCode differs); apply for {broker_set.next_broker_id} instead",
-                    nextBrokerId=broker_set.next_broker_id,
+                    next_broker_id=broker_set.next_broker_id,
                 )
         broker_set.brokers[e.broker_id] = BrokerRecord(e.address, e.register_code)
         broker_set.next_broker_id = max(broker_set.next_broker_id, e.broker_id + 1)
-        return _ok(brokerId=e.broker_id, nextBrokerId=broker_set.next_broker_id)
+        return _ok(BrokerIdApplied(e.broker_id, broker_set.next_broker_id))
 
     def _register_broker(self, e: RegisterBroker) -> ApplyResult:
         broker_set = self.broker_sets.get(e.key)
@@ -365,7 +463,7 @@ class ControllerState:
                 "run GetNextBrokerId/ApplyBrokerId first",
             )
         broker_set.brokers[e.broker_id].address = e.address
-        return _ok()
+        return _ok(BrokerRegistered())
 
     def _alter_sync_state_set(self, e: AlterSyncStateSet) -> ApplyResult:
         broker_set = self.broker_sets.get(e.key)
@@ -404,8 +502,9 @@ class ControllerState:
         broker_set.sync_state_set = set(e.sync_state_set)
         broker_set.sync_state_set_epoch += 1
         return _ok(
-            syncStateSet=sorted(broker_set.sync_state_set),
-            syncStateSetEpoch=broker_set.sync_state_set_epoch,
+            SyncStateSetAltered(
+                frozenset(broker_set.sync_state_set), broker_set.sync_state_set_epoch
+            )
         )
 
     def _elect_master(self, e: ElectMaster) -> ApplyResult:
@@ -447,10 +546,12 @@ class ControllerState:
             )
         )
         return _ok(
-            masterBrokerId=new_master,
-            masterEpoch=broker_set.master_epoch,
-            syncStateSet=sorted(broker_set.sync_state_set),
-            syncStateSetEpoch=broker_set.sync_state_set_epoch,
+            MasterElected(
+                new_master,
+                broker_set.master_epoch,
+                frozenset(broker_set.sync_state_set),
+                broker_set.sync_state_set_epoch,
+            )
         )
 
     def _clean_broker_data(self, e: CleanBrokerData) -> ApplyResult:
@@ -479,7 +580,7 @@ class ControllerState:
                 broker_set.master_epoch + 1,
                 broker_set.sync_state_set_epoch + 1,
             )
-        return _ok(removed=sorted(ids))
+        return _ok(BrokersCleaned(tuple(sorted(ids))))
 
     # -- persistence (pysyncobj dumps this through the node's replicated attributes)
 
@@ -509,5 +610,5 @@ class ControllerState:
             )
         for raw in data.get("recentRequests", []):  # absent from dumps before request ids
             key = (raw["type"], raw["clusterName"], raw["brokerName"], raw["requestId"])
-            state.recent_requests[key] = ApplyResult.from_dict(raw)
+            state.recent_requests[key] = ApplyResult.from_dict(raw, raw["type"])
         return state

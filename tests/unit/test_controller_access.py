@@ -19,6 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from brokergroup_controller import cli as controller_cli
+from brokergroup_controller import requests as rq
 from brokergroup_controller.access import AccessRequest, decide
 from brokergroup_controller.credentials import (
     AuthenticationError,
@@ -242,7 +243,7 @@ def test_a_switchover_is_the_admin_credentials_alone() -> None:
     """A switchover (the controller picks the target, issue 32 item 3) names no requester,
     so a broker credential is refused as for any election it does not request."""
     parsed = parse_elect({"clusterName": A[0], "brokerName": A[1], "switchover": True})
-    as_parsed = AccessRequest.from_parsed("elect_master", parsed)
+    as_parsed = AccessRequest.of(parsed)
     refused = decide(BROKER_A, as_parsed)
     assert not refused.allowed and "only as the requester" in refused.reason
     assert decide(ADMIN, as_parsed).allowed
@@ -302,18 +303,11 @@ def test_dns_named_addresses_are_compared_by_string_only() -> None:
     assert decide(BROKER_A, req, "10.0.0.5", registered).allowed
 
 
-def test_from_parsed_reads_the_fields_access_depends_on() -> None:
-    parsed = {"clusterName": A[0], "brokerName": A[1], "masterBrokerId": 2, "syncStateSet": [2]}
-    assert AccessRequest.from_parsed("alter_sync_state_set", parsed) == AccessRequest(
-        "alter_sync_state_set", A, acting_broker_id=2
-    )
-    parsed = {
-        "clusterName": A[0],
-        "brokerName": A[1],
-        "brokerId": 3,
-        "registerCode": "x",
-        "address": "h:1",
-    }
-    assert AccessRequest.from_parsed("apply_broker_id", parsed) == AccessRequest(
-        "apply_broker_id", A, claimed_address="h:1"
-    )
+def test_of_reads_the_fields_access_depends_on() -> None:
+    alter = rq.AlterSyncStateSet(*A, 2, 1, frozenset({2}), 1)
+    assert AccessRequest.of(alter) == AccessRequest("alter_sync_state_set", A, acting_broker_id=2)
+    apply = rq.ApplyBrokerId(*A, broker_id=3, register_code="x", address="h:1")
+    assert AccessRequest.of(apply) == AccessRequest("apply_broker_id", A, claimed_address="h:1")
+    clean = rq.CleanBrokerData(*A, broker_ids=frozenset({1}))
+    assert AccessRequest.of(clean) == AccessRequest("clean", A)
+    assert AccessRequest.of(rq.ListGroups()) == AccessRequest("groups")

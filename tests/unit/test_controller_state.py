@@ -21,11 +21,14 @@ from brokergroup_controller.state import (
     RECENT_REQUESTS_BOUND,
     AlterSyncStateSet,
     ApplyBrokerId,
+    BrokersCleaned,
     CleanBrokerData,
     ControllerState,
     ElectMaster,
     Event,
+    MasterElected,
     RegisterBroker,
+    SyncStateSetAltered,
     event_from_dict,
 )
 
@@ -87,7 +90,7 @@ def test_unknown_set_accepts_only_id_1() -> None:
     state = ControllerState()
     result = state.apply(ApplyBrokerId(C, B, 2, "x", "a:1"))
     assert result.code is ErrorCode.BROKER_ID_INVALID
-    assert result.details["nextBrokerId"] == 1
+    assert result.next_broker_id == 1
     assert state.get(C, B) is None
 
 
@@ -113,7 +116,7 @@ def test_apply_held_id_with_other_register_code_is_rejected_with_next_id() -> No
     apply_id(state, 1, "abc")
     event = ApplyBrokerId(C, B, 1, "other", "a:1")
     assert_rejected_unchanged(state, event, ErrorCode.BROKER_ID_INVALID)
-    assert state.apply(event).details["nextBrokerId"] == 2
+    assert state.apply(event).next_broker_id == 2
 
 
 def test_apply_id_below_1_is_rejected() -> None:
@@ -543,7 +546,7 @@ def test_a_repeated_alter_gets_the_first_answer_and_changes_nothing() -> None:
     state = group_with_master()
     alter = AlterSyncStateSet(C, B, 1, 1, frozenset({1, 2}), 2, request_id="r-1")
     first = state.apply(alter)
-    assert first.ok and first.details["syncStateSetEpoch"] == 3
+    assert first.outcome == SyncStateSetAltered(frozenset({1, 2}), 3)
     before = copy.deepcopy(state.to_dict())
     again = state.apply(alter)  # without the id this is FENCED_SYNC_STATE_SET_EPOCH
     assert again == first
@@ -560,7 +563,7 @@ def test_a_repeated_switchover_gets_the_first_answer() -> None:
     decision = decide_election(snapshot, {1: hb(1), 2: hb(2)}, request)
     assert decision.event is not None
     first = state.apply(replace(decision.event, request_id="switch-1"))
-    assert first.ok and first.details["masterBrokerId"] == 2
+    assert isinstance(first.outcome, MasterElected) and first.outcome.master_broker_id == 2
     before = copy.deepcopy(state.to_dict())
     # The retry is decided again on the state the first commit left (or on the
     # old snapshot, if it raced the first commit): either way the first answer.
@@ -577,7 +580,7 @@ def test_a_repeated_whole_set_clean_and_a_repeated_refusal_get_the_first_answer(
     state = group_with_master()
     clean = CleanBrokerData(C, B, None, request_id="wipe")
     first = state.apply(clean)
-    assert first.ok and first.details["removed"] == [1, 2, 3]
+    assert first.outcome == BrokersCleaned((1, 2, 3))
     assert state.apply(clean) == first  # not BROKER_SET_NOT_FOUND
     refused = ApplyBrokerId(C, B, 2, "rc", "a:1", request_id="too-early")
     assert state.apply(refused).code is ErrorCode.BROKER_ID_INVALID

@@ -96,7 +96,7 @@ class SimBroker:
                 result = self.controller.apply(
                     cs.ApplyBrokerId(CLUSTER, NAME, broker_id, code, address)
                 )
-                return ApplyAnswered(result.ok, int(result.details.get("nextBrokerId", 0)))
+                return ApplyAnswered(result.ok, result.next_broker_id or 0)
             case CommitTemp(broker_id):
                 assert self.disk.temp is not None and self.disk.temp[0] == broker_id
                 self.disk.temp, self.disk.meta = None, broker_id

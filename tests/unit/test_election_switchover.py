@@ -118,9 +118,9 @@ def test_without_a_live_master_a_switchover_is_refused(master: int | None) -> No
 def test_parse_elect_switchover_names_no_target() -> None:
     key = {"clusterName": C, "brokerName": B}
     parsed = parse_elect({**key, "switchover": True, "eligibleBrokerIds": [2, 3]})
-    assert parsed["switchover"] and parsed["trigger"] is ElectionTrigger.ADMIN
-    assert parsed["eligibleBrokerIds"] == frozenset({2, 3})
-    assert parse_elect({**key, "brokerId": 2})["switchover"] is False
+    assert parsed.switchover and parsed.trigger is ElectionTrigger.ADMIN
+    assert parsed.eligible_broker_ids == frozenset({2, 3})
+    assert parse_elect({**key, "brokerId": 2}).switchover is False
     for bad in (
         {"switchover": True, "designatedBrokerId": 2},
         {"switchover": True, "brokerId": 2},

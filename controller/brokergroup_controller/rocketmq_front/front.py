@@ -11,11 +11,14 @@ A handler here then, in this order:
    config codes. A stock broker asks any node for the metadata (which names the leader's
    remoting address) and sends the rest there; heartbeats go to every node, and only the
    leader keeps them (liveness is leader-local, DESIGN.md §2.3).
-2. Translates the header and body (`wire`) into the request dict the HTTP API's parser gives
-   (bad input: CONTROLLER_INVALID_REQUEST, nothing proposed).
-3. Calls the same `ControllerService` handler as the HTTP route, which decides with the same
-   pure code and proposes through the same Raft log, and translates the answer back; a
-   refusal's `ErrorCode` becomes RocketMQ's code through `wire.RESPONSE_CODE_OF`.
+2. Translates the header and body (`wire`) into the service's typed request (`requests`,
+   through the HTTP API's checks; bad input: CONTROLLER_INVALID_REQUEST, nothing proposed)
+   and the signer into a `requests.Caller`.
+3. Calls the same `endpoints.Endpoints` method as the HTTP route, which checks access
+   (role and group rules), decides with the same pure code and proposes through the same
+   Raft log, and translates the typed answer back; a refusal (`ControllerError`) becomes
+   RocketMQ's code through `wire.RESPONSE_CODE_OF` in `refusal_of`, the transport's
+   translate hook.
 
 After every committed election that names a master, the leader sends
 NOTIFY_BROKER_ROLE_CHANGED (oneway) to the set's alive brokers that heartbeat over this port
@@ -28,17 +31,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import fields as dataclass_fields
-from typing import Any
 
 from brokergroup_controller import api
-from brokergroup_controller.access import AccessRequest, decide
+from brokergroup_controller.access import AccessRequest
 from brokergroup_controller.api import BrokerSetKey
 from brokergroup_controller.credentials import RocketMQKeys
-from brokergroup_controller.errors import ErrorCode
-from brokergroup_controller.http_support import _reject, _Reply
+from brokergroup_controller.errors import ControllerError, ErrorCode
 from brokergroup_controller.request_parsing import BadRequest
+from brokergroup_controller.requests import Caller, GetReplicaInfo
 from brokergroup_controller.rocketmq_front import wire
 from brokergroup_controller.server import ControllerService
 from brokergroup_remoting import RemotingCommand, RequestCode, ResponseCode, request, response_to
@@ -153,7 +155,7 @@ class ControllerRemoting:
             await self.service.wait_leader_current()
             if not self.service.is_leader():
                 leader = self.leader_address()
-                raise _reject(
+                raise ControllerError(
                     ErrorCode.NOT_LEADER,
                     "The controller is not in leader state"
                     + (f"; the leader is {leader}" if leader else "; no leader is known"),
@@ -169,18 +171,24 @@ class ControllerRemoting:
     def _remoting_address_of(self, raft_address: str) -> str:
         return f"{raft_address.rsplit(':', 1)[0]}:{self.port}"
 
-    def _authorize(self, cmd: RemotingCommand, endpoint: str, parsed: Mapping[str, Any]) -> None:
-        """FORBIDDEN (NO_PERMISSION) unless access.decide lets the signer do this. Role and
-        group rules only: a stock broker's connections come from whatever source address the
-        kernel picks, so the address rules stay with the HTTP API (docs/security.md)."""
+    def _caller(self, cmd: RemotingCommand, conn: Connection) -> Caller:
+        """Who signed `cmd` (the release's admin pair or a group's derived pair), for the
+        service's access rules. Role and group rules only: a stock broker's connections come
+        from whatever source address the kernel picks, so the address rules stay with the
+        HTTP API (docs/security.md). No keys (--insecure-no-auth): nothing is checked."""
         if self._keys is None:
-            return
+            return Caller(None, connection=conn.transport)
         principal = self._keys.principal(cmd.fields().get(ACCESS_KEY, ""))
         if principal is None:
-            raise _reject(ErrorCode.UNAUTHORIZED, "the request's AccessKey names no principal")
-        verdict = decide(principal, AccessRequest.from_parsed(endpoint, parsed))
-        if not verdict.allowed:
-            raise _reject(ErrorCode.FORBIDDEN, verdict.reason)
+            raise ControllerError(
+                ErrorCode.UNAUTHORIZED, "the request's AccessKey names no principal"
+            )
+        return Caller(principal, address_rules=False, connection=conn.transport)
+
+    def _authorize(self, cmd: RemotingCommand, conn: Connection, access: AccessRequest) -> None:
+        """FORBIDDEN (NO_PERMISSION) unless the signer may do this (requests the service
+        has no method for: metadata, config, the SyncStateSet listing)."""
+        self.service.endpoints.authorize(self._caller(cmd, conn), access)
 
     def _key(self, broker_name: str | None, cluster_name: str | None = None) -> BrokerSetKey:
         if not broker_name:
@@ -188,7 +196,7 @@ class ControllerRemoting:
         keys = self.service.node.read(lambda s: list(s.broker_sets))
         key = wire.resolve_broker_set(keys, broker_name, cluster_name or None)
         if key is None:
-            raise _reject(
+            raise ControllerError(
                 ErrorCode.BROKER_SET_NOT_FOUND,
                 f"Broker metadata is not existed: no broker set named {broker_name!r}",
             )
@@ -200,7 +208,7 @@ class ControllerRemoting:
     # -- handlers
 
     async def _metadata(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
-        self._authorize(cmd, "raft", {})
+        self._authorize(cmd, conn, AccessRequest("raft"))
         status = self.service.node.status()
         peers = status.members or self.service.config.peers
         ids = {peer: f"n{i}" for i, peer in enumerate(self.service.config.peers, start=1)}
@@ -218,40 +226,40 @@ class ControllerRemoting:
             return response_to(
                 cmd, ResponseCode.CONTROLLER_INVALID_REQUEST, "Heart beat with empty brokerId"
             )
-        body = wire.heartbeat_request(fields)
-        self._authorize(cmd, "heartbeat", body)
+        heartbeat = wire.heartbeat_request(fields)
+        caller = self._caller(cmd, conn)
         if self.service.is_leader():
-            hb: api.BrokerHeartbeat = body["heartbeat"]
-            await self.service.endpoints.accept_heartbeat(hb, conn.transport)
+            await self.service.endpoints.heartbeat(heartbeat, caller)
+            hb = heartbeat.heartbeat
             self._remoting_brokers.add((hb.cluster_name, hb.broker_name, hb.broker_id))
-        # A follower drops it: the broker sends every heartbeat to every node.
+        else:
+            # A follower drops it (the broker sends every heartbeat to every node), once
+            # the signer may send it.
+            self.service.endpoints.authorize(caller, heartbeat)
         return response_to(cmd, ResponseCode.SUCCESS, "Heart beat success")
 
     async def _next_broker_id(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         q = wire.next_broker_id_request(cmd.fields())
-        self._authorize(cmd, "next_broker_id", q)
-        answer = await self.service.endpoints.next_broker_id(None, q)
+        next_id = await self.service.endpoints.next_broker_id(q, self._caller(cmd, conn))
         fields = {
-            "clusterName": q["clusterName"],
-            "brokerName": q["brokerName"],
-            "nextBrokerId": str(answer["nextBrokerId"]),
+            "clusterName": q.cluster_name,
+            "brokerName": q.broker_name,
+            "nextBrokerId": str(next_id),
         }
         return response_to(cmd, ResponseCode.SUCCESS, fields=fields)
 
     async def _apply_broker_id(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         b = wire.apply_broker_id_request(cmd.fields())
-        self._authorize(cmd, "apply_broker_id", b)
-        await self.service.endpoints.apply_broker_id(None, b)
-        fields = {"clusterName": b["clusterName"], "brokerName": b["brokerName"]}
+        await self.service.endpoints.apply_broker_id(b, self._caller(cmd, conn))
+        fields = {"clusterName": b.cluster_name, "brokerName": b.broker_name}
         return response_to(cmd, ResponseCode.SUCCESS, fields=fields)
 
     async def _register(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         b = wire.register_request(cmd.fields())
-        self._authorize(cmd, "register", b)
-        info = api.ReplicaInfo.from_json(await self.service.endpoints.register_broker(None, b))
+        info = await self.service.endpoints.register_broker(b, self._caller(cmd, conn))
         fields = {
-            "clusterName": b["clusterName"],
-            "brokerName": b["brokerName"],
+            "clusterName": b.cluster_name,
+            "brokerName": b.broker_name,
             **wire.master_header(info, only_alive=True),
         }
         return response_to(
@@ -262,12 +270,13 @@ class ControllerRemoting:
         fields = cmd.fields()
         key = self._key(fields.get("brokerName"))
         b = wire.alter_request(fields, cmd.body, key)
-        self._authorize(cmd, "alter_sync_state_set", b)
-        answer = await self.service.endpoints.alter_sync_state_set(None, b)
-        epoch = int(answer["syncStateSetEpoch"])
-        body = wire.sync_state_set_json(answer["syncStateSet"], epoch)
+        altered = await self.service.endpoints.alter_sync_state_set(b, self._caller(cmd, conn))
+        body = wire.sync_state_set_json(altered.members, altered.epoch)
         return response_to(
-            cmd, ResponseCode.SUCCESS, fields={"newSyncStateSetEpoch": str(epoch)}, body=body
+            cmd,
+            ResponseCode.SUCCESS,
+            fields={"newSyncStateSetEpoch": str(altered.epoch)},
+            body=body,
         )
 
     async def _elect(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
@@ -275,29 +284,29 @@ class ControllerRemoting:
         cluster = fields.get("clusterName") or None
         try:
             key = self._key(fields.get("brokerName"), cluster)
-        except _Reply as reply:
-            raise _reject(
+        except ControllerError as refusal:
+            if isinstance(refusal, BadRequest):
+                raise
+            raise ControllerError(
                 ErrorCode.NEED_TO_BE_REGISTERED, "Broker hasn't been registered"
-            ) from reply
+            ) from refusal
         b = wire.elect_request(fields, key)
-        if b is not None:
-            self._authorize(cmd, "elect_master", b)
         if b is None:
             raise BadField(
                 "brokerId -1 asks for a controller-triggered election: this controller starts "
                 "those itself when a master goes inactive; name a brokerId"
             )
         try:
-            info = api.ReplicaInfo.from_json(await self.service.endpoints.elect_master(None, b))
+            info = await self.service.endpoints.elect_master(b, self._caller(cmd, conn))
             code = ResponseCode.SUCCESS
             remark = None
-        except _Reply as reply:
-            if reply.body.get("code") != ErrorCode.MASTER_STILL_EXIST.value:
+        except ControllerError as refusal:
+            if refusal.code is not ErrorCode.MASTER_STILL_EXIST:
                 raise
             # A stock broker reads this answer like a success: follow the live master.
             info = self._info(key)
             code = ResponseCode.CONTROLLER_MASTER_STILL_EXIST
-            remark = str(reply.body.get("message"))
+            remark = refusal.message
         return response_to(
             cmd,
             code,
@@ -308,8 +317,9 @@ class ControllerRemoting:
 
     async def _replica_info(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         key = self._key(cmd.fields().get("brokerName"))
-        self._authorize(cmd, "replica_info", {"clusterName": key[0], "brokerName": key[1]})
-        info = self._info(key)
+        info = await self.service.endpoints.get_replica_info(
+            GetReplicaInfo(*key), self._caller(cmd, conn)
+        )
         return response_to(
             cmd,
             ResponseCode.SUCCESS,
@@ -318,7 +328,7 @@ class ControllerRemoting:
         )
 
     async def _sync_state_data(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
-        self._authorize(cmd, "groups", {})
+        self._authorize(cmd, conn, AccessRequest("groups"))
         names = wire.broker_names_body(cmd.body)
         keys = self.service.node.read(lambda s: list(s.broker_sets))
         infos = []
@@ -331,12 +341,13 @@ class ControllerRemoting:
     async def _clean(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         fields = cmd.fields()
         key = self._key(fields.get("brokerName"), fields.get("clusterName"))
-        self._authorize(cmd, "clean", {"clusterName": key[0], "brokerName": key[1]})
-        await self.service.endpoints.clean_broker_data(None, wire.clean_request(fields, key))
+        caller = self._caller(cmd, conn)
+        self.service.endpoints.authorize(caller, AccessRequest("clean", key))
+        await self.service.endpoints.clean_broker_data(wire.clean_request(fields, key), caller)
         return response_to(cmd, ResponseCode.SUCCESS)
 
     async def _get_config(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
-        self._authorize(cmd, "controller_config", {})
+        self._authorize(cmd, conn, AccessRequest("controller_config"))
         config = self.service.config
         settings: dict[str, object] = {
             _camel(f.name): getattr(config, f.name)
@@ -348,7 +359,7 @@ class ControllerRemoting:
         return response_to(cmd, ResponseCode.SUCCESS, body=wire.properties_text(settings))
 
     async def _update_config(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
-        self._authorize(cmd, "controller_config", {})
+        self._authorize(cmd, conn, AccessRequest("controller_config"))
         if not cmd.body:
             return response_to(cmd, ResponseCode.SUCCESS)
         names = sorted(wire.parse_properties(cmd.body))
@@ -428,11 +439,9 @@ class ControllerRemoting:
 
 
 def refusal_of(exc: Exception) -> RequestRefused | None:
-    """The controller's answers as RocketMQ's codes: a request the parser refuses is
-    CONTROLLER_INVALID_REQUEST, a service refusal its `wire.RESPONSE_CODE_OF` code."""
-    if isinstance(exc, BadRequest):
-        return RequestRefused(ResponseCode.CONTROLLER_INVALID_REQUEST, str(exc))
-    if isinstance(exc, _Reply):
-        code = str(exc.body.get("code", ErrorCode.INTERNAL_ERROR.value))
-        return RequestRefused(wire.response_code_of(code), str(exc.body.get("message", code)))
+    """The controller's refusals as RocketMQ's codes: a `ControllerError` (a request the
+    parser refuses is BAD_REQUEST, CONTROLLER_INVALID_REQUEST) becomes its
+    `wire.RESPONSE_CODE_OF` code with its message."""
+    if isinstance(exc, ControllerError):
+        return RequestRefused(wire.RESPONSE_CODE_OF[exc.code], exc.message)
     return None

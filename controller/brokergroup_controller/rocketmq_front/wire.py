@@ -3,10 +3,10 @@
 Headers and bodies of RequestCode 1001-1013 and BROKER_HEARTBEAT as RocketMQ 5.3.1 writes
 them (remoting/protocol/header/controller/, body/SyncStateSet, ElectMasterResponseBody,
 BrokerReplicasInfo, NotifyBrokerRoleChangedRequestHeader), translated to and from the
-controller's own request dicts (`request_parsing`) and answers (`api.ReplicaInfo`). Nothing
-is decided here: the translated request goes through the same `ControllerService` code and
-Raft log as the HTTP API. Every `ErrorCode` has exactly one RocketMQ response code
-(`RESPONSE_CODE_OF`).
+controller service's typed requests (`requests`, through `request_parsing`'s checks) and
+answers (`api.ReplicaInfo`, ...). Nothing is decided here: the typed request goes through
+the same `endpoints.Endpoints` method and Raft log as the HTTP API's. Every `ErrorCode` has
+exactly one RocketMQ response code (`RESPONSE_CODE_OF`).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from brokergroup_controller import api
+from brokergroup_controller import requests as rq
 from brokergroup_controller.api import BrokerSetKey
 from brokergroup_controller.errors import ErrorCode
 from brokergroup_controller.request_parsing import (
@@ -24,8 +25,8 @@ from brokergroup_controller.request_parsing import (
     parse_clean,
     parse_elect,
     parse_heartbeat,
+    parse_next_broker_id,
     parse_register,
-    query_key,
 )
 from brokergroup_remoting import ResponseCode
 from brokergroup_remoting import fields as header
@@ -96,17 +97,17 @@ def resolve_broker_set(
     return matches[0] if matches else None
 
 
-# ---------------------------------------------------------------- requests → request dicts
+# ---------------------------------------------------------------- requests → typed requests
 
 
-def next_broker_id_request(fields: Mapping[str, str]) -> dict[str, Any]:
+def next_broker_id_request(fields: Mapping[str, str]) -> rq.GetNextBrokerId:
     """GetNextBrokerIdRequestHeader (clusterName, brokerName)."""
-    return query_key(
+    return parse_next_broker_id(
         {"clusterName": fields.get("clusterName"), "brokerName": fields.get("brokerName")}
     )
 
 
-def apply_broker_id_request(fields: Mapping[str, str]) -> dict[str, Any]:
+def apply_broker_id_request(fields: Mapping[str, str]) -> rq.ApplyBrokerId:
     """ApplyBrokerIdRequestHeader: the address is the registerCheckCode's part before ';'
     (`address;timestamp`, as ReplicasInfoManager.applyBrokerId reads it)."""
     code = header.text(fields, "registerCheckCode")
@@ -121,7 +122,7 @@ def apply_broker_id_request(fields: Mapping[str, str]) -> dict[str, Any]:
     )
 
 
-def register_request(fields: Mapping[str, str]) -> dict[str, Any]:
+def register_request(fields: Mapping[str, str]) -> rq.RegisterBroker:
     """RegisterBrokerToControllerRequestHeader."""
     return parse_register(
         {
@@ -133,7 +134,7 @@ def register_request(fields: Mapping[str, str]) -> dict[str, Any]:
     )
 
 
-def heartbeat_request(fields: Mapping[str, str]) -> dict[str, Any]:
+def heartbeat_request(fields: Mapping[str, str]) -> rq.Heartbeat:
     """BrokerHeartbeatRequestHeader (namesrv package; also the controller's)."""
     timeout = header.optional_int64(fields, "heartbeatTimeoutMills", None)
     return parse_heartbeat(
@@ -153,7 +154,9 @@ def heartbeat_request(fields: Mapping[str, str]) -> dict[str, Any]:
     )
 
 
-def alter_request(fields: Mapping[str, str], body: bytes, key: BrokerSetKey) -> dict[str, Any]:
+def alter_request(
+    fields: Mapping[str, str], body: bytes, key: BrokerSetKey
+) -> rq.AlterSyncStateSet:
     """AlterSyncStateSetRequestHeader (brokerName, masterBrokerId, masterEpoch) with a
     SyncStateSet body (the new set and the syncStateSetEpoch it was based on)."""
     data = decode_json_object(body, "SyncStateSet")
@@ -169,7 +172,7 @@ def alter_request(fields: Mapping[str, str], body: bytes, key: BrokerSetKey) -> 
     )
 
 
-def elect_request(fields: Mapping[str, str], key: BrokerSetKey) -> dict[str, Any] | None:
+def elect_request(fields: Mapping[str, str], key: BrokerSetKey) -> rq.ElectMaster | None:
     """ElectMasterRequestHeader: designateElect → an admin election of brokerId; a brokerId
     alone → the broker asks (it wins a first election); brokerId -1 → None (a controller-
     triggered election, which only the controller starts here)."""
@@ -188,7 +191,7 @@ def elect_request(fields: Mapping[str, str], key: BrokerSetKey) -> dict[str, Any
     )
 
 
-def clean_request(fields: Mapping[str, str], key: BrokerSetKey) -> dict[str, Any]:
+def clean_request(fields: Mapping[str, str], key: BrokerSetKey) -> rq.CleanBrokerData:
     """CleanControllerBrokerDataRequestHeader: brokerControllerIdsToClean is `1;2`
     (blank: the whole set); isCleanLivingBroker is our `force`."""
     raw = (fields.get("brokerControllerIdsToClean") or "").strip()
