@@ -1,0 +1,266 @@
+"""A hostile or buggy client does not take a group down (issue 31; docs/security.md "Limits").
+
+`brokergroup local up` (3 controllers, 3 brokers). Each test attacks while it watches the
+group: the master, its epoch and the controller leader's Raft term must not move, every
+process must stay up with no restart, and a signed client must still be answered during
+the attack. Memory of the attacked process is read from /proc before and after.
+
+- flood: connections that send unsigned frames to a name server and never read the answers
+  (before the transport's bounds one connection grew a controller by 1.2 GiB in 44 s and
+  deposed the master), plus connections that each promise a 16 MiB frame before any
+  signature (24 of them held 377 MiB).
+- fuzz: structured frames — valid framing, the codes each port serves, header fields drawn
+  from the names those codes read with numbers, signs, non-ASCII digits, huge and empty
+  values, JSON-ish bodies — signed with the runtime's client pair and unsigned, to every
+  name server, every broker's remoting port and the controllers' remoting port where it is
+  served (the rocketmq engine's; tests/unit/test_controller_remoting_front.py fuzzes it
+  in-process).
+
+Both run for BROKERGROUP_ATTACK_SECONDS (20 by default; the long run uses 300).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+import socket
+import struct
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from brokergroup_remoting import RequestCode, ResponseCode, SerializeType
+from brokergroup_remoting.acl import sign
+from brokergroup_remoting.command import request
+from brokergroup_remoting.frame import encode
+from brokergroup_remoting.net import Credentials, RemotingClient
+from tests.integration.local_harness import Runtime, local_runtime, wait_for
+
+pytestmark = pytest.mark.integration
+
+ATTACK_S = float(os.environ.get("BROKERGROUP_ATTACK_SECONDS", "20"))
+NAMESRV_PORT = 19876
+CONTROLLER_REMOTING_PORT = 9879
+BROKER_REMOTING_PORT = 20911 + 3
+#: What the attacked controller may grow by (it held 1.2 GiB more after 44 s before).
+MAX_GROWTH_MIB = 96
+
+
+@pytest.fixture
+def runtime(tmp_path: Path) -> Iterator[Runtime]:
+    with local_runtime(tmp_path / "local") as rt:
+        yield rt
+
+
+def healthy(runtime: Runtime) -> dict[str, Any]:
+    def ready() -> dict[str, Any] | None:
+        status = runtime.status()
+        full = status.get("master") and len(status.get("syncStateSet", [])) == 3
+        return status if full and status.get("controllerLeader") else None
+
+    return wait_for("a master with a full SyncStateSet", ready, 120, runtime)
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError(f"no VmRSS for {pid}")
+
+
+def fingerprint(status: dict[str, Any]) -> dict[str, Any]:
+    """What an attack must not change."""
+    return {
+        "master": status["master"]["brokerId"],
+        "masterEpoch": status["masterEpoch"],
+        "leaderTerm": status["controllerLeader"]["term"],
+        "brokerPids": sorted(b["pid"] for b in status["brokers"]),
+        "controllerPids": sorted(c["pid"] for c in status["controllers"]),
+        "restarts": sum(b["restarts"] for b in status["brokers"])
+        + sum(c["restarts"] for c in status["controllers"]),
+    }
+
+
+async def signed_route_answers(namesrv: str, credentials: Credentials, until: float) -> int:
+    """A well-behaved client asks for a route once a second during the attack."""
+    answered = 0
+    while time.monotonic() < until:
+        client = await RemotingClient.connect(namesrv, credentials=credentials)
+        try:
+            answer = await client.invoke(
+                request(RequestCode.GET_ROUTEINFO_BY_TOPIC, 0, {"topic": "TBW102"}), 10.0
+            )
+        finally:
+            await client.close()
+        assert answer.code == ResponseCode.SUCCESS, answer
+        answered += 1
+        await asyncio.sleep(1.0)
+    return answered
+
+
+async def flood_without_reading(host: str, port: int, until: float) -> int:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.setblocking(False)
+    await asyncio.get_running_loop().sock_connect(sock, (host, port))
+    _, writer = await asyncio.open_connection(sock=sock)
+    frames = encode(request(RequestCode.GET_ROUTEINFO_BY_TOPIC, 1, {"topic": "x"})) * 1000
+    sent = 0
+    try:
+        while time.monotonic() < until:
+            writer.write(frames)
+            try:
+                await asyncio.wait_for(writer.drain(), 1.0)
+                sent += 1000
+            except TimeoutError:
+                pass  # the server stopped reading us: keep the pressure on
+    except ConnectionError:
+        pass
+    finally:
+        writer.transport.abort()
+    return sent
+
+
+async def promise_a_big_frame(host: str, port: int, until: float) -> None:
+    with contextlib.suppress(ConnectionError, OSError):
+        _, writer = await asyncio.open_connection(host, port)
+        try:
+            writer.write(struct.pack(">ii", 16 * 1024 * 1024 - 4, 100) + b"\0" * (3 << 20))
+            await asyncio.wait_for(writer.drain(), max(0.1, until - time.monotonic()))
+            await asyncio.sleep(max(0.0, until - time.monotonic()))
+        except (TimeoutError, ConnectionError):
+            pass
+        finally:
+            writer.transport.abort()
+
+
+def test_a_flood_of_unsigned_frames_leaves_the_group_healthy(runtime: Runtime) -> None:
+    up = runtime.up()
+    assert up.returncode == 0, up.stderr
+    before = healthy(runtime)
+    attacked = before["controllers"][0]
+    host = attacked["address"].rsplit(":", 1)[0]
+    rss_before = rss_mib(attacked["pid"])
+    credentials = Credentials(before["accessKey"], before["secretKey"])
+
+    async def attack() -> tuple[list[int], int]:
+        until = time.monotonic() + ATTACK_S
+        floods = [flood_without_reading(host, NAMESRV_PORT, until) for _ in range(8)]
+        promises = [promise_a_big_frame(host, NAMESRV_PORT, until) for _ in range(24)]
+        results = await asyncio.gather(
+            signed_route_answers(f"{host}:{NAMESRV_PORT}", credentials, until),
+            *floods,
+            *promises,
+        )
+        return [r for r in results[1:9] if isinstance(r, int)], results[0]
+
+    sent, answered = asyncio.run(attack())
+    after = runtime.status()
+    growth = rss_mib(attacked["pid"]) - rss_before
+    assert answered >= 1
+    assert fingerprint(after) == fingerprint(before), (before, after, runtime.logs())
+    assert growth < MAX_GROWTH_MIB, f"the attacked controller grew {growth:.0f} MiB ({sent})"
+
+
+# ------------------------------------------------------------------ fuzz
+
+FIELD_NAMES = [
+    "topic", "queueId", "brokerName", "brokerAddr", "clusterName", "brokerId", "group",
+    "consumerGroup", "offset", "commitOffset", "queueOffset", "maxMsgNums", "sysFlag",
+    "producerGroup", "a", "b", "e", "f", "g", "i", "clientID", "timestamp", "key", "maxNum",
+    "beginTimestamp", "endTimestamp", "haServerAddr", "compressed", "bodyCrc32", "masterEpoch",
+    "masterBrokerId", "brokerAddress", "registerCheckCode", "appliedBrokerId", "epoch",
+]  # fmt: skip
+VALUES = [
+    "", "0", "-1", "+5", "--1", "١٢", "²", "9223372036854775808", "2147483647", "x" * 300,
+    "%RETRY%g", "DefaultCluster", "broker-a", "127.0.0.1:1", "TBW102", "true", "null",
+    "a\nb", "\u0000", "🙂", "0x10",
+]  # fmt: skip
+BODIES = [b"", b"{}", b"[]", b"{not json", b'{"consumerDataSet":[{"groupName":"g"}]}', b"\xff"]
+
+
+def fuzz_frame(rng: random.Random, codes: list[int], credentials: Credentials | None) -> bytes:
+    fields = {rng.choice(FIELD_NAMES): rng.choice(VALUES) for _ in range(rng.randint(0, 12))}
+    code = rng.choice(codes)
+    short = -0x8000 <= code <= 0x7FFF  # a ROCKETMQ header carries the code as a short
+    cmd = request(
+        code,
+        rng.randint(1, 1 << 30),
+        fields,
+        rng.choice(BODIES),
+        serialize_type=rng.choice([SerializeType.JSON, SerializeType.ROCKETMQ])
+        if short
+        else SerializeType.JSON,
+        oneway=rng.random() < 0.1,
+    )
+    if credentials is not None:
+        cmd = sign(cmd, credentials.access_key, credentials.secret_key)
+    return encode(cmd)
+
+
+async def fuzz_port(address: str, credentials: Credentials, seed: int, until: float) -> int:
+    rng = random.Random(seed)
+    codes = [int(c) for c in RequestCode] + [0, 9999, -1]
+    sent = 0
+    while time.monotonic() < until:
+        host, _, port = address.rpartition(":")
+        try:
+            reader, writer = await asyncio.open_connection(host, int(port))
+        except OSError:
+            await asyncio.sleep(0.2)
+            continue
+        try:
+            for _ in range(rng.randint(1, 200)):
+                signer = credentials if rng.random() < 0.7 else None
+                writer.write(fuzz_frame(rng, codes, signer))
+                sent += 1
+            if rng.random() < 0.1:  # a broken frame closes only this connection
+                writer.write(struct.pack(">ii", 3, 0))
+            await asyncio.wait_for(writer.drain(), 5)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(reader.read(1 << 20), 0.5)
+        except (ConnectionError, TimeoutError):
+            pass
+        finally:
+            writer.transport.abort()
+    return sent
+
+
+def listening(host: str, port: int) -> bool:
+    with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=2):
+        return True
+    return False
+
+
+def test_fuzzing_every_remoting_port_leaves_the_group_healthy(runtime: Runtime) -> None:
+    up = runtime.up()
+    assert up.returncode == 0, up.stderr
+    before = healthy(runtime)
+    credentials = Credentials(before["accessKey"], before["secretKey"])
+    hosts = [c["address"].rsplit(":", 1)[0] for c in before["controllers"]]
+    ports = [f"{h}:{NAMESRV_PORT}" for h in hosts]
+    # The controllers serve their remoting port for the rocketmq engine's brokers only.
+    ports += [
+        f"{h}:{CONTROLLER_REMOTING_PORT}" for h in hosts if listening(h, CONTROLLER_REMOTING_PORT)
+    ]
+    ports += [f"{b['address'].rsplit(':', 1)[0]}:{BROKER_REMOTING_PORT}" for b in before["brokers"]]
+
+    async def fuzz() -> tuple[int, list[int]]:
+        until = time.monotonic() + ATTACK_S
+        namesrv = ports[0]
+        results = await asyncio.gather(
+            signed_route_answers(namesrv, credentials, until),
+            *(fuzz_port(p, credentials, seed, until) for seed, p in enumerate(ports)),
+        )
+        return results[0], list(results[1:])
+
+    answered, sent = asyncio.run(fuzz())
+    after = runtime.status()
+    assert answered >= 1 and all(n > 0 for n in sent), (answered, sent)
+    assert fingerprint(after) == fingerprint(before), (before, after, runtime.logs())
+    assert not after["problems"], after["problems"]
