@@ -168,9 +168,15 @@ def test_mqadmin_reads_cluster_topics_and_routes(
 
 
 def test_mqadmin_update_topic(rt: StockRuntime) -> None:
-    out = rt.mqadmin(
-        "updateTopic", "-c", "DefaultCluster", "-t", "StockAdminTopic", "-r", "3", "-w", "3"
-    )
+    """Creating a topic is an admin right: the client pair is refused NO_PERMISSION, the
+    group's broker pair (DIR/broker-keys.json) creates it (issue 31 item 3)."""
+    update = ("updateTopic", "-c", "DefaultCluster", "-t", "StockAdminTopic", "-r", "3", "-w", "3")
+    out = rt.mqadmin(*update)
+    assert "success" not in out and "admin right" in out, out  # CODE: 16, the reason
+    keys = json.loads((rt.runtime.root / "broker-keys.json").read_text())
+    broker = replace(rt, access_key=keys["accessKey"], secret_key=keys["secretKey"],
+                     work=rt.work / "broker-pair")  # fmt: skip
+    out = broker.mqadmin(*update)
     assert "success" in out, out
     out = rt.mqadmin("topicRoute", "-t", "StockAdminTopic")
     assert '"readQueueNums":3' in out.replace(" ", ""), out

@@ -181,14 +181,6 @@ BAD_REGISTRATIONS = [
         b'{"topicConfigSerializeWrapper":{"topicConfigTable":{"t":{"topicName":"t","readQueueNums":"4"}}}}',
         "readQueueNums must be an integer",
     ),
-    (
-        "topic name too long",
-        {},
-        json.dumps(
-            {"topicConfigSerializeWrapper": {"topicConfigTable": topic_table("t" * 200, "u")}}
-        ).encode(),
-        "topic name must be 1..127 bytes",
-    ),
     ("compressed garbage", {"compressed": "true"}, b"not zlib at all", "is not a zlib stream"),
     (
         "compressed and truncated",

@@ -150,7 +150,8 @@ def remoting_auth_of(settings: BrokerSettings) -> ServerAuth | None:
         if p is not None
     )
     group = (settings.cluster_name, settings.broker_name)
-    return group_server_auth(pairs, group) if pairs else None
+    client = settings.remoting_client_credentials
+    return group_server_auth(pairs, group, client_pair=client) if pairs else None
 
 
 def ha_config_of(config: BrokerConfig) -> HAConfig:

@@ -46,6 +46,7 @@ from brokergroup_broker.protocol.messages import (
     SentMessage,
 )
 from brokergroup_broker.store import GroupCommitService, MessageStore
+from brokergroup_broker.store.consumer_offsets import ConsumerOffsetsFull
 from brokergroup_broker.store.errors import (
     MessageInvalid,
     StoreBusy,
@@ -359,7 +360,10 @@ class ProducePath:
     ) -> None:
         _require_valid_topic(topic)
         self._role.require_master_reads()  # the master, or an acting master (RIP-32)
-        self._store.consumer_offsets.commit(group, topic, queue_id, offset, wall_ms())
+        try:
+            self._store.consumer_offsets.commit(group, topic, queue_id, offset, wall_ms())
+        except ConsumerOffsetsFull as exc:  # a bound of the table (docs/security.md)
+            raise BrokerError(ResponseCode.SYSTEM_BUSY, str(exc)) from None
 
     async def query_consumer_offset(self, group: str, topic: str, queue_id: int) -> int:
         _require_valid_topic(topic)

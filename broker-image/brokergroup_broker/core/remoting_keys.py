@@ -14,6 +14,13 @@ taken as it is.
 
 The broker's own client port (`brokergroup_broker.protocol.auth`) takes the same two
 pairs (`client_port_auth`), so an application holds one pair for both front ends.
+
+Who may do what on the remoting port (least privilege, RocketMQ ACL 2.0's `Topic:*`
+Create being an admin right): every request is a client operation except those in
+`ADMIN_REQUEST_CODES` (UPDATE_AND_CREATE_TOPIC), which only the BROKER pair may make (the
+broker never holds the release's admin pair); the client pair is answered NO_PERMISSION
+before the header is read (`admin_refusal`). A send still creates its topic where
+autoCreateTopicEnable is on.
 """
 
 from __future__ import annotations
@@ -22,7 +29,11 @@ import hmac
 
 from brokergroup_broker.protocol.auth import ClientPortAuth
 from brokergroup_controller.credentials import Role, rocketmq_principal_of
+from brokergroup_remoting import RemotingCommand, RequestCode
 from brokergroup_remoting.net import Credentials, ServerAuth
+
+#: Requests of the remoting port only the group's broker pair may make.
+ADMIN_REQUEST_CODES: frozenset[int] = frozenset({int(RequestCode.UPDATE_AND_CREATE_TOPIC)})
 
 
 def pair_mismatch(pair: Credentials, role: Role, cluster_name: str, broker_name: str) -> str | None:
@@ -57,11 +68,38 @@ def foreign_pair_reason(access_key: str, cluster_name: str, broker_name: str) ->
     )
 
 
-def group_server_auth(pairs: tuple[Credentials, ...], group: tuple[str, str]) -> ServerAuth:
+def signer_role(access_key: str, client_keys: frozenset[str]) -> Role:
+    """The role of a signer the port verified: what a derived AccessKey says, else CLIENT
+    for the pair given as the client pair, BROKER for the other."""
+    principal = rocketmq_principal_of(access_key)
+    if principal is not None:
+        return principal.role
+    return Role.CLIENT if access_key in client_keys else Role.BROKER
+
+
+def admin_refusal(role: Role, code: int) -> str | None:
+    """Why a signer of `role` may not make request `code` (None: it may)."""
+    if code in ADMIN_REQUEST_CODES and role is not Role.BROKER:
+        return (
+            f"request code {code} (creating a topic) is an admin right: it needs the group's "
+            f"broker pair, not the {role} pair (a send creates its topic where "
+            "autoCreateTopicEnable is on)"
+        )
+    return None
+
+
+def group_server_auth(
+    pairs: tuple[Credentials, ...],
+    group: tuple[str, str],
+    *,
+    client_pair: Credentials | None = None,
+) -> ServerAuth:
     """Requests must be signed with one of `pairs` (the pairs of `group`, (cluster, broker
-    name)); a refusal of another group's pair says whose it is."""
+    name)); a refusal of another group's pair says whose it is. `client_pair` (one of
+    `pairs`, when it is not a derived one) may not make `ADMIN_REQUEST_CODES`."""
     if not pairs:
         raise ValueError("a signed remoting port needs at least one key pair")
+    client_keys = frozenset(() if client_pair is None else (client_pair.access_key,))
 
     def secret_for(access_key: str) -> str | None:
         for pair in pairs:
@@ -70,8 +108,13 @@ def group_server_auth(pairs: tuple[Credentials, ...], group: tuple[str, str]) ->
         return None
 
     cluster_name, broker_name = group
+
+    def authorize(access_key: str, cmd: RemotingCommand) -> str | None:
+        return admin_refusal(signer_role(access_key, client_keys), cmd.code)
+
     return ServerAuth(
         secret_for=secret_for,
+        authorize=authorize,
         unknown_key_reason=lambda key: foreign_pair_reason(key, cluster_name, broker_name),
     )
 

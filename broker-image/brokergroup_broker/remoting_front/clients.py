@@ -5,19 +5,41 @@ a consumer is a member of its group from its HEART_BEAT until UNREGISTER_CLIENT,
 connection closing, or `CHANNEL_EXPIRED_MS` without a heartbeat (`joins`, `unregister` and
 `drop_connection` tell the caller when membership changed, so it can notify the group); a queue lock
 (orderly consumers' LOCK_BATCH_MQ) is held until unlocked or `LOCK_EXPIRED_MS` after its
-last renewal. Both tables are bounded.
+last renewal, and another client takes an expired one over.
+
+Both tables are bounded, and neither can be filled by one client (docs/security.md "Client
+state"): members per connection (`MemberBounds.per_connection`: a stock client holds one
+clientId per connection, one member per consumer group it runs), per group and in total;
+locks in total. Expired members and locks are purged as the tables are used, oldest first,
+a bounded number per call (`PURGE_PER_CALL`), so a connection that stopped heartbeating
+holds its members 120 s at most, and an expired lock never keeps a slot.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 #: ClientHousekeepingService: a client without a heartbeat for 120 s is gone.
 CHANNEL_EXPIRED_MS = 120_000
 #: RebalanceLockManager's rocketmq.broker.rebalance.lockMaxLiveTime.
 LOCK_EXPIRED_MS = 60_000
-MAX_CLIENTS = 10_000
+#: Consumer members (group, clientId) on one connection: a stock client sends one clientId
+#: per connection and one member per consumer group of its process.
+MAX_MEMBERS_PER_CONNECTION = 1024
+#: Members of one consumer group (more consumers than queues consume nothing).
+MAX_MEMBERS_PER_GROUP = 4096
+MAX_CLIENTS = 100_000
 MAX_LOCKS = 100_000
+#: Expired entries purged at most per call, so no single request does unbounded work.
+PURGE_PER_CALL = 64
+
+
+@dataclass(frozen=True)
+class MemberBounds:
+    per_connection: int = MAX_MEMBERS_PER_CONNECTION
+    per_group: int = MAX_MEMBERS_PER_GROUP
+    total: int = MAX_CLIENTS
 
 
 @dataclass
@@ -26,19 +48,58 @@ class _Member:
     seen_ms: int
 
 
+MemberKey = tuple[str, str]  # group, clientId
+
+
 @dataclass
 class ConsumerGroups:
     """group → clientId → (connection key, last heartbeat)."""
 
+    bounds: MemberBounds = field(default_factory=MemberBounds)
     groups: dict[str, dict[str, _Member]] = field(default_factory=dict)
+    #: Every member, least recently heard first (purge order).
+    _by_seen: OrderedDict[MemberKey, None] = field(default_factory=OrderedDict)
+    _by_connection: dict[int, set[MemberKey]] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self._by_seen)
+
+    def refusal(self, group: str, client_id: str, connection: int, now_ms: int) -> str | None:
+        """Why a heartbeat of `client_id` in `group` over `connection` would not be recorded
+        (None: it would); expired members are purged first."""
+        self.purge(now_ms)
+        member = self.groups.get(group, {}).get(client_id)
+        if member is not None and member.connection == connection:
+            return None  # a renewal takes no new room
+        held = len(self._by_connection.get(connection, ()))
+        if held >= self.bounds.per_connection:
+            return (
+                f"this connection already holds {held} consumer members (group, clientId); "
+                f"at most {self.bounds.per_connection} per connection"
+            )
+        if member is not None:
+            return None  # a known member moving to this connection
+        in_group = len(self.groups.get(group, {}))
+        if in_group >= self.bounds.per_group:
+            return (
+                f"group {group} already has {in_group} consumers (at most {self.bounds.per_group})"
+            )
+        if len(self._by_seen) >= self.bounds.total:
+            return f"{len(self._by_seen)} consumers on this broker (at most {self.bounds.total})"
+        return None
 
     def heartbeat(self, group: str, client_id: str, connection: int, now_ms: int) -> bool:
-        """Record a heartbeat; False when the table is full (the caller answers SYSTEM_BUSY)."""
-        members = self.groups.get(group)
-        known = members is not None and client_id in members
-        if not known and sum(len(m) for m in self.groups.values()) >= MAX_CLIENTS:
+        """Record a heartbeat; False when a bound refuses it (see `refusal`)."""
+        if self.refusal(group, client_id, connection, now_ms) is not None:
             return False
+        key = (group, client_id)
+        old = self.groups.get(group, {}).get(client_id)
+        if old is not None and old.connection != connection:
+            self._off_connection(old.connection, key)
         self.groups.setdefault(group, {})[client_id] = _Member(connection, now_ms)
+        self._by_seen[key] = None
+        self._by_seen.move_to_end(key)
+        self._by_connection.setdefault(connection, set()).add(key)
         return True
 
     def joins(self, group: str, client_id: str, connection: int) -> bool:
@@ -51,22 +112,52 @@ class ConsumerGroups:
         """The connection keys of `group`'s members."""
         return sorted({m.connection for m in self.groups.get(group, {}).values()})
 
+    def known(self, group: str) -> bool:
+        """Does `group` have a member (a consumer heartbeat seen, not yet expired)?"""
+        return group in self.groups
+
     def unregister(self, group: str, client_id: str) -> bool:
         """Forget a member; True if it was one."""
         members = self.groups.get(group)
-        if members is None or members.pop(client_id, None) is None:
+        member = None if members is None else members.pop(client_id, None)
+        if members is None or member is None:
             return False
         if not members:
             del self.groups[group]
+        key = (group, client_id)
+        self._by_seen.pop(key, None)
+        self._off_connection(member.connection, key)
         return True
+
+    def _off_connection(self, connection: int, key: MemberKey) -> None:
+        keys = self._by_connection.get(connection)
+        if keys is not None:
+            keys.discard(key)
+            if not keys:
+                del self._by_connection[connection]
 
     def drop_connection(self, connection: int) -> list[str]:
         """Forget the members on a closed connection; the groups that lost one."""
         changed: list[str] = []
-        for group in list(self.groups):
-            for client_id, member in list(self.groups[group].items()):
-                if member.connection == connection and self.unregister(group, client_id):
-                    changed.append(group)
+        for group, client_id in sorted(self._by_connection.get(connection, ())):
+            if self.unregister(group, client_id) and group not in changed:
+                changed.append(group)
+        return changed
+
+    def purge(self, now_ms: int, limit: int = PURGE_PER_CALL) -> list[str]:
+        """Forget up to `limit` members without a heartbeat for CHANNEL_EXPIRED_MS, oldest
+        first; the groups that lost one."""
+        changed: list[str] = []
+        for _ in range(limit):
+            oldest = next(iter(self._by_seen), None)
+            if oldest is None:
+                break
+            group, client_id = oldest
+            if now_ms - self.groups[group][client_id].seen_ms <= CHANNEL_EXPIRED_MS:
+                break
+            self.unregister(group, client_id)
+            if group not in changed:
+                changed.append(group)
         return changed
 
     def members(self, group: str, now_ms: int) -> list[str]:
@@ -83,18 +174,26 @@ QueueKey = tuple[str, str, str, int]  # group, topic, brokerName, queueId
 
 @dataclass
 class QueueLocks:
-    """(group, topic, brokerName, queueId) → (clientId, last renewal)."""
+    """(group, topic, brokerName, queueId) → (clientId, last renewal), least recently
+    renewed first."""
 
-    locks: dict[QueueKey, tuple[str, int]] = field(default_factory=dict)
+    max_locks: int = MAX_LOCKS
+    locks: OrderedDict[QueueKey, tuple[str, int]] = field(default_factory=OrderedDict)
+
+    def __len__(self) -> int:
+        return len(self.locks)
 
     def lock(self, keys: list[QueueKey], client_id: str, now_ms: int) -> list[QueueKey]:
-        """Lock or renew each free, expired or own key; the ones this client now holds."""
+        """Lock or renew each free, expired or own key; the ones this client now holds.
+        Expired locks are purged first (another client's expired lock is taken over)."""
+        self.purge(now_ms, max(PURGE_PER_CALL, len(keys)))
         held: list[QueueKey] = []
         for key in keys:
             owner = self.locks.get(key)
             free = owner is None or owner[0] == client_id or now_ms - owner[1] > LOCK_EXPIRED_MS
-            if free and (owner is not None or len(self.locks) < MAX_LOCKS):
+            if free and (owner is not None or len(self.locks) < self.max_locks):
                 self.locks[key] = (client_id, now_ms)
+                self.locks.move_to_end(key)
                 held.append(key)
         return held
 
@@ -103,3 +202,14 @@ class QueueLocks:
             owner = self.locks.get(key)
             if owner is not None and owner[0] == client_id:
                 del self.locks[key]
+
+    def purge(self, now_ms: int, limit: int = PURGE_PER_CALL) -> int:
+        """Drop up to `limit` locks not renewed for LOCK_EXPIRED_MS, oldest first; how many."""
+        dropped = 0
+        while dropped < limit and self.locks:
+            key, (_, renewed_ms) = next(iter(self.locks.items()))
+            if now_ms - renewed_ms <= LOCK_EXPIRED_MS:
+                break
+            del self.locks[key]
+            dropped += 1
+        return dropped

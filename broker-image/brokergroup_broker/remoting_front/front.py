@@ -43,8 +43,7 @@ from brokergroup_broker.remoting_front.key_query import RecordSource
 from brokergroup_broker.store.arrivals import Arrivals
 from brokergroup_broker.store.health import DiskSpace
 from brokergroup_broker.store.message import StoredMessage
-from brokergroup_broker.topics import topic_error
-from brokergroup_remoting import RemotingCommand, RequestCode, ResponseCode
+from brokergroup_remoting import RemotingCommand, RequestCode, ResponseCode, names
 from brokergroup_remoting import fields as header
 from brokergroup_remoting.body import decode_json_object, json_body
 from brokergroup_remoting.command import response_to
@@ -56,7 +55,9 @@ log = logging.getLogger(__name__)
 #: MessageConst: properties a send may carry that need features not built here.
 _DELAY_PROPERTIES = ("DELAY", "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS")
 _MAX_HEARTBEAT_GROUPS = 1024
-_MAX_DECLARED_TOPICS = 10_000
+#: Topics declared before their first record (UPDATE_AND_CREATE_TOPIC's, consumer groups'
+#: retry topics); docs/security.md "Client state".
+MAX_DECLARED_TOPICS = 10_000
 
 
 def _mono_ms() -> int:
@@ -76,6 +77,8 @@ class ProduceAndPull(RecordSource, Protocol):
     def topic_queue_counts(self) -> dict[str, int]: ...
 
     def holds_topic(self, topic: str) -> bool: ...
+
+    async def topic_queue_count(self, topic: str) -> int: ...
 
     async def message_at(self, physical_offset: int) -> tuple[StoredMessage, bytes] | None: ...
 
@@ -315,13 +318,64 @@ class RemotingFront:
         serve thousands of topics."""
         return topic in self.declared or self._produce.holds_topic(topic)
 
-    def _declare(self, topic: str, queues: int) -> None:
+    def _declare(self, topic: str, queues: int) -> bool:
+        """Make `topic` routable before its first record; False when MAX_DECLARED_TOPICS
+        topics already wait for theirs."""
         if self._known_topic(topic):
-            return
-        if len(self.declared) >= _MAX_DECLARED_TOPICS:
-            raise BadField(f"over {_MAX_DECLARED_TOPICS} topics declared without records")
+            return True
+        if len(self.declared) >= MAX_DECLARED_TOPICS:
+            return False
         self.declared[topic] = queues
         self._on_new_topic(topic)
+        return True
+
+    async def _queue_count(self, topic: str) -> int:
+        """Queues of `topic` as the routes announce them (0: not a topic of this broker)."""
+        declared = self.declared.get(topic)
+        if declared is not None:
+            return declared
+        if not self._produce.holds_topic(topic):
+            return 0
+        count = await self._produce.topic_queue_count(topic)
+        return max(count, self._settings.default_queue_nums)
+
+    async def _offset_refusal(
+        self, group: str, topic: str, queue_id: int, offset: int
+    ) -> RequestRefused | None:
+        """Why a consumer offset may not be committed here (None: it may): only for a known
+        group (a member heard within 120 s, or an offset this broker already holds for
+        this very queue, e.g. replicated before a failover), a topic this broker serves, a
+        queue the topic has and an offset within the queue (docs/security.md "Client
+        state")."""
+        if not self.consumers.known(group):
+            held = await self._produce.query_consumer_offset(group, topic, queue_id)
+            if held == NO_CONSUMER_OFFSET:
+                return RequestRefused(
+                    ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                    f"Group {group} not exist! (no consumer of it heartbeats to this broker)",
+                )
+        queues = await self._queue_count(topic)
+        if queues == 0:
+            return RequestRefused(ResponseCode.TOPIC_NOT_EXIST, f"Topic {topic} not exist!")
+        if queue_id >= queues:
+            return RequestRefused(
+                ResponseCode.SYSTEM_ERROR,
+                f"queueId {queue_id} is illegal: topic {topic} has {queues} queues",
+            )
+        _, max_offset = await self._produce.query_offsets(topic, queue_id)
+        if offset > max_offset:
+            return RequestRefused(
+                ResponseCode.SYSTEM_ERROR,
+                f"offset {offset} is beyond the max offset {max_offset} of {topic}:{queue_id}",
+            )
+        return None
+
+    async def _commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Commit a consumer offset once `_offset_refusal` allows it (RequestRefused if not)."""
+        refusal = await self._offset_refusal(group, topic, queue_id, offset)
+        if refusal is not None:
+            raise refusal
+        await self._produce.commit_consumer_offset(group, topic, queue_id, offset)
 
     async def send_back(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         """CONSUMER_SEND_MSG_BACK: the message at `offset` again, to %RETRY%<group>, or to
@@ -330,7 +384,7 @@ class RemotingFront:
         scheduled messages, which are not supported."""
         fields = cmd.fields()
         offset = header.int64(fields, "offset", low=0, high=header.INT64_MAX)
-        group = header.text(fields, "group")
+        group = names.group_name(fields, "group")
         delay_level = header.optional_int32(fields, "delayLevel", 0)
         max_times = header.optional_int32(
             fields, "maxReconsumeTimes", wire.DEFAULT_MAX_RECONSUME_TIMES, low=-1
@@ -395,15 +449,21 @@ class RemotingFront:
         return response_to(cmd, ResponseCode.SUCCESS, None, None, json_body(body))
 
     async def create_topic(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
-        """UPDATE_AND_CREATE_TOPIC: the topic is routable at once and stored on its first send."""
+        """UPDATE_AND_CREATE_TOPIC: the topic is routable at once and stored on its first send.
+        An admin request: the port's authorization (core/remoting_keys.py) lets only the
+        group's broker pair make it."""
         fields = cmd.fields()
-        topic = header.text(fields, "topic", max_bytes=127)
-        error = topic_error(topic)
-        if error is not None:
-            return response_to(cmd, ResponseCode.SYSTEM_ERROR, error)
+        topic = names.topic_name(fields, "topic")
         wanted = header.optional_int32(fields, "writeQueueNums", 0, low=0, high=1024)
-        self._declare(topic, max(1, min(wanted or self._settings.default_queue_nums,
-                                         self._settings.default_queue_nums)))  # fmt: skip
+        queues = max(1, min(wanted or self._settings.default_queue_nums,
+                            self._settings.default_queue_nums))  # fmt: skip
+        if not self._declare(topic, queues):
+            return response_to(
+                cmd,
+                ResponseCode.SYSTEM_BUSY,
+                f"{MAX_DECLARED_TOPICS} topics already wait for their first record on this "
+                f"broker (MAX_DECLARED_TOPICS); send to one of them first",
+            )
         return response_to(cmd, ResponseCode.SUCCESS)
 
     # ------------------------------------------------------------------ pulls
@@ -412,8 +472,8 @@ class RemotingFront:
         req = wire.pull_request(cmd.fields())
         if req.sys_flag & wire.PULL_FLAG_COMMIT_OFFSET and req.commit_offset >= 0:
             # A slave keeps no offsets of its own; the pull is still served.
-            with contextlib.suppress(BrokerError):
-                await self._produce.commit_consumer_offset(
+            with contextlib.suppress(BrokerError, RequestRefused):
+                await self._commit_offset(
                     req.consumer_group, req.topic, req.queue_id, req.commit_offset
                 )
         wait_ms = (
@@ -511,7 +571,7 @@ class RemotingFront:
         ref = wire.queue_ref(fields, group="consumerGroup")
         assert ref.group is not None
         offset = header.int64(fields, "commitOffset", low=0, high=header.INT64_MAX)
-        await self._produce.commit_consumer_offset(ref.group, ref.topic, ref.queue_id, offset)
+        await self._commit_offset(ref.group, ref.topic, ref.queue_id, offset)
         return response_to(cmd, ResponseCode.SUCCESS)
 
     async def get_max_offset(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
@@ -560,26 +620,36 @@ class RemotingFront:
         client_id = data.get("clientID")
         if not isinstance(client_id, str) or not client_id:
             raise BadField("HeartbeatData has no clientID")
+        if len(client_id) > header.MAX_TEXT_BYTES:
+            raise BadField(f"HeartbeatData's clientID is over {header.MAX_TEXT_BYTES} characters")
         consumers = data.get("consumerDataSet") or []
         if not isinstance(consumers, list) or len(consumers) > _MAX_HEARTBEAT_GROUPS:
             raise BadField("HeartbeatData's consumerDataSet is not a list of groups")
+        # Every name is checked before any member is recorded.
+        groups = [
+            names.check_group(
+                consumer.get("groupName") if isinstance(consumer, dict) else None,
+                "a consumer's groupName in HeartbeatData",
+            )
+            for consumer in consumers
+        ]
         now = self._clock_ms()
         if consumers:
             self._watch(conn)
-        for consumer in consumers:
-            group = consumer.get("groupName") if isinstance(consumer, dict) else None
-            if not isinstance(group, str) or not group:
-                raise BadField("a consumer in HeartbeatData has no groupName")
+        for consumer, group in zip(consumers, groups, strict=True):
             joins = self.consumers.joins(group, client_id, id(conn))
-            if not self.consumers.heartbeat(group, client_id, id(conn), now):
-                return response_to(cmd, ResponseCode.SYSTEM_BUSY, "too many consumers")
+            busy = self.consumers.refusal(group, client_id, id(conn), now)
+            if busy is not None:
+                return response_to(cmd, ResponseCode.SYSTEM_BUSY, f"[OVERLOAD] {busy}")
+            self.consumers.heartbeat(group, client_id, id(conn), now)
             clustering = consumer.get("messageModel", "CLUSTERING") == "CLUSTERING"
             if joins and clustering:  # the group rebalances now (group_notify.py)
                 self._notifier.notify(group, self.consumers.connections(group))
             # A clustering consumer also consumes its group's retry topic: make it routable
             # (RocketMQ creates it on heartbeat too).
+            # Over MAX_DECLARED_TOPICS it is routable from its first send-back instead.
             if clustering:
-                self._declare(wire.RETRY_GROUP_TOPIC_PREFIX + group, 1)
+                self._declare(names.retry_topic(group), 1)
         # The client records the answer's version as the broker's (MQClientAPIImpl): answer
         # with its own, so no version-gated path takes this broker for an older one.
         return response_to(
@@ -605,13 +675,13 @@ class RemotingFront:
     async def unregister_client(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         fields = cmd.fields()
         client_id = header.text(fields, "clientID")
-        group = header.optional_text(fields, "consumerGroup")
+        group = names.optional_group_name(fields, "consumerGroup")
         if group is not None and self.consumers.unregister(group, client_id):
             self._notifier.notify(group, self.consumers.connections(group))
         return response_to(cmd, ResponseCode.SUCCESS)
 
     async def get_consumer_list(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
-        group = header.text(cmd.fields(), "consumerGroup")
+        group = names.group_name(cmd.fields(), "consumerGroup")
         members = self.consumers.members(group, self._clock_ms())
         if not members:
             return response_to(
@@ -640,9 +710,10 @@ class RemotingFront:
 
 def _lock_body(data: dict[str, object]) -> tuple[str, str, list[tuple[str, str, int]]]:
     """LockBatchRequestBody / UnlockBatchRequestBody: group, clientId, mqSet."""
-    group, client_id, mq_set = data.get("consumerGroup"), data.get("clientId"), data.get("mqSet")
-    if not isinstance(group, str) or not group or not isinstance(client_id, str) or not client_id:
-        raise BadField("a lock request needs consumerGroup and clientId")
+    group = names.check_group(data.get("consumerGroup"), "a lock request's consumerGroup")
+    client_id, mq_set = data.get("clientId"), data.get("mqSet")
+    if not isinstance(client_id, str) or not 0 < len(client_id) <= header.MAX_TEXT_BYTES:
+        raise BadField("a lock request needs a clientId")
     if not isinstance(mq_set, list) or len(mq_set) > 10_000:
         raise BadField("a lock request's mqSet is not a list of queues")
     queues: list[tuple[str, str, int]] = []
@@ -650,9 +721,14 @@ def _lock_body(data: dict[str, object]) -> tuple[str, str, list[tuple[str, str, 
         topic = mq.get("topic") if isinstance(mq, dict) else None
         broker = mq.get("brokerName") if isinstance(mq, dict) else None
         queue_id = mq.get("queueId") if isinstance(mq, dict) else None
-        if not (isinstance(topic, str) and isinstance(broker, str) and type(queue_id) is int):
+        if not (
+            isinstance(broker, str)
+            and 0 < len(broker) <= header.MAX_TEXT_BYTES
+            and type(queue_id) is int
+            and 0 <= queue_id <= header.INT32_MAX
+        ):
             raise BadField("a queue in mqSet needs topic, brokerName and queueId")
-        queues.append((topic, broker, queue_id))
+        queues.append((names.check_topic(topic, "a queue's topic in mqSet"), broker, queue_id))
     return group, client_id, queues
 
 

@@ -6,7 +6,8 @@ each: a producerGroup, b topic, c defaultTopic, d defaultTopicQueueNums, e queue
 g bornTimestamp, h flag, i properties, j reconsumeTimes, k unitMode, l maxReconsumeTimes,
 m batch, n brokerName), PullMessageRequestHeader, the consumer-offset headers,
 MessageDecoder (properties string, batch body, offset message id). Header fields are read
-by `brokergroup_remoting.fields` (Java's parsing rules); every decoder raises `BadField`
+by `brokergroup_remoting.fields` (Java's parsing rules), topic and group names by
+`brokergroup_remoting.names` (RocketMQ's rules); every decoder raises `BadField`
 naming the field and why; the transport answers it and the store is untouched.
 The mapping of the one produce path's refusals to RocketMQ response codes is here too.
 """
@@ -19,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from brokergroup_broker.protocol.messages import ResponseCode as BrokerCode
-from brokergroup_remoting import ResponseCode
+from brokergroup_remoting import ResponseCode, names
 from brokergroup_remoting import fields as header
 from brokergroup_remoting.fields import BadField
 
@@ -32,8 +33,8 @@ TRANSACTION_TYPE_MASK = 0x3 << 2
 PULL_FLAG_COMMIT_OFFSET = 0x1
 PULL_FLAG_SUSPEND = 0x2
 #: MixAll: retry and dead-letter topic prefixes.
-RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
-DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
+RETRY_GROUP_TOPIC_PREFIX = names.RETRY_GROUP_TOPIC_PREFIX
+DLQ_GROUP_TOPIC_PREFIX = names.DLQ_GROUP_TOPIC_PREFIX
 #: MessageConst properties a sent-back message carries.
 PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
 PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
@@ -106,7 +107,7 @@ def send_request(fields: Mapping[str, str], *, v2: bool) -> SendRequest:
         fields = {long: fields[short] for long, short in _V2_NAMES.items() if short in fields}
     return SendRequest(
         producer_group=header.text(fields, "producerGroup"),
-        topic=header.text(fields, "topic", max_bytes=127),
+        topic=names.topic_name(fields, "topic"),
         default_topic=header.optional_text(fields, "defaultTopic") or AUTO_CREATE_TOPIC_KEY,
         default_topic_queue_nums=header.optional_int32(
             fields, "defaultTopicQueueNums", 4, low=0, high=1024
@@ -224,8 +225,8 @@ class PullRequest:
 
 def pull_request(fields: Mapping[str, str]) -> PullRequest:
     return PullRequest(
-        consumer_group=header.text(fields, "consumerGroup"),
-        topic=header.text(fields, "topic", max_bytes=127),
+        consumer_group=names.group_name(fields, "consumerGroup"),
+        topic=names.topic_name(fields, "topic"),
         queue_id=header.int32(fields, "queueId", low=0, high=header.INT32_MAX),
         queue_offset=header.int64(fields, "queueOffset", low=0, high=header.INT64_MAX),
         max_msg_nums=header.int32(fields, "maxMsgNums", low=0, high=header.INT32_MAX),
@@ -248,9 +249,9 @@ class QueueRef:
 
 def queue_ref(fields: Mapping[str, str], *, group: str | None = None) -> QueueRef:
     return QueueRef(
-        topic=header.text(fields, "topic", max_bytes=127),
+        topic=names.topic_name(fields, "topic"),
         queue_id=header.int32(fields, "queueId", low=0, high=header.INT32_MAX),
-        group=None if group is None else header.text(fields, group),
+        group=None if group is None else names.group_name(fields, group),
     )
 
 

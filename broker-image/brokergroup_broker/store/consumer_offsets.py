@@ -12,6 +12,13 @@ shape, written with temp + fsync + rename:
 
     {"dataVersion": {"counter": 7, "stateVersion": 0, "timestamp": 1700000000000},
      "offsetTable": {"TopicA@group1": {"0": 42, "1": 17}}}
+
+The table is rewritten whole on every flush and fetched whole by every slave, so it is
+bounded (`OffsetBounds`, docs/security.md "Client state"): offsets (queues) per group,
+groups, and offsets in total. A commit that would add a key beyond a bound raises
+`ConsumerOffsetsFull` and changes nothing; a commit to a key already held always succeeds.
+Offsets merged from a peer's snapshot or read from the file are taken as they are (they
+were bounded where they were committed).
 """
 
 from __future__ import annotations
@@ -23,12 +30,32 @@ from pathlib import Path
 from typing import Any
 
 from ._fileio import atomic_write
+from .errors import StoreError
 
 log = logging.getLogger(__name__)
 
 CONSUMER_OFFSET_FILE = Path("config") / "consumerOffset.json"
 
 OffsetKey = tuple[str, str, int]  # (group, topic, queueId)
+
+
+#: Queues one consumer group holds offsets of (e.g. 1,000 topics of 16 queues).
+MAX_OFFSETS_PER_GROUP = 20_000
+#: Consumer groups with offsets on one broker.
+MAX_OFFSET_GROUPS = 10_000
+#: Offsets in total (the file is about 40 bytes per offset: 8 MB at the bound).
+MAX_OFFSETS = 200_000
+
+
+@dataclass(frozen=True)
+class OffsetBounds:
+    per_group: int = MAX_OFFSETS_PER_GROUP
+    groups: int = MAX_OFFSET_GROUPS
+    total: int = MAX_OFFSETS
+
+
+class ConsumerOffsetsFull(StoreError):
+    """A commit that would add an offset beyond a bound; nothing changed."""
 
 
 @dataclass(frozen=True, order=True)
@@ -69,9 +96,11 @@ class ConsumerOffsetSnapshot:
 
 
 class ConsumerOffsetStore:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, bounds: OffsetBounds | None = None) -> None:
         self.path = root / CONSUMER_OFFSET_FILE
+        self.bounds = bounds or OffsetBounds()
         self._offsets: dict[OffsetKey, int] = {}
+        self._per_group: dict[str, int] = {}
         self.version = DataVersion()
         self.dirty = False
         if self.path.exists():
@@ -83,12 +112,48 @@ class ConsumerOffsetStore:
             else:
                 self._offsets = dict(snap.offsets)
                 self.version = snap.version
+        self._count_groups()
+
+    def _count_groups(self) -> None:
+        self._per_group = {}
+        for group, _, _ in self._offsets:
+            self._per_group[group] = self._per_group.get(group, 0) + 1
+
+    def __len__(self) -> int:
+        return len(self._offsets)
 
     def get(self, group: str, topic: str, queue_id: int) -> int | None:
         return self._offsets.get((group, topic, queue_id))
 
+    def holds_group(self, group: str) -> bool:
+        """Does the table hold an offset of `group`?"""
+        return group in self._per_group
+
+    def refusal(self, group: str, topic: str, queue_id: int) -> str | None:
+        """Why committing (group, topic, queue_id) would break a bound (None: it would not)."""
+        if (group, topic, queue_id) in self._offsets:
+            return None
+        held = self._per_group.get(group, 0)
+        if held >= self.bounds.per_group:
+            return f"group {group} holds {held} offsets (at most {self.bounds.per_group})"
+        if held == 0 and len(self._per_group) >= self.bounds.groups:
+            return (
+                f"{len(self._per_group)} consumer groups hold offsets on this broker "
+                f"(at most {self.bounds.groups})"
+            )
+        if len(self._offsets) >= self.bounds.total:
+            return f"{len(self._offsets)} consumer offsets on this broker (at most {self.bounds.total})"
+        return None
+
     def commit(self, group: str, topic: str, queue_id: int, offset: int, now_ms: int) -> None:
-        self._offsets[(group, topic, queue_id)] = offset
+        """Set an offset; ConsumerOffsetsFull (nothing changed) when a new key breaks a bound."""
+        key = (group, topic, queue_id)
+        if key not in self._offsets:
+            reason = self.refusal(group, topic, queue_id)
+            if reason is not None:
+                raise ConsumerOffsetsFull(reason)
+            self._per_group[group] = self._per_group.get(group, 0) + 1
+        self._offsets[key] = offset
         self._bump(now_ms)
 
     def _bump(self, now_ms: int) -> None:
@@ -110,6 +175,7 @@ class ConsumerOffsetStore:
             mine = self._offsets.get(key)
             if mine is None or offset > mine:
                 self._offsets[key] = offset
+        self._count_groups()
         self.version = other.version
         self.dirty = True
         return True

@@ -8,6 +8,14 @@ as RocketMQ answers a RemotingCommandException: SYSTEM_ERROR with the reason. RE
 by its header: 5.3.1 brokers send it with `compressed=false`) of length-prefixed parts (DataVersion JSON, N × TopicConfig.encode() strings,
 filter-server JSON, topic-queue mappings, which routes do not use). Decompression is bounded
 so a small body cannot inflate without limit.
+
+A topic whose name breaks RocketMQ's topic rule (`brokergroup_remoting.names`) is left out
+of the registration and named in `RegisterBody.refused`; the broker's other topics are
+registered. RocketMQ's name server refuses the whole registration instead, which takes
+every topic of that broker out of the routes once the last good registration expires
+(one consumer group of 121 characters made its retry topic too long for exactly that).
+A topic config that is not a topic config at all (not an object, bad numbers) still
+refuses the registration: that broker's body is broken, not one of its names.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from typing import Any
 
 from brokergroup_controller.namesrv.routes import PERM_READ_WRITE, DataVersion, TopicConfig
 from brokergroup_remoting import fields as header
+from brokergroup_remoting import names
 from brokergroup_remoting.body import decode_json
 from brokergroup_remoting.fields import BadField, quoted
 
@@ -30,7 +39,9 @@ MAX_TOPICS = 200_000
 #: Queue numbers RocketMQ accepts for a topic are far below this.
 MAX_QUEUE_NUMS = 65_535
 #: TopicValidator.TOPIC_MAX_LENGTH.
-MAX_TOPIC_BYTES = 127
+MAX_TOPIC_BYTES = names.TOPIC_MAX_LENGTH
+#: Refused topic names one registration reports (the rest are only counted).
+MAX_REFUSED_NAMED = 16
 _INT32 = struct.Struct(">i")
 
 
@@ -106,12 +117,31 @@ def decode_data_version(body: bytes) -> DataVersion:
     return data_version(decode_json(body, "DataVersion") if body else None)
 
 
+@dataclass(frozen=True)
+class RegisterBody:
+    """A RegisterBrokerBody: its DataVersion, the topic configs whose names follow the
+    topic rule, and the names that do not (at most MAX_REFUSED_NAMED of them; `refused_count`
+    counts all)."""
+
+    data_version: DataVersion
+    topics: dict[str, TopicConfig]
+    refused: tuple[str, ...] = ()
+    refused_count: int = 0
+
+
+class InvalidTopicName(Exception):
+    """A topic config whose name breaks the topic rule: skipped, not the registration."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+
 def _topic_name(name: Any, what: str) -> str:
-    if (
-        not isinstance(name, str)
-        or not 0 < len(name.encode("utf-8", "surrogatepass")) <= MAX_TOPIC_BYTES
-    ):
-        raise BadField(f"{what}: topic name must be 1..{MAX_TOPIC_BYTES} bytes, got {name!r:.80}")
+    if not isinstance(name, str):
+        raise BadField(f"{what}: topicName must be a string, got {name!r:.80}")
+    if names.topic_error(name) is not None:
+        raise InvalidTopicName(name)
     return name
 
 
@@ -152,37 +182,65 @@ def _encoded_topic_config(line: str, what: str) -> TopicConfig:
     return TopicConfig(_topic_name(parts[0], what), read, write, perm)
 
 
-def _topics(table: Any) -> dict[str, TopicConfig]:
+class _Collected:
+    """Topic configs as they are decoded, the ones with a bad name set aside."""
+
+    def __init__(self) -> None:
+        self.topics: dict[str, TopicConfig] = {}
+        self.refused: list[str] = []
+        self.refused_count = 0
+
+    def add(self, decode: Any) -> None:
+        try:
+            config: TopicConfig = decode()
+        except InvalidTopicName as exc:
+            self.refused_count += 1
+            if len(self.refused) < MAX_REFUSED_NAMED:
+                self.refused.append(exc.name[:200])
+            return
+        self.topics[config.topic_name] = config
+
+    def body(self, version: DataVersion) -> RegisterBody:
+        return RegisterBody(version, self.topics, tuple(self.refused), self.refused_count)
+
+
+def _topics(table: Any, collected: _Collected) -> None:
     if table is None:
-        return {}
+        return
     if not isinstance(table, dict):
         raise BadField("topicConfigTable must be a JSON object")
     if len(table) > MAX_TOPICS:
         raise BadField(f"{len(table)} topics in one registration (limit {MAX_TOPICS})")
-    topics: dict[str, TopicConfig] = {}
     for key, value in table.items():
-        config = topic_config(value, f"topic {key!r:.80}")
-        topics[config.topic_name] = config
-    return topics
+        collected.add(lambda v=value, k=key: topic_config(v, f"topic {k!r:.80}"))
 
 
-def decode_register_body(
-    body: bytes, compressed: bool
-) -> tuple[DataVersion, dict[str, TopicConfig]]:
-    """RegisterBrokerBody → (its DataVersion, its topic configs by name)."""
+def register_body(body: bytes, compressed: bool) -> RegisterBody:
+    """RegisterBrokerBody → its DataVersion, its topic configs by name, the refused names."""
+    collected = _Collected()
     if not body:
-        return DataVersion(), {}
+        return collected.body(DataVersion())
     if compressed or _zlib_header(body):
-        return _decode_compressed(body)
+        return _decode_compressed(body, collected)
     obj = decode_json(body, "RegisterBrokerBody")
     if not isinstance(obj, dict):
         raise BadField("RegisterBrokerBody must be a JSON object")
     wrapper = obj.get("topicConfigSerializeWrapper")
     if wrapper is None:
-        return DataVersion(), {}
+        return collected.body(DataVersion())
     if not isinstance(wrapper, dict):
         raise BadField("topicConfigSerializeWrapper must be a JSON object")
-    return data_version(wrapper.get("dataVersion")), _topics(wrapper.get("topicConfigTable"))
+    version = data_version(wrapper.get("dataVersion"))
+    _topics(wrapper.get("topicConfigTable"), collected)
+    return collected.body(version)
+
+
+def decode_register_body(
+    body: bytes, compressed: bool
+) -> tuple[DataVersion, dict[str, TopicConfig]]:
+    """RegisterBrokerBody → (its DataVersion, its valid topic configs by name)."""
+    decoded = register_body(body, compressed)
+    return decoded.data_version, decoded.topics
 
 
 def _zlib_header(body: bytes) -> bool:
@@ -229,20 +287,18 @@ class _Inflated:
         return data
 
 
-def _decode_compressed(body: bytes) -> tuple[DataVersion, dict[str, TopicConfig]]:
+def _decode_compressed(body: bytes, collected: _Collected) -> RegisterBody:
     reader = _Inflated(body)
     version = data_version(decode_json(reader.chunk("the DataVersion"), "DataVersion"))
     count = reader.int32("the topic count")
     if count > MAX_TOPICS:
         raise BadField(f"{count} topics in one registration (limit {MAX_TOPICS})")
-    topics: dict[str, TopicConfig] = {}
     for index in range(count):
         raw = reader.chunk(f"topic config {index}")
         try:
             line = raw.decode("utf-8")
         except UnicodeDecodeError:
             raise BadField(f"topic config {index} is not UTF-8") from None
-        config = _encoded_topic_config(line, f"topic config {index}")
-        topics[config.topic_name] = config
+        collected.add(lambda li=line, i=index: _encoded_topic_config(li, f"topic config {i}"))
     # The filter-server list and topic-queue mappings follow; routes use neither.
-    return version, topics
+    return collected.body(version)

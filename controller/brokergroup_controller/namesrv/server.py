@@ -24,10 +24,11 @@ from brokergroup_controller.namesrv.registry import (
 )
 from brokergroup_controller.namesrv.routes import BrokerRegistration, ManagedGroup
 from brokergroup_controller.state import ControllerState
-from brokergroup_remoting import RemotingCommand, RequestCode, ResponseCode
+from brokergroup_remoting import RemotingCommand, RequestCode, ResponseCode, names
 from brokergroup_remoting import fields as header
 from brokergroup_remoting.body import crc32, json_body
 from brokergroup_remoting.command import response_to
+from brokergroup_remoting.fields import quoted
 from brokergroup_remoting.net import Connection, Handler, RemotingServer, ServerAuth
 
 log = logging.getLogger(__name__)
@@ -38,6 +39,9 @@ DEFAULT_NAMESRV_PORT = 9876
 #: with slave-acting-master, nothing (120 s) otherwise.
 MIN_TIMEOUT_MS = 1_000
 MAX_TIMEOUT_MS = 600_000
+#: (broker address, topic) pairs whose refusal was logged; past this, refusals are counted
+#: in one line per registration instead of named.
+MAX_LOGGED_REFUSALS = 4096
 
 
 def managed_groups(state: ControllerState) -> dict[BrokerSetKey, ManagedGroup]:
@@ -75,6 +79,7 @@ class NameServer:
         self._clock_ms = clock_ms
         self.registry = Registry(max_registrations)
         self._watched: set[int] = set()
+        self._logged_refusals: set[tuple[str, str]] = set()
         handlers: dict[int, Callable[[RemotingCommand, Connection], Awaitable[RemotingCommand]]] = {
             RequestCode.GET_ROUTEINFO_BY_TOPIC: self.get_route_info,
             RequestCode.GET_BROKER_CLUSTER_INFO: self.get_cluster_info,
@@ -112,7 +117,7 @@ class NameServer:
     # Routes (clients, mqadmin) -------------------------------------------------------------
 
     async def get_route_info(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
-        topic = header.text(cmd.fields(), "topic")
+        topic = names.topic_name(cmd.fields(), "topic")
         route = routes.topic_route(topic, self.group_routes())
         if route is None:
             return response_to(
@@ -155,7 +160,10 @@ class NameServer:
         header = bodies.register_header(cmd.fields())
         if header.body_crc32 != 0 and header.body_crc32 != crc32(cmd.body):
             return response_to(cmd, ResponseCode.SYSTEM_ERROR, "crc32 not match")
-        data_version, topics = bodies.decode_register_body(cmd.body, header.compressed)
+        body = bodies.register_body(cmd.body, header.compressed)
+        data_version, topics = body.data_version, body.topics
+        if body.refused_count:
+            self._log_refused(header.broker_addr, body)
         now = self._clock_ms()
         timeout_ms = routes.DEFAULT_REGISTRATION_TIMEOUT_MS
         if header.heartbeat_timeout_ms is not None:
@@ -187,6 +195,27 @@ class NameServer:
             if value is not None
         }
         return response_to(cmd, fields=fields)
+
+    def _log_refused(self, broker_addr: str, body: bodies.RegisterBody) -> None:
+        """Say once per broker and topic that a topic name was left out of the routes (the
+        set of said ones is bounded; past it a registration logs one counting line)."""
+        new = [t for t in body.refused if (broker_addr, t) not in self._logged_refusals]
+        room = MAX_LOGGED_REFUSALS - len(self._logged_refusals)
+        for topic in new[: max(room, 0)]:
+            self._logged_refusals.add((broker_addr, topic))
+            log.warning(
+                "namesrv: %s registers topic %s, which breaks the topic rule; left out "
+                "of the routes (its other topics are registered): %s",
+                broker_addr,
+                quoted(topic, 200),
+                names.topic_error(topic),
+            )
+        if room < len(new):
+            log.warning(
+                "namesrv: %s registers %d topics that break the topic rule; left out",
+                broker_addr,
+                body.refused_count,
+            )
 
     async def unregister_broker(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         fields = cmd.fields()
@@ -220,7 +249,7 @@ class NameServer:
 
     async def delete_topic(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         fields = cmd.fields()
-        topic = header.text(fields, "topic")
+        topic = names.topic_name(fields, "topic")
         cluster = header.optional_text(fields, "clusterName")
         self.registry.delete_topic(topic, cluster)
         return response_to(cmd)
