@@ -113,17 +113,32 @@ def _field(fields: Mapping[str, str], name: str) -> str:
     value = fields.get(name)
     if value is None:
         raise BadField(f"the header field {name} is missing")
+    if value == "":
+        raise BadField(f"the header field {name} is empty")
+    return value
+
+
+def _checked_field(value: str, name: str, error: str | None) -> str:
+    if error is not None:
+        raise BadField(f"the header field {name} is not a valid name: {error}")
     return value
 
 
 def topic_name(fields: Mapping[str, str], name: str = "topic") -> str:
     """A required header field holding a topic name."""
-    return check_topic(_field(fields, name), f"the header field {name}")
+    value = _field(fields, name)
+    return _checked_field(value, name, topic_error(value))
+
+
+def optional_topic_name(fields: Mapping[str, str], name: str = "topic") -> str | None:
+    """A topic field that may be absent or empty (None)."""
+    return topic_name(fields, name) if fields.get(name) else None
 
 
 def group_name(fields: Mapping[str, str], name: str) -> str:
     """A required header field holding a consumer group name."""
-    return check_group(_field(fields, name), f"the header field {name}")
+    value = _field(fields, name)
+    return _checked_field(value, name, group_error(value))
 
 
 def optional_group_name(fields: Mapping[str, str], name: str) -> str | None:
@@ -134,7 +149,4 @@ def optional_group_name(fields: Mapping[str, str], name: str) -> str | None:
 def producer_group_name(fields: Mapping[str, str], name: str) -> str:
     """A required header field holding a producer group name."""
     value = _field(fields, name)
-    error = producer_group_error(value)
-    if error is not None:
-        raise BadField(f"the header field {name}: {error}")
-    return value
+    return _checked_field(value, name, producer_group_error(value))

@@ -18,8 +18,7 @@ from typing import Protocol
 from brokergroup_broker.protocol.messages import NO_CONSUMER_OFFSET
 from brokergroup_broker.remoting_front import wire
 from brokergroup_broker.remoting_front.key_query import RecordSource, key_query, run_key_query
-from brokergroup_remoting import RemotingCommand, ResponseCode
-from brokergroup_remoting import fields as header
+from brokergroup_remoting import RemotingCommand, ResponseCode, names
 from brokergroup_remoting.body import json_text
 from brokergroup_remoting.command import response_to
 from brokergroup_remoting.net import Connection
@@ -111,8 +110,8 @@ class AdminQueries:
         queue's max offset, the group's offset and the store time of its last consumed
         record (AdminBrokerProcessor.getConsumeStats)."""
         fields = cmd.fields()
-        group = header.text(fields, "consumerGroup")
-        asked = header.optional_text(fields, "topic", max_bytes=127)
+        group = names.group_name(fields, "consumerGroup")
+        asked = names.optional_topic_name(fields, "topic")
         topics = self._topics()
         stats: list[QueueStats] = []
         for topic in [asked] if asked else sorted(topics):
@@ -136,7 +135,7 @@ class AdminQueries:
 
     async def topic_config(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         """GET_TOPIC_CONFIG: TopicConfigAndQueueMapping (no static-topic mapping here)."""
-        topic = header.text(cmd.fields(), "topic", max_bytes=127)
+        topic = names.topic_name(cmd.fields(), "topic")
         queues = self._topics().get(topic)
         if queues is None:
             return response_to(
@@ -149,7 +148,7 @@ class AdminQueries:
         """GET_CONSUMER_CONNECTION_LIST: the group's live clients. The heartbeat's
         subscriptions are not kept, so subscriptionTable is empty and the consume type and
         message model are the push consumer's defaults."""
-        group = header.text(cmd.fields(), "consumerGroup")
+        group = names.group_name(cmd.fields(), "consumerGroup")
         members = self._consumers.members(group, self._clock_ms())
         if not members:
             return response_to(

@@ -30,8 +30,7 @@ from typing import Protocol
 
 from brokergroup_broker.protocol.messages import BrokerError
 from brokergroup_broker.store.health import DiskSpace
-from brokergroup_remoting import RemotingCommand, ResponseCode
-from brokergroup_remoting import fields as header
+from brokergroup_remoting import RemotingCommand, ResponseCode, names
 from brokergroup_remoting.body import json_text
 from brokergroup_remoting.command import response_to
 from brokergroup_remoting.net import Connection
@@ -138,7 +137,7 @@ class BrokerStatus:
 
     async def topic_stats(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         """GET_TOPIC_STATS_INFO: the topic's queues' min/max offsets and last store time."""
-        topic = header.text(cmd.fields(), "topic", max_bytes=127)
+        topic = names.topic_name(cmd.fields(), "topic")
         queues = self._topics().get(topic)
         if queues is None:
             return response_to(cmd, ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")

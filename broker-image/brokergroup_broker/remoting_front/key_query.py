@@ -34,6 +34,7 @@ from typing import Protocol
 from brokergroup_broker.protocol.messages import RecordPull
 from brokergroup_broker.store.record_keys import NotARecord, RecordKeys, record_keys
 from brokergroup_remoting import fields as header
+from brokergroup_remoting import names
 
 #: MixAll.UNIQUE_MSG_QUERY_FLAG: the extFields entry a query by message id carries.
 UNIQUE_MSG_QUERY_FLAG = "_UNIQUE_KEY_QUERY"
@@ -61,7 +62,7 @@ class KeyQuery:
 
 def key_query(fields: Mapping[str, str]) -> KeyQuery:
     """Decode a QUERY_MESSAGE header; BadHeader if a field is missing or not a number."""
-    topic = header.text(fields, "topic", max_bytes=127)
+    topic = names.topic_name(fields, "topic")
     key = header.text(fields, "key", max_bytes=_MAX_KEY_BYTES)
     max_num = header.int32(fields, "maxNum")
     begin = header.int64(fields, "beginTimestamp")
