@@ -21,7 +21,9 @@ What it does
 4. Per window (`baseline` before the holder, `held` after it reported all its pulls sent
    and `--settle` seconds passed): `--seconds` of no traffic (the broker process's CPU from
    /proc, % of one core), then `--sends` sequential 1 KiB SEND_MESSAGE_V2 to `SendTopic`
-   from this process (latency per send: request written → SEND_OK read).
+   from this process (latency per send: request written → SEND_OK read), then
+   `--deliveries` rounds of one pull held at the end of SendTopic's queue 0 and one send to
+   it (delivery: send written → the held pull's answer read).
 5. `--before-tree DIR`: the same run first on DIR's code (broker and controllers import
    DIR's packages through PYTHONPATH), e.g. `git worktree add --detach /tmp/old-main <rev>`.
 
@@ -87,12 +89,12 @@ PACKAGE_DIRS = ("broker-image", "remoting", "controller", "cli", "operator", "pi
 # ============================================================== requests
 
 
-def pull_request(queue_id: int, offset: int) -> Any:
+def pull_request(queue_id: int, offset: int, topic: str = HELD_TOPIC) -> Any:
     from brokergroup_remoting import RequestCode
     from brokergroup_remoting.command import request
 
     return request(RequestCode.PULL_MESSAGE, 0, {
-        "consumerGroup": "held-bench", "topic": HELD_TOPIC, "queueId": str(queue_id),
+        "consumerGroup": "held-bench", "topic": topic, "queueId": str(queue_id),
         "queueOffset": str(offset), "maxMsgNums": "32", "sysFlag": "2", "commitOffset": "0",
         "suspendTimeoutMillis": str(SUSPEND_MS), "subscription": "*", "subVersion": "0",
     })  # fmt: skip
@@ -204,6 +206,42 @@ async def send_latencies(address: str, key_file: str, sends: int) -> dict[str, A
     return {"send_ms": summarize(latencies_ms, 3), "send_errors": errors}
 
 
+async def delivery_latencies(address: str, key_file: str, rounds: int) -> dict[str, Any]:
+    """A pull held at the end of SendTopic's queue 0, then one send to it: send written →
+    the held pull's answer read (the send's own path included). The old front found the
+    record at its next 20 ms re-read; woken by arrival, it answers with the send."""
+    from brokergroup_remoting import ResponseCode
+    from brokergroup_remoting.net import RemotingClient
+
+    creds = credentials(key_file)
+    producer = await RemotingClient.connect(address, credentials=creds)
+    consumer = await RemotingClient.connect(address, credentials=creds)
+    latencies_ms: list[float] = []
+    misses = 0
+    try:
+        first = await producer.invoke(send_request(SEND_TOPIC, 0), 30.0)
+        offset = int(first.fields().get("queueOffset", "0")) + 1
+        for _ in range(rounds):
+            held = asyncio.ensure_future(consumer.invoke(pull_request(0, offset, SEND_TOPIC), 60.0))
+            await asyncio.sleep(0.05)  # the pull reaches the broker and holds
+            start = time.perf_counter()
+            sent = await producer.invoke(send_request(SEND_TOPIC, 0), 30.0)
+            answer = await held
+            elapsed = (time.perf_counter() - start) * 1000
+            if sent.code == ResponseCode.SUCCESS and answer.code == ResponseCode.SUCCESS:
+                latencies_ms.append(elapsed)
+                offset = int(answer.fields()["nextBeginOffset"])
+            else:
+                misses += 1
+                offset = int(answer.fields().get("nextBeginOffset", offset))
+    except (ConnectionError, TimeoutError):
+        misses += 1
+    finally:
+        await producer.close()
+        await consumer.close()
+    return {"delivery_ms": summarize(latencies_ms, 3), "delivery_misses": misses}
+
+
 def window(
     broker_pid: int,
     args: argparse.Namespace,
@@ -222,6 +260,7 @@ def window(
     epochs.append(master_epoch())
     idle = cpu_window(before, after)
     sends = asyncio.run(send_latencies(address, key_file, args.sends))
+    delivery = asyncio.run(delivery_latencies(address, key_file, args.deliveries))
     epochs.append(master_epoch())
     return {
         "master_epochs": epochs,
@@ -232,6 +271,7 @@ def window(
         "idle_machine_busy_cores": round(idle.machine_busy_cores, 2),
         "idle_window_s": round(idle.wall_s, 2),
         **sends,
+        **delivery,
     }
 
 
@@ -369,6 +409,9 @@ def main() -> int:
     parser.add_argument("--held", type=int, default=None, help="held pulls (6000; quick 2000)")
     parser.add_argument("--seconds", type=float, default=None, help="idle window (10; quick 4)")
     parser.add_argument("--sends", type=int, default=None, help="sends per window (1000; 200)")
+    parser.add_argument(
+        "--deliveries", type=int, default=None, help="held pull + send rounds (100; quick 20)"
+    )
     parser.add_argument("--settle", type=float, default=2.0, help="seconds after the holder")
     parser.add_argument("--before-tree", type=Path, default=None, help="older checkout, run first")
     parser.add_argument("--dir", default=None, help="work directory (kept)")
@@ -387,6 +430,8 @@ def main() -> int:
         args.seconds = 4.0 if args.quick else 10.0
     if args.sends is None:
         args.sends = 200 if args.quick else 1000
+    if args.deliveries is None:
+        args.deliveries = 20 if args.quick else 100
     base = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="bench-held-"))
     base.mkdir(parents=True, exist_ok=True)
     loop = loopback_tcp_ceiling(f"127.0.{BLOCK}.1", round_trips=500 if args.quick else 2000,
@@ -422,6 +467,8 @@ def main() -> int:
         result[f"{label}_idle_broker_cpu_pct"] = held["idle_broker_cpu_pct"]
         result[f"{label}_send_p50_ms"] = held["send_ms"]["p50"]
         result[f"{label}_send_p99_ms"] = held["send_ms"]["p99"]
+        result[f"{label}_delivery_p50_ms"] = held["delivery_ms"]["p50"]
+        result[f"{label}_delivery_p99_ms"] = held["delivery_ms"]["p99"]
         # The master lost its lease while pulls were held (its loop lagged): re-elected.
         result[f"{label}_master_fenced"] = len(set(held["master_epochs"])) > 1
     for label, side in sides.items():
@@ -430,7 +477,10 @@ def main() -> int:
             f"{label}: {args.held} held pulls: broker idle CPU {h['idle_broker_cpu_pct']}% "
             f"(0 held: {b['idle_broker_cpu_pct']}%), send p50 {h['send_ms']['p50']} ms p99 "
             f"{h['send_ms']['p99']} ms (0 held: {b['send_ms']['p50']} / {b['send_ms']['p99']}); "
-            f"send errors {sum(h['send_errors'].values())}, masterEpoch {h['master_epochs']}"
+            f"send errors {sum(h['send_errors'].values())}, masterEpoch {h['master_epochs']}; "
+            f"held pull answered after a send: p50 {h['delivery_ms']['p50']} ms p99 "
+            f"{h['delivery_ms']['p99']} ms (0 held: {b['delivery_ms']['p50']} / "
+            f"{b['delivery_ms']['p99']})"
         )
     if not args.no_write:
         print(f"wrote {write_result('held_pulls', result)}")
