@@ -395,6 +395,11 @@ class Broker:
             task.cancel()
         if self._tasks:
             await asyncio.wait(self._tasks, timeout=_STOP_TASK_TIMEOUT_S)
+        if parts is not None:
+            # Before the controller hears we are gone: the slaves get the last
+            # confirmOffset (a bounded drain, docs/ha.md "Hand-over") before any of
+            # them can be elected, so the new master reads what we acknowledged.
+            await parts.replication.stop()
         if was_master and parts is not None:
             # Tell the controller now rather than after heartbeatTimeoutMs: a
             # rolling restart of the master then fails over at once.
@@ -410,8 +415,6 @@ class Broker:
                     ),
                     self.config.controller_request_timeout_ms / 1000,
                 )
-        if parts is not None:
-            await parts.replication.stop()
         if self._http is not None:
             await self._http.stop()
         if self._session is not None:
