@@ -207,3 +207,24 @@ def test_the_store_wakes_a_hold_when_confirm_offset_covers_the_record(tmp_path: 
         assert (woken.count, other.count) == (1, 0)
         store.truncate(0)  # a cut wakes every hold: a pull past the cut answers OFFSET_MOVED
         assert other.count == 1 and len(store.arrivals) == 0
+
+
+def test_a_sync_flush_slave_wakes_a_hold_when_its_fsync_covers_a_confirmed_record(
+    tmp_path: Path,
+) -> None:
+    """On SYNC_FLUSH a record below confirmOffset is readable once durable: a slave's
+    master may confirm it before the slave's own fsync finishes."""
+    with (
+        MessageStore.open(tmp_path / "master", store_config_of(BrokerConfig())) as master,
+        MessageStore.open(tmp_path / "slave", store_config_of(BrokerConfig())) as slave,
+    ):
+        result = master.put_messages([MessageInput("TopicA", 0, b"body")], HOST, 1)
+        woken = Woken()
+        slave.arrivals.hold("TopicA", 0, woken)
+        data = master.read_bytes(0, result.end_offset)
+        slave.append_replicated(0, data, flush=False)
+        slave.set_confirm_offset(result.end_offset)  # the master's word, ahead of our fsync
+        assert woken.count == 0 and slave.flushed_offset < result.end_offset
+        slave.flush()
+        slave.flushed_moved()
+        assert woken.count == 1

@@ -160,7 +160,7 @@ class HASlaveService:
 
             def flushed(_offset: int) -> None:
                 with contextlib.suppress(RuntimeError):  # loop already closed
-                    loop.call_soon_threadsafe(self._wake_acker)
+                    loop.call_soon_threadsafe(self._flushed)
 
             self._committer = GroupCommitService(
                 self._store, on_flushed=flushed, name=f"ha-slave-{self._broker_id}-commit"
@@ -305,6 +305,12 @@ class HASlaveService:
             self._connected = False
             with contextlib.suppress(OSError):
                 sock.close()
+
+    def _flushed(self) -> None:
+        """A sync finished: ack it, and serve what it made readable to held pulls (a
+        record below confirmOffset is readable on SYNC_FLUSH once it is durable here)."""
+        self._wake_acker()
+        self._store.flushed_moved()
 
     def _wake_acker(self) -> None:
         if self._ack_wanted is not None:

@@ -153,3 +153,9 @@ class MessageStore:
         queues whose records it made readable (arrivals.py)."""
         self.checkpoint.confirm_offset = offset
         self.arrivals.advance(min(offset, self._reader.serve_end()))
+
+    def flushed_moved(self) -> None:
+        """The durable end moved (a group commit finished): on SYNC_FLUSH that is what
+        makes records below confirmOffset readable, so wake the pulls held on them. Runs
+        on the event loop (the pulls' wake-ups are loop callbacks)."""
+        self.arrivals.advance(min(self.checkpoint.confirm_offset, self._reader.serve_end()))
