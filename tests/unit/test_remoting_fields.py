@@ -173,11 +173,9 @@ def read_namesrv(value: str) -> int:
 
 
 def read_controller(value: str) -> int:
-    parsed = controller_wire.register_request(
+    return controller_wire.register_request(
         {"clusterName": "c", "brokerName": "b", "brokerId": value, "brokerAddress": "a:1"}
-    )
-    broker_id: int = parsed["brokerId"]
-    return broker_id
+    ).broker_id
 
 
 Reader = Callable[[str], int]
