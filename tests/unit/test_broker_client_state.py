@@ -187,6 +187,15 @@ async def test_offsets_only_for_a_known_group_topic_queue_and_offset(
         answer = await client.invoke(query("real", TOPIC, 0), 5.0)
         assert answer.code == ResponseCode.SUCCESS and answer.fields()["offset"] == "3"
         assert port.offsets.snapshot().offsets == {("real", TOPIC, 0): 3}
+        # A stock lite consumer persists its offsets right after UNREGISTER_CLIENT: the
+        # group stays known, as RocketMQ keeps its subscription config.
+        answer = await client.invoke(
+            request(RequestCode.UNREGISTER_CLIENT, 0, {"clientID": "c1", "consumerGroup": "real"}),
+            5.0,
+        )
+        assert answer.code == ResponseCode.SUCCESS
+        answer = await client.invoke(commit("real", TOPIC, 1, 0), 5.0)
+        assert answer.code == ResponseCode.SUCCESS, answer
     finally:
         await client.close()
 

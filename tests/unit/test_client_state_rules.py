@@ -6,7 +6,8 @@
   store's topic rule is the same function.
 - consumer members (`remoting_front.clients.ConsumerGroups`): bounded per connection, per
   group and in total; a renewal takes no room; expired members are purged oldest first, a
-  bounded number per call; a closed connection's members go with it.
+  bounded number per call; a closed connection's members go with it; a group stays known
+  (offsets may be committed for it) after its members leave, the most recent 10,000.
 - queue locks (`QueueLocks`): expire after 60 s, are taken over, are purged as locks are
   taken, and the table is bounded.
 - consumer offsets (`store.consumer_offsets`): per group, groups and total bounds refuse a
@@ -156,7 +157,21 @@ def test_a_member_moving_to_a_new_connection_is_counted_there() -> None:
     assert groups.joins("g", "c", 2) and groups.heartbeat("g", "c", 2, 0)
     assert groups.heartbeat("h", "d", 1, 0)  # connection 1 holds nothing any more
     assert groups.connections("g") == [2]
-    assert groups.drop_connection(2) == ["g"] and not groups.known("g")
+    assert groups.drop_connection(2) == ["g"] and groups.connections("g") == []
+
+
+def test_a_group_stays_known_after_its_members_leave_within_a_bound() -> None:
+    """RocketMQ keeps a group's subscription config after its consumers leave, and a stock
+    lite consumer persists its offsets right after UNREGISTER_CLIENT."""
+    groups = ConsumerGroups(MemberBounds(heard_groups=2))
+    assert not groups.known("g")
+    groups.heartbeat("g", "c", 1, 0)
+    assert groups.unregister("g", "c") and groups.known("g")
+    groups.heartbeat("h", "c", 1, 0)
+    groups.heartbeat("g", "c", 1, 0)  # heard again: the most recent
+    groups.heartbeat("k", "c", 1, 0)  # a third: the least recently heard (h) is forgotten
+    groups.drop_connection(1)
+    assert groups.known("g") and groups.known("k") and not groups.known("h")
 
 
 def test_expired_members_are_purged_oldest_first_a_bounded_number_per_call() -> None:
@@ -167,7 +182,7 @@ def test_expired_members_are_purged_oldest_first_a_bounded_number_per_call() -> 
     groups.heartbeat("live", "c", 10**6, CHANNEL_EXPIRED_MS)
     later = count + CHANNEL_EXPIRED_MS
     assert len(groups.purge(later)) == PURGE_PER_CALL
-    assert not groups.known("g0") and groups.known(f"g{count - 1}")
+    assert "g0" not in groups.groups and f"g{count - 1}" in groups.groups
     groups.purge(later)
     groups.purge(later)
     assert sorted(groups.groups) == ["live"]  # the one heard within 120 s stays

@@ -10,7 +10,7 @@ last renewal, and another client takes an expired one over.
 Both tables are bounded, and neither can be filled by one client (docs/security.md "Client
 state"): members per connection (`MemberBounds.per_connection`: a stock client holds one
 clientId per connection, one member per consumer group it runs), per group and in total;
-locks in total. Expired members and locks are purged as the tables are used, oldest first,
+groups remembered as heard (`known`, what offsets may be committed for); locks in total. Expired members and locks are purged as the tables are used, oldest first,
 a bounded number per call (`PURGE_PER_CALL`), so a connection that stopped heartbeating
 holds its members 120 s at most, and an expired lock never keeps a slot.
 """
@@ -33,6 +33,9 @@ MAX_CLIENTS = 100_000
 MAX_LOCKS = 100_000
 #: Expired entries purged at most per call, so no single request does unbounded work.
 PURGE_PER_CALL = 64
+#: Consumer groups remembered as heard (RocketMQ's subscription group configs, created at
+#: a group's heartbeat); past it the least recently heard is forgotten.
+MAX_HEARD_GROUPS = 10_000
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,7 @@ class MemberBounds:
     per_connection: int = MAX_MEMBERS_PER_CONNECTION
     per_group: int = MAX_MEMBERS_PER_GROUP
     total: int = MAX_CLIENTS
+    heard_groups: int = MAX_HEARD_GROUPS
 
 
 @dataclass
@@ -60,6 +64,8 @@ class ConsumerGroups:
     #: Every member, least recently heard first (purge order).
     _by_seen: OrderedDict[MemberKey, None] = field(default_factory=OrderedDict)
     _by_connection: dict[int, set[MemberKey]] = field(default_factory=dict)
+    #: Groups whose heartbeat was recorded, least recently heard first (members or not).
+    _heard: OrderedDict[str, None] = field(default_factory=OrderedDict)
 
     def __len__(self) -> int:
         return len(self._by_seen)
@@ -100,6 +106,10 @@ class ConsumerGroups:
         self._by_seen[key] = None
         self._by_seen.move_to_end(key)
         self._by_connection.setdefault(connection, set()).add(key)
+        self._heard[group] = None
+        self._heard.move_to_end(group)
+        if len(self._heard) > self.bounds.heard_groups:
+            self._heard.popitem(last=False)
         return True
 
     def joins(self, group: str, client_id: str, connection: int) -> bool:
@@ -113,8 +123,11 @@ class ConsumerGroups:
         return sorted({m.connection for m in self.groups.get(group, {}).values()})
 
     def known(self, group: str) -> bool:
-        """Does `group` have a member (a consumer heartbeat seen, not yet expired)?"""
-        return group in self.groups
+        """Was a consumer heartbeat of `group` heard here (a member now, or one of the
+        `heard_groups` most recently heard groups: RocketMQ keeps a group's subscription
+        config after its consumers leave, and a stock client persists its offsets after it
+        unregisters)?"""
+        return group in self.groups or group in self._heard
 
     def unregister(self, group: str, client_id: str) -> bool:
         """Forget a member; True if it was one."""

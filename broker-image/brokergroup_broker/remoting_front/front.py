@@ -343,10 +343,11 @@ class RemotingFront:
         self, group: str, topic: str, queue_id: int, offset: int
     ) -> RequestRefused | None:
         """Why a consumer offset may not be committed here (None: it may): only for a known
-        group (a member heard within 120 s, or an offset this broker already holds for
-        this very queue, e.g. replicated before a failover), a topic this broker serves, a
-        queue the topic has and an offset within the queue (docs/security.md "Client
-        state")."""
+        group (one whose consumer heartbeat this broker heard, as RocketMQ creates a
+        group's subscription config at its heartbeat: a stock client persists its offsets
+        right after it unregisters; or one this broker already holds an offset of for this
+        very queue, e.g. replicated before a failover), a topic this broker serves, a queue
+        the topic has and an offset within the queue (docs/security.md "Client state")."""
         if not self.consumers.known(group):
             held = await self._produce.query_consumer_offset(group, topic, queue_id)
             if held == NO_CONSUMER_OFFSET:
