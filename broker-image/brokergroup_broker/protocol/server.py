@@ -79,6 +79,7 @@ from brokergroup_broker.protocol.messages import (
 )
 from brokergroup_broker.protocol.response_codec import encode_response
 from brokergroup_controller.credentials import Role
+from brokergroup_remoting.listener import ListenerGuard, ListenerLimits, LogBudget
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +95,14 @@ class ServerConfig:
     max_in_flight_per_connection: int = 128
     #: Concurrent connections; further ones are closed at once.
     max_connections: int = 1024
+    #: Concurrent connections from one source address (the remoting ports' bound too,
+    #: `brokergroup_remoting.listener`); further ones from it are closed at once.
+    max_connections_per_source: int = 512
+    #: A connection with nothing read and no request open for this long is closed
+    #: (RocketMQ's 120 s idle timeout; the clients reconnect on their next request).
+    idle_timeout_ms: int = 120_000
+    #: Refusals and lost connections logged per minute; the rest are counted.
+    log_lines_per_minute: int = 60
     #: Bytes read per `read()` call.
     read_chunk_bytes: int = 256 * 1024
     #: Transport buffer above which a response write waits for drain.
@@ -120,6 +129,19 @@ class ServerConfig:
             raise ValueError("handler_timeout_ms and max_connections must be >= 1")
         if self.auth_timeout_ms < 1:
             raise ValueError("auth_timeout_ms must be >= 1")
+        if self.max_connections_per_source < 1 or self.idle_timeout_ms < 1:
+            raise ValueError("max_connections_per_source and idle_timeout_ms must be >= 1")
+
+    def listener_limits(self) -> ListenerLimits:
+        """The bounds this port shares with the remoting ports (one `ListenerGuard`)."""
+        return ListenerLimits(
+            max_connections=self.max_connections,
+            max_connections_per_source=self.max_connections_per_source,
+            max_in_flight=self.max_in_flight_per_connection,
+            max_unsent_bytes=self.write_buffer_high_water_bytes,
+            idle_timeout_s=self.idle_timeout_ms / 1000,
+            log_lines_per_minute=self.log_lines_per_minute,
+        )
 
 
 class BrokerProtocolServer:
@@ -140,6 +162,9 @@ class BrokerProtocolServer:
         self._auth = auth
         self._server: asyncio.Server | None = None
         self._connections: dict[asyncio.Task[None], _Connection] = {}
+        self._guard = ListenerGuard(self._config.listener_limits())
+        self._log_budget = LogBudget(self._config.log_lines_per_minute)
+        self._sweeper: asyncio.Task[None] | None = None
 
     @property
     def port(self) -> int:
@@ -160,12 +185,34 @@ class BrokerProtocolServer:
             limit=self._config.read_chunk_bytes,
             reuse_address=True,
         )
+        self._sweeper = asyncio.create_task(self._close_idle())
+
+    async def _close_idle(self) -> None:
+        idle = self._config.idle_timeout_ms / 1000
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(min(idle / 4, 15.0))
+            now = loop.time()
+            for conn in list(self._connections.values()):
+                if conn.idle_since(now) > idle:
+                    self._log("closing %s: idle for over %.0f s", conn.peer, idle)
+                    conn.close_idle()
+
+    def _log(self, msg: str, *args: object) -> None:
+        allowed, held = self._log_budget.allow(asyncio.get_running_loop().time())
+        if allowed:
+            if held:
+                msg += " (%d similar lines held back)"
+                args = (*args, held)
+            log.warning(msg, *args)
 
     async def stop(self) -> None:
         """Stop accepting, let open requests finish (bounded), close all."""
         server, self._server = self._server, None
         if server is None:
             return
+        if self._sweeper is not None:
+            self._sweeper.cancel()
         server.close()
         tasks = list(self._connections)
         for task, conn in list(self._connections.items()):
@@ -187,12 +234,11 @@ class BrokerProtocolServer:
     ) -> None:
         task = asyncio.current_task()
         assert task is not None
-        if len(self._connections) >= self._config.max_connections:
-            log.warning(
-                "refusing connection from %s: %d connections open (max_connections)",
-                writer.get_extra_info("peername"),
-                len(self._connections),
-            )
+        peer = writer.get_extra_info("peername")
+        source = str(peer[0]) if isinstance(peer, tuple) else str(peer)
+        refused = self._guard.admit(source)
+        if refused is not None:
+            self._log("refusing a connection from %s: %s", source, refused)
             writer.close()
             return
         conn = _Connection(self._handler, self._config, reader, writer, self._auth)
@@ -201,6 +247,7 @@ class BrokerProtocolServer:
             await conn.run()
         finally:
             self._connections.pop(task, None)
+            self._guard.release(source, id(conn))
 
 
 class _Connection:
@@ -220,6 +267,8 @@ class _Connection:
         self._reader = reader
         self._writer = writer
         self._peer = writer.get_extra_info("peername")
+        self._loop = asyncio.get_running_loop()
+        self._last_read = self._loop.time()
         self._slots = asyncio.Semaphore(config.max_in_flight_per_connection)
         self._requests: set[asyncio.Task[None]] = set()
         self._sends: set[_PendingSend] = set()  # fast-path produces awaiting their answer
@@ -229,6 +278,20 @@ class _Connection:
         )
         #: Reading has ended; only requests already taken are finishing.
         self.draining = False
+
+    @property
+    def peer(self) -> object:
+        return self._peer
+
+    def idle_since(self, now: float) -> float:
+        """Seconds with nothing read and no request open (0 while one is)."""
+        if self._requests or self._sends:
+            return 0.0
+        return now - self._last_read
+
+    def close_idle(self) -> None:
+        """Close an idle connection: nothing is open, so nothing is lost."""
+        self._transport.close()
 
     def abort(self) -> None:
         """Drop the connection now: cancel open requests, reset the socket."""
@@ -268,6 +331,7 @@ class _Connection:
                 data = await self._reader.read(self._config.read_chunk_bytes)
                 if not data:
                     break
+                self._last_read = self._loop.time()
                 decoder.feed(data)
                 for frame in decoder.frames():
                     # Back-pressure: wait for a slot before taking the next
