@@ -138,3 +138,19 @@ async def test_members_not_heard_from_keep_the_floor(
     store.set_confirm_offset(ends[28])
     link = await become_master(store, opened, frozenset({BROKER_ID, 3}))
     assert link.confirm_offset() == ends[28]
+
+
+async def test_view_is_a_pure_read_and_confirm_offset_moves_by_the_explicit_call(
+    tmp_path: Path, opened: list[ReplicationLink | MessageStore]
+) -> None:
+    """`view()` reads what the commit rule says and changes nothing; only
+    `advance_confirm_offset()` adopts it (the store's confirmOffset and its arrival
+    wakes, the HA master's)."""
+    store, ends = slave_log(tmp_path / "s", FlushDiskType.SYNC_FLUSH, opened)
+    link = await become_master(store, opened, frozenset({BROKER_ID}))
+    assert link.confirm_offset() == ends[29]
+    store.put_messages([MessageInput(topic="drain", queue_id=0, body=b"m30")], STORE_HOST, NOW_MS)
+    assert link.view().confirm_offset == store.max_offset > ends[29]
+    assert link.confirm_offset() == store.confirm_offset == ends[29]  # unchanged by view()
+    assert link.advance_confirm_offset().confirm_offset == store.max_offset
+    assert link.confirm_offset() == store.confirm_offset == store.max_offset

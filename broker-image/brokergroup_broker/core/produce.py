@@ -95,8 +95,15 @@ class ProducePath:
         faults: StoreFaults,
         committer: GroupCommitService | None,
         heartbeat_now: Callable[[], None],
+        clock_ms: Callable[[], int] = mono_ms,
+        wall_clock_ms: Callable[[], int] = wall_ms,
     ) -> None:
+        """`clock_ms`: monotonic milliseconds for the lease check and the commit rule's
+        waiter timeouts; `wall_clock_ms`: wall milliseconds stamped on messages and
+        consumer offsets. Tests pass fakes."""
         self._settings = settings
+        self._clock_ms = clock_ms
+        self._wall_clock_ms = wall_clock_ms
         self._config = config
         self._store = store
         self._role = role
@@ -121,7 +128,7 @@ class ProducePath:
                 f"{count} messages in one batch; maxSendBatchMessages is "
                 f"{self._config.max_send_batch_messages}",
             )
-        now = mono_ms()
+        now = self._clock_ms()
         if not self._lease.valid(now):
             raise BrokerError(
                 ResponseCode.FENCED,
@@ -146,7 +153,7 @@ class ProducePath:
     def _outcome_error(self, outcome: AckOutcome) -> BrokerError:
         return BrokerError(
             _OUTCOME_CODES[outcome],
-            self._replication.refusal_text(outcome, self._replication.view()),
+            self._replication.refusal_text(outcome, self._replication.advance_confirm_offset()),
             master_address=self._role.state.master_address,
         )
 
@@ -161,7 +168,7 @@ class ProducePath:
         store = self._store
         chosen = self._choose_queue(batch.topic, batch.queue_id)
         host = self._settings.store_host
-        born = wall_ms()
+        born = self._wall_clock_ms()
         committer = self._committer
         try:
             run = store.put_run(
@@ -361,7 +368,9 @@ class ProducePath:
         _require_valid_topic(topic)
         self._role.require_master_reads()  # the master, or an acting master (RIP-32)
         try:
-            self._store.consumer_offsets.commit(group, topic, queue_id, offset, wall_ms())
+            self._store.consumer_offsets.commit(
+                group, topic, queue_id, offset, self._wall_clock_ms()
+            )
         except ConsumerOffsetsFull as exc:  # a bound of the table (docs/security.md)
             raise BrokerError(ResponseCode.SYSTEM_BUSY, str(exc)) from None
 

@@ -65,8 +65,12 @@ class ReplicationLink:
         lease: MasterLease,
         controller: ControllerLink,
         registered_host: Callable[[int], str | None],
+        clock_ms: Callable[[], int] = mono_ms,
     ) -> None:
+        """`clock_ms`: monotonic milliseconds, for every time-dependent decision (the
+        takeover hold, lease checks, waiter timeouts, caught-up times); tests pass a fake."""
         self._broker_id = broker_id
+        self._clock_ms = clock_ms
         self._config = config
         self._ha_config = ha_config
         self._ha_bind = ha_bind
@@ -120,25 +124,34 @@ class ReplicationLink:
         return store.last_record_end
 
     def view(self) -> ReplicationView:
-        sync, store = self.sync, self._store
+        """The commit rule's view now: a pure read (confirmOffset moves only through
+        `advance_confirm_offset`)."""
+        sync = self.sync
         if sync is None:
             return ReplicationView(self._confirm_offset, {}, 0)
         progress = self.progress()
         own = self._master_own_offset()
         acks = sync.member_acks(own, progress)
         confirm = sync.confirm_offset(own, progress)
-        if confirm != self._confirm_offset:
+        return ReplicationView(confirm, acks, sync.settled_set_size())
+
+    def advance_confirm_offset(self) -> ReplicationView:
+        """`view()`, then adopt its confirmOffset as the master's: the store's (which
+        wakes held pulls on its arrivals) and the HA master's (sent to the slaves)."""
+        view = self.view()
+        confirm = view.confirm_offset
+        if confirm != self._confirm_offset:  # never moves without a SyncStateSet
             self._confirm_offset = confirm
-            store.set_confirm_offset(confirm)
+            self._store.set_confirm_offset(confirm)
             if self._ha_master is not None:
                 self._ha_master.set_confirm_offset(confirm)
-        return ReplicationView(confirm, acks, sync.settled_set_size())
+        return view
 
     # -- produces waiting for the commit rule ---------------------------------------------
     def admit(self) -> tuple[AckOutcome | None, ReplicationView]:
         """Refusal of a new produce before it appends (SyncStateSet too small, too many
         waiting), with the view it was decided on."""
-        view = self.view()
+        view = self.advance_confirm_offset()
         return self.waiters.admit(view), view
 
     def wait_for_ack(
@@ -154,7 +167,7 @@ class ReplicationLink:
         if self._ha_master is not None:
             self._ha_master.notify_appended()
         token = next(self._tokens)
-        view = self.view() if view is None else view
+        view = self.advance_confirm_offset() if view is None else view
         outcome = self.waiters.add(token, end_offset, now_ms, view)
         if outcome is not None:
             on_outcome(outcome)
@@ -165,10 +178,10 @@ class ReplicationLink:
     def release(self, view: ReplicationView | None = None) -> None:
         if self.sync is None or not self._role.accepting_writes:
             return
-        now = mono_ms()
+        now = self._clock_ms()
         if now < self._takeover_hold_until_ms:
             return  # the replaced master may still acknowledge: the ticker releases later
-        view = self.view() if view is None else view
+        view = self.advance_confirm_offset() if view is None else view
         if not self._lease.valid(now):
             return  # hold: the ticker fences them, or a renewed lease releases them
         self._resolve(self.waiters.progress(view, now))
@@ -247,7 +260,7 @@ class ReplicationLink:
     ) -> None:
         """Run the HA master for `decision`'s epoch (the epoch file already begins it)."""
         store = self._store
-        now = mono_ms()
+        now = self._clock_ms()
         self._confirm_offset = min(self._confirm_offset, store.max_offset)
         self.sync = SyncStateSetManager(
             master_broker_id=self._broker_id,
@@ -265,7 +278,7 @@ class ReplicationLink:
             master_epoch=decision.master_epoch,
             on_slave_ack=self._on_slave_ack,
             on_slave_disconnect=self._on_slave_disconnect,
-            now_ms=mono_ms,
+            now_ms=self._clock_ms,
             registered_host=self._registered_host,
         )
         self._takeover_hold_until_ms = now + takeover_wait_ms
@@ -282,7 +295,7 @@ class ReplicationLink:
         # (only we can be elected next), so it covers our whole (durable) log: at
         # least what the old master acknowledged, as we were in its set. The floor
         # (what the old master last told us) may be a commit round behind it.
-        self.view()
+        self.advance_confirm_offset()
         # Headers carry confirmOffset only on change: seed it, or slaves (and an
         # acting master among them) would serve nothing until the next write.
         master.set_confirm_offset(self._confirm_offset)
@@ -323,7 +336,7 @@ class ReplicationLink:
         if self.sync is None:
             return
         self.sync.on_controller_view(group.sync_state_set, group.sync_state_set_epoch)
-        now = mono_ms()
+        now = self._clock_ms()
         if self._takeover_hold_until_ms > now + takeover_wait_ms:
             self._takeover_hold_until_ms = now + takeover_wait_ms
             self.release()
@@ -341,7 +354,7 @@ class ReplicationLink:
             sync = self.sync
             if sync is None or not self._role.is_master:
                 continue
-            proposal = sync.decide(mono_ms(), self._master_own_offset(), self.progress())
+            proposal = sync.decide(self._clock_ms(), self._master_own_offset(), self.progress())
             if proposal is not None:
                 await self._alter(sync, proposal)
 
@@ -388,7 +401,7 @@ class ReplicationLink:
             await asyncio.sleep(_TICK_MS / 1000)
             if len(self.waiters) == 0:
                 continue
-            if not self._lease.valid(mono_ms()):
+            if not self._lease.valid(self._clock_ms()):
                 self.fail_all(AckOutcome.FENCED)
             else:
                 self.release()  # acks that arrived without a callback, and timeouts
