@@ -39,7 +39,11 @@ from typing import Any
 from aiohttp import ClientConnectorError, ClientError, ClientSession, ClientTimeout, TCPConnector
 
 from brokergroup_controller import api
+from brokergroup_controller.backoff import BackoffPolicy
 from brokergroup_controller.errors import ControllerError, ErrorCode
+
+# Between rounds over every address: 20, 40, 80, 100, 100 ms ... within the budget.
+_RETRY_BACKOFF = BackoffPolicy(initial_ms=20, max_ms=100)
 
 LEADER_HEADER = "X-Brokergroup-Leader"
 
@@ -146,7 +150,7 @@ class ControllerClient:
         budget_s = self._timeout_s + extra_timeout_s
         deadline = time.monotonic() + budget_s
         attempts: list[str] = []
-        backoff_s = 0.02
+        backoff_ms = _RETRY_BACKOFF.initial_ms
         while True:
             candidates = [_normalize(only)] if only else self._candidates()
             for address in candidates:
@@ -203,6 +207,7 @@ class ControllerClient:
                 raise ControllerError(
                     code, str(payload.get("message", f"HTTP {status}")), **details
                 )
+            backoff_s = backoff_ms / 1000
             if time.monotonic() + backoff_s >= deadline:
                 raise ControllerUnavailable(
                     f"no controller answered {method} {path} within {budget_s:.1f}s "
@@ -210,7 +215,7 @@ class ControllerClient:
                     attempts,
                 )
             await asyncio.sleep(backoff_s)
-            backoff_s = min(backoff_s * 2, 0.1)
+            backoff_ms = _RETRY_BACKOFF.next_ms(backoff_ms)
 
     # -------------------------------------------------------------- identity
 

@@ -22,6 +22,7 @@ from brokergroup_broker.core.controller_link import (
 from brokergroup_broker.core.lease import MasterLease
 from brokergroup_broker.core.role_core import RoleCore
 from brokergroup_controller.api import BrokerHeartbeat, ReplicaInfo
+from brokergroup_controller.backoff import BackoffPolicy
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +38,12 @@ class ControllerSession:
         lease: MasterLease,
         heartbeat: Callable[[], BrokerHeartbeat],
         spawn: Callable[[Coroutine[Any, Any, None]], None],
+        clock_ms: Callable[[], int] = mono_ms,
     ) -> None:
+        """`clock_ms`: monotonic milliseconds for heartbeat send times (what a lease
+        renews from) and the election request rate; tests pass a fake."""
         self._broker_id = broker_id
+        self._clock_ms = clock_ms
         self._controller = controller
         self._config = config
         self._role = role
@@ -89,7 +94,7 @@ class ControllerSession:
     async def heartbeat_loop(self) -> None:
         interval_s = self._config.heartbeat_interval_ms / 1000
         while True:
-            sent = mono_ms()
+            sent = self._clock_ms()
             try:
                 info = await asyncio.wait_for(
                     self._controller.heartbeat(self._heartbeat()),
@@ -104,7 +109,11 @@ class ControllerSession:
                 await asyncio.wait_for(self._heartbeat_now.wait(), interval_s)
 
     async def watch_loop(self) -> None:
-        backoff_ms = self._config.controller_retry_backoff_ms
+        backoff = BackoffPolicy(
+            initial_ms=self._config.controller_retry_backoff_ms,
+            max_ms=self._config.controller_retry_backoff_max_ms,
+        )
+        backoff_ms = backoff.initial_ms
         while True:
             latest = self._latest_info
             master_epoch = self._role.master_epoch if latest is None else latest.master_epoch
@@ -117,13 +126,13 @@ class ControllerSession:
             except (ControllerUnavailable, ControllerRefused, TimeoutError) as exc:
                 log.debug("watch failed: %s", exc)
                 await asyncio.sleep(backoff_ms / 1000)
-                backoff_ms = min(self._config.controller_retry_backoff_max_ms, backoff_ms * 2)
+                backoff_ms = backoff.next_ms(backoff_ms)
                 continue
-            backoff_ms = self._config.controller_retry_backoff_ms
+            backoff_ms = backoff.initial_ms
             self.offer(info, None)
 
     def request_election(self, *, designate: bool = False) -> None:
-        now = mono_ms()
+        now = self._clock_ms()
         if now - self._last_election_request_ms < self._config.heartbeat_interval_ms:
             return  # at most one request per heartbeat interval
         self._last_election_request_ms = now

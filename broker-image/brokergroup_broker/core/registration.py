@@ -27,6 +27,7 @@ from brokergroup_broker.core.controller_link import (
 )
 from brokergroup_broker.store.identity import IdentityFiles, TempBrokerMeta
 from brokergroup_controller.api import ReplicaInfo
+from brokergroup_controller.backoff import BackoffPolicy
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +60,8 @@ async def register(
         )
     )
     registered: ReplicaInfo | None = None
-    delay_ms = backoff_ms
+    backoff = BackoffPolicy(initial_ms=backoff_ms, max_ms=backoff_max_ms)
+    delay_ms = backoff.initial_ms
     while True:
         on_state(machine.state)
         if isinstance(action, rs.Done):
@@ -116,7 +118,7 @@ async def register(
                 pass
             else:
                 raise RegistrationFailed("stopped before registration finished") from None
-            delay_ms = min(backoff_max_ms, delay_ms * 2)
+            delay_ms = backoff.next_ms(delay_ms)
             continue
-        delay_ms = backoff_ms
+        delay_ms = backoff.initial_ms
         action = machine.handle(answer)

@@ -5,12 +5,15 @@ while is quick; each further exit that follows a short run doubles the
 delay, up to a bound. A child that ran `reset_after_ms` or longer counts as
 healthy again, so one kill in a long session always restarts quickly.
 The supervisor never gives up: the delay is bounded, the number of restarts
-is not (a rescheduled pod is retried forever too).
+is not (a rescheduled pod is retried forever too). The delays are the shared
+policy's (brokergroup_controller.backoff), without jitter.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from brokergroup_controller.backoff import BackoffPolicy
 
 
 @dataclass(frozen=True)
@@ -43,13 +46,11 @@ class RestartDecision:
 
 def delay_for(policy: RestartPolicy, failures: int) -> int:
     """Delay before restart number `failures` (1-based) of a crash loop."""
-    assert failures >= 1, failures
-    delay = float(policy.initial_delay_ms)
-    for _ in range(failures - 1):
-        delay *= policy.multiplier
-        if delay >= policy.max_delay_ms:
-            return policy.max_delay_ms
-    return min(int(delay), policy.max_delay_ms)
+    return BackoffPolicy(
+        initial_ms=policy.initial_delay_ms,
+        max_ms=policy.max_delay_ms,
+        multiplier=policy.multiplier,
+    ).delay_ms(failures)
 
 
 def on_exit(
