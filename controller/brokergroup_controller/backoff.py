@@ -24,7 +24,8 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class BackoffPolicy:
     initial_ms: int
-    """The first delay, and the one a loop returns to after a success."""
+    """The first delay, and the one a loop returns to after a success (0: retry at
+    once, every time)."""
     max_ms: int
     """The cap: a delay never exceeds it, however many failures in a row."""
     multiplier: float = 2.0
@@ -34,7 +35,7 @@ class BackoffPolicy:
     half), so clients failing together do not retry together."""
 
     def __post_init__(self) -> None:
-        assert 0 < self.initial_ms <= self.max_ms, self
+        assert 0 <= self.initial_ms <= self.max_ms, self
         assert self.multiplier >= 1.0, self
         assert 0.0 <= self.jitter < 1.0, self
 
@@ -53,6 +54,7 @@ class BackoffPolicy:
         return max(self.initial_ms, min(self.max_ms, int(delay_ms * self.multiplier)))
 
     def jittered_ms(self, delay_ms: float, draw: float) -> float:
-        """`delay_ms` shortened by up to `jitter` of it; `draw` in [0, 1] (random)."""
+        """`delay_ms` shortened by up to `jitter` of it: a `draw` (random, in [0, 1]) of
+        0 shortens it most, 1 leaves it whole (`random.uniform(1 - jitter, 1)` × it)."""
         assert 0.0 <= draw <= 1.0, draw
-        return delay_ms * (1.0 - self.jitter * draw)
+        return delay_ms * ((1.0 - self.jitter) + self.jitter * draw)

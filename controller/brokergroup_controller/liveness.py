@@ -54,6 +54,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from brokergroup_controller.api import BrokerHeartbeat, BrokerSetKey
+from brokergroup_controller.backoff import BackoffPolicy
 from brokergroup_controller.election import ReplicaHeartbeat
 
 BrokerKey = tuple[str, str, int]  # (clusterName, brokerName, brokerId)
@@ -140,6 +141,7 @@ class Liveness:
         self.connection_close_grace_ms = connection_close_grace_ms
         self.election_retry_initial_ms = election_retry_initial_ms
         self.election_retry_max_ms = election_retry_max_ms
+        self._election_backoff = BackoffPolicy(election_retry_initial_ms, election_retry_max_ms)
         self.stall_threshold_ms = stall_threshold_ms
         self._last_tick_ms: int | None = None
         self._replicas: dict[BrokerKey, _Replica] = {}
@@ -478,7 +480,7 @@ class Liveness:
             return
         pending.in_flight = False
         pending.due_ms = now_ms + pending.backoff_ms
-        pending.backoff_ms = min(pending.backoff_ms * 2, self.election_retry_max_ms)
+        pending.backoff_ms = self._election_backoff.next_ms(pending.backoff_ms)
 
     def pending_elections(self) -> list[BrokerSetKey]:
         return sorted(self._pending)

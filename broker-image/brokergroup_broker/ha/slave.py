@@ -82,6 +82,7 @@ from brokergroup_broker.ha.truncation import (
     find_truncation_point,
 )
 from brokergroup_broker.store import FlushDiskType, GroupCommitService, MessageStore, StoreError
+from brokergroup_controller.backoff import BackoffPolicy
 
 __all__ = ["HASlaveService", "ReplicationDiverged"]
 
@@ -154,7 +155,11 @@ class HASlaveService:
             raise RuntimeError("HASlaveService.run is already running")
         self._running = True
         self._run_finished.clear()
-        backoff_ms = self._config.reconnect_backoff_min_ms
+        backoff = BackoffPolicy(
+            initial_ms=self._config.reconnect_backoff_min_ms,
+            max_ms=self._config.reconnect_backoff_max_ms,
+        )
+        backoff_ms = backoff.initial_ms
         if self._store.config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
             loop = asyncio.get_running_loop()
 
@@ -183,11 +188,11 @@ class HASlaveService:
                 if self._stop_requested.is_set():
                     break
                 if self._sessions > sessions_before:
-                    backoff_ms = self._config.reconnect_backoff_min_ms
+                    backoff_ms = backoff.initial_ms
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(backoff_ms / 1000):
                         await self._stop_requested.wait()
-                backoff_ms = min(backoff_ms * 2, self._config.reconnect_backoff_max_ms)
+                backoff_ms = backoff.next_ms(backoff_ms)
         finally:
             self._connected = False
             self._session = None

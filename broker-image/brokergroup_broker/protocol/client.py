@@ -85,6 +85,7 @@ from brokergroup_broker.protocol.messages import (
     TopicQueueCountRequest,
 )
 from brokergroup_broker.protocol.response_codec import decode_response
+from brokergroup_controller.backoff import BackoffPolicy
 from brokergroup_remoting.net import Credentials
 
 __all__ = [
@@ -460,7 +461,13 @@ class _RetryBudget:
         self._start = time.monotonic()
         self._attempts = 1
         self._isr_attempts = 0
-        self._backoff_s = config.retry_initial_backoff_ms / 1000
+        # Jitter: no herd (each delay is uniform in [half, all] of the backoff).
+        self._backoff = BackoffPolicy(
+            initial_ms=config.retry_initial_backoff_ms,
+            max_ms=config.retry_max_backoff_ms,
+            jitter=0.5,
+        )
+        self._backoff_ms = self._backoff.initial_ms
         self.retries = 0
 
     def next_delay(self, error: BaseException, *, immediate: bool = False) -> float:
@@ -482,8 +489,8 @@ class _RetryBudget:
         self.retries += 1
         if immediate:
             return 0.0
-        delay = self._backoff_s * random.uniform(0.5, 1.0)  # jitter: no herd
-        self._backoff_s = min(self._backoff_s * 2, cfg.retry_max_backoff_ms / 1000)
+        delay = self._backoff.jittered_ms(self._backoff_ms, random.random()) / 1000
+        self._backoff_ms = self._backoff.next_ms(self._backoff_ms)
         remaining = cfg.retry_deadline_ms / 1000 - elapsed_s
         return max(0.0, min(delay, remaining))
 

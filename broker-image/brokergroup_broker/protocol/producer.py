@@ -27,6 +27,7 @@ from brokergroup_broker.protocol.messages import (
     ResponseCode,
     SendResult,
 )
+from brokergroup_controller.backoff import BackoffPolicy
 from brokergroup_remoting.net import Credentials
 
 log = logging.getLogger(__name__)
@@ -184,15 +185,16 @@ class Producer:
         senders retry on the new master at once (unknown outcome: at least once)."""
         watch = self._discovery.next_master_change  # type: ignore[attr-defined]
         known = 0
-        backoff_s = 0.1
+        backoff = BackoffPolicy(initial_ms=100, max_ms=2_000)
+        backoff_ms = backoff.initial_ms
         while True:
             info = await watch(known, self._config.master_watch_ms)
             if info is None:
                 self._watched_master = None  # no authority now: brokers' hints count again
-                await asyncio.sleep(backoff_s)
-                backoff_s = min(backoff_s * 2, 2.0)
+                await asyncio.sleep(backoff_ms / 1000)
+                backoff_ms = backoff.next_ms(backoff_ms)
                 continue
-            backoff_s = 0.1
+            backoff_ms = backoff.initial_ms
             if info.master_epoch <= known:
                 continue
             address = info.live_master_address
