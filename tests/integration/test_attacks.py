@@ -9,7 +9,9 @@ the attack. Memory of the attacked process is read from /proc before and after.
   (before the transport's bounds one connection grew a controller by 1.2 GiB in 44 s and
   deposed the master), plus connections that each promise a 16 MiB frame before any
   signature (24 of them held 377 MiB).
-- fuzz: structured frames — valid framing, the codes each port serves, header fields drawn
+- fuzz: every broker's client port (HELLOs of every shape, frames before any handshake)
+  and HTTP port (every path, wrong credentials, broken requests), and structured frames —
+  valid framing, the codes each port serves, header fields drawn
   from the names those codes read with numbers, signs, non-ASCII digits, huge and empty
   values, JSON-ish bodies — signed with the runtime's client pair and unsigned, to every
   name server, every broker's remoting port and the controllers' remoting port where it is
@@ -46,6 +48,8 @@ pytestmark = pytest.mark.integration
 ATTACK_S = float(os.environ.get("BROKERGROUP_ATTACK_SECONDS", "20"))
 NAMESRV_PORT = 19876
 CONTROLLER_REMOTING_PORT = 9879
+BROKER_CLIENT_PORT = 20911
+BROKER_HTTP_PORT = 20911 + 2
 BROKER_REMOTING_PORT = 20911 + 3
 #: What the attacked controller may grow by (it held 1.2 GiB more after 44 s before).
 MAX_GROWTH_MIB = 96
@@ -231,6 +235,63 @@ async def fuzz_port(address: str, credentials: Credentials, seed: int, until: fl
     return sent
 
 
+async def fuzz_client_port(address: str, seed: int, until: float) -> int:
+    """The broker's own client port: HELLOs of every shape (lengths, keys, proofs, bytes
+    after them) and frames before any handshake; refused before anything is decoded."""
+    rng = random.Random(seed)
+    host, _, port = address.rpartition(":")
+    sent = 0
+    while time.monotonic() < until:
+        try:
+            reader, writer = await asyncio.open_connection(host, int(port))
+        except OSError:
+            await asyncio.sleep(0.2)
+            continue
+        try:
+            await asyncio.wait_for(reader.read(64), 2)
+            length = rng.choice([0, 1, 16, 255, 256, -1, 32767, rng.randint(-32768, 32767)])
+            key = rng.randbytes(rng.randint(0, 300))
+            writer.write(struct.pack(">h", length) + key + rng.randbytes(rng.randint(0, 128)))
+            await asyncio.wait_for(writer.drain(), 2)
+            sent += 1
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(reader.read(4096), 0.3)
+        except (ConnectionError, TimeoutError):
+            pass
+        finally:
+            writer.transport.abort()
+    return sent
+
+
+async def fuzz_http_port(address: str, seed: int, until: float) -> int:
+    """The broker's HTTP port: every path with and without (wrong) credentials, and
+    broken requests; probes stay open, the rest answer 401, nothing crashes."""
+    rng = random.Random(seed)
+    host, _, port = address.rpartition(":")
+    paths = ["/healthz", "/readyz", "/v1/status", "/v1/consumer-offsets", "/", "/x" * 50]
+    sent = 0
+    while time.monotonic() < until:
+        try:
+            reader, writer = await asyncio.open_connection(host, int(port))
+        except OSError:
+            await asyncio.sleep(0.2)
+            continue
+        try:
+            auth = rng.choice(["", "Authorization: Bearer nope\r\n", "Authorization: x\r\n"])
+            line = rng.choice(["GET", "POST", "PUT", "\x00\x01", "GET " * 100])
+            raw = f"{line} {rng.choice(paths)} HTTP/1.1\r\nHost: x\r\n{auth}\r\n"
+            writer.write(raw.encode("utf-8", "surrogateescape") + rng.randbytes(rng.randint(0, 64)))
+            await asyncio.wait_for(writer.drain(), 2)
+            sent += 1
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(reader.read(4096), 0.3)
+        except (ConnectionError, TimeoutError):
+            pass
+        finally:
+            writer.transport.abort()
+    return sent
+
+
 def listening(host: str, port: int) -> bool:
     with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=2):
         return True
@@ -250,12 +311,22 @@ def test_fuzzing_every_remoting_port_leaves_the_group_healthy(runtime: Runtime) 
     ]
     ports += [f"{b['address'].rsplit(':', 1)[0]}:{BROKER_REMOTING_PORT}" for b in before["brokers"]]
 
+    brokers = [b["address"].rsplit(":", 1)[0] for b in before["brokers"]]
+
     async def fuzz() -> tuple[int, list[int]]:
         until = time.monotonic() + ATTACK_S
         namesrv = ports[0]
         results = await asyncio.gather(
             signed_route_answers(namesrv, credentials, until),
             *(fuzz_port(p, credentials, seed, until) for seed, p in enumerate(ports)),
+            *(
+                fuzz_client_port(f"{h}:{BROKER_CLIENT_PORT}", 100 + i, until)
+                for i, h in enumerate(brokers)
+            ),
+            *(
+                fuzz_http_port(f"{h}:{BROKER_HTTP_PORT}", 200 + i, until)
+                for i, h in enumerate(brokers)
+            ),
         )
         return results[0], list(results[1:])
 
