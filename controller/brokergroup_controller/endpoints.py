@@ -31,8 +31,8 @@ from brokergroup_controller.config import ControllerConfig
 from brokergroup_controller.credentials import Role
 from brokergroup_controller.election import ElectionRequest, ElectionTrigger, decide_election
 from brokergroup_controller.errors import ControllerError, ErrorCode
-from brokergroup_controller.http_support import _Metrics
 from brokergroup_controller.liveness import Liveness
+from brokergroup_controller.metrics import Metrics
 from brokergroup_controller.raft_node import ControllerRaftNode
 from brokergroup_controller.state import (
     AlterSyncStateSet,
@@ -64,7 +64,7 @@ class LeaderService(Protocol):
     config: ControllerConfig
     node: ControllerRaftNode
     liveness: Liveness
-    metrics: _Metrics
+    metrics: Metrics
     clock_ms: Callable[[], int]
 
     def snapshot(self, cluster: str, name: str) -> BrokerSet | None: ...

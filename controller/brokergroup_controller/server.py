@@ -51,8 +51,8 @@ from brokergroup_controller.config import (
 from brokergroup_controller.election import ElectionRequest, ElectionTrigger
 from brokergroup_controller.endpoints import Endpoints
 from brokergroup_controller.errors import ControllerError, ErrorCode
-from brokergroup_controller.http_support import _Metrics
 from brokergroup_controller.liveness import Liveness, WatchedSet
+from brokergroup_controller.metrics import Metrics
 from brokergroup_controller.raft_node import ControllerRaftNode
 from brokergroup_controller.state import (
     ApplyResult,
@@ -99,7 +99,7 @@ class ControllerService:
             election_retry_initial_ms=config.election_retry_initial_ms,
             election_retry_max_ms=config.election_retry_max_ms,
         )
-        self.metrics = _Metrics()
+        self.metrics = Metrics()
         self._changed: asyncio.Condition | None = None
         self._was_leader = False
         self._heartbeat_transports: dict[tuple[str, str, int], asyncio.BaseTransport] = {}

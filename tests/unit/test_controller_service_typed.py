@@ -208,3 +208,22 @@ def test_refusal_of_maps_every_controller_error_through_the_one_table() -> None:
     bad = refusal_of(BadRequest("field 'brokerName' is required"))
     assert bad is not None and bad.code == ResponseCode.CONTROLLER_INVALID_REQUEST
     assert refusal_of(ValueError("a bug")) is None
+
+
+def test_the_service_imports_no_front_end() -> None:
+    """The service knows no wire format: neither it nor anything it imports reaches aiohttp
+    or a front end's module (the edges import the service, never the other way)."""
+    grimp = pytest.importorskip("grimp")
+    graph = grimp.build_graph(
+        "brokergroup_controller", "brokergroup_remoting", include_external_packages=True
+    )
+    front_ends = {"app", "api_auth", "http_support", "request_parsing", "rocketmq_front", "cli"}
+    for module in ("requests", "endpoints", "server", "state", "access", "election"):
+        imported = graph.find_upstream_modules(f"brokergroup_controller.{module}")
+        edges = sorted(
+            m
+            for m in imported
+            if m.split(".")[0] == "aiohttp"
+            or (m.startswith("brokergroup_controller.") and m.split(".")[1] in front_ends)
+        )
+        assert edges == [], (module, edges)
