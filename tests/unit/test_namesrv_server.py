@@ -578,3 +578,31 @@ def test_name_server_access_decision(
     principal: Principal | None, code: int, fields: dict[str, str], allowed: bool
 ) -> None:
     assert (namesrv_access.decide(principal, code, fields) is None) == allowed
+
+
+@pytest.mark.parametrize("encoding", ["json", "compressed"])
+async def test_a_registration_with_one_bad_topic_routes_every_other_topic(
+    served: tuple[NameServer, Groups, str], caplog: pytest.LogCaptureFixture, encoding: str
+) -> None:
+    """Issue 31 item 3: one topic breaking the topic rule (a 121-character group's retry
+    topic, a dot) is left out, said once per broker and topic; the registration and every
+    other topic stand (before: the whole registration refused, every topic of the broker
+    gone from the routes once its last good registration expired)."""
+    server, _, address = served
+    bad = ["%RETRY%" + "g" * 121, "orders.v1"]
+    topics = ("orders", *bad, "payments", "TBW102")
+    body = json_body(*topics) if encoding == "json" else compressed_body(*topics)
+    fields = register_fields(A1, 0, compressed=str(encoding == "compressed").lower())
+    broker = await RemotingClient.connect(address, credentials=GOOD)
+    try:
+        for _ in range(3):  # a broker registers every 30 s
+            answer = await broker.invoke(request(RequestCode.REGISTER_BROKER, 0, fields, body), 5)
+            assert answer.code == ResponseCode.SUCCESS, answer.remark
+        held = server.registry.get("DefaultCluster", A1)
+        assert held is not None and set(held.topics) == {"orders", "payments", "TBW102"}
+        assert (await route(address, "payments"))[0] == ResponseCode.SUCCESS
+    finally:
+        await broker.close()
+    said = [r.getMessage() for r in caplog.records if "breaks the topic rule" in r.getMessage()]
+    assert len(said) == len(bad), said  # once per broker and topic, not per registration
+    assert all(A1 in line for line in said)
