@@ -37,9 +37,9 @@ from brokergroup_controller.errors import ControllerError, ErrorCode
 from brokergroup_controller.http_support import (
     FORWARDED_HEADER,
     LEADER_HEADER,
-    _error_body,
-    _json,
-    _refusal,
+    error_body,
+    json_answer,
+    refusal_answer,
 )
 from brokergroup_controller.raft_node import ControllerRaftNode
 from brokergroup_controller.request_parsing import (
@@ -274,14 +274,14 @@ def _route(
             else:
                 result = await endpoint.answer(service.endpoints, parsed, caller)
                 result.setdefault("code", ErrorCode.SUCCESS.value)
-                response = _json(200, result, leader_api)
+                response = json_answer(200, result, leader_api)
         except ControllerError as exc:  # BadRequest too: 400
-            response = _refusal(exc, leader_api)
+            response = refusal_answer(exc, leader_api)
         except Exception as exc:
             log.exception("%s %s failed", request.method, request.path)
-            response = _json(
+            response = json_answer(
                 500,
-                _error_body(ErrorCode.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}"),
+                error_body(ErrorCode.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}"),
                 leader_api,
             )
         code = _response_code(response)
@@ -317,8 +317,8 @@ def create_app(
         try:
             front.auth.authenticate(request)
         except ControllerError as exc:
-            return _refusal(exc, service.leader_api())
-        return _json(200, raft_body(service), service.leader_api())
+            return refusal_answer(exc, service.leader_api())
+        return json_answer(200, raft_body(service), service.leader_api())
 
     async def metrics(request: web.Request) -> web.Response:
         status = node.status()
@@ -343,18 +343,18 @@ def create_app(
         )
 
     async def healthz(request: web.Request) -> web.Response:
-        return _json(200, {"code": ErrorCode.SUCCESS.value, "status": "alive"})
+        return json_answer(200, {"code": ErrorCode.SUCCESS.value, "status": "alive"})
 
     async def readyz(request: web.Request) -> web.Response:
         status = node.status()
         if status.caught_up:
-            return _json(200, {"code": ErrorCode.SUCCESS.value, "status": "ready"})
+            return json_answer(200, {"code": ErrorCode.SUCCESS.value, "status": "ready"})
         reason = (
             "no Raft leader known"
             if status.leader is None
             else f"applied {status.last_applied} of {status.leader_commit_index}"
         )
-        return _json(503, _error_body(ErrorCode.NOT_LEADER, f"not ready: {reason}"))
+        return json_answer(503, error_body(ErrorCode.NOT_LEADER, f"not ready: {reason}"))
 
     app.router.add_get("/v1/raft", raft)
     app.router.add_get("/metrics", metrics)

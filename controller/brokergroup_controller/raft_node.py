@@ -81,9 +81,9 @@ from brokergroup_controller.raft_storage import (
     DurableJournal,
     Entry,
     SnapshotStore,
-    _write_durable,
     decode_snapshot,
     encode_snapshot,
+    write_durable,
 )
 from brokergroup_controller.state import ApplyResult, ControllerState, Event, event_from_dict
 
@@ -262,7 +262,7 @@ class ControllerRaftNode(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
             )
         self._startup_snapshot = data
         if not os.path.exists(self._dump_path):
-            _write_durable(self._dump_path, data, fsync=False)
+            write_durable(self._dump_path, data, fsync=False)
 
     # -- pysyncobj serializer hooks (Raft thread)
 

@@ -39,7 +39,7 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def _write_durable(
+def write_durable(
     path: str, data: bytes, *, fsync: bool, keep_previous_as: str | None = None
 ) -> None:
     """Replace `path` atomically: tmp file, fsync, rename, fsync the directory.
@@ -165,7 +165,7 @@ class DurableJournal(Journal):  # type: ignore[misc]  # pysyncobj is untyped
 
     def _load(self) -> int:
         if not os.path.exists(self._path):
-            _write_durable(self._path, _JOURNAL_MAGIC, fsync=self._fsync)
+            write_durable(self._path, _JOURNAL_MAGIC, fsync=self._fsync)
         with open(self._path, "rb") as f:
             data = f.read()
         if not data.startswith(_JOURNAL_MAGIC):
@@ -288,7 +288,7 @@ class DurableJournal(Journal):  # type: ignore[misc]  # pysyncobj is untyped
         self._pending = bytearray()
 
     def _save_meta(self, *, durable: bool) -> None:
-        _write_durable(
+        write_durable(
             self._meta_path,
             encode_meta(self._meta),
             fsync=durable,
@@ -303,7 +303,7 @@ class DurableJournal(Journal):  # type: ignore[misc]  # pysyncobj is untyped
         for entry in entries:
             offsets.append(len(body))
             body += _record(entry)
-        _write_durable(self._path, bytes(body), fsync=self._fsync)
+        write_durable(self._path, bytes(body), fsync=self._fsync)
         os.close(self._fd)
         self._fd = os.open(self._path, os.O_RDWR)
         os.lseek(self._fd, 0, os.SEEK_END)
@@ -363,7 +363,7 @@ class SnapshotStore:
         return os.path.join(self._dir, f"snap-{index:020d}.json")
 
     def save(self, data: bytes, first_index: int) -> None:
-        _write_durable(self._path(first_index), data, fsync=self._fsync)
+        write_durable(self._path(first_index), data, fsync=self._fsync)
 
     def find(self, first_entry: Entry) -> bytes | None:
         """The snapshot whose boundary entry is the journal's first entry."""

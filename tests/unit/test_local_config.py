@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from brokergroup_cli.local.commands import _namesrv_fields
+from brokergroup_cli.local.commands import namesrv_fields
 from brokergroup_cli.local.config import ConfigError, LocalConfig, build_config
 from brokergroup_cli.local.plan import Layout, broker_argv, controller_argv
 from brokergroup_cli.local.state import (
@@ -240,7 +240,7 @@ def test_status_json_shows_the_client_pair_and_the_admin_pair(tmp_path: Path) ->
         started_at_ms=1, updated_at_ms=2, controllers=(), brokers=(), config={},
     )  # fmt: skip
     write_state(layout.state_file, state)
-    fields = _namesrv_fields(layout)
+    fields = namesrv_fields(layout)
     client = json.loads(layout.client_key_file.read_text())
     admin = json.loads(layout.namesrv_key_file.read_text())
     assert (fields["accessKey"], fields["secretKey"]) == (client["accessKey"], client["secretKey"])

@@ -88,9 +88,9 @@ from brokergroup_broker.ha.codec import (
 )
 from brokergroup_broker.ha.config import HAConfig
 from brokergroup_broker.ha.master_connection import (
+    ConnectionClosed,
+    SlaveConnection,
     SlaveProgress,
-    _Connection,
-    _ConnectionClosed,
 )
 from brokergroup_broker.ha.master_stream import SlaveStreams
 from brokergroup_broker.store import MessageStore
@@ -134,8 +134,8 @@ class HAMasterService:
         self._accept_task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
-        self._connections: set[_Connection] = set()
-        self._by_broker: dict[int, _Connection] = {}
+        self._connections: set[SlaveConnection] = set()
+        self._by_broker: dict[int, SlaveConnection] = {}
         self._progress: dict[int, SlaveProgress] = {}
         self._stopping = False
         self._writes_stopped = False
@@ -291,7 +291,7 @@ class HAMasterService:
             try:
                 sock.setblocking(False)
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                conn = _Connection(
+                conn = SlaveConnection(
                     sock=sock,
                     address=f"{peer[0]}:{peer[1]}",
                     decoder=SlaveFrameDecoder(self._config.max_frame_body_bytes),
@@ -303,7 +303,7 @@ class HAMasterService:
             self._connections.add(conn)
             conn.task = asyncio.create_task(self._serve(conn), name=f"ha-master-{conn.address}")
 
-    async def _serve(self, conn: _Connection) -> None:
+    async def _serve(self, conn: SlaveConnection) -> None:
         try:
             await self._serve_inner(conn)
         except asyncio.CancelledError:
@@ -315,7 +315,7 @@ class HAMasterService:
                 conn.broker_id,
                 exc,
             )
-        except _ConnectionClosed:
+        except ConnectionClosed:
             log.info(
                 "HA master: slave %s (broker %s) closed the connection",
                 conn.address,
@@ -345,7 +345,7 @@ class HAMasterService:
         finally:
             self._close(conn)
 
-    def _close(self, conn: _Connection) -> None:
+    def _close(self, conn: SlaveConnection) -> None:
         self._connections.discard(conn)
         with contextlib.suppress(OSError):
             conn.sock.close()
@@ -359,7 +359,7 @@ class HAMasterService:
         except Exception:
             log.exception("HA master: on_slave_disconnect(%d) failed", broker_id)
 
-    async def _authenticate(self, conn: _Connection) -> None:
+    async def _authenticate(self, conn: SlaveConnection) -> None:
         """ha/auth.py: fixed-length challenge and proof, checked before any frame."""
         secret = self._config.secret
         if secret is None:
@@ -373,18 +373,18 @@ class HAMasterService:
             raise HAProtocolError(f"authentication failed: {exc}") from exc
         await self._streams.send(conn, auth.master_proof(secret, nonce, slave_nonce))
 
-    async def _read_exact(self, conn: _Connection, n: int) -> bytes:
+    async def _read_exact(self, conn: SlaveConnection, n: int) -> bytes:
         loop = asyncio.get_running_loop()
         data = b""
         async with asyncio.timeout(self._config.read_timeout_ms / 1000):
             while len(data) < n:
                 chunk = await loop.sock_recv(conn.sock, n - len(data))
                 if not chunk:
-                    raise _ConnectionClosed()
+                    raise ConnectionClosed()
                 data += chunk
         return data
 
-    async def _serve_inner(self, conn: _Connection) -> None:
+    async def _serve_inner(self, conn: SlaveConnection) -> None:
         await self._authenticate(conn)
         handshake = await self._streams.read_frame(conn)
         if not isinstance(handshake, SlaveHandshake):
@@ -436,14 +436,14 @@ class HAMasterService:
             if not task.cancelled() and (exc := task.exception()) is not None:
                 raise exc
 
-    async def _finish_drain(self, conn: _Connection, reader: asyncio.Task[None]) -> None:
+    async def _finish_drain(self, conn: SlaveConnection, reader: asyncio.Task[None]) -> None:
         """The sender returned (``stop``): its last frame is queued. Half-close and read
         acks until the slave, having read every frame before our end of stream, closes
         its side. Closing at once could reset the connection under a frame the slave
         has not read (a close with unread acks sends RST); ``stop`` bounds the wait."""
         with contextlib.suppress(OSError):
             conn.sock.shutdown(socket.SHUT_WR)
-        with contextlib.suppress(_ConnectionClosed, OSError, HAProtocolError, TimeoutError):
+        with contextlib.suppress(ConnectionClosed, OSError, HAProtocolError, TimeoutError):
             await reader
         log.info(
             "HA master: stream to slave broker %s at %s drained (last confirmOffset %d)",
@@ -452,7 +452,7 @@ class HAMasterService:
             self._confirm_offset,
         )
 
-    def _register(self, conn: _Connection, handshake: SlaveHandshake) -> None:
+    def _register(self, conn: SlaveConnection, handshake: SlaveHandshake) -> None:
         broker_id = handshake.slave_broker_id
         if self._registered_host is not None:
             # A broker id is accepted only from the address the controller registered
@@ -493,7 +493,7 @@ class HAMasterService:
             handshake.is_sync_from_last_file,
         )
 
-    def _start_offset(self, conn: _Connection, requested: int, from_last_file: bool) -> int:
+    def _start_offset(self, conn: SlaveConnection, requested: int, from_last_file: bool) -> int:
         store = self._store
         min_offset, max_offset = store.min_offset, store.max_offset
         if requested > max_offset:
@@ -518,7 +518,7 @@ class HAMasterService:
         )
         return min_offset
 
-    def _publish(self, conn: _Connection, connected: bool) -> None:
+    def _publish(self, conn: SlaveConnection, connected: bool) -> None:
         assert conn.broker_id is not None
         self._progress[conn.broker_id] = SlaveProgress(
             broker_id=conn.broker_id,

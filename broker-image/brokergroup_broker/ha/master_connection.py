@@ -32,12 +32,14 @@ class SlaveProgress:
     address: str
 
 
-class _ConnectionClosed(Exception):
+class ConnectionClosed(Exception):
     """The peer closed the socket."""
 
 
 @dataclass(eq=False)  # identity semantics: connections live in a set
-class _Connection:
+class SlaveConnection:
+    """The master's side of one slave's HA connection: its socket, decoder and ack state."""
+
     sock: socket.socket
     address: str
     decoder: SlaveFrameDecoder
@@ -53,6 +55,6 @@ class _Connection:
     task: asyncio.Task[None] | None = None
 
 
-def _set_done(future: asyncio.Future[None]) -> None:
+def set_done(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)

@@ -26,9 +26,9 @@ from brokergroup_broker.ha.codec import (
 )
 from brokergroup_broker.ha.config import HAConfig
 from brokergroup_broker.ha.master_connection import (
-    _Connection,
-    _ConnectionClosed,
-    _set_done,
+    ConnectionClosed,
+    SlaveConnection,
+    set_done,
 )
 from brokergroup_broker.store import MessageStore
 
@@ -46,7 +46,7 @@ class SlaveStreams:
         master_epoch: int,
         now_ms: Callable[[], int],
         confirm_offset: Callable[[], int],
-        publish: Callable[[_Connection, bool], None],
+        publish: Callable[[SlaveConnection, bool], None],
         on_slave_ack: Callable[[int, int], None],
         writes_stopped: Callable[[], bool] = lambda: False,
         stopping: Callable[[], bool] = lambda: False,
@@ -66,14 +66,14 @@ class SlaveStreams:
         self._writes_stopped = writes_stopped
         self._stopping = stopping
 
-    async def ack_loop(self, conn: _Connection) -> None:
+    async def ack_loop(self, conn: SlaveConnection) -> None:
         while True:
             frame = await self.read_frame(conn)
             if not isinstance(frame, SlaveAck):
                 raise HAProtocolError(f"expected an ack during transfer, got {frame!r}")
             self.accept_ack(conn, frame.max_offset, first=False)
 
-    def accept_ack(self, conn: _Connection, ack: int, *, first: bool) -> None:
+    def accept_ack(self, conn: SlaveConnection, ack: int, *, first: bool) -> None:
         assert conn.broker_id is not None
         if not first:
             if ack < conn.ack_offset:
@@ -106,12 +106,12 @@ class SlaveStreams:
         end = entries[i + 1].start_offset if i + 1 < len(entries) else None
         return entries[i].epoch, entries[i].start_offset, end
 
-    def _mark_sent(self, conn: _Connection, master_max: int) -> None:
+    def _mark_sent(self, conn: SlaveConnection, master_max: int) -> None:
         if len(conn.inflight) >= self._config.max_inflight_batches:
             conn.inflight.popleft()  # forget the oldest: caught-up only gets stricter
         conn.inflight.append((master_max, self._now_ms()))
 
-    async def send_loop(self, conn: _Connection) -> None:
+    async def send_loop(self, conn: SlaveConnection) -> None:
         """Batches, heartbeats and confirmOffset changes to one slave until cancelled, or,
         once the master stops (`stopping()`), until the slave has been sent the current
         confirmOffset: then it returns and the caller half-closes the stream.
@@ -174,7 +174,7 @@ class SlaveStreams:
                 async with asyncio.timeout(remaining):
                     await conn.wake.wait()
 
-    async def _send_batch(self, conn: _Connection, store_max: int) -> None:
+    async def _send_batch(self, conn: SlaveConnection, store_max: int) -> None:
         offset = conn.next_offset
         epoch_info = self._epoch_of(offset)
         if epoch_info is None:
@@ -204,7 +204,7 @@ class SlaveStreams:
             await _send_corked(conn.sock, header)
             await _sendfile(conn.sock, rng.fd, rng.file_position, rng.length)
 
-    async def _send_heartbeat(self, conn: _Connection, store_max: int) -> None:
+    async def _send_heartbeat(self, conn: SlaveConnection, store_max: int) -> None:
         offset = conn.next_offset
         epoch_info = self._epoch_of(offset)
         epoch, epoch_start = (
@@ -219,11 +219,11 @@ class SlaveStreams:
         self._mark_sent(conn, store_max)
         await self.send(conn, frame.encode())
 
-    async def send(self, conn: _Connection, data: bytes) -> None:
+    async def send(self, conn: SlaveConnection, data: bytes) -> None:
         async with asyncio.timeout(self._config.write_timeout_ms / 1000):
             await asyncio.get_running_loop().sock_sendall(conn.sock, data)
 
-    async def read_frame(self, conn: _Connection) -> SlaveFrame:
+    async def read_frame(self, conn: SlaveConnection) -> SlaveFrame:
         loop = asyncio.get_running_loop()
         while True:
             event = conn.decoder.next_event()
@@ -232,7 +232,7 @@ class SlaveStreams:
             async with asyncio.timeout(self._config.read_timeout_ms / 1000):
                 data = await loop.sock_recv(conn.sock, self._config.read_chunk_bytes)
             if not data:
-                raise _ConnectionClosed()
+                raise ConnectionClosed()
             conn.decoder.receive_data(data)
 
 
@@ -266,7 +266,7 @@ async def _sendfile(sock: socket.socket, fd: int, position: int, count: int) -> 
             count -= sent
             continue
         writable = loop.create_future()
-        loop.add_writer(out, _set_done, writable)
+        loop.add_writer(out, set_done, writable)
         try:
             await writable
         finally:

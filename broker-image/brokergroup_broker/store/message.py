@@ -69,15 +69,15 @@ MAX_PROPERTIES_BYTES = 32767  # stored as a Java short
 FIXED_V4_BYTES = 4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + 8 + 8 + 8 + 4 + 8 + 4 + 1 + 2
 MIN_RECORD_BYTES = FIXED_V4_BYTES + 1  # a topic has at least one byte
 
-_HEAD = struct.Struct(">iiiiiqqiq")  # totalSize .. bornTimestamp (48 bytes)
-_SIZE_MAGIC = struct.Struct(">ii")
-_I32 = struct.Struct(">i")
-_I16 = struct.Struct(">h")
-_Q = struct.Struct(">q")
-_HOST_V4 = struct.Struct(">4si")
-_HOST_V6 = struct.Struct(">16si")
-_AFTER_HOSTS = struct.Struct(">iqi")  # reconsumeTimes, preparedTransactionOffset, bodyLength
-_TAGS_NEEDLE = b"TAGS\x01"
+RECORD_HEAD = struct.Struct(">iiiiiqqiq")  # totalSize .. bornTimestamp (48 bytes)
+SIZE_MAGIC = struct.Struct(">ii")
+I32 = struct.Struct(">i")
+I16 = struct.Struct(">h")
+I64 = struct.Struct(">q")
+HOST_V4 = struct.Struct(">4si")
+HOST_V6 = struct.Struct(">16si")
+AFTER_HOSTS = struct.Struct(">iqi")  # reconsumeTimes, preparedTransactionOffset, bodyLength
+TAGS_NEEDLE = b"TAGS\x01"
 #: scan_records' fast path: totalSize, magic, bodyCRC, queueId, (flag), queueOffset,
 #: physicalOffset, sysFlag, (born ts, hosts, store ts, reconsumeTimes, prepared
 #: offset: 44 bytes for IPv4 hosts), bodyLength.

@@ -15,20 +15,20 @@ from brokergroup_broker.topics import topic_error
 
 from .errors import MessageInvalid, TopicNotStorable
 from .message import (
-    _AFTER_HOSTS,
-    _HOST_V4,
-    _HOST_V6,
-    _I16,
-    _Q,
-    _SIZE_MAGIC,
+    AFTER_HOSTS,
     BLANK_MAGIC_CODE,
     BORNHOST_V6_FLAG,
     END_FILE_MIN_BLANK_LENGTH,
+    HOST_V4,
+    HOST_V6,
+    I16,
+    I64,
     MAX_PROPERTIES_BYTES,
     MESSAGE_MAGIC_CODE,
     NAME_VALUE_SEPARATOR,
     PROPERTY_SEPARATOR,
     PROPERTY_TAGS,
+    SIZE_MAGIC,
     STOREHOSTADDRESS_V6_FLAG,
     AppendedMessage,
     MessageInput,
@@ -258,10 +258,10 @@ def encode_run(
     sys_flag &= ~(BORNHOST_V6_FLAG | STOREHOSTADDRESS_V6_FLAG)
     sys_flag |= (BORNHOST_V6_FLAG if born_v6 else 0) | (STOREHOSTADDRESS_V6_FLAG if store_v6 else 0)
     middle = (
-        (_HOST_V6 if born_v6 else _HOST_V4).pack(born_addr, born_host[1])
-        + _Q.pack(store_timestamp_ms)
-        + (_HOST_V6 if store_v6 else _HOST_V4).pack(store_addr, store_host[1])
-        + _AFTER_HOSTS.pack(reconsume_times, prepared_transaction_offset, 0)[:12]
+        (HOST_V6 if born_v6 else HOST_V4).pack(born_addr, born_host[1])
+        + I64.pack(store_timestamp_ms)
+        + (HOST_V6 if store_v6 else HOST_V4).pack(store_addr, store_host[1])
+        + AFTER_HOSTS.pack(reconsume_times, prepared_transaction_offset, 0)[:12]
     )
     pack = _run_prefix(len(middle)).pack
     fixed = message_length(sys_flag, 0, len(topic_bytes), 0)
@@ -297,7 +297,7 @@ def encode_run(
             )
         if total + END_FILE_MIN_BLANK_LENGTH > segment_bytes - pos % segment_bytes:
             space = segment_bytes - pos % segment_bytes
-            append(_SIZE_MAGIC.pack(space, BLANK_MAGIC_CODE) + bytes(space - 8))
+            append(SIZE_MAGIC.pack(space, BLANK_MAGIC_CODE) + bytes(space - 8))
             pos += space
         append(
             pack(
@@ -331,4 +331,4 @@ def _trailer(
     if tags:
         cached = tag_codes.get(tags)
         tcode = tag_codes[tags] = java_string_hash(tags) if cached is None else cached
-    return props, topic_part + _I16.pack(len(props)) + props, tcode
+    return props, topic_part + I16.pack(len(props)) + props, tcode

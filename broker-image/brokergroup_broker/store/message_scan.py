@@ -25,20 +25,20 @@ from dataclasses import dataclass
 
 from .errors import StoreCorruption
 from .message import (
-    _AFTER_HOSTS,
-    _HEAD,
-    _HOST_V4,
-    _HOST_V6,
-    _I16,
-    _I32,
-    _Q,
-    _SIZE_MAGIC,
-    _TAGS_NEEDLE,
+    AFTER_HOSTS,
     BLANK_MAGIC_CODE,
     BORNHOST_V6_FLAG,
+    HOST_V4,
+    HOST_V6,
+    I16,
+    I32,
+    I64,
     MESSAGE_MAGIC_CODE,
     PROPERTY_TAGS,
+    RECORD_HEAD,
+    SIZE_MAGIC,
     STOREHOSTADDRESS_V6_FLAG,
+    TAGS_NEEDLE,
     RecordIndex,
     StoredMessage,
     decode_host,
@@ -104,8 +104,8 @@ def scan_records(
     append = records.append
     head = _COMMON_HEAD.unpack_from
     head_bytes = _COMMON_HEAD.size  # fewer bytes than the smallest record
-    i32 = _I32.unpack_from
-    i16 = _I16.unpack_from
+    i32 = I32.unpack_from
+    i16 = I16.unpack_from
     view = memoryview(buf)
     raw_buf = buf if isinstance(buf, bytes) else bytes(buf)  # slices of bytes are bytes
     new_index = tuple.__new__  # RecordIndex(...) runs a Python-level __new__
@@ -156,7 +156,7 @@ def scan_records(
             tcode = 0
             if props_len:
                 props = raw_buf[pl_at + 2 : end]
-                if _TAGS_NEEDLE in props:
+                if TAGS_NEEDLE in props:
                     tcode = tags_code(decode_properties(props).get(PROPERTY_TAGS))
             append(new_index(RecordIndex, (topic, queue_id, queue_offset, phys, total, tcode)))
             pos = end
@@ -175,7 +175,7 @@ def _lengths(buf: Buffer, pos: int, end: int, body_at: int) -> tuple[int, int, i
     message record [pos, end) when its lengths add up (`record_layout.lengths_add_up`),
     else None. A field found outside the record means they cannot add up, so reading
     stops there."""
-    (body_len,) = _I32.unpack_from(buf, body_at - 4)
+    (body_len,) = I32.unpack_from(buf, body_at - 4)
     tl_at = body_at + body_len
     if not body_at <= tl_at < end:
         return None
@@ -183,7 +183,7 @@ def _lengths(buf: Buffer, pos: int, end: int, body_at: int) -> tuple[int, int, i
     pl_at = tl_at + 1 + topic_len
     if pl_at + 2 > end:
         return None
-    (props_len,) = _I16.unpack_from(buf, pl_at)
+    (props_len,) = I16.unpack_from(buf, pl_at)
     if not lengths_add_up(pos, end - pos, body_len, topic_len, pl_at, props_len):
         return None
     return body_at, tl_at, pl_at, props_len
@@ -201,7 +201,7 @@ def _classify(
     if n - pos < 8:
         stop = ScanStop.ZEROS if not any(buf[pos:n]) else ScanStop.PARTIAL
         return stop, f"{n - pos} header bytes at {phys}"
-    total, magic = _SIZE_MAGIC.unpack_from(buf, pos)
+    total, magic = SIZE_MAGIC.unpack_from(buf, pos)
     if magic == BLANK_MAGIC_CODE:
         if not blank_fits(total, phys, segment_end):
             return (
@@ -246,28 +246,28 @@ def decode_records(buf: Buffer, positions: list[int]) -> list[StoredMessage]:
 
 def decode_record(buf: bytes | bytearray | memoryview, pos: int = 0) -> StoredMessage:
     """Decode the message record at `buf[pos:]` (no CRC check; callers validated or trust it)."""
-    (total, magic, crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts) = _HEAD.unpack_from(
-        buf, pos
+    (total, magic, crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts) = (
+        RECORD_HEAD.unpack_from(buf, pos)
     )
     if magic != MESSAGE_MAGIC_CODE:
         raise StoreCorruption(phys, f"magic code {magic:#x} is not a message record")
     p = pos + 48
-    host = _HOST_V6 if sys_flag & BORNHOST_V6_FLAG else _HOST_V4
+    host = HOST_V6 if sys_flag & BORNHOST_V6_FLAG else HOST_V4
     born_addr, born_port = host.unpack_from(buf, p)
     p += host.size
-    (store_ts,) = _Q.unpack_from(buf, p)
+    (store_ts,) = I64.unpack_from(buf, p)
     p += 8
-    host = _HOST_V6 if sys_flag & STOREHOSTADDRESS_V6_FLAG else _HOST_V4
+    host = HOST_V6 if sys_flag & STOREHOSTADDRESS_V6_FLAG else HOST_V4
     store_addr, store_port = host.unpack_from(buf, p)
     p += host.size
-    reconsume, prepared, body_len = _AFTER_HOSTS.unpack_from(buf, p)
+    reconsume, prepared, body_len = AFTER_HOSTS.unpack_from(buf, p)
     p += 16
     body = bytes(buf[p : p + body_len])
     p += body_len
     topic_len = buf[p]
     topic = bytes(buf[p + 1 : p + 1 + topic_len]).decode()
     p += 1 + topic_len
-    (props_len,) = _I16.unpack_from(buf, p)
+    (props_len,) = I16.unpack_from(buf, p)
     props = decode_properties(buf[p + 2 : p + 2 + props_len]) if props_len > 0 else {}
     return StoredMessage(
         topic=topic,

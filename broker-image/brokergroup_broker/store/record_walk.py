@@ -29,11 +29,11 @@ import zlib
 import numpy as np
 
 from .message import (
-    _Q,
-    _SIZE_MAGIC,
     BLANK_MAGIC_CODE,
     END_FILE_MIN_BLANK_LENGTH,
+    I64,
     MESSAGE_MAGIC_CODE,
+    SIZE_MAGIC,
 )
 from .record_columns import (
     ColumnScan,
@@ -69,7 +69,7 @@ def walk_chain(
     totals: list[int] = []
     add_start, add_total = starts.append, totals.append
     n = len(buf)
-    size_magic = _SIZE_MAGIC.unpack_from
+    size_magic = SIZE_MAGIC.unpack_from
     q = p
     while q < hi and q + HEAD_BYTES <= n:
         total, magic = size_magic(buf, q)
@@ -97,8 +97,8 @@ def message_size_at(buf: Buffer, p: int, base: int, segment_end: int, max_record
     """totalSize of a record at `p` that passes the record-start rule, else 0."""
     if p < 0 or p + HEAD_BYTES > len(buf):
         return 0
-    total, magic = _SIZE_MAGIC.unpack_from(buf, p)
-    (phys_field,) = _Q.unpack_from(buf, p + PHYSICAL_OFFSET_AT)
+    total, magic = SIZE_MAGIC.unpack_from(buf, p)
+    (phys_field,) = I64.unpack_from(buf, p + PHYSICAL_OFFSET_AT)
     if magic != MESSAGE_MAGIC_CODE or p + total > len(buf):
         return 0
     return (

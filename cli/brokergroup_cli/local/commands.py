@@ -279,7 +279,7 @@ def _snapshot(layout: Layout) -> StatusSnapshot:
     return asyncio.run(take())
 
 
-def _namesrv_fields(layout: Layout) -> dict[str, object]:
+def namesrv_fields(layout: Layout) -> dict[str, object]:
     """Where a RocketMQ client finds the group, the key pair it signs with (the group's
     client pair), and the release's admin pair (mqadmin's controller commands)."""
     config, state = _load(layout)
@@ -309,7 +309,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     except LocalError as exc:
         return _fail(str(exc))
     if args.json:
-        print(json.dumps({**snapshot.to_json(), **_namesrv_fields(layout)}, indent=2))
+        print(json.dumps({**snapshot.to_json(), **namesrv_fields(layout)}, indent=2))
     else:
         print(render_text(snapshot))
     return 0
