@@ -1,5 +1,5 @@
 """Responses of the client protocol (docs/protocol.md): encode and decode
-every response body; framing and the shared field helpers are in `codec`.
+every response body; framing is in `codec`, the shared field layout in `layout`.
 Sans-I/O like `codec`: bytes in, typed values out."""
 
 from __future__ import annotations
@@ -7,30 +7,29 @@ from __future__ import annotations
 import struct
 from itertools import repeat
 
-from brokergroup_broker.protocol.codec import (
-    _H,
-    _I,
-    _II,
-    _PULLED,
-    _Q,
-    _QQ,
-    _QQQ,
-    _SENT,
+from brokergroup_broker.protocol.codec import Frame, encode_frame
+from brokergroup_broker.protocol.layout import (
     FLAG_RESPONSE,
+    I16,
+    I32,
+    I32_PAIR,
+    I64,
+    I64_PAIR,
+    I64_TRIPLE,
     MAX_STRING_BYTES,
-    Frame,
+    PULLED,
+    SENT,
     LocalProtocolError,
     RemoteProtocolError,
-    _check_count,
-    _check_end,
-    _frame,
-    _opt_str,
-    _props,
-    _read_bytes,
-    _read_opt_str,
-    _read_props,
-    _read_str,
-    _str,
+    check_count,
+    check_end,
+    encode_opt_str,
+    encode_props,
+    encode_str,
+    read_bytes,
+    read_opt_str,
+    read_props,
+    read_str,
 )
 from brokergroup_broker.protocol.messages import (
     CommitResult,
@@ -62,38 +61,38 @@ def _encode_response(request_id: int, response: Response) -> bytes:
         message = response.message.encode()[:MAX_STRING_BYTES].decode(errors="ignore")
         parts = [
             b"",
-            _H.pack(response.request_code),
-            _str(message),
-            _opt_str(response.master_address),
+            I16.pack(response.request_code),
+            encode_str(message),
+            encode_opt_str(response.master_address),
         ]
-        return _frame(parts, request_id, response.code, FLAG_RESPONSE)
-    parts = [b"", _H.pack(_RESPONSE_CODES[type(response)])]
+        return encode_frame(parts, request_id, response.code, FLAG_RESPONSE)
+    parts = [b"", I16.pack(_RESPONSE_CODES[type(response)])]
     if isinstance(response, SendResult):
         msgs = response.messages
-        parts.append(_II.pack(response.master_epoch, len(msgs)))
-        parts.extend([_SENT.pack(m.queue_id, m.queue_offset, m.physical_offset) for m in msgs])
+        parts.append(I32_PAIR.pack(response.master_epoch, len(msgs)))
+        parts.extend([SENT.pack(m.queue_id, m.queue_offset, m.physical_offset) for m in msgs])
     elif isinstance(response, SendRunResult):
         phys = response.physical_offsets
         n = len(phys)
         first = response.first_queue_offset
-        parts.append(_II.pack(response.master_epoch, n))
+        parts.append(I32_PAIR.pack(response.master_epoch, n))
         parts.append(
-            b"".join(map(_SENT.pack, repeat(response.queue_id, n), range(first, first + n), phys))
+            b"".join(map(SENT.pack, repeat(response.queue_id, n), range(first, first + n), phys))
         )
     elif isinstance(response, PullResult):
         msgs2 = response.messages
         parts.append(
-            _QQQ.pack(
+            I64_TRIPLE.pack(
                 response.next_queue_offset, response.min_queue_offset, response.max_queue_offset
             )
         )
-        parts.append(_I.pack(len(msgs2)))
+        parts.append(I32.pack(len(msgs2)))
         append = parts.append
         for p in msgs2:
-            append(_str(p.topic))
+            append(encode_str(p.topic))
             body = p.body
             append(
-                _PULLED.pack(
+                PULLED.pack(
                     p.queue_id,
                     p.queue_offset,
                     p.physical_offset,
@@ -105,18 +104,18 @@ def _encode_response(request_id: int, response: Response) -> bytes:
                 )
             )
             append(body)
-            _props(parts, p.properties)
+            encode_props(parts, p.properties)
     elif isinstance(response, OffsetsResult):
-        parts.append(_QQ.pack(response.min_queue_offset, response.max_queue_offset))
+        parts.append(I64_PAIR.pack(response.min_queue_offset, response.max_queue_offset))
     elif isinstance(response, QueueCountResult):
-        parts.append(_I.pack(response.queue_count))
+        parts.append(I32.pack(response.queue_count))
     elif isinstance(response, CommitResult):
         pass
     elif isinstance(response, ConsumerOffsetResult):
-        parts.append(_Q.pack(response.offset))
+        parts.append(I64.pack(response.offset))
     else:  # pragma: no cover - exhaustive over Response
         raise LocalProtocolError(f"not a response: {response!r}")
-    return _frame(parts, request_id, ResponseCode.SUCCESS, FLAG_RESPONSE)
+    return encode_frame(parts, request_id, ResponseCode.SUCCESS, FLAG_RESPONSE)
 
 
 def decode_response(frame: Frame) -> Response:
@@ -137,58 +136,58 @@ def decode_response(frame: Frame) -> Response:
 
 def _decode_response(frame: Frame) -> Response:
     buf = frame.body
-    (request_code,) = _H.unpack_from(buf, 0)
+    (request_code,) = I16.unpack_from(buf, 0)
     pos = 2
     code = ResponseCode(frame.code)  # ValueError → RemoteProtocolError
     response: Response
     if code != ResponseCode.SUCCESS:
-        message, pos = _read_str(buf, pos)
-        master, pos = _read_opt_str(buf, pos)
+        message, pos = read_str(buf, pos)
+        master, pos = read_opt_str(buf, pos)
         response = ErrorResponse(request_code, code, message, master)
     elif request_code == RequestCode.SEND_MESSAGES:
-        epoch, count = _II.unpack_from(buf, pos)
+        epoch, count = I32_PAIR.unpack_from(buf, pos)
         pos += 8
-        _check_count(count, _SENT.size, buf, pos, "result")
-        unpack = _SENT.unpack_from
+        check_count(count, SENT.size, buf, pos, "result")
+        unpack = SENT.unpack_from
         sent = []
         for _ in range(count):
             sent.append(SentMessage(*unpack(buf, pos)))
-            pos += _SENT.size
+            pos += SENT.size
         response = SendResult(tuple(sent), epoch)
     elif request_code == RequestCode.PULL_MESSAGES:
-        next_offset, min_offset, max_offset = _QQQ.unpack_from(buf, pos)
-        pos += _QQQ.size
-        (count,) = _I.unpack_from(buf, pos)
+        next_offset, min_offset, max_offset = I64_TRIPLE.unpack_from(buf, pos)
+        pos += I64_TRIPLE.size
+        (count,) = I32.unpack_from(buf, pos)
         pos += 4
-        _check_count(count, 2 + _PULLED.size + 2, buf, pos, "message")
+        check_count(count, 2 + PULLED.size + 2, buf, pos, "message")
         pulled = []
-        unpack_p = _PULLED.unpack_from
+        unpack_p = PULLED.unpack_from
         for _ in range(count):
-            topic, pos = _read_str(buf, pos)
+            topic, pos = read_str(buf, pos)
             qid, qoff, poff, born, stored, crc, flag, blen = unpack_p(buf, pos)
-            body, pos = _read_bytes(buf, pos + _PULLED.size, blen, "body")
-            props, pos = _read_props(buf, pos)
+            body, pos = read_bytes(buf, pos + PULLED.size, blen, "body")
+            props, pos = read_props(buf, pos)
             pulled.append(
                 PulledMessage(topic, qid, qoff, poff, body, props, born, stored, crc, flag)
             )
         response = PullResult(tuple(pulled), next_offset, min_offset, max_offset)
     elif request_code == RequestCode.QUERY_OFFSETS:
-        low, high = _QQ.unpack_from(buf, pos)
-        pos += _QQ.size
+        low, high = I64_PAIR.unpack_from(buf, pos)
+        pos += I64_PAIR.size
         response = OffsetsResult(low, high)
     elif request_code == RequestCode.TOPIC_QUEUE_COUNT:
-        (count,) = _I.unpack_from(buf, pos)
+        (count,) = I32.unpack_from(buf, pos)
         pos += 4
         response = QueueCountResult(count)
     elif request_code == RequestCode.COMMIT_CONSUMER_OFFSET:
         response = CommitResult()
     elif request_code == RequestCode.QUERY_CONSUMER_OFFSET:
-        (offset,) = _Q.unpack_from(buf, pos)
+        (offset,) = I64.unpack_from(buf, pos)
         pos += 8
         response = ConsumerOffsetResult(offset)
     else:
         raise RemoteProtocolError(f"success response to unknown request code {request_code}")
-    _check_end(buf, pos)
+    check_end(buf, pos)
     return response
 
 
