@@ -28,7 +28,6 @@ from brokergroup_remoting import RequestCode, ResponseCode
 from brokergroup_remoting.acl import SignatureFault
 from brokergroup_remoting.command import request
 from brokergroup_remoting.net import Credentials, RemotingClient
-from tests.unit.test_broker_remoting_front import store as store
 from tests.unit.test_broker_remoting_front import unconfirmed_produce_path
 
 ROOT = "broker-credential-root-for-tests"

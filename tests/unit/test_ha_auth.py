@@ -28,14 +28,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from brokergroup_broker.ha import HAMasterService, HASlaveService, SlaveAck, SlaveHandshake, auth
+from tests.unit.conftest import Clock, eventually
 from tests.unit.test_ha_replication import (
     CONFIG,
-    Clock,
     MasterHarness,
     _closer,
     cleanup,  # noqa: F401  # the fixture
     commit_log_bytes,
-    eventually,
     open_store,
     produce,
 )
@@ -76,10 +75,10 @@ async def _master(
     service = HAMasterService(
         store, AUTH_CONFIG, master_epoch=1,
         on_slave_ack=lambda b, o: acks.append((b, o)), on_slave_disconnect=disconnects.append,
-        now_ms=Clock(), registered_host=None if registered is None else registered.get,
+        now_ms=Clock(1_000), registered_host=None if registered is None else registered.get,
     )  # fmt: skip
     await service.start("127.0.0.1", 0)
-    return MasterHarness(store, service, Clock(), acks, disconnects), disconnects
+    return MasterHarness(store, service, Clock(1_000), acks, disconnects), disconnects
 
 
 def _slave(store: Any, broker_id: int, master: MasterHarness, secret: bytes) -> Any:
@@ -173,7 +172,7 @@ async def test_a_fake_master_cannot_feed_a_slave(
     produce(fake_store, 10, "evil")
     fake = HAMasterService(
         fake_store, replace(CONFIG, secret=b"not-the-group-secret-at-all"), master_epoch=1,
-        on_slave_ack=lambda b, o: None, on_slave_disconnect=lambda b: None, now_ms=Clock(),
+        on_slave_ack=lambda b, o: None, on_slave_disconnect=lambda b: None, now_ms=Clock(1_000),
     )  # fmt: skip
     await fake.start("127.0.0.1", 0)
     cleanup.append(fake.stop)

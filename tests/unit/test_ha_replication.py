@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +44,7 @@ from brokergroup_broker.store import (
     MessageStore,
     StoreConfig,
 )
+from tests.unit.conftest import Clock, eventually
 
 SEGMENT_BYTES = 8192
 STORE_HOST = ("127.0.0.1", 10911)
@@ -90,27 +90,11 @@ def epochs(store: MessageStore) -> list[tuple[int, int]]:
     return [(e.epoch, e.start_offset) for e in store.epoch_file.entries()]
 
 
-async def eventually(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + DEADLINE_S
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for: {what}")
-        await asyncio.sleep(0.01)
-
-
-@dataclass
-class Clock:
-    now: int = 1_000
-
-    def __call__(self) -> int:
-        return self.now
-
-
 @dataclass
 class MasterHarness:
     store: MessageStore
     service: HAMasterService
-    clock: Clock
+    clock: Clock[int]
     acks: list[tuple[int, int]] = field(default_factory=list)
     disconnects: list[int] = field(default_factory=list)
 
@@ -131,7 +115,7 @@ class SlaveHarness:
 async def start_master(
     store: MessageStore, epoch: int, port: int = 0, config: HAConfig = CONFIG
 ) -> MasterHarness:
-    clock = Clock()
+    clock = Clock(1_000)
     acks: list[tuple[int, int]] = []
     disconnects: list[int] = []
     service = HAMasterService(
@@ -534,7 +518,7 @@ async def test_master_refuses_to_start_without_its_epoch_entry(tmp_path: Path) -
             master_epoch=2,
             on_slave_ack=lambda _b, _o: None,
             on_slave_disconnect=lambda _b: None,
-            now_ms=Clock(),
+            now_ms=Clock(1_000),
         )
         with pytest.raises(RuntimeError, match="last epoch is 1"):
             await service.start("127.0.0.1", 0)

@@ -38,6 +38,7 @@ from brokergroup_cli.kubectl_plugin.restart import restart, roll_progress
 from brokergroup_cli.kubectl_plugin.switchover import TargetError, resolve_target, switchover
 from brokergroup_cli.kubectl_plugin.view import group_status, render_text
 from brokergroup_cli.main import build_parser as brokergroup_parser
+from tests.unit.conftest import Clock
 
 
 def group_body(
@@ -195,19 +196,8 @@ class FakeApi:
                             "message": message, "eventTime": f"2026-11-25T05:00:0{n}Z"})  # fmt: skip
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
-
-
 def run_switchover(api: FakeApi, target: str, said: list[str], wait_s: float = 30.0) -> Any:
-    clock = Clock()
+    clock = Clock(0.0)
     return switchover(api, "orders", target, wait_s, said.append, sleep=clock.sleep, clock=clock)
 
 
@@ -324,7 +314,7 @@ def test_restart_writes_the_annotation_and_follows_the_roll() -> None:
         def list_pods(self, selector: str) -> list[dict[str, Any]]:
             return [pod(f"orders-{i}", revision=self.revision) for i in range(3)]
 
-    api, said, clock = Api(), [], Clock()
+    api, said, clock = Api(), [], Clock(0.0)
     ok, message = restart(
         api, "orders", 60, said.append,
         now=lambda: datetime(2026, 11, 25, 5, 0, tzinfo=UTC), sleep=clock.sleep, clock=clock,

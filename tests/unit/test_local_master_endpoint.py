@@ -17,6 +17,7 @@ import pytest
 
 from brokergroup_cli.local.master_endpoint import MasterForwarder, RemotingPorts, target_of
 from brokergroup_controller.api import ReplicaInfo
+from tests.unit.conftest import eventually
 
 HOST = "127.0.0.1"
 #: Bound on waits for something that must happen (liveness, never a timing assert).
@@ -76,11 +77,11 @@ async def forwarder() -> AsyncIterator[MasterForwarder]:
 
 async def holding(forwarder: MasterForwarder) -> None:
     """Until the forwarder has accepted a connection it holds (bounded)."""
-    for _ in range(BOUND_S * 100):
-        if forwarder.held_connections:
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("the forwarder never accepted the connection")
+    await eventually(
+        lambda: bool(forwarder.held_connections),
+        "the forwarder accepted the connection",
+        deadline_s=BOUND_S,
+    )
 
 
 async def ask(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, line: bytes) -> bytes:

@@ -1,0 +1,71 @@
+"""Helpers the unit tests share (one copy each; import them, don't copy them).
+
+- `store`: a fixture, a broker's MessageStore in tmp_path with the store settings a
+  default `BrokerConfig` gives; closed after the test.
+- `Clock`: a fake clock to pass where code takes one (`now_ms=`, `clock_ms=`,
+  `clock=`): call it for the time, set `now` or `advance`/`sleep` to move it.
+- `eventually`: wait for a condition under a generous real-time deadline (liveness,
+  never a timing assertion). Under `@pytest.mark.looptime` its polls cost fake loop
+  time only, and the deadline stays real.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Generic, TypeVar
+
+import pytest
+
+if TYPE_CHECKING:  # imported by the fixture: a test that needs no broker loads none
+    from brokergroup_broker.store import MessageStore
+
+EVENTUALLY_DEADLINE_S = 30.0
+
+Number = TypeVar("Number", int, float)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[MessageStore]:
+    from brokergroup_broker.core.broker_settings import store_config_of
+    from brokergroup_broker.core.config import BrokerConfig
+    from brokergroup_broker.store import MessageStore
+
+    s = MessageStore.open(tmp_path / "store", store_config_of(BrokerConfig()))
+    yield s
+    s.close()
+
+
+@dataclass
+class Clock(Generic[Number]):
+    """`Clock(1_000)` counts int milliseconds, `Clock(0.0)` float seconds."""
+
+    now: Number
+
+    def __call__(self) -> Number:
+        return self.now
+
+    def advance(self, by: Number) -> None:
+        self.now += by
+
+    def sleep(self, by: Number) -> None:
+        """`advance`, shaped as the `sleep=` argument of code that waits in turns."""
+        self.now += by
+
+
+async def eventually(
+    condition: Callable[[], bool],
+    what: str,
+    *,
+    deadline_s: float = EVENTUALLY_DEADLINE_S,
+    poll_s: float = 0.01,
+) -> None:
+    """Until `condition()` holds; fails naming `what` after `deadline_s` real seconds."""
+    deadline = time.monotonic() + deadline_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for: {what}")
+        await asyncio.sleep(poll_s)
