@@ -89,6 +89,16 @@ def _slave(store: Any, broker_id: int, master: MasterHarness, secret: bytes) -> 
     return service, asyncio.create_task(service.run(master.service.bound_address))
 
 
+def refusals(caplog: pytest.LogCaptureFixture, logger: str, words: str) -> int:
+    """How many times `logger` (ha.master or ha.slave) refused a peer saying `words`."""
+    name = f"brokergroup_broker.ha.{logger}"
+    return sum(
+        1
+        for r in caplog.records
+        if r.name == name and "broke the protocol" in r.getMessage() and words in r.getMessage()
+    )
+
+
 async def _raw_exchange(address: tuple[str, int], data: bytes) -> bytes:
     """Connect, send `data`, return whatever comes back until the master closes."""
     reader, writer = await asyncio.open_connection(*address)
@@ -107,6 +117,7 @@ async def _raw_exchange(address: tuple[str, int], data: bytes) -> bytes:
 async def test_only_slaves_with_the_secret_replicate(
     tmp_path: Path,
     cleanup: list[Callable[[], Awaitable[Any]]],  # noqa: F811
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     store = open_store(tmp_path / "master")
     cleanup.append(_closer(store))
@@ -127,14 +138,20 @@ async def test_only_slaves_with_the_secret_replicate(
     bad, _ = _slave(bad_store, 3, master, b"a-wrong-secret-of-some-length")
     cleanup.append(bad.stop)
     # The attack of the issue: a RocketMQ handshake claiming the good slave's id,
-    # then an ack far beyond anything sent. Without auth it replaced broker 2's
-    # connection and advanced its ack offset.
-    forged = SlaveHandshake(slave_broker_id=2).encode() + SlaveAck(max_offset=1 << 40).encode()
+    # then acks far beyond anything sent. Without auth it replaced broker 2's
+    # connection and advanced its ack offset. Enough acks to fill a proof's length:
+    # the master reads them as one, refuses it and closes (not its read timeout).
+    forged = SlaveHandshake(slave_broker_id=2).encode()
+    while len(forged) < auth.SLAVE_PROOF_BYTES:
+        forged += SlaveAck(max_offset=1 << 40).encode()
     answer = await _raw_exchange(master.service.bound_address, forged)
     assert answer[: len(auth.MAGIC)] == auth.MAGIC and len(answer) == auth.CHALLENGE_BYTES
     produce(store, 20, "b")
     await eventually(lambda: good_store.max_offset == store.max_offset, "the good slave again")
-    await asyncio.sleep(0.3)
+    # Refused: the forged connection and the slave with the wrong secret.
+    await eventually(
+        lambda: refusals(caplog, "master", "authentication failed") >= 2, "both refused"
+    )
     assert set(master.service.slaves()) == {2}
     assert bad_store.max_offset == 0
     assert max(o for b, o in master.acks if b == 2) <= store.max_offset
@@ -145,6 +162,7 @@ async def test_only_slaves_with_the_secret_replicate(
 async def test_a_broker_id_is_accepted_only_from_its_registered_address(
     tmp_path: Path,
     cleanup: list[Callable[[], Awaitable[Any]]],  # noqa: F811
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     store = open_store(tmp_path / "master")
     cleanup.append(_closer(store))
@@ -158,13 +176,17 @@ async def test_a_broker_id_is_accepted_only_from_its_registered_address(
     liar, _ = _slave(liar_store, 3, master, SECRET)  # knows the secret, wrong address
     cleanup += [ok.stop, liar.stop]
     await eventually(lambda: ok_store.max_offset == store.max_offset, "the registered slave")
-    await asyncio.sleep(0.3)
+    await eventually(
+        lambda: refusals(caplog, "master", "registered broker 3 at 127.0.0.77") >= 1,
+        "the liar refused",
+    )
     assert set(master.service.slaves()) == {2} and liar_store.max_offset == 0
 
 
 async def test_a_fake_master_cannot_feed_a_slave(
     tmp_path: Path,
     cleanup: list[Callable[[], Awaitable[Any]]],  # noqa: F811
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     fake_store = open_store(tmp_path / "fake")
     cleanup.append(_closer(fake_store))
@@ -183,6 +205,10 @@ async def test_a_fake_master_cannot_feed_a_slave(
     )
     cleanup.append(victim.stop)
     victim_task = asyncio.create_task(victim.run(fake.bound_address))
-    await asyncio.sleep(1.0)
+    # Neither proves the other's secret (the fake master, checking first, closes the
+    # link); the victim comes back and is turned away again.
+    await eventually(
+        lambda: refusals(caplog, "master", "authentication failed") >= 2, "turned away twice"
+    )
     assert victim_store.max_offset == 0 and not victim.connected
     assert not victim_task.done()  # it keeps refusing and retrying
