@@ -18,6 +18,8 @@ must still do:
   expired ones are purged as locks are taken.
 - one connection holding many fake consumer members cannot make a real consumer on another
   connection SYSTEM_BUSY (a bound per connection).
+- topics declared before their first record are bounded: UPDATE_AND_CREATE_TOPIC past the
+  bound is SYSTEM_BUSY with the reason, and a new group's heartbeat is still served.
 
 Time is the front's injected clock (no sleeps, no timing asserts).
 """
@@ -43,6 +45,7 @@ from brokergroup_broker.core.config import BrokerConfig
 from brokergroup_broker.core.controller_link import ControllerLink
 from brokergroup_broker.protocol.messages import ProduceMessage
 from brokergroup_broker.remoting_front import FrontSettings, RemotingFront, RemotingFrontServer
+from brokergroup_broker.remoting_front import front as front_module
 from brokergroup_broker.remoting_front.namesrv_link import (
     Registration,
     register_body,
@@ -376,3 +379,26 @@ async def test_one_connection_with_many_fake_members_does_not_block_new_consumer
     finally:
         await attacker.close()
         await consumer.close()
+
+
+async def test_declared_topics_are_bounded_with_a_clear_refusal_and_heartbeats_go_on(
+    make_port: Callable[..., Awaitable[Port]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """10,000 UPDATE_AND_CREATE_TOPIC calls filled the declared-topic table, and then every
+    new consumer group's heartbeat failed on its retry topic (here the bound is 3)."""
+    monkeypatch.setattr(front_module, "MAX_DECLARED_TOPICS", 3, raising=False)
+    port = await make_port()
+    client = await port.client()
+    try:
+        for i in range(3):
+            create = request(RequestCode.UPDATE_AND_CREATE_TOPIC, 0, {"topic": f"Created{i}"})
+            assert (await client.invoke(create, 5.0)).code == ResponseCode.SUCCESS
+        create = request(RequestCode.UPDATE_AND_CREATE_TOPIC, 0, {"topic": "OneTooMany"})
+        answer = await client.invoke(create, 5.0)
+        assert answer.code == ResponseCode.SYSTEM_BUSY and "first record" in (answer.remark or "")
+        assert "OneTooMany" not in port.front.topics()
+        answer = await client.invoke(heartbeat("c1", "late-group"), 5.0)
+        assert answer.code == ResponseCode.SUCCESS, answer
+        assert port.front.consumers.known("late-group")
+    finally:
+        await client.close()
