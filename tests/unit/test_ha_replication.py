@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -440,7 +441,9 @@ async def test_ack_and_caught_up_tracking_confirm_offset_and_disconnect(
 
 
 async def test_slave_reconnects_after_master_restart(
-    tmp_path: Path, cleanup: list[Callable[[], Awaitable[Any]]]
+    tmp_path: Path,
+    cleanup: list[Callable[[], Awaitable[Any]]],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """Slave: 'reconnect with bounded backoff until stop()' -- a master that goes away
     and comes back on the same address is followed without restarting the slave."""
@@ -457,9 +460,16 @@ async def test_slave_reconnects_after_master_restart(
     await eventually(lambda: slave_store.max_offset == master_store.max_offset, "first sync")
     sessions = slave.service.sessions
 
+    caplog.set_level(logging.INFO, logger="brokergroup_broker.ha.slave")
     await master.service.stop()
     produce(master_store, 20, "y")
-    await asyncio.sleep(0.1)  # the slave retries against a closed port meanwhile
+    await eventually(  # the slave retries against the closed port meanwhile
+        lambda: any(
+            "connection to master" in r.getMessage() and "failed" in r.getMessage()
+            for r in caplog.records
+        ),
+        "a refused reconnect",
+    )
     master2 = await start_master(master_store, epoch=1, port=port)
     cleanup.append(master2.service.stop)
     await eventually(lambda: slave_store.max_offset == master_store.max_offset, "resumed")
@@ -576,6 +586,7 @@ async def test_stop_before_run_started_still_stops(tmp_path: Path) -> None:
         store.close()
 
 
+@pytest.mark.looptime
 async def test_a_moved_confirm_offset_rides_on_the_next_batch_or_follows_alone(
     tmp_path: Path, cleanup: list[Callable[[], Awaitable[Any]]]
 ) -> None:
