@@ -95,6 +95,7 @@ def test_settings_of_release_scoping_and_cleanup() -> None:
         OperatorSettings.from_env({"BROKERGROUP_CLEANUP_TIMEOUT_SECONDS": "soon"})
 
 
+@pytest.mark.looptime
 async def test_operator_stop_deletes_the_deployment_and_waits_for_its_pods() -> None:
     """The chart's pre-delete hook: the operator must exit while its ServiceAccount
     still exists (helm uninstall deletes that too, and then every call is 401)."""
