@@ -45,7 +45,7 @@ from brokergroup_broker.core.config import BrokerConfig
 from brokergroup_broker.core.controller_link import ControllerLink
 from brokergroup_broker.protocol.messages import ProduceMessage
 from brokergroup_broker.remoting_front import FrontSettings, RemotingFront, RemotingFrontServer
-from brokergroup_broker.remoting_front import front as front_module
+from brokergroup_broker.remoting_front import topics as topics_module
 from brokergroup_broker.remoting_front.namesrv_link import (
     Registration,
     register_body,
@@ -386,7 +386,7 @@ async def test_declared_topics_are_bounded_with_a_clear_refusal_and_heartbeats_g
 ) -> None:
     """10,000 UPDATE_AND_CREATE_TOPIC calls filled the declared-topic table, and then every
     new consumer group's heartbeat failed on its retry topic (here the bound is 3)."""
-    monkeypatch.setattr(front_module, "MAX_DECLARED_TOPICS", 3, raising=False)
+    monkeypatch.setattr(topics_module, "MAX_DECLARED_TOPICS", 3)
     port = await make_port()
     client = await port.client()
     try:

@@ -1,4 +1,4 @@
-"""Long polling on the broker's remoting port (remoting_front/front.py `pull_message`,
+"""Long polling on the broker's remoting port (remoting_front/pulls.py `pull_message`,
 store/arrivals.py), against a confirmed master over real sockets: a suspended PULL_MESSAGE
 holds until its queue's records are readable (RocketMQ's PullRequestHoldService woken by
 NotifyMessageArrivingListener), not on a timer; a send to another queue leaves it held;

@@ -1,8 +1,9 @@
 """The broker's RocketMQ remoting port (issue 19 item 3; docs/rocketmq-compatibility.md).
 
 `wire` decodes headers and bodies (pure), `clients` keeps consumer groups and queue locks
-(pure), `front.RemotingFront` answers each request code over the one produce/pull path,
-`server.RemotingFrontServer` serves it on `brokergroup_remoting.net`, and
+(pure), `front.RemotingFront` answers each request code over the one produce/pull path
+through its parts (`sends`, `pulls`, `consumers`, `topics`, `admin_queries`,
+`broker_status`), `server.RemotingFrontServer` serves it on `brokergroup_remoting.net`, and
 `namesrv_link.NameServerLink` registers the broker with the name servers.
 """
 

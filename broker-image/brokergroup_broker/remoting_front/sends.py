@@ -1,0 +1,227 @@
+"""The send codes of the broker's remoting port: SEND_MESSAGE, SEND_MESSAGE_V2,
+SEND_BATCH_MESSAGE and CONSUMER_SEND_MSG_BACK, over the one produce path.
+
+Every send goes through `start_send_batch`, so the commit rule, masterEpoch fencing, lease
+and admission are the same as for the project's own protocol: a RocketMQ SEND_OK means what
+our SUCCESS means, and a refusal is RocketMQ's code through `wire.SEND_CODE_OF`. A send
+refused because this broker is not the master closes its connection once the answer is on
+its way, so a client that reached it through a stable master address reconnects to the new
+one. A send to an unknown topic is refused unless `auto_create_topic` (or the topic is a
+group's retry or DLQ topic); its first stored record is announced through `DeclaredTopics`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Protocol
+
+from brokergroup_broker.protocol.messages import (
+    BrokerError,
+    ErrorResponse,
+    Response,
+    SendBatch,
+    SendRunResult,
+)
+from brokergroup_broker.remoting_front import wire
+from brokergroup_broker.remoting_front.topics import DeclaredTopics
+from brokergroup_broker.store.message import StoredMessage
+from brokergroup_remoting import RemotingCommand, RequestCode, ResponseCode, names
+from brokergroup_remoting import fields as header
+from brokergroup_remoting.command import response_to
+from brokergroup_remoting.net import Connection
+
+log = logging.getLogger(__name__)
+
+#: MessageConst: properties a send may carry that need features not built here.
+_DELAY_PROPERTIES = ("DELAY", "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS")
+
+
+class SendPath(Protocol):
+    """What the sends call of the produce path (`front.ProduceAndPull` has it)."""
+
+    def start_send_batch(self, batch: SendBatch, reply: Callable[[Response], None]) -> None: ...
+
+    async def message_at(self, physical_offset: int) -> tuple[StoredMessage, bytes] | None: ...
+
+
+class Sends:
+    """Handlers of SEND_MESSAGE/V2, SEND_BATCH_MESSAGE and CONSUMER_SEND_MSG_BACK; owns the
+    closes of not-master connections in flight."""
+
+    def __init__(
+        self,
+        produce: SendPath,
+        topics: DeclaredTopics,
+        *,
+        store_host: tuple[str, int],
+        auto_create_topic: bool,
+        max_batch_messages: int,
+    ) -> None:
+        self._produce = produce
+        self._topics = topics
+        self._message_id_prefix = wire.store_host_prefix(store_host)
+        self._auto_create_topic = auto_create_topic
+        self._max_batch_messages = max_batch_messages
+        self._closing: set[asyncio.Task[None]] = set()
+
+    async def send_message(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        req = wire.send_request(cmd.fields(), v2=cmd.code != RequestCode.SEND_MESSAGE)
+        if req.sys_flag & wire.TRANSACTION_TYPE_MASK:
+            return response_to(
+                cmd,
+                ResponseCode.MESSAGE_ILLEGAL,
+                "transactional messages are not supported by brokergroup "
+                "(docs/rocketmq-compatibility.md)",
+            )
+        if any(req.properties.get(p) not in (None, "", "0") for p in _DELAY_PROPERTIES):
+            return response_to(
+                cmd,
+                ResponseCode.MESSAGE_ILLEGAL,
+                "scheduled (delayed/timer) messages are not supported by brokergroup "
+                "(docs/rocketmq-compatibility.md)",
+            )
+        new_topic = not self._topics.known(req.topic)
+        group_topic = req.topic.startswith(
+            (wire.RETRY_GROUP_TOPIC_PREFIX, wire.DLQ_GROUP_TOPIC_PREFIX)
+        )
+        if new_topic and not self._auto_create_topic and not group_topic:
+            return response_to(
+                cmd,
+                ResponseCode.TOPIC_NOT_EXIST,
+                f"topic[{req.topic}] not exist, apply first please! "
+                "(autoCreateTopicEnable is off on this broker)",
+            )
+        if cmd.code == RequestCode.SEND_BATCH_MESSAGE or req.batch:
+            inner = wire.decode_batch_body(cmd.body, max_messages=self._max_batch_messages)
+            if any(m.flag != inner[0].flag for m in inner):
+                return response_to(
+                    cmd, ResponseCode.MESSAGE_ILLEGAL, "a batch's messages must share one flag"
+                )
+            bodies = [m.body for m in inner]
+            props = [{**req.properties, **m.properties} for m in inner]
+            flag = inner[0].flag
+        else:
+            if not cmd.body:
+                return response_to(cmd, ResponseCode.MESSAGE_ILLEGAL, "the message body is empty")
+            bodies, props, flag = [cmd.body], [req.properties], req.flag
+        batch = SendBatch(
+            req.topic,
+            req.queue_id if req.queue_id >= 0 else None,
+            bodies,
+            [(None, None, p) for p in props],
+            flag=flag,
+            sys_flag=req.sys_flag,
+            born_timestamp_ms=req.born_timestamp_ms,
+            born_host=_host_port(conn.peer),
+            reconsume_times=req.reconsume_times,
+        )
+        response = await self._send(batch)
+        if isinstance(response, ErrorResponse):
+            if response.code in wire.NOT_MASTER_CODES:
+                self._close_soon(conn, f"send refused: {response.message}")
+            return response_to(cmd, wire.SEND_CODE_OF[response.code], response.message)
+        assert isinstance(response, SendRunResult)
+        if new_topic:
+            self._topics.first_stored(req.topic)
+        ids = ",".join(wire.message_ids_after(self._message_id_prefix, response.physical_offsets))
+        return response_to(
+            cmd,
+            ResponseCode.SUCCESS,
+            None,
+            {
+                "msgId": ids,
+                "queueId": str(response.queue_id),
+                "queueOffset": str(response.first_queue_offset),
+                "MSG_REGION": "DefaultRegion",
+                "TRACE_ON": "true",
+            },
+        )
+
+    async def send_back(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        """CONSUMER_SEND_MSG_BACK: the message at `offset` again, to %RETRY%<group>, or to
+        %DLQ%<group> once it was reconsumed maxReconsumeTimes times (or delayLevel < 0).
+        Through the one produce path. Redelivery is immediate: the retry delay levels need
+        scheduled messages, which are not supported."""
+        fields = cmd.fields()
+        offset = header.int64(fields, "offset", low=0, high=header.INT64_MAX)
+        group = names.group_name(fields, "group")
+        delay_level = header.optional_int32(fields, "delayLevel", 0)
+        max_times = header.optional_int32(
+            fields, "maxReconsumeTimes", wire.DEFAULT_MAX_RECONSUME_TIMES, low=-1
+        )
+        if max_times < 0:
+            max_times = wire.DEFAULT_MAX_RECONSUME_TIMES
+        found = await self._produce.message_at(offset)
+        if found is None:
+            return response_to(
+                cmd, ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {offset}"
+            )
+        msg, _ = found
+        props = dict(msg.properties)
+        props.setdefault(wire.PROPERTY_RETRY_TOPIC, msg.topic)
+        origin = (
+            fields.get("originMsgId")
+            or props.get("UNIQ_KEY")
+            or wire.offset_message_id(msg.store_host, msg.physical_offset)
+        )
+        props.setdefault(wire.PROPERTY_ORIGIN_MESSAGE_ID, origin)
+        dead = delay_level < 0 or msg.reconsume_times >= max_times
+        topic = (wire.DLQ_GROUP_TOPIC_PREFIX if dead else wire.RETRY_GROUP_TOPIC_PREFIX) + group
+        new_topic = not self._topics.known(topic)
+        batch = SendBatch(
+            topic,
+            0,
+            [msg.body],
+            [(None, None, props)],
+            flag=msg.flag,
+            sys_flag=msg.sys_flag & ~wire.TRANSACTION_TYPE_MASK,
+            born_timestamp_ms=msg.born_timestamp_ms,
+            born_host=msg.born_host,
+            reconsume_times=msg.reconsume_times + 1,
+        )
+        response = await self._send(batch)
+        if isinstance(response, ErrorResponse):
+            return response_to(cmd, wire.SEND_CODE_OF[response.code], response.message)
+        if new_topic:
+            self._topics.undeclare(topic)
+            self._topics.first_stored(topic)
+        return response_to(cmd, ResponseCode.SUCCESS)
+
+    def _close_soon(self, conn: Connection, reason: str) -> None:
+        """Close `conn` once this handler's answer is on its way: the transport writes what
+        it holds before it closes, and the answer is handed to it in the step that ends the
+        handler. Were it lost all the same, nothing was stored: the client retries."""
+
+        async def close() -> None:
+            await asyncio.sleep(0)
+            log.info("remoting: closing %s (not the master): %s", conn.peer, reason)
+            await conn.close()
+
+        task = asyncio.ensure_future(close())
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    async def _send(self, batch: SendBatch) -> Response:
+        """Through the one produce path; a refusal before the append comes back as an
+        ErrorResponse too."""
+        future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+
+        def reply(response: Response) -> None:
+            if not future.done():
+                future.set_result(response)
+
+        try:
+            self._produce.start_send_batch(batch, reply)
+        except BrokerError as exc:
+            return ErrorResponse(0, exc.code, exc.message, exc.master_address)
+        return await future
+
+
+def _host_port(peer: str) -> tuple[str, int] | None:
+    host, _, port = peer.rpartition(":")
+    try:
+        return host.strip("[]"), int(port)
+    except ValueError:
+        return None
