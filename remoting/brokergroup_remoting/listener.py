@@ -48,6 +48,11 @@ class ListenerLimits:
     (RocketMQ's serverChannelMaxIdleTimeSeconds)."""
     pre_auth_limits: RemotingLimits = PRE_AUTH_LIMITS
     """Frame bounds until a connection's first request passes the signature check."""
+    max_refusals_before_auth: int = 32
+    """Requests refused (no or a wrong signature) on a connection that has not had one
+    request accepted yet: then it is closed. A client with the wrong key learns why from
+    the first answers; a flood of unsigned frames costs the port this many answers per
+    connection, not as many as fit in `max_unsent_bytes`."""
     pre_auth_budget_bytes: int = 64 * 1024 * 1024
     """Bytes of partial frames that connections which have not signed yet may hold together;
     the one that would go over it is closed."""
@@ -55,7 +60,12 @@ class ListenerLimits:
     """Refusals and failures logged per minute; the rest are counted in one line."""
 
     def __post_init__(self) -> None:
-        for name in ("max_connections", "max_connections_per_source", "max_in_flight"):
+        for name in (
+            "max_connections",
+            "max_connections_per_source",
+            "max_in_flight",
+            "max_refusals_before_auth",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1")
         if self.idle_timeout_s <= 0 or self.max_unsent_bytes < 0:

@@ -26,7 +26,7 @@ it, and there is no opaque to answer.
 
 Bounds (`ListenerLimits`, docs/security.md "Limits"): connections per port and per source;
 until its first signed request a connection gets small frame bounds and a share of one
-per-port byte budget; a connection whose unsent answers pass `max_unsent_bytes` is not read
+per-port byte budget, and is closed after `max_refusals_before_auth` refused requests; a connection whose unsent answers pass `max_unsent_bytes` is not read
 until the peer takes them; one idle for `idle_timeout_s` is closed; refusals are logged at
 most `log_lines_per_minute` times a minute, with client-chosen text made printable.
 """
@@ -148,6 +148,7 @@ class Connection:
         self._log_budget = log_budget or LogBudget(listener.log_lines_per_minute)
         # A server reads small frames until the peer has signed one request.
         self._authenticated = auth is None
+        self._refused_before_auth = 0
         self._decoder = FrameDecoder(limits if auth is None else listener.pre_auth_limits)
         self._name = name
         self._loop = asyncio.get_running_loop()
@@ -235,6 +236,14 @@ class Connection:
                 self._decoder.feed(data)
                 for cmd in self._decoder.commands():
                     self._dispatch(cmd)
+                    if self._refused_before_auth >= self._listener.max_refusals_before_auth:
+                        self._log(
+                            logging.WARNING,
+                            "closing %s: %d requests refused and none signed",
+                            self.peer,
+                            self._refused_before_auth,
+                        )
+                        return
                 if not self._authenticated and self._guard is not None:
                     held = self._decoder.buffered_bytes
                     if not self._guard.hold_pre_auth(id(self), held):
@@ -338,6 +347,8 @@ class Connection:
                     remark = remark if reason is None else f"{remark}: {reason}"
                 self._log(logging.INFO, "refused code %d from %s: %s", cmd.code, self.peer,
                           quoted(remark, 200))  # fmt: skip
+                if not self._authenticated:
+                    self._refused_before_auth += 1
                 return response_to(cmd, ResponseCode.NO_PERMISSION, remark)
             self.access_key = signer = check.access_key
             if not self._authenticated:

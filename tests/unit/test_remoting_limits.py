@@ -10,6 +10,7 @@ per refusal.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import socket
 import struct
@@ -18,8 +19,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 
 from brokergroup_remoting import RemotingCommand, ResponseCode
+from brokergroup_remoting.acl import sign
 from brokergroup_remoting.command import request, response_to
-from brokergroup_remoting.frame import encode
+from brokergroup_remoting.frame import FrameDecoder, encode
 from brokergroup_remoting.listener import ListenerGuard, ListenerLimits, LogBudget
 from brokergroup_remoting.net import (
     Connection,
@@ -91,16 +93,37 @@ def unsigned_frames(count: int) -> bytes:
     return encode(request(ECHO, 1, {"x": "y"})) * count
 
 
+def signed_frames(count: int) -> bytes:
+    return encode(sign(request(ECHO, 1, {"x": "y"}, b"b" * 64), "ak", "sk")) * count
+
+
+async def test_unsigned_requests_get_a_few_answers_then_the_connection_is_closed(
+    start: ServerFactory,
+) -> None:
+    server = await start(ListenerLimits(max_refusals_before_auth=5, log_lines_per_minute=5))
+    reader, writer = await raw_connection(server.port)
+    writer.write(unsigned_frames(2_000))
+    await writer.drain()
+    answers = FrameDecoder()
+    with contextlib.suppress(ConnectionError):
+        async with asyncio.timeout(10):
+            while data := await reader.read(65536):
+                answers.feed(data)
+    codes = [cmd.code for cmd in answers.commands()]
+    assert codes == [ResponseCode.NO_PERMISSION] * 5  # then closed: not 2,000 answers
+    writer.transport.abort()
+
+
 async def test_a_peer_that_never_reads_stops_being_read_and_holds_bounded_memory(
     start: ServerFactory,
 ) -> None:
     bound = 64 * 1024
     server = await start(ListenerLimits(max_unsent_bytes=bound, log_lines_per_minute=5))
     _reader, writer = await raw_connection(server.port, rcvbuf=4096)
-    batch = unsigned_frames(2_000)
+    batch = signed_frames(2_000)
     sent = 0
     try:
-        for _ in range(200):  # up to 400,000 unsigned frames, each answered NO_PERMISSION
+        for _ in range(200):  # up to 400,000 signed requests, each answered with 64 bytes
             writer.write(batch)
             try:
                 await asyncio.wait_for(writer.drain(), 3.0)
@@ -112,10 +135,9 @@ async def test_a_peer_that_never_reads_stops_being_read_and_holds_bounded_memory
         (conn,) = server.connections
         unsent = conn.transport.get_write_buffer_size()  # type: ignore[attr-defined]
         # What the server holds for us: the bound plus the answers to one read's frames.
-        one_read = 256 * 1024 // len(encode(request(ECHO, 1, {"x": "y"})))
-        answer = len(encode(response_to(request(ECHO, 1), ResponseCode.NO_PERMISSION, "x" * 40)))
+        one_read = 256 * 1024 // len(signed_frames(1))
+        answer = len(encode(response_to(request(ECHO, 1), remark="echo", body=b"b" * 64)))
         assert unsent <= bound + 2 * one_read * answer, (unsent, sent)
-        assert conn.in_flight == 0  # refusals are answered in place, never as tasks
     finally:
         writer.transport.abort()  # our own unsent frames would hold a close
 
@@ -193,14 +215,16 @@ async def test_refusals_are_logged_within_the_budget(
 ) -> None:
     caplog.set_level(logging.INFO, logger="brokergroup_remoting.net")
     server = await start(ListenerLimits(log_lines_per_minute=10))
-    client = await RemotingClient.connect(f"127.0.0.1:{server.port}")  # no key: refused
-    try:
-        answers = await asyncio.gather(
-            *(client.invoke(request(ECHO, 0, {}), 10) for _ in range(500))
-        )
-    finally:
-        await client.close()
-    assert {a.code for a in answers} == {ResponseCode.NO_PERMISSION}
+    answers = []
+    for _ in range(20):  # 20 connections without a key, 20 refusals each
+        client = await RemotingClient.connect(f"127.0.0.1:{server.port}")
+        try:
+            answers += await asyncio.gather(
+                *(client.invoke(request(ECHO, 0, {}), 10) for _ in range(20))
+            )
+        finally:
+            await client.close()
+    assert [a.code for a in answers] == [ResponseCode.NO_PERMISSION] * 400
     refusals = [r for r in caplog.records if "refused" in r.getMessage()]
     assert 1 <= len(refusals) <= 10
 
