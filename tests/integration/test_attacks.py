@@ -43,9 +43,10 @@ from brokergroup_remoting.frame import encode
 from brokergroup_remoting.net import Credentials, RemotingClient
 from tests.integration.local_harness import Runtime, local_runtime, wait_for
 
-pytestmark = pytest.mark.integration
-
 ATTACK_S = float(os.environ.get("BROKERGROUP_ATTACK_SECONDS", "20"))
+#: The suite's per-test timeout (300 s) is for the defaults; a long run gets its own.
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(max(300, ATTACK_S + 240))]
+
 NAMESRV_PORT = 19876
 CONTROLLER_REMOTING_PORT = 9879
 BROKER_CLIENT_PORT = 20911
