@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from pyarrow import fs
 
@@ -110,6 +110,19 @@ def _damage(data: bytes, ops: list[tuple[str, int, int]]) -> bytes:
     return bytes(out)
 
 
+#: Found by hypothesis: the flip makes the record at 1102 run into the next one; the
+#: slice [0, 1000) ends its chain at 1102, the record is the next slice's. The general
+#: reader used to report it from both slices, and its bytes twice (BAD_SIZE and an
+#: unreadable BAD_MAGIC gap); the fast path, rightly, from its own slice only.
+_SIZE_FLIP_BODIES = [
+    b"", b"", b"\x00" * 2, b"\x00" * 2, b"\x00" * 3, b"\x00" * 3, b"\x00" * 4, b"\x00" * 34,
+    b"\x00" * 5, b"\x00" * 7, b"\x00\x00\x00\x90\x90\x90\x91\x90\x90\x92", b"", b"", b"",
+    b"\x00", b"\x00" * 2, b"\x00" * 3, b"\x00" * 5, b"\x00" * 6, b"\x00" * 11, b"",
+    b"\x00" * 3, b"\x00" * 4, b"\x00" * 9, b"\x00" * 9, b"\x00\x00\x00\x00\x01\x00\x00\x02\x00\x00",
+    b"\x00" * 11,
+]  # fmt: skip
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     st.lists(st.binary(min_size=0, max_size=900), min_size=1, max_size=30),
@@ -124,6 +137,9 @@ def _damage(data: bytes, ops: list[tuple[str, int, int]]) -> bytes:
         max_size=3,
     ),
     st.sampled_from([SEG, 1000, 97]),
+)
+@example(  # a flipped totalSize bit (byte 1104): record 1102 runs into 1212
+    bodies=_SIZE_FLIP_BODIES, v6=[True], compress=True, ops=[("flip", 12057, 1)], split=1000
 )
 def test_fast_path_equals_the_general_reader_on_clean_and_damaged_logs(
     bodies: list[bytes],
@@ -144,10 +160,13 @@ def test_named_damage_equals_the_general_reader(split: int) -> None:
     bad_crc[third + 120] ^= 0x01  # a body byte: the record stays, its CRC fails
     bad_magic = bytearray(data)
     bad_magic[sixth + 5] ^= 0x01
+    long_size = bytearray(data)
+    long_size[third + 2] ^= 0x02  # totalSize + 512: runs over the fourth record
     cases = {
         "clean": data,
         "bad CRC": bytes(bad_crc),
         "bad magic": bytes(bad_magic),
+        "totalSize runs into the next record": bytes(long_size),
         "zero-filled tail": data + bytes(2000),
         "torn last record": data + data[:60],
         "cut mid-record": data[: ref[7].physical_offset + 50],
@@ -158,6 +177,23 @@ def test_named_damage_equals_the_general_reader(split: int) -> None:
             _compare(case, split)
         except AssertionError as exc:
             raise AssertionError(f"{name}: {exc}") from exc
+
+
+@pytest.mark.parametrize("split", [SEG, 1000, 97])
+def test_a_too_long_record_is_one_problem_of_the_slice_that_owns_it(split: int) -> None:
+    """A flipped totalSize byte costs one record: one BAD_SIZE problem, from the slice
+    its start lies in, whatever the slicing (its bytes are no unreadable gap as well)."""
+    data = bytearray(_log([bytes([i]) * 300 for i in range(20)], [False, True]))
+    third = scan_records(bytes(data), 0, SEG).records[2].physical_offset
+    data[third + 2] ^= 0x02  # totalSize + 512: runs over the fourth record
+    problems = []
+    for seg, seg_start, own_from, own_to in _slices(bytes(data), split):
+        args = (seg, seg_start, seg_start + SEG, own_from, own_to)
+        kw = {"first_is_boundary": own_from == seg_start, "max_record_bytes": SEG}
+        scan = scan_slice(*args, **kw)
+        problems += [(p.offset, p.stop) for p in scan.problems]
+        assert all(own_from <= p.offset < own_to for p in scan.problems)
+    assert problems == [(third, ScanStop.BAD_SIZE)]
 
 
 def test_clean_logs_take_the_fast_walk_and_bad_crc_stays_a_row() -> None:

@@ -210,23 +210,25 @@ def scan_columns(
         hi = n
     problems: list[Problem] = []
     # Overlaps (a start inside the previous record): keep the earlier record when its
-    # lengths add up, else drop it and report its bytes.
+    # lengths add up (the later start lies in its body: dropped), else cut the earlier one
+    # at the later start: one BAD_SIZE problem, reported below by the slice that owns its
+    # start like any damaged record, and its bytes are not a gap as well.
     sound = structure_ok(a, starts, sizes, is_blank)
+    cut = np.zeros(len(starts), dtype=bool)
     while len(starts) > 1:
         ends = starts + sizes
         overlap = np.flatnonzero(ends[:-1] > starts[1:])
         if not len(overlap):
             break
         k = int(overlap[0])
-        drop = k + 1 if sound[k] else k
-        if drop == k:
-            problems.append(
-                _problem(base_offset, int(starts[k]), int(starts[k + 1] - starts[k]),
-                         ScanStop.BAD_SIZE, "totalSize runs into the next record")
-            )  # fmt: skip
-        keep = np.ones(len(starts), dtype=bool)
-        keep[drop] = False
-        starts, sizes, is_blank, sound = starts[keep], sizes[keep], is_blank[keep], sound[keep]
+        if sound[k]:
+            keep = np.ones(len(starts), dtype=bool)
+            keep[k + 1] = False
+            starts, sizes, is_blank = starts[keep], sizes[keep], is_blank[keep]
+            sound, cut = sound[keep], cut[keep]
+        else:
+            sizes[k] = starts[k + 1] - starts[k]
+            cut[k] = True
     ends = starts + sizes
     # Gaps between consecutive starts, and before the first one. A gap belongs to the
     # slice that owns the record before it (that slice reads on to the next start); the
@@ -242,7 +244,12 @@ def scan_columns(
         if lo <= owner < own_hi:
             problems.extend(_classify_gap(a, g0, g1, base_offset, partial))
     owned = (starts >= lo) & (starts < own_hi) & ~is_blank
-    bad_structure = owned & ~sound
+    for k in np.flatnonzero(owned & cut).tolist():
+        problems.append(
+            _problem(base_offset, int(starts[k]), int(sizes[k]),
+                     ScanStop.BAD_SIZE, "totalSize runs into the next record")
+        )  # fmt: skip
+    bad_structure = owned & ~sound & ~cut
     for k in np.flatnonzero(bad_structure).tolist():
         at, size = int(starts[k]), int(sizes[k])
         written = _written_of_torn_tail(a, at, size) if k == len(starts) - 1 else None
