@@ -114,3 +114,33 @@ async def test_a_lapsed_lease_by_the_given_clock_holds_acknowledgements(
     lease.renew(clock())
     link.release()
     assert outcomes == [AckOutcome.ACKED]
+
+
+async def test_an_append_covered_at_once_is_held_by_the_takeover_hold_too(
+    store: MessageStore, master: tuple[ReplicationLink, Clock[int], MasterLease]
+) -> None:
+    """The commit rule may hold the moment an append lands (here: flushed with it, the
+    SyncStateSet is {us}); the replaced master may still hold its lease, so the
+    acknowledgement still waits for the hold (DESIGN.md §3.3 "Fencing")."""
+    link, clock, _ = master
+    outcomes: list[AckOutcome] = []
+    store.put_messages([MessageInput(topic="t", queue_id=0, body=b"m")], STORE_HOST, 0, flush=True)
+    link.wait_for_ack(store.max_offset, clock(), outcomes.append)
+    assert outcomes == []  # covered, but inside the hold
+    clock.advance(TAKEOVER_WAIT_MS)
+    link.release()
+    assert outcomes == [AckOutcome.ACKED]
+
+
+async def test_an_append_covered_at_once_is_held_by_a_lapsed_lease_too(
+    store: MessageStore, master: tuple[ReplicationLink, Clock[int], MasterLease]
+) -> None:
+    link, clock, lease = master
+    clock.advance(LEASE_MS)
+    outcomes: list[AckOutcome] = []
+    store.put_messages([MessageInput(topic="t", queue_id=0, body=b"m")], STORE_HOST, 0, flush=True)
+    link.wait_for_ack(store.max_offset, clock(), outcomes.append)
+    assert outcomes == []
+    lease.renew(clock())
+    link.release()
+    assert outcomes == [AckOutcome.ACKED]

@@ -91,10 +91,18 @@ class AckWaiters:
         return None
 
     def add(
-        self, token: int, end_offset: int, now_ms: int, view: ReplicationView
+        self,
+        token: int,
+        end_offset: int,
+        now_ms: int,
+        view: ReplicationView,
+        *,
+        may_ack_now: bool = True,
     ) -> AckOutcome | None:
-        """ACKED at once, or None: queued until `progress` releases it."""
-        if not self._waiters and self._covered(end_offset, view):
+        """ACKED at once, or None: queued until `progress` releases it. `may_ack_now`
+        False (a takeover hold, a lapsed lease): queued even when already covered, so the
+        same fencing that holds `progress` holds it."""
+        if may_ack_now and not self._waiters and self._covered(end_offset, view):
             return AckOutcome.ACKED
         if self._waiters:
             assert end_offset >= self._waiters[-1].end_offset, "appends must be ordered"

@@ -168,7 +168,10 @@ class ReplicationLink:
             self._ha_master.notify_appended()
         token = next(self._tokens)
         view = self.advance_confirm_offset() if view is None else view
-        outcome = self.waiters.add(token, end_offset, now_ms, view)
+        # The fencing `release` applies holds an acknowledgement the rule grants at once too.
+        now = self._clock_ms()
+        may_ack_now = now >= self._takeover_hold_until_ms and self._lease.valid(now)
+        outcome = self.waiters.add(token, end_offset, now_ms, view, may_ack_now=may_ack_now)
         if outcome is not None:
             on_outcome(outcome)
             return
