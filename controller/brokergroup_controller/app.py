@@ -60,6 +60,7 @@ from brokergroup_controller.request_parsing import (
 from brokergroup_controller.requests import Caller
 from brokergroup_controller.rocketmq_front import ControllerRemoting, start_remoting_front
 from brokergroup_controller.server import ControllerService
+from brokergroup_remoting.net import budgeted_logger
 
 if TYPE_CHECKING:
     from brokergroup_controller.namesrv.server import NameServer
@@ -391,7 +392,9 @@ async def serve(config: ControllerConfig, *, stop: asyncio.Event | None = None) 
     node = ControllerRaftNode(config.raft_settings())
     node.start()
     app = create_app(config, node)
-    runner = web.AppRunner(app, access_log=None)
+    runner = web.AppRunner(
+        app, access_log=None, logger=budgeted_logger("brokergroup_controller.http")
+    )
     await runner.setup()
     site = web.TCPSite(runner, config.bind_address, config.api_port, reuse_address=True)
     await site.start()

@@ -38,6 +38,7 @@ import contextlib
 import dataclasses
 import itertools
 import logging
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
@@ -422,6 +423,35 @@ class Connection:
                 callback()
             except Exception:
                 log.exception("%s: on-close callback for %s failed", self._name, self.peer)
+
+
+class BudgetedLog(logging.Filter):
+    """A logger's filter that lets `per_minute` records through a minute and drops the
+    stack trace of the ones about a peer's bad input: for an HTTP server's own logger
+    (aiohttp logs every malformed request with its traceback at ERROR, which a client
+    could otherwise turn into a flood of log lines)."""
+
+    def __init__(self, per_minute: int = DEFAULT_LISTENER_LIMITS.log_lines_per_minute) -> None:
+        super().__init__()
+        self._budget = LogBudget(per_minute)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        allowed, held = self._budget.allow(time.monotonic())
+        if not allowed:
+            return False
+        record.exc_info = None
+        record.exc_text = None
+        if held:
+            record.msg = f"{record.msg} ({held} similar lines held back)"
+        return True
+
+
+def budgeted_logger(name: str) -> logging.Logger:
+    """`name`'s logger with a `BudgetedLog` filter (added once)."""
+    logger = logging.getLogger(name)
+    if not any(isinstance(f, BudgetedLog) for f in logger.filters):
+        logger.addFilter(BudgetedLog())
+    return logger
 
 
 class RemotingServer:

@@ -29,6 +29,7 @@ from brokergroup_remoting.net import (
     RemotingClient,
     RemotingServer,
     ServerAuth,
+    budgeted_logger,
 )
 
 KEYS = {"ak": "sk"}
@@ -282,3 +283,32 @@ def test_log_budget_counts_what_it_held_back() -> None:
     assert budget.allow(2.0) == (False, 0)
     assert budget.allow(3.0) == (False, 0)
     assert budget.allow(61.0) == (True, 2)
+
+
+async def test_malformed_http_requests_are_logged_within_the_budget_without_tracebacks(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """aiohttp logs each malformed request with its stack trace at ERROR on the server's
+    logger; the HTTP ports give it a budgeted one (what the broker and controller pass)."""
+    from aiohttp import web
+
+    caplog.set_level(logging.DEBUG)
+    app = web.Application()
+    runner = web.AppRunner(app, access_log=None, logger=budgeted_logger("test.http.budget"))
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        for _ in range(100):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"GET /\x00\x01 HTTP/1.1\r\nHost: x\r\n\r\n")
+            await writer.drain()
+            with contextlib.suppress(ConnectionError):
+                await asyncio.wait_for(reader.read(4096), 5)
+            writer.close()
+    finally:
+        await runner.cleanup()
+    records = [r for r in caplog.records if r.name == "test.http.budget"]
+    assert 1 <= len(records) <= 60
+    assert all(r.exc_info is None for r in records)

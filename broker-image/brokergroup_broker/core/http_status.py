@@ -28,6 +28,8 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
+from brokergroup_remoting.net import budgeted_logger
+
 #: Paths served without a credential: the kubelet's probes.
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
 
@@ -79,7 +81,12 @@ class StatusServer:
         app.router.add_get("/readyz", self._readyz)
         app.router.add_get("/v1/status", self._status)
         app.router.add_get("/v1/consumer-offsets", self._consumer_offsets)
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        runner = web.AppRunner(
+            app,
+            access_log=None,
+            handle_signals=False,
+            logger=budgeted_logger("brokergroup_broker.http"),
+        )
         await runner.setup()
         site = web.TCPSite(runner, host, port, reuse_address=True)
         await site.start()

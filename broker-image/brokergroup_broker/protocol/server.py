@@ -241,7 +241,7 @@ class BrokerProtocolServer:
             self._log("refusing a connection from %s: %s", source, refused)
             writer.close()
             return
-        conn = _Connection(self._handler, self._config, reader, writer, self._auth)
+        conn = _Connection(self._handler, self._config, reader, writer, self._auth, self._log)
         self._connections[task] = conn
         try:
             await conn.run()
@@ -258,8 +258,11 @@ class _Connection:
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
         port_auth: auth.ClientPortAuth | None = None,
+        log_line: Callable[..., None] | None = None,
     ) -> None:
         self._handler = handler
+        #: The port's budgeted warning log (a peer's refusals are its choice, not ours).
+        self._log_line = log_line or log.warning
         self._config = config
         self._auth = port_auth
         #: The role the connection's pair proved (None: an OPEN port).
@@ -344,7 +347,7 @@ class _Connection:
                     self._requests.add(task)
                     task.add_done_callback(self._requests.discard)
         except ProtocolError as exc:
-            log.warning("closing connection from %s: %s", self._peer, exc)
+            self._log_line("closing connection from %s: %s", self._peer, exc)
         except (ConnectionError, OSError) as exc:
             log.debug("connection from %s lost: %s", self._peer, exc)
         finally:
@@ -396,7 +399,7 @@ class _Connection:
             self._role = verdict.role
             self._writer.write(verdict.answer)
             return True
-        log.warning("refused a client from %s: %s", self._peer, verdict.reason)
+        self._log_line("refused a client from %s: %s", self._peer, verdict.reason)
         self._writer.write(verdict.answer)
         await self._linger()
         return False
