@@ -69,3 +69,16 @@ async def eventually(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for: {what}")
         await asyncio.sleep(poll_s)
+
+
+async def closed_by_server(reader: asyncio.StreamReader, within_s: float = 10.0) -> bool:
+    """True when the server closes (EOF or reset) within `within_s`, reading what it sends."""
+    try:
+        async with asyncio.timeout(within_s):
+            while await reader.read(65536):
+                pass
+    except TimeoutError:
+        return False
+    except ConnectionError:
+        return True
+    return True

@@ -12,6 +12,7 @@ import pytest
 
 from brokergroup_broker.protocol import auth
 from brokergroup_broker.protocol.server import BrokerProtocolServer, ServerConfig
+from tests.unit.conftest import closed_by_server
 from tests.unit.test_protocol_auth import RecordingHandler
 
 HOST = "127.0.2.8"
@@ -37,18 +38,6 @@ async def handshaken(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWri
     writer.write(auth.hello(None, challenge, bytes(auth.NONCE_BYTES)))
     assert await reader.readexactly(1) == auth.OPEN_ANSWER
     return reader, writer
-
-
-async def closed_by_server(reader: asyncio.StreamReader, within_s: float = 30.0) -> bool:
-    try:
-        async with asyncio.timeout(within_s):
-            while await reader.read(65536):
-                pass
-    except TimeoutError:
-        return False
-    except ConnectionError:
-        return True
-    return True
 
 
 async def test_connections_per_source_are_capped_and_idle_ones_closed(

@@ -31,6 +31,7 @@ from brokergroup_remoting.net import (
     ServerAuth,
     budgeted_logger,
 )
+from tests.unit.conftest import closed_by_server
 
 KEYS = {"ak": "sk"}
 GOOD = Credentials("ak", "sk")
@@ -75,19 +76,6 @@ async def raw_connection(
     sock.setblocking(False)
     await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", port))
     return await asyncio.open_connection(sock=sock)
-
-
-async def closed_by_server(reader: asyncio.StreamReader, within_s: float = 10.0) -> bool:
-    """True when the server closes (EOF or reset) within `within_s`, reading what it sends."""
-    try:
-        async with asyncio.timeout(within_s):
-            while await reader.read(65536):
-                pass
-    except TimeoutError:
-        return False
-    except ConnectionError:
-        return True
-    return True
 
 
 def unsigned_frames(count: int) -> bytes:
