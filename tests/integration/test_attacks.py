@@ -30,7 +30,7 @@ import random
 import socket
 import struct
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -236,9 +236,12 @@ async def fuzz_port(address: str, credentials: Credentials, seed: int, until: fl
     return sent
 
 
-async def fuzz_client_port(address: str, seed: int, until: float) -> int:
-    """The broker's own client port: HELLOs of every shape (lengths, keys, proofs, bytes
-    after them) and frames before any handshake; refused before anything is decoded."""
+Exchange = Callable[[random.Random, asyncio.StreamReader], Awaitable[bytes]]
+
+
+async def fuzz_connections(address: str, seed: int, until: float, exchange: Exchange) -> int:
+    """One connection after another until `until`: `exchange` says what to send (it may
+    read first), then whatever comes back in 0.3 s is read and the socket is reset."""
     rng = random.Random(seed)
     host, _, port = address.rpartition(":")
     sent = 0
@@ -249,10 +252,7 @@ async def fuzz_client_port(address: str, seed: int, until: float) -> int:
             await asyncio.sleep(0.2)
             continue
         try:
-            await asyncio.wait_for(reader.read(64), 2)
-            length = rng.choice([0, 1, 16, 255, 256, -1, 32767, rng.randint(-32768, 32767)])
-            key = rng.randbytes(rng.randint(0, 300))
-            writer.write(struct.pack(">h", length) + key + rng.randbytes(rng.randint(0, 128)))
+            writer.write(await exchange(rng, reader))
             await asyncio.wait_for(writer.drain(), 2)
             sent += 1
             with contextlib.suppress(TimeoutError):
@@ -264,33 +264,25 @@ async def fuzz_client_port(address: str, seed: int, until: float) -> int:
     return sent
 
 
-async def fuzz_http_port(address: str, seed: int, until: float) -> int:
+async def hello_of_any_shape(rng: random.Random, reader: asyncio.StreamReader) -> bytes:
+    """The broker's own client port: after its challenge, HELLOs of every shape (lengths,
+    keys, proofs, bytes after them); refused before anything is decoded."""
+    await asyncio.wait_for(reader.read(64), 2)
+    length = rng.choice([0, 1, 16, 255, 256, -1, 32767, rng.randint(-32768, 32767)])
+    key = rng.randbytes(rng.randint(0, 300))
+    return struct.pack(">h", length) + key + rng.randbytes(rng.randint(0, 128))
+
+
+HTTP_PATHS = ["/healthz", "/readyz", "/v1/status", "/v1/consumer-offsets", "/", "/x" * 50]
+
+
+async def http_request_of_any_shape(rng: random.Random, reader: asyncio.StreamReader) -> bytes:
     """The broker's HTTP port: every path with and without (wrong) credentials, and
     broken requests; probes stay open, the rest answer 401, nothing crashes."""
-    rng = random.Random(seed)
-    host, _, port = address.rpartition(":")
-    paths = ["/healthz", "/readyz", "/v1/status", "/v1/consumer-offsets", "/", "/x" * 50]
-    sent = 0
-    while time.monotonic() < until:
-        try:
-            reader, writer = await asyncio.open_connection(host, int(port))
-        except OSError:
-            await asyncio.sleep(0.2)
-            continue
-        try:
-            auth = rng.choice(["", "Authorization: Bearer nope\r\n", "Authorization: x\r\n"])
-            line = rng.choice(["GET", "POST", "PUT", "\x00\x01", "GET " * 100])
-            raw = f"{line} {rng.choice(paths)} HTTP/1.1\r\nHost: x\r\n{auth}\r\n"
-            writer.write(raw.encode("utf-8", "surrogateescape") + rng.randbytes(rng.randint(0, 64)))
-            await asyncio.wait_for(writer.drain(), 2)
-            sent += 1
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(reader.read(4096), 0.3)
-        except (ConnectionError, TimeoutError):
-            pass
-        finally:
-            writer.transport.abort()
-    return sent
+    auth = rng.choice(["", "Authorization: Bearer nope\r\n", "Authorization: x\r\n"])
+    line = rng.choice(["GET", "POST", "PUT", "\x00\x01", "GET " * 100])
+    raw = f"{line} {rng.choice(HTTP_PATHS)} HTTP/1.1\r\nHost: x\r\n{auth}\r\n"
+    return raw.encode("utf-8", "surrogateescape") + rng.randbytes(rng.randint(0, 64))
 
 
 def listening(host: str, port: int) -> bool:
@@ -321,11 +313,13 @@ def test_fuzzing_every_remoting_port_leaves_the_group_healthy(runtime: Runtime) 
             signed_route_answers(namesrv, credentials, until),
             *(fuzz_port(p, credentials, seed, until) for seed, p in enumerate(ports)),
             *(
-                fuzz_client_port(f"{h}:{BROKER_CLIENT_PORT}", 100 + i, until)
+                fuzz_connections(f"{h}:{BROKER_CLIENT_PORT}", 100 + i, until, hello_of_any_shape)
                 for i, h in enumerate(brokers)
             ),
             *(
-                fuzz_http_port(f"{h}:{BROKER_HTTP_PORT}", 200 + i, until)
+                fuzz_connections(
+                    f"{h}:{BROKER_HTTP_PORT}", 200 + i, until, http_request_of_any_shape
+                )
                 for i, h in enumerate(brokers)
             ),
         )
