@@ -79,7 +79,7 @@ import aiohttp
 from brokergroup_broker.core import register_state as rs
 from brokergroup_broker.core import role as roles
 from brokergroup_broker.core.broker_settings import (
-    _STOP_TASK_TIMEOUT_S,
+    STOP_TASK_TIMEOUT_S,
     BrokerSettings,
     ha_config_of,
     mono_ms,
@@ -394,7 +394,7 @@ class Broker:
         for task in self._tasks:
             task.cancel()
         if self._tasks:
-            await asyncio.wait(self._tasks, timeout=_STOP_TASK_TIMEOUT_S)
+            await asyncio.wait(self._tasks, timeout=STOP_TASK_TIMEOUT_S)
         if parts is not None:
             # Before the controller hears we are gone: the slaves get the last
             # confirmOffset (a bounded drain, docs/ha.md "Hand-over") before any of

@@ -32,19 +32,19 @@ log = logging.getLogger(__name__)
 
 
 # Bounded waits of the I/O shell that are not worth a config field.
-_TICK_MS = 50
+TICK_MS = 50
 
 
-_PEER_HTTP_TIMEOUT_S = 0.5
+PEER_HTTP_TIMEOUT_S = 0.5
 
 
-_STOP_TASK_TIMEOUT_S = 3.0
+STOP_TASK_TIMEOUT_S = 3.0
 
 
-_CONSUMER_OFFSET_SYNC_MS = 1000
+CONSUMER_OFFSET_SYNC_MS = 1000
 
 
-_OUTCOME_CODES: dict[AckOutcome, ResponseCode] = {
+OUTCOME_CODES: dict[AckOutcome, ResponseCode] = {
     AckOutcome.IN_SYNC_REPLICAS_NOT_ENOUGH: ResponseCode.IN_SYNC_REPLICAS_NOT_ENOUGH,
     AckOutcome.SLAVE_TIMEOUT: ResponseCode.SLAVE_TIMEOUT,
     AckOutcome.SYSTEM_BUSY: ResponseCode.SYSTEM_BUSY,
@@ -177,7 +177,7 @@ def group_view_of(info: ReplicaInfo) -> roles.GroupView:
     )
 
 
-def _require_valid_topic(topic: str) -> None:
+def require_valid_topic(topic: str) -> None:
     """Every request that names a topic checks it first (DESIGN.md §3.4b)."""
     error = topic_error(topic)
     if error is not None:

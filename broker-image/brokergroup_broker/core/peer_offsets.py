@@ -11,8 +11,8 @@ import aiohttp
 
 from brokergroup_broker.core import role as roles
 from brokergroup_broker.core.broker_settings import (
-    _CONSUMER_OFFSET_SYNC_MS,
-    _PEER_HTTP_TIMEOUT_S,
+    CONSUMER_OFFSET_SYNC_MS,
+    PEER_HTTP_TIMEOUT_S,
     http_address_of,
 )
 from brokergroup_broker.core.role_core import RoleCore
@@ -56,7 +56,7 @@ class PeerOffsets:
     async def slave_sync_loop(self) -> None:
         """Slaves copy the master's consumer offsets (newer versions only)."""
         while True:
-            await asyncio.sleep(_CONSUMER_OFFSET_SYNC_MS / 1000)
+            await asyncio.sleep(CONSUMER_OFFSET_SYNC_MS / 1000)
             state = self._role.state
             if state.role is roles.Role.SLAVE and state.master_address:
                 snapshot = await self._fetch(state.master_address)
@@ -67,7 +67,7 @@ class PeerOffsets:
         url = f"http://{http_address_of(client_address)}/v1/consumer-offsets"
         try:
             async with self._session.get(
-                url, timeout=aiohttp.ClientTimeout(total=_PEER_HTTP_TIMEOUT_S)
+                url, timeout=aiohttp.ClientTimeout(total=PEER_HTTP_TIMEOUT_S)
             ) as response:
                 if response.status != 200:
                     return None

@@ -16,10 +16,10 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from brokergroup_broker.core.broker_settings import (
-    _OUTCOME_CODES,
+    OUTCOME_CODES,
     BrokerSettings,
-    _require_valid_topic,
     mono_ms,
+    require_valid_topic,
     wall_ms,
 )
 from brokergroup_broker.core.commit_rule import AckOutcome, ReplicationView
@@ -145,14 +145,12 @@ class ProducePath:
             )
         refusal, view = self._replication.admit()
         if refusal is not None:
-            raise BrokerError(
-                _OUTCOME_CODES[refusal], self._replication.refusal_text(refusal, view)
-            )
+            raise BrokerError(OUTCOME_CODES[refusal], self._replication.refusal_text(refusal, view))
         return now, view
 
     def _outcome_error(self, outcome: AckOutcome) -> BrokerError:
         return BrokerError(
-            _OUTCOME_CODES[outcome],
+            OUTCOME_CODES[outcome],
             self._replication.refusal_text(outcome, self._replication.advance_confirm_offset()),
             master_address=self._role.state.master_address,
         )
@@ -163,7 +161,7 @@ class ProducePath:
         Appends synchronously (so a connection's batches keep their order); `reply` is
         called once, now or when the commit rule decides. Raises BrokerError to refuse
         before anything is appended."""
-        _require_valid_topic(batch.topic)
+        require_valid_topic(batch.topic)
         now, view = self._check_send(len(batch))
         store = self._store
         chosen = self._choose_queue(batch.topic, batch.queue_id)
@@ -267,7 +265,7 @@ class ProducePath:
     async def pull_messages(
         self, topic: str, queue_id: int, queue_offset: int, max_count: int
     ) -> PullResult:
-        _require_valid_topic(topic)
+        require_valid_topic(topic)
         self._role.require_readable()
         store = self._store
         confirm = self._replication.confirm_offset()
@@ -299,7 +297,7 @@ class ProducePath:
     ) -> RecordPull:
         """`pull_messages` with each record's bytes as stored: the same role check and
         confirmOffset bound."""
-        _require_valid_topic(topic)
+        require_valid_topic(topic)
         self._role.require_readable()
         store = self._store
         confirm = self._replication.confirm_offset()
@@ -313,7 +311,7 @@ class ProducePath:
 
     async def store_timestamp_at(self, topic: str, queue_id: int, queue_offset: int) -> int | None:
         """storeTimestamp of the record at `queue_offset` (None if not readable there)."""
-        _require_valid_topic(topic)
+        require_valid_topic(topic)
         self._role.require_readable()
         got = self._store.get_records(
             topic, queue_id, queue_offset, 1, self._replication.confirm_offset(), raw=False
@@ -349,13 +347,13 @@ class ProducePath:
         return self._store.queue_count(topic) > 0
 
     async def query_offsets(self, topic: str, queue_id: int) -> tuple[int, int]:
-        _require_valid_topic(topic)
+        require_valid_topic(topic)
         self._role.require_master_reads()
         # Max is what a consumer can read: records up to confirmOffset.
         return self._store.queue_offset_range(topic, queue_id, self._replication.confirm_offset())
 
     async def topic_queue_count(self, topic: str) -> int:
-        _require_valid_topic(topic)
+        require_valid_topic(topic)
         self._role.require_readable()
         count = self._store.queue_count(topic)
         if count == 0:
@@ -365,7 +363,7 @@ class ProducePath:
     async def commit_consumer_offset(
         self, group: str, topic: str, queue_id: int, offset: int
     ) -> None:
-        _require_valid_topic(topic)
+        require_valid_topic(topic)
         self._role.require_master_reads()  # the master, or an acting master (RIP-32)
         try:
             self._store.consumer_offsets.commit(
@@ -375,7 +373,7 @@ class ProducePath:
             raise BrokerError(ResponseCode.SYSTEM_BUSY, str(exc)) from None
 
     async def query_consumer_offset(self, group: str, topic: str, queue_id: int) -> int:
-        _require_valid_topic(topic)
+        require_valid_topic(topic)
         self._role.require_master_reads()
         found = self._store.consumer_offsets.get(group, topic, queue_id)
         return NO_CONSUMER_OFFSET if found is None else found

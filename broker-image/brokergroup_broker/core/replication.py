@@ -21,8 +21,8 @@ from typing import Any
 
 from brokergroup_broker.core import role as roles
 from brokergroup_broker.core.broker_settings import (
-    _STOP_TASK_TIMEOUT_S,
-    _TICK_MS,
+    STOP_TASK_TIMEOUT_S,
+    TICK_MS,
     ha_address_of,
     mono_ms,
 )
@@ -329,7 +329,7 @@ class ReplicationLink:
         if task is not None:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
-                await asyncio.wait_for(task, _STOP_TASK_TIMEOUT_S)
+                await asyncio.wait_for(task, STOP_TASK_TIMEOUT_S)
         self._store.arrivals.wake_all()  # a role change: held pulls answer as the new role says
 
     # -- the controller's view ------------------------------------------------------------
@@ -401,7 +401,7 @@ class ReplicationLink:
     async def ticker_loop(self) -> None:
         """Releases timed-out waiters; fences them when the lease lapses."""
         while True:
-            await asyncio.sleep(_TICK_MS / 1000)
+            await asyncio.sleep(TICK_MS / 1000)
             if len(self.waiters) == 0:
                 continue
             if not self._lease.valid(self._clock_ms()):

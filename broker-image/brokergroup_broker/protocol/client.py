@@ -437,9 +437,9 @@ async def _handshake(
 # --------------------------------------------------------------------------
 # Retry budget.
 
-_CONNECTION_ERRORS = (BrokerConnectionError, NoMasterError, OSError)
+CONNECTION_ERRORS = (BrokerConnectionError, NoMasterError, OSError)
 #: The master moved or is moving: re-discover.
-_REDISCOVER = frozenset(
+REDISCOVER = frozenset(
     {
         ResponseCode.NOT_MASTER,
         ResponseCode.FENCED,
@@ -448,10 +448,10 @@ _REDISCOVER = frozenset(
     }
 )
 #: Cannot commit now: bounded by isr_retry_max_attempts.
-_ISR = frozenset({ResponseCode.IN_SYNC_REPLICAS_NOT_ENOUGH, ResponseCode.SLAVE_TIMEOUT})
+ISR = frozenset({ResponseCode.IN_SYNC_REPLICAS_NOT_ENOUGH, ResponseCode.SLAVE_TIMEOUT})
 
 
-class _RetryBudget:
+class RetryBudget:
     """Counts attempts and time for one operation; says how long to wait
     before the next attempt or raises the final error."""
 
@@ -472,7 +472,7 @@ class _RetryBudget:
 
     def next_delay(self, error: BaseException, *, immediate: bool = False) -> float:
         cfg = self._config
-        if isinstance(error, BrokerError) and error.code in _ISR:
+        if isinstance(error, BrokerError) and error.code in ISR:
             self._isr_attempts += 1
             if self._isr_attempts >= cfg.isr_retry_max_attempts:
                 raise error

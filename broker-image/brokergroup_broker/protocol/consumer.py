@@ -10,13 +10,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TypeVar
 
 from brokergroup_broker.protocol.client import (
-    _CONNECTION_ERRORS,
+    CONNECTION_ERRORS,
     BrokerConnection,
     BrokerConnectionError,
     BrokerUnavailableError,
     ClientConfig,
     NoMasterError,
-    _RetryBudget,
+    RetryBudget,
 )
 from brokergroup_broker.protocol.discovery import MasterDiscovery, make_discovery
 from brokergroup_broker.protocol.messages import (
@@ -199,7 +199,7 @@ class Consumer:
             log.warning("commit of %s/%d@%d failed: %s", topic, queue_id, offset, exc)
 
     async def _call(self, op: Callable[[BrokerConnection], Awaitable[T]], what: str) -> T:
-        budget = _RetryBudget(self._config, f"{what} on {self.cluster_name}/{self.broker_name}")
+        budget = RetryBudget(self._config, f"{what} on {self.cluster_name}/{self.broker_name}")
         excluded: set[str] = set()
         while True:
             conn: BrokerConnection | None = None
@@ -210,7 +210,7 @@ class Consumer:
                 if exc.code not in _READ_RETRY:
                     raise
                 error: BaseException = exc
-            except _CONNECTION_ERRORS as exc:
+            except CONNECTION_ERRORS as exc:
                 error = exc
             if conn is not None:
                 excluded.add(conn.address)

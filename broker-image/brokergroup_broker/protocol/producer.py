@@ -10,15 +10,15 @@ from collections.abc import Sequence
 from typing import TypeVar
 
 from brokergroup_broker.protocol.client import (
-    _CONNECTION_ERRORS,
-    _ISR,
-    _REDISCOVER,
+    CONNECTION_ERRORS,
+    ISR,
+    REDISCOVER,
     AuthenticationError,
     BrokerConnection,
     BrokerConnectionError,
     ClientConfig,
     NoMasterError,
-    _RetryBudget,
+    RetryBudget,
 )
 from brokergroup_broker.protocol.discovery import MasterDiscovery, make_discovery
 from brokergroup_broker.protocol.messages import (
@@ -111,7 +111,7 @@ class Producer:
         if any(m.topic != topic for m in messages):
             raise ValueError("all messages of a batch must have the same topic")
         self._start_following_master()
-        budget = _RetryBudget(self._config, f"send to {self.cluster_name}/{self.broker_name}")
+        budget = RetryBudget(self._config, f"send to {self.cluster_name}/{self.broker_name}")
         try:
             while True:
                 conn: BrokerConnection | None = None
@@ -119,14 +119,14 @@ class Producer:
                     conn = await self._connection()
                     return await conn.send(topic, messages, queue_id)
                 except BrokerError as exc:
-                    if exc.code in _REDISCOVER:
+                    if exc.code in REDISCOVER:
                         self._drop(conn, exc.master_address)
                         delay = budget.next_delay(exc, immediate=self._hint is not None)
-                    elif exc.code == ResponseCode.SYSTEM_BUSY or exc.code in _ISR:
+                    elif exc.code == ResponseCode.SYSTEM_BUSY or exc.code in ISR:
                         delay = budget.next_delay(exc)
                     else:
                         raise
-                except _CONNECTION_ERRORS as exc:
+                except CONNECTION_ERRORS as exc:
                     self._drop(conn, None)
                     # A hint means the watch already named the new master: go now.
                     delay = budget.next_delay(exc, immediate=self._hint is not None)
