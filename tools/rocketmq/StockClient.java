@@ -61,6 +61,12 @@ import org.apache.rocketmq.remoting.RPCHook;
  *             (ok/err with currentTimeMillis), flushed, so the driver sees SEND_OK after a kill
  *   verify    acks=FILE[,FILE...] idle_s=S [consumer=lite|push] [place=true]   a new group from the first offset
  *             reads the topic; every acked message must come back with its body
+ *   follow    out=FILE stop=FILE [group=G]   a push consumer (concurrent, from the first offset)
+ *             that runs until the stop file exists, appending "receivedAtMs\tbodyId\tqueueId\t
+ *             queueOffset\tbodyOk" per delivery to out (flushed once a second)
+ *
+ * Ack lines, tab-separated: msgId, body id, brokerName, queueId, queueOffset; failover's add
+ * offsetMsgId (the commit log offset the broker stored it at) and the ack's currentTimeMillis.
  */
 public class StockClient {
     static final PrintStream OUT = System.out;
@@ -89,6 +95,7 @@ public class StockClient {
             case "load": load(); break;
             case "failover": failover(); break;
             case "verify": verify(); break;
+            case "follow": follow(); break;
             default: throw new IllegalArgumentException("unknown mode '" + mode + "'");
         }
         OUT.flush();
@@ -451,7 +458,8 @@ public class StockClient {
                     long now = System.currentTimeMillis();
                     if (r.getSendStatus() == SendStatus.SEND_OK) {
                         acks.append(r.getMsgId() + "\t" + id + "\t" + r.getMessageQueue().getBrokerName() + "\t"
-                            + r.getMessageQueue().getQueueId() + "\t" + r.getQueueOffset() + "\n");
+                            + r.getMessageQueue().getQueueId() + "\t" + r.getQueueOffset() + "\t"
+                            + r.getOffsetMsgId() + "\t" + now + "\n");
                         acks.flush();
                     }
                     log.append("ok\t" + now + "\t" + r.getSendStatus() + "\t" + r.getMsgId() + "\n");
@@ -465,6 +473,47 @@ public class StockClient {
             p.shutdown();
         }
         OUT.println("{\"summary\":\"failover\",\"sent\":" + seq + "}");
+    }
+
+    static void follow() throws Exception {
+        String topic = opt("topic", "StockTopic"), group = opt("group", "stock-client-follow");
+        int size = intOpt("size", 1024);
+        Path stop = Paths.get(opt("stop", "/nonexistent-stop-file"));
+        AtomicLong received = new AtomicLong();
+        try (BufferedWriter out = Files.newBufferedWriter(Paths.get(opt("out", "follow.tsv")))) {
+            DefaultMQPushConsumer c = new DefaultMQPushConsumer(group, hook(), new AllocateMessageQueueAveragely());
+            c.setNamesrvAddr(opt("namesrv", "127.0.0.1:9876"));
+            c.setInstanceName("stock-client-" + ProcessHandle.current().pid());
+            c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+            c.subscribe(topic, "*");
+            c.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
+                long now = System.currentTimeMillis();
+                synchronized (out) {
+                    try {
+                        for (MessageExt m : msgs) {
+                            String id = bodyId(m.getBody());
+                            boolean ok = Arrays.equals(m.getBody(), body(id, size));
+                            out.append(now + "\t" + id + "\t" + m.getQueueId() + "\t" + m.getQueueOffset() + "\t" + ok + "\n");
+                        }
+                    } catch (java.io.IOException e) {
+                        return ConsumeConcurrentlyStatus.RECONSUME_LATER;
+                    }
+                    received.addAndGet(msgs.size());
+                }
+                return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+            });
+            c.start();
+            try {
+                while (!Files.exists(stop)) {
+                    Thread.sleep(1000);
+                    synchronized (out) { out.flush(); }
+                }
+            } finally {
+                c.shutdown();
+                synchronized (out) { out.flush(); }
+            }
+        }
+        OUT.println("{\"summary\":\"follow\",\"received\":" + received.get() + "}");
     }
 
     /**
