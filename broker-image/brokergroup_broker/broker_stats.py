@@ -29,6 +29,8 @@ says how many calls missed it.
 
 from __future__ import annotations
 
+import math
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -365,3 +367,44 @@ def _tps_over(
         return (end - begin) / (end_ms - begin_ms) * 1000
 
     return over(10), over(60), over(600)
+
+
+#: The group the project's own protocol's pulls count under: its pulls name none.
+OWN_PROTOCOL_GROUP = "-"
+
+#: Upper bounds (seconds) of the commit round's histogram buckets: an append to its
+#: acknowledgement (group commit fdatasync and the SyncStateSet's acks), 0.1 ms to 10 s.
+COMMIT_ROUND_BUCKETS_S = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+    2.5, 5.0, 10.0,
+)  # fmt: skip
+
+
+class LatencyBuckets:
+    """A cumulative-at-read histogram for one hot path: `observe` is a bisect and two
+    additions (no lock: the event loop is its one writer); the metrics collector reads
+    `cumulative()` at scrape time."""
+
+    __slots__ = ("_counts", "bounds", "count", "sum_s")
+
+    def __init__(self, bounds: tuple[float, ...] = COMMIT_ROUND_BUCKETS_S) -> None:
+        if list(bounds) != sorted(set(bounds)) or not bounds:
+            raise ValueError(f"bucket bounds must increase: {bounds}")
+        self.bounds = bounds
+        self._counts = [0] * (len(bounds) + 1)  # the last: above every bound (+Inf)
+        self.count = 0
+        self.sum_s = 0.0
+
+    def observe(self, seconds: float) -> None:
+        self._counts[bisect_left(self.bounds, seconds)] += 1
+        self.count += 1
+        self.sum_s += seconds
+
+    def cumulative(self) -> list[tuple[float, int]]:
+        """(upper bound, observations <= it) per bucket, +Inf last (Prometheus' `le`)."""
+        out: list[tuple[float, int]] = []
+        running = 0
+        for bound, n in zip((*self.bounds, math.inf), self._counts, strict=True):
+            running += n
+            out.append((bound, running))
+        return out

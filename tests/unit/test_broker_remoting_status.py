@@ -264,7 +264,12 @@ async def test_the_port_serves_the_codes_and_answers_malformed_headers(
     stored = store.max_offset
     answer = await port.ask(request(RequestCode.GET_BROKER_RUNTIME_INFO, 0, {}))
     assert answer.code == ResponseCode.SUCCESS, answer
-    assert sorted(json.loads(answer.body)["table"]) == ["bootTimestamp", "runtime"]
+    assert sorted(json.loads(answer.body)["table"]) == sorted([
+        "bootTimestamp", "runtime", "putTps", "getTransferredTps", "getTransferedTps",
+        "putMessageTimesTotal", "putMessageSizeTotal", "putMessageAverageSize",
+        "msgPutTotalTodayNow", "msgPutTotalTodayMorning", "msgPutTotalYesterdayMorning",
+        "msgGetTotalTodayNow", "msgGetTotalTodayMorning", "msgGetTotalYesterdayMorning",
+    ])  # fmt: skip
     config = (await port.ask(request(RequestCode.GET_BROKER_CONFIG, 0, {}))).body.decode()
     assert "brokerName=broker-a\n" in config and "brokerClusterName=C\n" in config
     answer = await port.ask(request(RequestCode.GET_TOPIC_CONFIG, 0, {"topic": "X"}))

@@ -76,6 +76,8 @@ from typing import Any
 
 import aiohttp
 
+from brokergroup_broker.broker_stats import BrokerStats
+from brokergroup_broker.core import metrics
 from brokergroup_broker.core import register_state as rs
 from brokergroup_broker.core import role as roles
 from brokergroup_broker.core.broker_settings import (
@@ -85,6 +87,7 @@ from brokergroup_broker.core.broker_settings import (
     mono_ms,
     remoting_auth_of,
     store_config_of,
+    wall_ms,
 )
 from brokergroup_broker.core.commit_rule import AckOutcome
 from brokergroup_broker.core.config import BrokerConfig
@@ -165,6 +168,15 @@ class Broker:
         self._remoting: RemotingFrontServer | None = None
         self._namesrv_link: NameServerLink | None = None
         self._session: aiohttp.ClientSession | None = None
+        #: The put/get counters every front end feeds (docs/metrics.md), and /metrics.
+        self.stats = BrokerStats(wall_ms, cluster_name=settings.cluster_name)
+        self.metrics = metrics.registry_of(
+            metrics.BrokerCollector(
+                self._metric_facts,
+                lambda: self.stats,
+                lambda: None if self.parts is None else self.parts.produce.commit_rounds,
+            )
+        )
 
     # ================================================================ lifecycle
 
@@ -260,6 +272,7 @@ class Broker:
             ),
             on_new_topic=self._topics_changed,
             disk_space=parts.store.disk_space,
+            stats=self.stats,
         )
         if s.namesrv_addresses:
             self._namesrv_link = NameServerLink(
@@ -347,6 +360,7 @@ class Broker:
             faults=self.faults,
             committer=self._committer,
             heartbeat_now=session.heartbeat_now,
+            stats=self.stats,
         )
         self.parts = BrokerParts(
             broker_id, store, session, replication, transitions, produce, peers
@@ -515,6 +529,30 @@ class Broker:
             "storeWritable": writable,
             "storeError": error,
         }
+
+    def metrics_text(self) -> bytes:
+        return metrics.exposition(self.metrics)
+
+    def _metric_facts(self) -> metrics.BrokerFacts | None:
+        parts = self.parts
+        if parts is None:
+            return None
+        state = self.role.state
+        sync = parts.replication.sync if state.role is roles.Role.MASTER else None
+        return metrics.gather(
+            parts.store,
+            cluster_name=self.settings.cluster_name,
+            broker_name=self.settings.broker_name,
+            broker_id=self.role.broker_id,
+            role=state.role.value,
+            master_epoch=state.master_epoch,
+            confirm_offset=parts.replication.confirm_offset(),
+            sync_state_set=None if sync is None else frozenset(sync.sync_state_set),
+            slaves=(
+                metrics.SlaveFacts(broker_id, p.ack_offset, p.connected)
+                for broker_id, p in parts.replication.progress().items()
+            ),
+        )
 
     def readiness(self) -> tuple[bool, list[str]]:
         """/readyz: role confirmed and the store's own verdict (`StoreFaults.health`,

@@ -7,12 +7,15 @@
 - ``GET /v1/status``: JSON of the broker's replication state.
 - ``GET /v1/consumer-offsets``: this broker's consumer offsets with their
   data version (RIP-32 pre-online sync: a new master takes the newer ones).
+- ``GET /metrics``: Prometheus text (core/metrics.py, docs/metrics.md).
 
 A thin shell: every answer comes from a `StatusSource`, so the broker
 decides and this module only serialises.
 
 Authentication (DESIGN.md §11, docs/security.md): `/healthz` and `/readyz` are open (the
-kubelet probes them); every other path needs ``Authorization: Bearer <the group's broker
+kubelet probes them), and so is `/metrics`, as the controller's is (a scraper needs no
+group secret; the page names topics and groups and counts, no message and no credential;
+docs/metrics.md); every other path needs ``Authorization: Bearer <the group's broker
 credential>`` — the controller API's per-group token, which every broker of the group
 holds (`--controller-token-file`) and compares in constant time, before any handler runs.
 Its readers hold it too: the group's other brokers (consumer offsets), the local runtime's
@@ -31,7 +34,7 @@ from aiohttp import web
 from brokergroup_remoting.net import budgeted_logger
 
 #: Paths served without a credential: the kubelet's probes.
-OPEN_PATHS = frozenset({"/healthz", "/readyz"})
+OPEN_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
 
 
 class StatusSource(Protocol):
@@ -40,6 +43,8 @@ class StatusSource(Protocol):
     def readiness(self) -> tuple[bool, list[str]]: ...
 
     def consumer_offsets_snapshot(self) -> dict[str, Any]: ...
+
+    def metrics_text(self) -> bytes: ...
 
 
 def bearer_header(token: str | None) -> dict[str, str]:
@@ -69,7 +74,7 @@ class StatusServer:
             return await handler(request)
         reason = (
             "no credential: this path needs 'Authorization: Bearer <the group's broker "
-            "credential>' (only /healthz and /readyz are open)"
+            "credential>' (only /healthz, /readyz and /metrics are open)"
             if not header
             else "the credential is not this group's broker credential"
         )
@@ -81,6 +86,7 @@ class StatusServer:
         app.router.add_get("/readyz", self._readyz)
         app.router.add_get("/v1/status", self._status)
         app.router.add_get("/v1/consumer-offsets", self._consumer_offsets)
+        app.router.add_get("/metrics", self._metrics)
         runner = web.AppRunner(
             app,
             access_log=None,
@@ -111,3 +117,10 @@ class StatusServer:
 
     async def _consumer_offsets(self, _: web.Request) -> web.Response:
         return web.json_response(self._source.consumer_offsets_snapshot())
+
+    async def _metrics(self, _: web.Request) -> web.Response:
+        # CONTENT_TYPE_LATEST carries a charset, which aiohttp wants apart.
+        return web.Response(
+            body=self._source.metrics_text(),
+            headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"},
+        )

@@ -12,9 +12,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
+import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+from brokergroup_broker.broker_stats import OWN_PROTOCOL_GROUP, BrokerStats, LatencyBuckets
 from brokergroup_broker.core.broker_settings import (
     OUTCOME_CODES,
     BrokerSettings,
@@ -97,10 +99,22 @@ class ProducePath:
         heartbeat_now: Callable[[], None],
         clock_ms: Callable[[], int] = mono_ms,
         wall_clock_ms: Callable[[], int] = wall_ms,
+        stats: BrokerStats | None = None,
+        round_clock_s: Callable[[], float] = time.perf_counter,
     ) -> None:
         """`clock_ms`: monotonic milliseconds for the lease check and the commit rule's
         waiter timeouts; `wall_clock_ms`: wall milliseconds stamped on messages and
-        consumer offsets. Tests pass fakes."""
+        consumer offsets; `round_clock_s`: the commit round's clock (seconds). Tests pass
+        fakes. `stats`: the broker's put/get counters (docs/metrics.md), fed here for every
+        front end's sends and for the own protocol's pulls."""
+        self.stats = (
+            BrokerStats(wall_clock_ms, cluster_name=settings.cluster_name)
+            if stats is None
+            else stats
+        )
+        #: Append to acknowledgement of every acknowledged send (the commit round).
+        self.commit_rounds = LatencyBuckets()
+        self._round_clock_s = round_clock_s
         self._settings = settings
         self._clock_ms = clock_ms
         self._wall_clock_ms = wall_clock_ms
@@ -195,9 +209,13 @@ class ProducePath:
         result = SendRunResult(
             chosen, run.first_queue_offset, run.physical_offsets, self._role.master_epoch
         )
+        started_s = self._round_clock_s()
 
         def on_outcome(outcome: AckOutcome) -> None:
             if outcome is AckOutcome.ACKED:
+                # Counted once acknowledged: a put the commit rule refused may be cut.
+                self.commit_rounds.observe(self._round_clock_s() - started_s)
+                self.stats.on_put(batch.topic, len(run.sizes), sum(run.sizes))
                 reply(result)
                 return
             err = self._outcome_error(outcome)
@@ -290,6 +308,8 @@ class ProducePath:
             for m in stored
         )
         next_offset = pulled[-1].queue_offset + 1 if pulled else queue_offset
+        if stored:
+            self.stats.on_get(OWN_PROTOCOL_GROUP, topic, len(stored), sum(m.size for m in stored))
         return PullResult(pulled, next_offset, low, high)
 
     async def pull_records(

@@ -11,9 +11,13 @@ getBrokerConfig), from the broker's real state only:
 - KVTable of runtime info: only the keys this broker knows (bootTimestamp and runtime of the
   remoting port, earliestMessageTimeStamp over the readable queues, left out on a broker
   that serves no offsets, a slave; the store disk's commitLogDiskRatio,
-  consumeQueueDiskRatio and commitLogDirCapacity, what the dashboard shows as disk usage);
-  RocketMQ's other keys (put/get counters, thread-pool queues, commit log offsets) are not
-  tracked here and left out rather than made up (docs/rocketmq-compatibility.md).
+  consumeQueueDiskRatio and commitLogDirCapacity, what the dashboard shows as disk usage;
+  the put/get counters of `BrokerStats`, the same the metrics export: putTps and
+  getTransferredTps (also under 4.x's spelling getTransferedTps) over 10, 60 and 600 s as
+  StoreStatsService writes them, putMessageTimesTotal/SizeTotal/AverageSize and
+  msgPut/GetTotalTodayNow/TodayMorning/YesterdayMorning as BrokerStats.record() keeps
+  them); RocketMQ's other keys (thread-pool queues, timers) are not tracked here and left
+  out rather than made up (docs/rocketmq-compatibility.md).
 - The broker config as RocketMQ's properties text (`key=value` lines), RocketMQ's names
   for this broker's settings; the response header's `version` is a DataVersion that never
   moves (the settings are fixed for the process's life).
@@ -28,6 +32,7 @@ from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Protocol
 
+from brokergroup_broker.broker_stats import BrokerStats, RuntimeTotals
 from brokergroup_broker.protocol.messages import BrokerError
 from brokergroup_broker.store.health import DiskSpace
 from brokergroup_remoting import RemotingCommand, ResponseCode, names
@@ -99,6 +104,43 @@ def disk_capacity_text(space: DiskSpace) -> str:
     return f"Total : {human_bytes(space.total)}, Free : {human_bytes(space.free)}."
 
 
+def java_double(value: float) -> str:
+    """Java's Double.toString: Python's shortest repr, in Java's scientific form outside
+    [1e-3, 1e7) ("1.0E7")."""
+    if value == 0 or 1e-3 <= abs(value) < 1e7:
+        return repr(float(value))
+    mantissa, _, exponent = f"{value:e}".partition("e")
+    digits = repr(float(mantissa.rstrip("0").rstrip(".") or "0"))
+    return f"{digits}E{int(exponent)}"
+
+
+def tps_text(tps: tuple[float | None, ...]) -> str:
+    """StoreStatsService.getPutTps(): the 10, 60 and 600 s rates joined by a space, each
+    empty while fewer seconds were sampled."""
+    return " ".join("" if t is None else java_double(t) for t in tps)
+
+
+def counters_table(totals: RuntimeTotals) -> dict[str, str]:
+    """The runtime info keys the counters give (StoreStatsService.getRuntimeInfo and
+    AdminBrokerProcessor.prepareRuntimeInfo)."""
+    times = totals.put_nums or 1  # RocketMQ divides by at least 1 and reports it
+    get_tps = tps_text(totals.get_tps)
+    return {
+        "putTps": tps_text(totals.put_tps),
+        "getTransferredTps": get_tps,
+        "getTransferedTps": get_tps,
+        "putMessageTimesTotal": str(times),
+        "putMessageSizeTotal": str(totals.put_size),
+        "putMessageAverageSize": java_double(totals.put_size / times),
+        "msgPutTotalTodayNow": str(totals.put_nums_without_system),
+        "msgPutTotalTodayMorning": str(totals.put_total_today_morning),
+        "msgPutTotalYesterdayMorning": str(totals.put_total_yesterday_morning),
+        "msgGetTotalTodayNow": str(totals.get_nums_without_system),
+        "msgGetTotalTodayMorning": str(totals.get_total_today_morning),
+        "msgGetTotalYesterdayMorning": str(totals.get_total_yesterday_morning),
+    }
+
+
 def properties_text(config: Mapping[str, str]) -> bytes:
     """MixAll.properties2String (sorted, so an answer is reproducible)."""
     return "".join(f"{k}={v}\n" for k, v in sorted(config.items())).encode()
@@ -126,8 +168,10 @@ class BrokerStatus:
         topics: Callable[[], Mapping[str, int]],
         disk_space: Callable[[], DiskSpace] | None = None,
         wall_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+        stats: BrokerStats | None = None,
     ) -> None:
         self._produce = produce
+        self._stats = stats
         self._disk_space = disk_space
         self._broker_name = broker_name
         self._config = dict(config)
@@ -157,6 +201,8 @@ class BrokerStatus:
             "bootTimestamp": str(self.boot_ms),
             "runtime": runtime_text(self._wall_ms() - self.boot_ms),
         }
+        if self._stats is not None:
+            table.update(counters_table(self._stats.totals()))
         try:
             earliest = await self._earliest_store_time()
         except BrokerError:  # a slave serves no offsets: `brokerStatus -c` still lists it

@@ -30,6 +30,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from brokergroup_broker.broker_stats import BrokerStats
 from brokergroup_broker.protocol.messages import BrokerError, Response, SendBatch
 from brokergroup_broker.remoting_front import wire
 from brokergroup_broker.remoting_front.admin_queries import AdminQueries
@@ -50,6 +51,10 @@ from brokergroup_remoting.net import Connection, Dispatch, Handler
 
 def _mono_ms() -> int:
     return time.monotonic_ns() // 1_000_000
+
+
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
 
 
 class ProduceAndPull(RecordSource, Protocol):
@@ -133,7 +138,12 @@ class RemotingFront:
         on_new_topic: Callable[[str], None] = lambda _topic: None,
         disk_space: Callable[[], DiskSpace] | None = None,
         clock_ms: Callable[[], int] = _mono_ms,
+        stats: BrokerStats | None = None,
     ) -> None:
+        #: The broker's put/get counters (the produce path's own, `ProducePath.stats`).
+        self.stats = (
+            BrokerStats(_wall_ms, cluster_name=settings.cluster_name) if stats is None else stats
+        )
         self.declared = DeclaredTopics(
             produce, default_queue_nums=settings.default_queue_nums, on_new_topic=on_new_topic
         )
@@ -147,6 +157,7 @@ class RemotingFront:
             store_host=settings.store_host,
             auto_create_topic=settings.auto_create_topic,
             max_batch_messages=settings.max_batch_messages,
+            stats=self.stats,
         )
         pulls = Pulls(
             produce,
@@ -154,6 +165,7 @@ class RemotingFront:
             max_held_pulls=settings.max_held_pulls,
             max_suspend_ms=settings.max_suspend_ms,
             clock_ms=clock_ms,
+            stats=self.stats,
         )
         topic_admin = TopicAdmin(
             produce, self.declared, default_queue_nums=settings.default_queue_nums
@@ -172,6 +184,7 @@ class RemotingFront:
             config=rocketmq_config(settings),
             topics=self.topics,
             disk_space=disk_space,
+            stats=self.stats,
         )
         table: dict[int, Callable[[RemotingCommand, Connection], Awaitable[RemotingCommand]]] = {
             RequestCode.SEND_MESSAGE: sends.send_message,

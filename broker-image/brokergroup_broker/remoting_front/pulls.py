@@ -19,6 +19,7 @@ import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
+from brokergroup_broker.broker_stats import BrokerStats
 from brokergroup_broker.protocol.messages import BrokerError, RecordPull
 from brokergroup_broker.remoting_front import wire
 from brokergroup_broker.remoting_front.key_query import RecordSource
@@ -55,8 +56,10 @@ class Pulls:
         max_held_pulls: int,
         max_suspend_ms: int,
         clock_ms: Callable[[], int],
+        stats: BrokerStats,
     ) -> None:
         self._produce = produce
+        self._stats = stats  # GROUP_GET_NUMS/SIZE (docs/metrics.md)
         self._commit_offset = commit_offset
         self._max_held_pulls = max_held_pulls
         self._max_suspend_ms = max_suspend_ms
@@ -81,6 +84,9 @@ class Pulls:
                 req.topic, req.queue_id, req.queue_offset, max(1, req.max_msg_nums)
             )
             if got.records:
+                self._stats.on_get(
+                    req.consumer_group, req.topic, len(got.records), sum(map(len, got.records))
+                )
                 return _pull_answer(cmd, ResponseCode.SUCCESS, got.next_offset, got,
                                     b"".join(got.records))  # fmt: skip
             if req.queue_offset < got.min_offset or req.queue_offset > got.max_offset:

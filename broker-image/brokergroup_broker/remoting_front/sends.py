@@ -17,6 +17,7 @@ import logging
 from collections.abc import Callable
 from typing import Protocol
 
+from brokergroup_broker.broker_stats import BrokerStats
 from brokergroup_broker.protocol.messages import (
     BrokerError,
     ErrorResponse,
@@ -58,8 +59,10 @@ class Sends:
         store_host: tuple[str, int],
         auto_create_topic: bool,
         max_batch_messages: int,
+        stats: BrokerStats,
     ) -> None:
         self._produce = produce
+        self._stats = stats  # SNDBCK_PUT_NUMS (puts count in the produce path)
         self._topics = topics
         self._message_id_prefix = wire.store_host_prefix(store_host)
         self._auto_create_topic = auto_create_topic
@@ -187,6 +190,7 @@ class Sends:
         if new_topic:
             self._topics.undeclare(topic)
             self._topics.first_stored(topic)
+        self._stats.on_send_back(group, topic)
         return response_to(cmd, ResponseCode.SUCCESS)
 
     def _close_soon(self, conn: Connection, reason: str) -> None:
