@@ -12,6 +12,11 @@ condition's status changes, so it tells when the group last became (un)available
   minInSyncReplicas in-sync members).
 - Degraded: no live master, a pod not ready, or the SyncStateSet smaller than
   minInSyncReplicas (writes are refused) or smaller than the replicas.
+- StorageResized (volumes.py): every data volume holds spec.storage.size, or why
+  not (growing, a filesystem waiting for its pod's restart, a StorageClass that does
+  not allow expansion, a size below the volumes'). Not part of Ready: a group with
+  volumes smaller than asked still serves. A pass that could not read the claims
+  keeps the previous one.
 - Ready (what `kubectl wait --for=condition=Ready bg/x` waits on, as for a
   CloudNativePG Cluster): the group is what its spec asks for: Available, every
   replica exists, is ready, runs the current template and is in the
@@ -29,6 +34,7 @@ AVAILABLE = "Available"
 PROGRESSING = "Progressing"
 DEGRADED = "Degraded"
 READY = "Ready"
+STORAGE_RESIZED = "StorageResized"
 
 
 @dataclass(frozen=True)
@@ -49,6 +55,8 @@ class GroupFacts:
     not_alive: tuple[tuple[int, str], ...] = ()
     """(brokerId, why) of the replicas the controller holds not alive (a full disk says
     so here): with no master, what an operator must fix."""
+    storage: tuple[str, str, str] | None = None
+    """StorageResized as volumes.plan_volumes decided it (None: not read this pass)."""
 
 
 def _cond(status: bool, reason: str, message: str) -> tuple[str, str, str]:
@@ -114,7 +122,10 @@ def evaluate(facts: GroupFacts) -> dict[str, tuple[str, str, str]]:
         ready = _cond(
             True, "GroupReady", "every replica is ready, up to date and in the SyncStateSet"
         )
-    return {READY: ready, AVAILABLE: available, PROGRESSING: progressing, DEGRADED: degraded}
+    result = {READY: ready, AVAILABLE: available, PROGRESSING: progressing, DEGRADED: degraded}
+    if facts.storage is not None:
+        result[STORAGE_RESIZED] = facts.storage
+    return result
 
 
 def conditions(
@@ -138,4 +149,7 @@ def conditions(
                 "message": message,
             }
         )
+    kept = before.get(STORAGE_RESIZED)
+    if facts.storage is None and kept is not None:
+        result.append(dict(kept))
     return result

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import os
 import secrets
 import threading
@@ -69,6 +70,7 @@ class Kube:
         self.api = api_client
         self.core = client.CoreV1Api(api_client)
         self.apps = client.AppsV1Api(api_client)
+        self.storage = client.StorageV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
         self._dynamic: DynamicClient | None = None
         self._lock = threading.Lock()
@@ -179,6 +181,50 @@ class Kube:
         except ApiException as exc:
             if exc.status not in (404, 409):
                 raise
+
+    async def list_claims(self, namespace: str, selector: str) -> list[dict[str, Any]] | None:
+        """The PVCs the selector picks; None when this identity may not list them (a
+        chart's RBAC from before volumes could grow)."""
+
+        def call() -> list[dict[str, Any]] | None:
+            try:
+                found = self.core.list_namespaced_persistent_volume_claim(
+                    namespace, label_selector=selector
+                )
+            except ApiException as exc:
+                if exc.status == 403:
+                    return None
+                raise
+            return [self.api.sanitize_for_serialization(c) for c in found.items]
+
+        return await asyncio.to_thread(call)
+
+    async def storage_classes_expandable(self, names: set[str]) -> dict[str, bool | None]:
+        """StorageClass name → its allowVolumeExpansion; a class that does not exist is
+        left out; None when this identity may not read StorageClasses (cluster-scoped:
+        the chart's namespaced RBAC does not grant them)."""
+        result: dict[str, bool | None] = {}
+        for name in sorted(names):
+            found = await _presence(_no_namespace(self.storage.read_storage_class), name, "")
+            if found is None:
+                result[name] = None
+            elif found is not False:
+                result[name] = bool(found.allow_volume_expansion)
+        return result
+
+    async def grow_claim(self, namespace: str, name: str, storage: str) -> str | None:
+        """Patch a PVC's storage request; the API server's refusal (e.g. its resize
+        admission: the class does not allow expansion), or None when taken."""
+        patch = {"spec": {"resources": {"requests": {"storage": storage}}}}
+        try:
+            await asyncio.to_thread(
+                self.core.patch_namespaced_persistent_volume_claim, name, namespace, patch
+            )
+        except ApiException as exc:
+            if exc.status not in (403, 422):
+                raise
+            return f"{exc.status} {_api_message(exc)}"
+        return None
 
     async def read_stateful_set(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
@@ -349,6 +395,20 @@ async def _presence(read: Any, name: str, namespace: str) -> Any:
         if exc.status == 403:
             return None
         raise
+
+
+def _no_namespace(read: Any) -> Any:
+    """A cluster-scoped read in _presence's (name, namespace) shape."""
+    return lambda name, _namespace: read(name)
+
+
+def _api_message(exc: ApiException) -> str:
+    """The API server's Status message, else the HTTP reason."""
+    try:
+        message = json.loads(exc.body or "").get("message")
+    except (ValueError, AttributeError):
+        message = None
+    return str(message or exc.reason)
 
 
 async def _delete(call: Any, name: str, namespace: str, **options: Any) -> None:

@@ -42,20 +42,20 @@ async def apply_owned(
     mem: GroupMemory,
     *,
     replicas: int,
-    sts_exists: bool,
+    sts: Mapping[str, Any] | None,
 ) -> None:
     """Apply the owned objects when they may differ from what was applied last
-    (or the StatefulSet is missing)."""
+    (or the StatefulSet `sts` is missing)."""
     generation = int((body.get("metadata") or {}).get("generation") or 0)
     # A restart request is an annotation: the generation stays.
     applied_key = (generation, replicas, ctx.restarted_at)
     if (
-        sts_exists
+        sts is not None
         and mem.applied == applied_key
         and time.monotonic() - mem.applied_at <= rt.settings.apply_interval_s
     ):
         return
-    for obj in owned_objects(ctx, replicas):
+    for obj in owned_objects(ctx, replicas, sts):
         await rt.kube.apply(obj)
     for obsolete in OBSOLETE_SERVICES:
         await rt.kube.delete_service(ctx.namespace, obsolete.format(group=ctx.name))

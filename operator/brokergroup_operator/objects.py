@@ -19,6 +19,7 @@ role labels work on both engines unchanged.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from brokergroup_operator.group_secrets import client_secret, group_secret
@@ -27,8 +28,11 @@ from brokergroup_operator.spec import GroupContext
 from brokergroup_operator.workload import config_map, disruption_budget, stateful_set
 
 
-def owned_objects(ctx: GroupContext, replicas: int) -> list[dict[str, Any]]:
-    """Everything the group owns, in the order to apply them."""
+def owned_objects(
+    ctx: GroupContext, replicas: int, live_sts: Mapping[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    """Everything the group owns, in the order to apply them (`live_sts`: the
+    StatefulSet as it exists, whose immutable claim template is kept)."""
     secret = group_secret(ctx)
     for_clients = client_secret(ctx)
     return [
@@ -38,5 +42,5 @@ def owned_objects(ctx: GroupContext, replicas: int) -> list[dict[str, Any]]:
         *services(ctx),
         disruption_budget(ctx),
         network_policy(ctx),
-        stateful_set(ctx, replicas),
+        stateful_set(ctx, replicas, live_sts),
     ]

@@ -5,7 +5,8 @@ Read the pods, the StatefulSet and the controller's view once; then
 2. at most one disruptive step: a user's switchover (switchover), else a
    scale or rolling-update step (rollout);
 3. the owned objects when the spec changed (lifecycle);
-4. status and Events (status_writer).
+4. the data volumes grown to spec.storage.size (resize);
+5. status and Events (status_writer).
 A group that cannot run as specified skips 1-3 and says why on its status.
 The pass is idempotent, so a kopf retry or a second operator replica taking
 over does no harm; passes of one group never overlap.
@@ -23,6 +24,7 @@ from brokergroup_controller.errors import ControllerError
 from brokergroup_operator import metrics
 from brokergroup_operator.lifecycle import apply_owned
 from brokergroup_operator.model import SWITCHOVER_ANNOTATION, PodFacts, selector_string
+from brokergroup_operator.resize import grow_volumes
 from brokergroup_operator.role_follower import follow_roles, master_found
 from brokergroup_operator.rollout import take_step
 from brokergroup_operator.runtime import PostEvent, Runtime, read_view
@@ -80,8 +82,11 @@ async def _reconcile(
         rt, ctx, controller, mem, view, pods, sts, known_broker_ids(previous), post, acted=acted
     )
 
-    await apply_owned(rt, ctx, body, mem, replicas=step.replicas, sts_exists=sts is not None)
+    await apply_owned(rt, ctx, body, mem, replicas=step.replicas, sts=sts)
+    storage = await grow_volumes(rt, ctx, previous, post)
 
-    await write_status(rt, ctx, body, mem, pods, sts, previous, view, step.waiting, post)
+    await write_status(
+        rt, ctx, body, mem, pods, sts, previous, view, step.waiting, post, storage=storage
+    )
     master_found(mem, view)
     metrics.RECONCILE_SECONDS.observe(time.monotonic() - started)

@@ -17,6 +17,7 @@ from typing import Any
 from brokergroup_operator import rocketmq_config as rmq
 from brokergroup_operator.model import Engine, group_labels
 from brokergroup_operator.release_secret import OperatorSecrets
+from brokergroup_operator.volumes import QuantityError, parse_quantity
 from brokergroup_remoting.codes import BROKER_CHANNEL_EXPIRED_TIME_MS
 
 API_GROUP = "brokergroup.io"
@@ -218,6 +219,7 @@ class GroupContext:
                 f"spec.ha.minInSyncReplicas {self.min_in_sync_replicas} must be ≤ "
                 f"spec.replicas {self.replicas}"
             )
+        self._validate_storage()
         config = self.spec.get("config") or {}
         unknown = sorted(set(config) - set(CONFIG_FIELDS))
         if unknown:
@@ -254,6 +256,19 @@ class GroupContext:
                 "broker-credential and ha-secret) or give the operator its release Secret "
                 "(BROKERGROUP_RELEASE_SECRET) or BROKERGROUP_BROKER_CREDENTIAL_ROOT_FILE and "
                 "BROKERGROUP_HA_SECRET_FILE"
+            )
+
+    def _validate_storage(self) -> None:
+        size = (self.spec.get("storage") or {}).get("size")
+        if size is None:
+            return
+        try:
+            positive = parse_quantity(str(size)) > 0
+        except QuantityError:
+            positive = False
+        if not positive:
+            raise SpecError(
+                f"spec.storage.size must be a positive quantity (e.g. 10Gi), got {size!r}"
             )
 
     def _validate_rocketmq(self) -> None:

@@ -40,6 +40,8 @@ class StatusInput:
     master_lost_at_ms: int | None = None
     plan_reason: str | None = None
     blocked: tuple[str, str] | None = None
+    storage: tuple[str, str, str] | None = None
+    """The StorageResized condition (volumes.py); None keeps the previous one."""
 
 
 def build_status(inp: StatusInput) -> tuple[dict[str, Any], list[Event]]:
@@ -71,6 +73,7 @@ def build_status(inp: StatusInput) -> tuple[dict[str, Any], list[Event]]:
             outdated_pods=sum(1 for p in pods if p.revision != inp.update_revision),
             plan_reason=inp.plan_reason,
             blocked=inp.blocked,
+            storage=inp.storage,
         )
         status["conditions"] = cond.conditions(facts, prev.get("conditions") or [], inp.now_iso)
         status["inSync"] = "?"
@@ -184,6 +187,7 @@ def build_status(inp: StatusInput) -> tuple[dict[str, Any], list[Event]]:
         outdated_pods=sum(1 for p in pods if p.revision != inp.update_revision),
         plan_reason=inp.plan_reason,
         blocked=inp.blocked,
+        storage=inp.storage,
     )
     status["conditions"] = cond.conditions(facts, prev.get("conditions") or [], inp.now_iso)
     return status, events

@@ -63,7 +63,11 @@ async def write_status(
     view: GroupView | None,
     waiting: str | None,
     post: PostEvent,
+    *,
+    storage: tuple[str, str, str] | None = None,
 ) -> None:
+    """`storage`: the StorageResized condition (resize.grow_volumes; None keeps the
+    previous one)."""
     key = (ctx.namespace, ctx.name)
     status, events = build_status(
         _status_input(
@@ -75,6 +79,7 @@ async def write_status(
             view=view,
             master_lost_at_ms=mem.master_lost_at_ms,
             plan_reason=waiting,
+            storage=storage,
         )
     )
     if view is not None and view.live_master is not None:

@@ -7,10 +7,13 @@ spreads the brokers over nodes unless the spec sets its own affinity. The pod te
 carries digests of the broker config and of the group Secret the operator writes, and
 the BrokerGroup's restartedAt: any of them changing makes a new revision, which the
 operator rolls (slaves first). What runs in the pods is the engine's (containers.py).
+Its volume claim template is immutable once made: a live StatefulSet's is applied back
+as it is, and a raised spec.storage.size grows the claims themselves (volumes.py).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from brokergroup_operator.containers import (
@@ -23,6 +26,7 @@ from brokergroup_operator.containers import (
 from brokergroup_operator.group_secrets import credentials_hash
 from brokergroup_operator.model import group_labels
 from brokergroup_operator.spec import RESTARTED_AT_ANNOTATION, GroupContext
+from brokergroup_operator.volumes import DATA_VOLUME, DEFAULT_SIZE
 
 CONFIG_HASH_ANNOTATION = "brokergroup.io/config-hash"
 # A digest of what the group's Secret holds: a rotated broker credential root changes it,
@@ -39,7 +43,22 @@ def config_map(ctx: GroupContext) -> dict[str, Any]:
     }
 
 
-def stateful_set(ctx: GroupContext, replicas: int) -> dict[str, Any]:
+def live_claim_storage(sts: Mapping[str, Any] | None) -> tuple[str, str | None] | None:
+    """(storage request, storageClassName) of a live StatefulSet's data claim template,
+    or None when there is none."""
+    for claim in ((sts or {}).get("spec") or {}).get("volumeClaimTemplates") or []:
+        if (claim.get("metadata") or {}).get("name") == DATA_VOLUME:
+            spec = claim.get("spec") or {}
+            size = ((spec.get("resources") or {}).get("requests") or {}).get("storage")
+            return (str(size), spec.get("storageClassName") or None) if size else None
+    return None
+
+
+def stateful_set(
+    ctx: GroupContext, replicas: int, live: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """`live`: the StatefulSet as it exists; its claim template is kept (immutable:
+    the API server refuses any change to it)."""
     spec = ctx.spec
     template = spec.get("template") or {}
     storage = spec.get("storage") or {}
@@ -70,15 +89,19 @@ def stateful_set(ctx: GroupContext, replicas: int) -> dict[str, Any]:
     for key in ("affinity", "tolerations", "nodeSelector", "priorityClassName"):
         if template.get(key):
             pod_spec[key] = template[key]
+    size, storage_class = live_claim_storage(live) or (
+        str(storage.get("size", DEFAULT_SIZE)),
+        storage.get("storageClassName") or None,
+    )
     claim: dict[str, Any] = {
-        "metadata": {"name": "data", "labels": group_labels(ctx.name)},
+        "metadata": {"name": DATA_VOLUME, "labels": group_labels(ctx.name)},
         "spec": {
             "accessModes": ["ReadWriteOnce"],
-            "resources": {"requests": {"storage": str(storage.get("size", "10Gi"))}},
+            "resources": {"requests": {"storage": size}},
         },
     }
-    if storage.get("storageClassName"):
-        claim["spec"]["storageClassName"] = storage["storageClassName"]
+    if storage_class:
+        claim["spec"]["storageClassName"] = storage_class
     return {
         "apiVersion": "apps/v1",
         "kind": "StatefulSet",

@@ -44,6 +44,7 @@ ALLOWED = [
     ("create", "kopfpeerings.kopf.dev"),
     ("create", "secrets"),
     ("patch", "secrets"),
+    ("patch", "persistentvolumeclaims"),
 ]
 REFUSED = [
     ("get", "secrets"),
@@ -54,6 +55,7 @@ REFUSED = [
     ("create", "pods", "--subresource=exec"),
     ("delete", "brokergroups.brokergroup.io"),
     ("create", "persistentvolumes"),
+    ("delete", "persistentvolumeclaims"),
 ]
 
 

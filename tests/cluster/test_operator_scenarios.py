@@ -617,7 +617,9 @@ def test_names_that_cannot_name_a_statefulset_are_refused(
     )
 
 
-def test_storage_size_is_immutable(crds_applied: str) -> None:
+def test_storage_size_may_be_raised_and_its_class_is_immutable(crds_applied: str) -> None:
+    """spec.storage.size may change (the operator grows the claims or says why not:
+    test_volume_growth.py); spec.storage.storageClassName may not."""
     from kubernetes import client, config
 
     custom = client.CustomObjectsApi(config.new_client_from_config(config_file=crds_applied))
@@ -626,12 +628,21 @@ def test_storage_size_is_immutable(crds_applied: str) -> None:
         "apiVersion": "brokergroup.io/v1alpha1",
         "kind": "BrokerGroup",
         "metadata": {"name": name, "namespace": "default"},
-        "spec": {"storage": {"size": "1Gi"}},
+        "spec": {"storage": {"size": "1Gi", "storageClassName": "standard"}},
     }
     custom.create_namespaced_custom_object(
         "brokergroup.io", "v1alpha1", "default", "brokergroups", body
     )
     try:
+        grown = custom.patch_namespaced_custom_object(
+            "brokergroup.io",
+            "v1alpha1",
+            "default",
+            "brokergroups",
+            name,
+            {"spec": {"storage": {"size": "2Gi"}}},
+        )
+        assert grown["spec"]["storage"]["size"] == "2Gi"
         with pytest.raises(ApiException) as exc:
             custom.patch_namespaced_custom_object(
                 "brokergroup.io",
@@ -639,10 +650,10 @@ def test_storage_size_is_immutable(crds_applied: str) -> None:
                 "default",
                 "brokergroups",
                 name,
-                {"spec": {"storage": {"size": "2Gi"}}},
+                {"spec": {"storage": {"storageClassName": "other"}}},
             )
         assert exc.value.status == 422
-        assert "spec.storage.size is immutable" in json.loads(exc.value.body)["message"]
+        assert "spec.storage.storageClassName is immutable" in json.loads(exc.value.body)["message"]
         scaled = custom.patch_namespaced_custom_object_scale(
             "brokergroup.io", "v1alpha1", "default", "brokergroups", name, {"spec": {"replicas": 5}}
         )

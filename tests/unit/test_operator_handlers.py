@@ -42,6 +42,10 @@ class FakeKube:
         self.group: dict[str, Any] = {}
         self.release_secret: dict[str, str] | None = None
         self.release_secret_forbidden = False
+        self.claims: dict[str, dict[str, Any]] = {}
+        self.expandable: dict[str, bool | None] = {}
+        """StorageClass name → allowVolumeExpansion (None: may not read it)."""
+        self.refuse_growth: str | None = None
 
     async def ensure_release_secret(self, ns: str, name: str, managed: bool) -> dict[str, str]:
         """What Kube.ensure_release_secret does, on a dict (the same pure plan)."""
@@ -81,6 +85,10 @@ class FakeKube:
         self.calls.append(("apply", obj["kind"], obj["metadata"]["name"]))
         if obj["kind"] == "StatefulSet":
             self.sts = self.sts or {"spec": {}, "status": {}}
+            live = self.sts["spec"].get("volumeClaimTemplates")
+            if live is not None and live != obj["spec"]["volumeClaimTemplates"]:
+                # What the API server answers: the claim template is immutable.
+                raise ValueError("422 StatefulSet.apps is invalid: spec: Forbidden")
             self.sts["spec"]["replicas"] = obj["spec"]["replicas"]
 
     async def patch_group_status(self, ns: str, name: str, status: dict[str, Any]) -> None:
@@ -97,6 +105,20 @@ class FakeKube:
 
     async def delete_stateful_set(self, ns: str, name: str) -> None:
         self.calls.append(("delete-sts", name))
+
+    async def list_claims(self, ns: str, selector: str) -> list[dict[str, Any]]:
+        return copy.deepcopy(list(self.claims.values()))
+
+    async def storage_classes_expandable(self, names: set[str]) -> dict[str, bool | None]:
+        self.calls.append(("read-classes", sorted(names)))
+        return {n: self.expandable[n] for n in names if n in self.expandable}
+
+    async def grow_claim(self, ns: str, name: str, storage: str) -> str | None:
+        self.calls.append(("grow", name, storage))
+        if self.refuse_growth is not None:
+            return self.refuse_growth
+        self.claims[name]["spec"]["resources"]["requests"]["storage"] = storage
+        return None
 
 
 class FakeController:
@@ -468,3 +490,106 @@ class SwitchoverKube:
         # The operator acts at once: consumes the annotation, maybe moves the master.
         if self.honour:
             self.body["status"] = {"masterEpoch": 4, "master": {"brokerId": 2, "pod": "bg-1"}}
+
+
+def claim(i: int, requested: str, capacity: str, storage_class: str = "fast") -> dict[str, Any]:
+    return {
+        "metadata": {"name": f"data-bg-{i}"},
+        "spec": {
+            "storageClassName": storage_class,
+            "resources": {"requests": {"storage": requested}},
+        },
+        "status": {"phase": "Bound", "capacity": {"storage": capacity}},
+    }
+
+
+def sized_group(size: str, status: dict[str, Any] | None = None) -> dict[str, Any]:
+    body = group(status=status)
+    body["metadata"]["generation"] = 2
+    body["spec"]["storage"] = {"size": size, "storageClassName": "fast"}
+    return body
+
+
+def grown_world(expandable: bool) -> tuple[FakeKube, Runtime]:
+    """A running group made with 1Gi volumes of class `fast`; its StatefulSet holds the
+    claim template it was made with."""
+    from brokergroup_operator.workload import stateful_set
+
+    kube = FakeKube([pod(i) for i in range(3)], None)
+    rt = runtime(kube, FakeController(info(1)))
+    made = stateful_set(rt.context(sized_group("1Gi")), 3)
+    kube.sts = {"spec": made["spec"], "status": {"updateRevision": "r1"}}
+    kube.claims = {f"data-bg-{i}": claim(i, "1Gi", "1Gi") for i in range(3)}
+    kube.expandable = {"fast": expandable}
+    return kube, rt
+
+
+def storage_condition(kube: FakeKube) -> tuple[str, str, str]:
+    assert kube.status is not None
+    (found,) = [c for c in kube.status["conditions"] if c["type"] == "StorageResized"]
+    return found["status"], found["reason"], found["message"]
+
+
+async def test_a_raised_size_grows_the_claims_and_reports_until_done() -> None:
+    """Issue 33 item 4: the claims grow, the StatefulSet's immutable claim template is
+    applied as it is (the API server refuses a change), the condition follows the
+    resize and the Events say what was grown and when it is done, once each."""
+    kube, rt = grown_world(expandable=True)
+    events = Events()
+    await reconcile_group(rt, sized_group("2Gi"), events)
+    assert [c for c in kube.calls if c[0] in ("grow", "read-classes")] == [
+        ("read-classes", ["fast"]),
+        ("grow", "data-bg-0", "2Gi"),
+        ("grow", "data-bg-1", "2Gi"),
+        ("grow", "data-bg-2", "2Gi"),
+    ]
+    assert ("apply", "StatefulSet", "bg") in kube.calls
+    resizing = (
+        "growing the volumes to 2Gi: data-bg-0 1Gi → 2Gi, data-bg-1 1Gi → 2Gi, data-bg-2 1Gi → 2Gi"
+    )
+    assert storage_condition(kube) == ("False", "Resizing", resizing)
+    assert [e for e in events if e[1].startswith("Volume")] == [
+        ("Normal", "VolumeExpansion", resizing.replace("growing the volumes to 2Gi: ", "growing "))
+    ]
+
+    kube.calls.clear()
+    events.clear()
+    await reconcile_group(rt, sized_group("2Gi", kube.status), events)  # the volume plugin works
+    assert [c for c in kube.calls if c[0] == "grow"] == [] and events == []
+    assert storage_condition(kube)[1] == "Resizing"
+
+    for i in range(3):  # what a CSI resizer and the kubelet report when done
+        kube.claims[f"data-bg-{i}"]["status"]["capacity"]["storage"] = "2Gi"
+    await reconcile_group(rt, sized_group("2Gi", kube.status), events)
+    assert storage_condition(kube) == ("True", "Resized", "3 data volume(s) hold 2Gi")
+    assert events == [("Normal", "VolumesResized", "3 data volume(s) hold 2Gi")]
+    events.clear()
+    await reconcile_group(rt, sized_group("2Gi", kube.status), events)
+    assert events == []
+
+
+async def test_a_class_without_expansion_says_why_once_and_grows_nothing() -> None:
+    kube, rt = grown_world(expandable=False)
+    events = Events()
+    await reconcile_group(rt, sized_group("2Gi"), events)
+    await reconcile_group(rt, sized_group("2Gi", kube.status), events)
+    assert [c for c in kube.calls if c[0] == "grow"] == []
+    status, reason, message = storage_condition(kube)
+    assert (status, reason) == ("False", "StorageClassNotExpandable")
+    assert [e for e in events if e[0] == "Warning"] == [
+        ("Warning", "StorageClassNotExpandable", message)
+    ]
+    assert kube.status is not None
+    available = {c["type"]: c for c in kube.status["conditions"]}["Available"]
+    assert available["status"] == "True"  # the group keeps serving on the volumes it has
+
+
+async def test_a_refused_growth_is_reported_without_an_event_per_pass() -> None:
+    kube, rt = grown_world(expandable=True)
+    kube.expandable = {"fast": None}  # may not read StorageClasses: the API server decides
+    kube.refuse_growth = "403 only dynamically provisioned pvc can be resized"
+    events = Events()
+    await reconcile_group(rt, sized_group("2Gi"), events)
+    await reconcile_group(rt, sized_group("2Gi", kube.status), events)
+    assert storage_condition(kube)[1] == "ExpansionRefused"
+    assert [e[1] for e in events if e[1] != "MasterElected"] == ["ExpansionRefused"]
