@@ -16,8 +16,9 @@ installation, not an image:
   (services.py), so Service names, headless pod names and ClusterIPs work as
   on a real cluster;
 - volumes: PVC (a directory under the tier's state dir, provisioned by this
-  kubelet's dynamic provisioner for its StorageClass `standard`, kept until
-  the claim is deleted, so data survives pod deletion), ConfigMap and Secret
+  kubelet's dynamic provisioner for its StorageClass `standard` and any other
+  class naming its provisioner, kept until the claim is deleted, so data survives
+  pod deletion; nothing resizes it: a test acts as the CSI resizer), ConfigMap and Secret
   (files), projected (service-account token from the TokenRequest API, the
   kube-root-ca.crt ConfigMap, downward API), emptyDir; every mountPath that
   appears as a whole path in the command, args and env (also inside an
@@ -428,7 +429,9 @@ class ProcessKubelet:
                             "capacity": {"storage": pvc.spec.resources.requests["storage"]},
                             "accessModes": pvc.spec.access_modes or ["ReadWriteOnce"],
                             "persistentVolumeReclaimPolicy": "Delete",
-                            "storageClassName": STORAGE_CLASS,
+                            # The claim's class: a test's own class of this
+                            # provisioner (e.g. one that allows expansion) binds too.
+                            "storageClassName": pvc.spec.storage_class_name or STORAGE_CLASS,
                             "hostPath": {"path": str(path)},
                             "claimRef": {
                                 "namespace": pvc.metadata.namespace,
