@@ -261,7 +261,7 @@ async def test_malformed_headers_of_the_new_codes_are_answered_and_harm_nothing(
     assert answer.code == ResponseCode.SYSTEM_ERROR
     assert answer.remark == "the header field endTimestamp is not a number (a long): 'z'"
     # Still REQUEST_CODE_NOT_SUPPORTED for what is not served; the connection goes on.
-    answer = await port.ask(request(RequestCode.GET_PRODUCER_CONNECTION_LIST, 0, {}))
+    answer = await port.ask(request(RequestCode.QUERY_CONSUME_QUEUE, 0, {}))
     assert answer.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
     answer = await port.ask(request(RequestCode.GET_TOPIC_CONFIG, 0, {"topic": "Nowhere"}))
     assert answer.code == ResponseCode.TOPIC_NOT_EXIST

@@ -397,3 +397,9 @@ class ProducePath:
         self._role.require_master_reads()
         found = self._store.consumer_offsets.get(group, topic, queue_id)
         return NO_CONSUMER_OFFSET if found is None else found
+
+    def consumer_offset_keys(self) -> list[tuple[str, str, int]]:
+        """(group, topic, queueId) of every consumer offset held here, sorted (which groups
+        consume a topic and which topics a group consumes: the admin queries' whichGroupByTopic
+        and whichTopicByConsumer)."""
+        return sorted(self._store.consumer_offsets.snapshot().offsets)

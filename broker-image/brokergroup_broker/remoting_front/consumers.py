@@ -2,12 +2,17 @@
 GET_CONSUMER_LIST_BY_GROUP, LOCK_BATCH_MQ, UNLOCK_BATCH_MQ, QUERY_CONSUMER_OFFSET and
 UPDATE_CONSUMER_OFFSET.
 
-`Consumers` owns the consumer groups and queue locks (`clients`, pure), the watch of each
-consumer connection's close (ClientHousekeepingService: a closed connection's members are
-forgotten) and the `GroupNotifier` that tells a clustering group's members to rebalance
-when its membership changes. It is also the one place a consumer offset is checked before
-it is committed (`commit_offset`): UPDATE_CONSUMER_OFFSET and a pull's commit flag both go
-through it (docs/security.md "Client state").
+`Consumers` owns the consumer and producer groups, the queue locks and the pending offset
+resets (`clients`, pure), the watch of each client connection's close
+(ClientHousekeepingService: a closed connection's members are forgotten; the live
+connections by key, so a request can be forwarded to a client: client_calls.py) and the
+`GroupNotifier` that tells a clustering group's members to rebalance when its membership
+changes. A heartbeat records its producer groups (ProducerManager) and each consumer
+group's consumer data (consume type, message model, consume-from-where, subscriptions:
+ConsumerGroupInfo) besides the members. It is also the one place a consumer offset is
+checked before it is committed (`commit_offset`): UPDATE_CONSUMER_OFFSET and a pull's commit
+flag both go through it (docs/security.md "Client state"), and neither moves a queue whose
+offset a reset assigned until the queue's next pull was told (offset_reset.py).
 """
 
 from __future__ import annotations
@@ -17,17 +22,37 @@ from typing import Protocol
 
 from brokergroup_broker.protocol.messages import NO_CONSUMER_OFFSET
 from brokergroup_broker.remoting_front import wire
-from brokergroup_broker.remoting_front.clients import ConsumerGroups, QueueLocks
+from brokergroup_broker.remoting_front.clients import (
+    ClientInfo,
+    ConsumerData,
+    ConsumerGroups,
+    PendingResets,
+    ProducerGroups,
+    QueueLocks,
+)
 from brokergroup_broker.remoting_front.group_notify import GroupNotifier
 from brokergroup_broker.remoting_front.topics import DeclaredTopics
 from brokergroup_remoting import RemotingCommand, ResponseCode, names
 from brokergroup_remoting import fields as header
-from brokergroup_remoting.body import decode_json_object, json_body
+from brokergroup_remoting.body import decode_json_object, json_body, json_text
 from brokergroup_remoting.command import response_to
 from brokergroup_remoting.fields import BadField, RequestRefused
 from brokergroup_remoting.net import Connection
 
 _MAX_HEARTBEAT_GROUPS = 1024
+#: Subscriptions of one consumer group in one heartbeat, and the bounds of one
+#: subscription's expression and tags (a client's subscriptions are a handful of topics).
+MAX_SUBSCRIPTIONS = 1024
+MAX_EXPRESSION_CHARS = 4096
+MAX_TAGS = 1024
+#: The enums of ConsumerData, by name (fastjson writes an enum as its name).
+CONSUME_TYPES = frozenset({"CONSUME_ACTIVELY", "CONSUME_PASSIVELY", "CONSUME_POP"})
+MESSAGE_MODELS = frozenset({"BROADCASTING", "CLUSTERING"})
+CONSUME_FROM_WHERE = frozenset({
+    "CONSUME_FROM_LAST_OFFSET", "CONSUME_FROM_LAST_OFFSET_AND_FROM_MIN_WHEN_BOOT_FIRST",
+    "CONSUME_FROM_MIN_OFFSET", "CONSUME_FROM_MAX_OFFSET", "CONSUME_FROM_FIRST_OFFSET",
+    "CONSUME_FROM_TIMESTAMP",
+})  # fmt: skip
 
 
 class OffsetStore(Protocol):
@@ -53,10 +78,17 @@ class Consumers:
         self._topics = topics
         self._clock_ms = clock_ms
         self.groups = ConsumerGroups()
+        self.producers = ProducerGroups()
         self.locks = QueueLocks()
+        self.resets = PendingResets()
         self._notifier = GroupNotifier()
-        #: Keys of the connections whose close is watched (`_watch`).
-        self._watched: set[int] = set()
+        #: The connections whose close is watched (`_watch`), by the key the tables keep.
+        self._watched: dict[int, Connection] = {}
+
+    def connection(self, key: int) -> Connection | None:
+        """The open client connection the tables know by `key`, or None."""
+        conn = self._watched.get(key)
+        return None if conn is None or conn.closed else conn
 
     async def heart_beat(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         data = decode_json_object(cmd.body, "HeartbeatData")
@@ -68,7 +100,10 @@ class Consumers:
         consumers = data.get("consumerDataSet") or []
         if not isinstance(consumers, list) or len(consumers) > _MAX_HEARTBEAT_GROUPS:
             raise BadField("HeartbeatData's consumerDataSet is not a list of groups")
-        # Every name is checked before any member is recorded.
+        producers = data.get("producerDataSet") or []
+        if not isinstance(producers, list) or len(producers) > _MAX_HEARTBEAT_GROUPS:
+            raise BadField("HeartbeatData's producerDataSet is not a list of groups")
+        # Every name and description is checked before any member is recorded.
         groups = [
             names.check_group(
                 consumer.get("groupName") if isinstance(consumer, dict) else None,
@@ -76,15 +111,26 @@ class Consumers:
             )
             for consumer in consumers
         ]
+        described = [consumer_data_of(consumer) for consumer in consumers]
+        producer_groups = [_producer_group(producer) for producer in producers]
         now = self._clock_ms()
-        if consumers:
+        info = ClientInfo(conn.peer, cmd.language.name, cmd.version)
+        if consumers or producers:
             self._watch(conn)
-        for consumer, group in zip(consumers, groups, strict=True):
-            joins = self.groups.joins(group, client_id, id(conn))
-            busy = self.groups.refusal(group, client_id, id(conn), now)
+        for group in producer_groups:
+            busy = self.producers.refusal(group, client_id, id(conn), now)
             if busy is not None:
                 return response_to(cmd, ResponseCode.SYSTEM_BUSY, f"[OVERLOAD] {busy}")
-            self.groups.heartbeat(group, client_id, id(conn), now)
+            self.producers.heartbeat(group, client_id, id(conn), now, info)
+        for consumer, group, description in zip(consumers, groups, described, strict=True):
+            joins = self.groups.joins(group, client_id, id(conn))
+            busy = self.groups.refusal(group, client_id, id(conn), now) or (
+                self.groups.data_refusal(group, description)
+            )
+            if busy is not None:
+                return response_to(cmd, ResponseCode.SYSTEM_BUSY, f"[OVERLOAD] {busy}")
+            self.groups.heartbeat(group, client_id, id(conn), now, info)
+            self.groups.describe(group, description)
             clustering = consumer.get("messageModel", "CLUSTERING") == "CLUSTERING"
             if joins and clustering:  # the group rebalances now (group_notify.py)
                 self._notifier.notify(group, self.groups.connections(group))
@@ -104,12 +150,13 @@ class Consumers:
         key = id(conn)
         if key in self._watched:
             return
-        self._watched.add(key)
+        self._watched[key] = conn
         self._notifier.track(conn)
 
         def forget() -> None:
-            self._watched.discard(key)
+            self._watched.pop(key, None)
             self._notifier.forget(key)
+            self.producers.drop_connection(key)
             for group in self.groups.drop_connection(key):
                 self._notifier.notify(group, self.groups.connections(group))
 
@@ -119,8 +166,11 @@ class Consumers:
         fields = cmd.fields()
         client_id = header.text(fields, "clientID")
         group = names.optional_group_name(fields, "consumerGroup")
+        producer_group = fields.get("producerGroup")
         if group is not None and self.groups.unregister(group, client_id):
             self._notifier.notify(group, self.groups.connections(group))
+        if producer_group:
+            self.producers.unregister(producer_group, client_id)
         return response_to(cmd, ResponseCode.SUCCESS)
 
     async def get_consumer_list(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
@@ -173,15 +223,25 @@ class Consumers:
         ref = wire.queue_ref(fields, group="consumerGroup")
         assert ref.group is not None
         offset = header.int64(fields, "commitOffset", low=0, high=header.INT64_MAX)
+        if self._reset_pending(ref.group, ref.topic, ref.queue_id):
+            # ConsumerManageProcessor: the consumer's offset predates the reset; ignored.
+            return response_to(cmd, ResponseCode.SUCCESS, "Offset has been previously reset")
         await self.commit_offset(ref.group, ref.topic, ref.queue_id, offset)
         return response_to(cmd, ResponseCode.SUCCESS)
 
     async def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
-        """Commit a consumer offset once `_offset_refusal` allows it (RequestRefused if not)."""
+        """Commit a consumer offset once `_offset_refusal` allows it (RequestRefused if not).
+        Nothing is committed while a reset of that queue waits for its next pull: the
+        consumer does not know of the reset yet, and its offset would undo it."""
+        if self._reset_pending(group, topic, queue_id):
+            return
         refusal = await self._offset_refusal(group, topic, queue_id, offset)
         if refusal is not None:
             raise refusal
         await self._produce.commit_consumer_offset(group, topic, queue_id, offset)
+
+    def _reset_pending(self, group: str, topic: str, queue_id: int) -> bool:
+        return self.resets.pending(group, topic, queue_id, self._clock_ms()) is not None
 
     async def _offset_refusal(
         self, group: str, topic: str, queue_id: int, offset: int
@@ -242,3 +302,85 @@ def _lock_body(data: dict[str, object]) -> tuple[str, str, list[tuple[str, str, 
             raise BadField("a queue in mqSet needs topic, brokerName and queueId")
         queues.append((names.check_topic(topic, "a queue's topic in mqSet"), broker, queue_id))
     return group, client_id, queues
+
+
+def _producer_group(producer: object) -> str:
+    """A ProducerData's groupName (RocketMQ's group rule: up to 255 characters)."""
+    group = producer.get("groupName") if isinstance(producer, dict) else None
+    if not isinstance(group, str):
+        raise BadField("a producer's groupName in HeartbeatData is missing")
+    error = names.producer_group_error(group)
+    if error is not None:
+        raise BadField(f"a producer's groupName in HeartbeatData: {error}")
+    return group
+
+
+def _enum(data: dict[str, object], name: str, allowed: frozenset[str]) -> str | None:
+    value = data.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, str) or value not in allowed:
+        raise BadField(f"a consumer's {name} in HeartbeatData is not one of {sorted(allowed)}")
+    return value
+
+
+def consumer_data_of(consumer: object) -> ConsumerData:
+    """A heartbeat's ConsumerData as the broker keeps it: the enums checked by name, and
+    each SubscriptionData's fields checked and written again as RocketMQ's JSON (the
+    fields SubscriptionData serializes, nothing else the client sent)."""
+    if not isinstance(consumer, dict):
+        raise BadField("a consumer in HeartbeatData is not an object")
+    subs = consumer.get("subscriptionDataSet") or []
+    if not isinstance(subs, list) or len(subs) > MAX_SUBSCRIPTIONS:
+        raise BadField(
+            f"a consumer's subscriptionDataSet is not a list of at most {MAX_SUBSCRIPTIONS}"
+        )
+    table = {}
+    for sub in subs:
+        topic, text = _subscription(sub)
+        table[topic] = text
+    return ConsumerData(
+        consume_type=_enum(consumer, "consumeType", CONSUME_TYPES),
+        message_model=_enum(consumer, "messageModel", MESSAGE_MODELS),
+        consume_from_where=_enum(consumer, "consumeFromWhere", CONSUME_FROM_WHERE),
+        subscriptions=tuple(sorted(table.items())),
+    )
+
+
+def _subscription(sub: object) -> tuple[str, str]:
+    if not isinstance(sub, dict):
+        raise BadField("a subscription in HeartbeatData is not an object")
+    topic = names.check_topic(sub.get("topic"), "a subscription's topic in HeartbeatData")
+    expression = sub.get("subString")
+    if expression is not None and (
+        not isinstance(expression, str) or len(expression) > MAX_EXPRESSION_CHARS
+    ):
+        raise BadField(
+            f"a subscription's subString is not text of at most {MAX_EXPRESSION_CHARS} characters"
+        )
+    tags, codes = sub.get("tagsSet") or [], sub.get("codeSet") or []
+    if not (
+        isinstance(tags, list)
+        and len(tags) <= MAX_TAGS
+        and all(isinstance(t, str) and len(t) <= header.MAX_TEXT_BYTES for t in tags)
+    ):
+        raise BadField(f"a subscription's tagsSet is not a list of at most {MAX_TAGS} tags")
+    if not (
+        isinstance(codes, list)
+        and len(codes) <= MAX_TAGS
+        and all(type(c) is int and header.INT32_MIN <= c <= header.INT32_MAX for c in codes)
+    ):
+        raise BadField(f"a subscription's codeSet is not a list of at most {MAX_TAGS} ints")
+    version = sub.get("subVersion", 0)
+    kind = sub.get("expressionType", "TAG")
+    filter_mode = sub.get("classFilterMode", False)
+    if type(version) is not int or not header.INT64_MIN <= version <= header.INT64_MAX:
+        raise BadField("a subscription's subVersion is not a long")
+    if not isinstance(kind, str) or not 0 < len(kind) <= 32:
+        raise BadField("a subscription's expressionType is not a name")
+    if not isinstance(filter_mode, bool):
+        raise BadField("a subscription's classFilterMode is not a boolean")
+    return topic, json_text({
+        "classFilterMode": filter_mode, "codeSet": codes, "expressionType": kind,
+        "subString": expression, "subVersion": version, "tagsSet": tags, "topic": topic,
+    })  # fmt: skip

@@ -20,7 +20,12 @@ front builds the one handler table (request code → bound method of a part):
 - `topics.TopicAdmin` over `topics.DeclaredTopics`, the table of topics declared before
   their first record that sends and consumers use too: UPDATE_AND_CREATE_TOPIC,
   GET_ALL_TOPIC_CONFIG, VIEW_MESSAGE_BY_ID.
-- `admin_queries.AdminQueries` and `broker_status.BrokerStatus`: read-only admin codes.
+- `admin_queries.AdminQueries`, `dashboard.DashboardQueries` and
+  `broker_status.BrokerStatus`: read-only admin codes (the dashboard's and exporter's).
+- `client_calls.ClientCalls`: GET_CONSUMER_RUNNING_INFO and CONSUME_MESSAGE_DIRECTLY, asked
+  of the consumer over its own connection.
+- `offset_reset.OffsetReset`: INVOKE_BROKER_TO_RESET_OFFSET, and the pull guard that tells
+  a consumer of its queue's reset (PULL_OFFSET_MOVED).
 """
 
 from __future__ import annotations
@@ -35,9 +40,12 @@ from brokergroup_broker.protocol.messages import BrokerError, Response, SendBatc
 from brokergroup_broker.remoting_front import wire
 from brokergroup_broker.remoting_front.admin_queries import AdminQueries
 from brokergroup_broker.remoting_front.broker_status import BrokerStatus
+from brokergroup_broker.remoting_front.client_calls import ClientCalls
 from brokergroup_broker.remoting_front.clients import ConsumerGroups, QueueLocks
 from brokergroup_broker.remoting_front.consumers import Consumers
+from brokergroup_broker.remoting_front.dashboard import DashboardQueries
 from brokergroup_broker.remoting_front.key_query import RecordSource
+from brokergroup_broker.remoting_front.offset_reset import OffsetReset
 from brokergroup_broker.remoting_front.pulls import Pulls
 from brokergroup_broker.remoting_front.sends import Sends
 from brokergroup_broker.remoting_front.topics import DeclaredTopics, TopicAdmin
@@ -61,7 +69,8 @@ class ProduceAndPull(RecordSource, Protocol):
     """What this front end calls of the broker's one produce/pull path
     (`core.produce.ProducePath` implements it; the broker package's layering keeps this
     package from importing `core`): the union of what its parts read (`SendPath`,
-    `PullReads`, `OffsetStore`, `StoredTopics`, `MessageAt`, `AdminReads`, `StatusReads`)."""
+    `PullReads`, `OffsetStore`, `StoredTopics`, `MessageAt`, `AdminReads`, `StatusReads`,
+    `DashboardReads`, `ResetReads`)."""
 
     @property
     def arrivals(self) -> Arrivals: ...
@@ -83,6 +92,8 @@ class ProduceAndPull(RecordSource, Protocol):
     ) -> None: ...
 
     async def query_consumer_offset(self, group: str, topic: str, queue_id: int) -> int: ...
+
+    def consumer_offset_keys(self) -> list[tuple[str, str, int]]: ...
 
 
 @dataclass(frozen=True)
@@ -177,6 +188,33 @@ class RemotingFront:
             consumers=consumers.groups,
             clock_ms=clock_ms,
             key_query_budget_bytes=settings.key_query_budget_bytes,
+            stats=self.stats,
+        )
+        dashboard = DashboardQueries(
+            produce,
+            broker_name=settings.broker_name,
+            broker_addr=f"{settings.store_host[0]}:{settings.store_host[1]}",
+            topics=self.topics,
+            consumers=consumers.groups,
+            producers=consumers.producers,
+            stats=self.stats,
+            clock_ms=clock_ms,
+        )
+        client_calls = ClientCalls(
+            produce,
+            broker_name=settings.broker_name,
+            topics=self.topics,
+            consumers=consumers.groups,
+            connection=consumers.connection,
+            clock_ms=clock_ms,
+        )
+        resets = OffsetReset(
+            produce,
+            broker_name=settings.broker_name,
+            topics=self.topics,
+            consumers=consumers.groups,
+            resets=consumers.resets,
+            clock_ms=clock_ms,
         )
         status = BrokerStatus(
             produce,
@@ -190,10 +228,10 @@ class RemotingFront:
             RequestCode.SEND_MESSAGE: sends.send_message,
             RequestCode.SEND_MESSAGE_V2: sends.send_message,
             RequestCode.SEND_BATCH_MESSAGE: sends.send_message,
-            RequestCode.PULL_MESSAGE: pulls.pull_message,
+            RequestCode.PULL_MESSAGE: resets.guard(pulls.pull_message),
             # DefaultLitePullConsumer's pulls (PullSysFlag litePull bit): the same header and
             # answer; RocketMQ's PullMessageProcessor serves both.
-            RequestCode.LITE_PULL_MESSAGE: pulls.pull_message,
+            RequestCode.LITE_PULL_MESSAGE: resets.guard(pulls.pull_message),
             RequestCode.QUERY_CONSUMER_OFFSET: consumers.query_consumer_offset,
             RequestCode.UPDATE_CONSUMER_OFFSET: consumers.update_consumer_offset,
             RequestCode.HEART_BEAT: consumers.heart_beat,
@@ -216,6 +254,13 @@ class RemotingFront:
             RequestCode.GET_TOPIC_STATS_INFO: status.topic_stats,
             RequestCode.GET_BROKER_RUNTIME_INFO: status.runtime_info,
             RequestCode.GET_BROKER_CONFIG: status.broker_config,
+            RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: dashboard.topic_consumed_by,
+            RequestCode.VIEW_BROKER_STATS_DATA: dashboard.broker_stats_data,
+            RequestCode.GET_PRODUCER_CONNECTION_LIST: dashboard.producer_connections,
+            RequestCode.GET_BROKER_CONSUME_STATS: dashboard.broker_consume_stats,
+            RequestCode.GET_CONSUMER_RUNNING_INFO: client_calls.consumer_running_info,
+            RequestCode.CONSUME_MESSAGE_DIRECTLY: client_calls.consume_message_directly,
+            RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: resets.reset_offset,
         }
         self.handlers: dict[int, Handler] = {int(code): h for code, h in table.items()}
         self.dispatch = Dispatch(translate=refusal_of)
