@@ -25,6 +25,8 @@ class FindingKind(StrEnum):
     DUPLICATE = "DUPLICATE"
     DUPLICATE_QUEUE_OFFSET = "DUPLICATE_QUEUE_OFFSET"
     UNCOMMITTED_TAIL = "UNCOMMITTED_TAIL"
+    EXPIRED = "EXPIRED"
+    """Acknowledged, then deleted by retention from every replica (retention.py)."""
 
     @property
     def costs_data(self) -> bool:
@@ -372,12 +374,20 @@ def _epoch_at(epochs: Sequence[tuple[int, int]], offset: int) -> int | None:
 
 
 def _divergence_point(r: ReplicaFacts, ref: ReplicaFacts) -> int | None:
-    """First reference epoch start at which `r`'s own epoch differs (None: same lineage)."""
-    for epoch, start in ref.epochs:
+    """First offset of `r`'s log where its own epoch differs from the reference's (None:
+    same lineage). Only where `r` still holds bytes: retention deleted its log below
+    its min offset, and its epoch file dropped the entries that ended there (RocketMQ
+    EpochFileCache.truncatePrefixByOffset), so an older epoch it no longer has is no
+    difference."""
+    for i, (epoch, start) in enumerate(ref.epochs):
         if start >= r.end_offset:
             return None
-        if _epoch_at(r.epochs, start) != epoch:
-            return start
+        end = ref.epochs[i + 1][1] if i + 1 < len(ref.epochs) else None
+        if end is not None and end <= r.min_offset:
+            continue
+        at = max(start, r.min_offset)
+        if _epoch_at(r.epochs, at) != epoch:
+            return at
     return None
 
 
@@ -400,7 +410,12 @@ def failovers(
         # Bytes truncated: from a replica that still holds the old epoch's tail (0 when
         # its log ends exactly where the new epoch starts: the old master lost nothing) ...
         for r in replicas:
-            if r is not ref and _epoch_at(r.epochs, start) != epoch and r.end_offset >= start:
+            # (A replica whose retention deleted `start` says nothing about that tail.)
+            if (
+                r is not ref
+                and r.min_offset <= start <= r.end_offset
+                and _epoch_at(r.epochs, start) != epoch
+            ):
                 f.truncated_bytes = max(f.truncated_bytes or 0, r.end_offset - start)
                 f.truncated_source = f"broker {r.broker_id}'s log still holds them"
         elected = _election_event(events, epoch)

@@ -46,6 +46,13 @@ def run_cli(args: argparse.Namespace) -> int:
         f"{s['dataCostingFindings']} data-costing findings, {len(s['failovers'])} failovers; "
         f"report in {join(args.out.split('?', 1)[0], 'report.html')}"
     )
+    for r in s["retention"]:
+        if r["expiredAcknowledged"] is not None:
+            print(
+                f"  {r['group']}: {r['expiredAcknowledged']['count']} acknowledged messages "
+                f"expired (below every replica's log start {r['expiredBelow']}: deleted by "
+                "retention, not lost)"
+            )
     for f in result.findings:
         if f.kind.costs_data:
             print(f"  {f.kind.value} {f.group}/{f.broker_id} @{f.physical_offset}: {f.detail}")

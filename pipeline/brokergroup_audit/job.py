@@ -17,13 +17,13 @@ import pyarrow as pa
 from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
-from brokergroup_audit import checks
+from brokergroup_audit import checks, retention
 from brokergroup_audit.checks import Finding, FindingKind, ReplicaFacts
 from brokergroup_audit.inputs import ACK_SCHEMA
-from brokergroup_audit.locations import on_driver
+from brokergroup_audit.locations import on_driver, resolve
 from brokergroup_audit.result import AuditResult, Progress, Stages
 from brokergroup_audit.source import DEFAULT_SPLIT_BYTES
-from brokergroup_audit.stores import find_replicas
+from brokergroup_audit.stores import blank_end, find_replicas
 
 #: The source's columns the checks read.
 CHECKED_COLUMNS = (
@@ -104,14 +104,29 @@ def run_audit(
         records, size, end = ends.get(key, (0, 0, 0))
         ends[key] = (records + e["records"], size + e["bytes"], max(end, e["endOffset"]))
     facts: dict[str, list[ReplicaFacts]] = {}
+    filesystem, _ = resolve(store_root)
     for r in replicas:
-        _records, _, end = ends.get((r.group, r.broker_id), (0, 0, r.min_offset))
+        records, size, end = ends.get((r.group, r.broker_id), (0, 0, r.min_offset))
+        end = blank_end(filesystem, r, int(end))
+        ends[(r.group, r.broker_id)] = (records, size, end)
         facts.setdefault(r.group, []).append(
             ReplicaFacts(r.group, r.broker_id, r.epochs, r.min_offset, int(end), r.confirm_offset,
                          r.recover_offset)
         )  # fmt: skip
     refs = {g: checks.reference_replica(fs) for g, fs in facts.items()}
     confirm = {(f.group, f.broker_id): f.durable_end for fs in facts.values() for f in fs}
+    # Retention: what each replica deleted, what no replica holds any more, and which
+    # replica's log answers for an acknowledgement below the reference's first segment.
+    kept = {
+        g: [
+            retention.replica_retention(r.group, r.broker_id, r.min_offset, r.deletions,
+                                        r.retention_problems)
+            for r in replicas if r.group == g
+        ]
+        for g in facts
+    }  # fmt: skip
+    below = {g: retention.expired_below(fs) for g, fs in facts.items()}
+    holders = {g: retention.holders(fs, refs[g]) for g, fs in facts.items()}
 
     # Damaged regions and records; a replica whose valid records end below its
     # confirmOffset (a zeroed tail reads as no records at all).
@@ -201,63 +216,19 @@ def run_audit(
         if found is not None:
             findings.append(found)
 
-    # Acknowledged but missing.
+    # Acknowledged but missing; below every replica's log start, expired.
     acked = list(acks)
+    expired: dict[str, retention.ExpiredAcks] = {}
     if acked:
         stages.start("acknowledgements", f"matching {len(acked)} acknowledgements")
-        # Through Arrow: a million acknowledgements as Python rows took 10 s, 2 s this way.
-        ack_df = spark.createDataFrame(pa.Table.from_pylist(acked, schema=ACK_SCHEMA))
-        stored = ref_rows.filter(F.col("problem").isNull()).select(
-            "group", "physicalOffset",
-            F.col("topic").alias("sTopic"), F.col("queueId").alias("sQueueId"),
-            F.col("queueOffset").alias("sQueueOffset"), F.col("keys").alias("sKeys"),
-            F.col("bodyCRC").alias("sBodyCrc"), F.col("realTopic").alias("sRealTopic"),
-            F.col("realQueueId").alias("sRealQueueId"), F.col("uniqKey").alias("sUniqKey"),
-        )  # fmt: skip
-        missing = (
-            ack_df.join(stored, ["group", "physicalOffset"], "left")
-            .filter(
-                F.col("sTopic").isNull()
-                # checks.holds_acknowledged: the stored queue, or the one a delay or timer
-                # message is parked for (REAL_TOPIC/REAL_QID), and the client's id if named.
-                | ~(
-                    ((F.col("sTopic") == F.col("topic")) & (F.col("sQueueId") == F.col("queueId")))
-                    | F.coalesce(
-                        (F.col("sRealTopic") == F.col("topic"))
-                        & (F.col("sRealQueueId") == F.col("queueId")),
-                        F.lit(False),
-                    )
-                )
-                | (
-                    F.col("msgId").isNotNull()
-                    & F.col("sUniqKey").isNotNull()
-                    & (F.col("sUniqKey") != F.col("msgId"))
-                )
-                | (F.col("sQueueOffset") != F.col("queueOffset"))
-                | (
-                    F.col("sBodyCrc").bitwiseAND(F.lit(checks.CRC_BITS))
-                    != F.col("bodyCrc").bitwiseAND(F.lit(checks.CRC_BITS))
-                )
-                | (
-                    F.col("key").isNotNull()
-                    & ~F.coalesce(F.col("sKeys") == F.col("key"), F.lit(False))
-                )
-            )
-            .orderBy("group", "physicalOffset")
+        gone, live_acks = retention.split_expired(
+            pa.Table.from_pylist(acked, schema=ACK_SCHEMA), below
         )
-        for row in missing.collect():
-            held = (
-                None
-                if row["sTopic"] is None
-                else checks.StoredRecord(row["sTopic"], row["sQueueId"], row["sQueueOffset"],
-                                         row["sKeys"], row["sBodyCrc"], row["sRealTopic"],
-                                         row["sRealQueueId"], row["sUniqKey"])
-            )  # fmt: skip
-            found = checks.acked_missing(
-                row["group"], refs[row["group"]].broker_id, row.asDict(), held
-            )
-            if found is not None:
-                findings.append(found)
+        expired = retention.expired_by_group(gone)
+        if live_acks.num_rows:
+            findings.extend(_acked_missing(spark, df, live_acks, holders, refs))
+        for g, gone_acks in sorted(expired.items()):
+            findings.append(retention.expired_finding(g, below[g], gone_acks, kept[g]))
 
     # Epoch lineage, failovers, unavailability.
     stages.start("failovers", "epochs and failovers")
@@ -295,6 +266,7 @@ def run_audit(
                 "segmentBytes": r.segment_bytes,
                 "epochs": [list(e) for e in r.epochs],
                 "confirmOffset": r.confirm_offset,
+                "minOffset": r.min_offset,
                 "records": ends.get((r.group, r.broker_id), (0, 0, 0))[0],
                 "bytes": ends.get((r.group, r.broker_id), (0, 0, 0))[1] or 0,
                 "endOffset": ends.get((r.group, r.broker_id), (0, 0, r.min_offset))[2],
@@ -303,6 +275,24 @@ def run_audit(
             for r in replicas
         ],
         "acknowledged": len(acked),
+        "expiredAcknowledged": sum(e.count for e in expired.values()),
+        "retention": [
+            {
+                "group": g,
+                "expiredBelow": below[g],
+                "expiredAcknowledged": expired[g].to_json() if g in expired else None,
+                "holders": [
+                    {
+                        "brokerId": h.broker_id,
+                        "fromOffset": h.low,
+                        "toOffset": None if h.high == retention.OPEN_END else h.high,
+                    }
+                    for h in holders[g]
+                ],
+                "replicas": [k.to_json() for k in kept[g]],
+            }
+            for g in sorted(facts)
+        ],
         "findingCounts": counts,
         "dataCostingFindings": sum(1 for f in findings if f.kind.costs_data),
         "failovers": [f.to_json() for f in all_failovers],
@@ -311,7 +301,90 @@ def run_audit(
         "elapsedS": round(time.monotonic() - began, 3),
         "stageSeconds": stages.finish(),
     }
-    return AuditResult(summary, findings, all_failovers, epoch_ranges, windows)
+    deletions = [
+        {"group": r.group, "brokerId": r.broker_id, **d.to_json()}
+        for r in replicas
+        for d in r.deletions
+    ]
+    return AuditResult(summary, findings, all_failovers, epoch_ranges, windows, deletions)
+
+
+def _acked_missing(
+    spark: SparkSession,
+    df: DataFrame,
+    live_acks: pa.Table,
+    holders: dict[str, list[retention.Holder]],
+    refs: dict[str, ReplicaFacts],
+) -> list[Finding]:
+    """ACKED_MISSING: acknowledgements (not expired) whose holder's log does not hold
+    the acknowledged message at its physicalOffset."""
+    out: list[Finding] = []
+    # Through Arrow: a million acknowledgements as Python rows took 10 s, 2 s this way.
+    ack_df = spark.createDataFrame(live_acks)
+    # Each offset is answered by one replica (`retention.holders`: the reference,
+    # or below its first segment a replica that still holds it).
+    holder_df = spark.createDataFrame(
+        [(g, h.broker_id, h.low, h.high) for g, hs in holders.items() for h in hs],
+        "group STRING, brokerId INT, low BIGINT, high BIGINT",
+    )
+    at = F.col("physicalOffset")
+    stored = (
+        df.filter(F.col("problem").isNull())
+        .join(F.broadcast(holder_df), ["group", "brokerId"])
+        .filter((at >= F.col("low")) & (at < F.col("high")))
+    ).select(
+        "group", "physicalOffset", F.col("brokerId").alias("sBrokerId"),
+        F.col("topic").alias("sTopic"), F.col("queueId").alias("sQueueId"),
+        F.col("queueOffset").alias("sQueueOffset"), F.col("keys").alias("sKeys"),
+        F.col("bodyCRC").alias("sBodyCrc"), F.col("realTopic").alias("sRealTopic"),
+        F.col("realQueueId").alias("sRealQueueId"), F.col("uniqKey").alias("sUniqKey"),
+    )  # fmt: skip
+    missing = (
+        ack_df.join(stored, ["group", "physicalOffset"], "left")
+        .filter(
+            F.col("sTopic").isNull()
+            # checks.holds_acknowledged: the stored queue, or the one a delay or timer
+            # message is parked for (REAL_TOPIC/REAL_QID), and the client's id if named.
+            | ~(
+                ((F.col("sTopic") == F.col("topic")) & (F.col("sQueueId") == F.col("queueId")))
+                | F.coalesce(
+                    (F.col("sRealTopic") == F.col("topic"))
+                    & (F.col("sRealQueueId") == F.col("queueId")),
+                    F.lit(False),
+                )
+            )
+            | (
+                F.col("msgId").isNotNull()
+                & F.col("sUniqKey").isNotNull()
+                & (F.col("sUniqKey") != F.col("msgId"))
+            )
+            | (F.col("sQueueOffset") != F.col("queueOffset"))
+            | (
+                F.col("sBodyCrc").bitwiseAND(F.lit(checks.CRC_BITS))
+                != F.col("bodyCrc").bitwiseAND(F.lit(checks.CRC_BITS))
+            )
+            | (F.col("key").isNotNull() & ~F.coalesce(F.col("sKeys") == F.col("key"), F.lit(False)))
+        )
+        .orderBy("group", "physicalOffset")
+    )
+    for row in missing.collect():
+        held = (
+            None
+            if row["sTopic"] is None
+            else checks.StoredRecord(row["sTopic"], row["sQueueId"], row["sQueueOffset"],
+                                     row["sKeys"], row["sBodyCrc"], row["sRealTopic"],
+                                     row["sRealQueueId"], row["sUniqKey"])
+        )  # fmt: skip
+        holder = row["sBrokerId"]
+        if holder is None:
+            holder = retention.holder_of(holders.get(row["group"], []), row["physicalOffset"])
+        found = checks.acked_missing(
+            row["group"], refs[row["group"]].broker_id if holder is None else holder,
+            row.asDict(), held,
+        )  # fmt: skip
+        if found is not None:
+            out.append(found)
+    return out
 
 
 def repeated(rows: DataFrame, key: list[str], key_hash: Column) -> list[Row]:

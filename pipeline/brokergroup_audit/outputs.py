@@ -1,5 +1,5 @@
 """The audit's outputs in --out (a local directory or a URI, `locations`):
-summary.json, findings/failovers/epochs as Parquet, report.html."""
+summary.json, findings/failovers/epochs/retention deletions as Parquet, report.html."""
 
 from __future__ import annotations
 
@@ -20,6 +20,20 @@ FINDINGS_SCHEMA = pa.schema(
         ("brokerId", pa.int32()),
         ("physicalOffset", pa.int64()),
         ("detail", pa.string()),
+    ]
+)
+
+#: One row per logged retention deletion (retention.log lines of every replica).
+DELETIONS_SCHEMA = pa.schema(
+    [
+        ("group", pa.string()),
+        ("brokerId", pa.int32()),
+        ("atMs", pa.int64()),
+        ("segment", pa.string()),
+        ("fromOffset", pa.int64()),
+        ("toOffset", pa.int64()),
+        ("reason", pa.string()),
+        ("newMinOffset", pa.int64()),
     ]
 )
 
@@ -46,6 +60,7 @@ def write_outputs(result: AuditResult, out: str) -> None:
         ),
         "failovers.parquet": _table([f.to_json() for f in result.failovers]),
         "epochs.parquet": _table(result.epoch_ranges),
+        "retention.parquet": pa.Table.from_pylist(result.deletions, schema=DELETIONS_SCHEMA),
     }
     for name, table in tables.items():
         pq.write_table(table, join(path, name), filesystem=filesystem)

@@ -1,4 +1,4 @@
-"""report.html: plots (matplotlib, inlined as PNG) and the findings table."""
+"""report.html: plots (matplotlib, inlined as PNG), retention, and the findings table."""
 
 from __future__ import annotations
 
@@ -16,8 +16,11 @@ def _png(fig: Any) -> str:
     return base64.b64encode(buf.getvalue()).decode()
 
 
-def _offsets_plot(epoch_ranges: list[dict[str, Any]]) -> str | None:
-    """Per group: one bar per replica, one colour per epoch, across commit log offsets."""
+def _offsets_plot(
+    epoch_ranges: list[dict[str, Any]], kept: list[dict[str, Any]] | None = None
+) -> str | None:
+    """Per group: one bar per replica, one colour per epoch, across commit log offsets;
+    hatched grey where retention deleted the replica's log (summary `retention`)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -30,7 +33,19 @@ def _offsets_plot(epoch_ranges: list[dict[str, Any]]) -> str | None:
     cmap = plt.get_cmap("tab10")
     for ax, g in zip(axes[:, 0], groups, strict=True):
         rows = [r for r in epoch_ranges if r["group"] == g]
-        ids = sorted({r["brokerId"] for r in rows})
+        gone = [
+            (k["brokerId"], d["fromOffset"], d["toOffset"])
+            for group in kept or []
+            if group["group"] == g
+            for k in group["replicas"]
+            for d in [*k["deleted"], *({"fromOffset": a, "toOffset": b} for a, b in k["unlogged"])]
+        ]
+        ids = sorted({r["brokerId"] for r in rows} | {b for b, _, _ in gone})
+        for b, a, z in gone:
+            ax.broken_barh(
+                [(a, z - a)], (ids.index(b) - 0.35, 0.7), facecolor="none",
+                edgecolor="grey", hatch="//", label="deleted by retention",
+            )  # fmt: skip
         for r in rows:
             y = ids.index(r["brokerId"])
             epoch = r["epoch"] if r["epoch"] is not None else 0
@@ -89,6 +104,53 @@ def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
+def _retention(groups: list[dict[str, Any]]) -> list[str]:
+    """Per group: what no replica holds any more and the acknowledgements that took;
+    per replica: what it deleted, why and when (retention.log), and what no line explains."""
+    if not any(
+        k["deleted"] or k["unlogged"] or k["pending"] for g in groups for k in g["replicas"]
+    ):
+        return []
+    rows = []
+    for g in groups:
+        e = g["expiredAcknowledged"]
+        rows.append(
+            {
+                "group": g["group"],
+                "expiredBelow": g["expiredBelow"],
+                "expired acknowledgements": e["count"] if e else 0,
+                "ack lines": "{}..{}".format(*e["ackLines"]) if e else "",
+                "offsets": "{}..{}".format(*e["physicalOffsets"]) if e else "",
+                "acknowledged at (ms)": "{}..{}".format(*e["ackTimeMs"]) if e else "",
+            }
+        )
+    replicas = [
+        {
+            "group": g["group"],
+            "brokerId": k["brokerId"],
+            "minOffset": k["minOffset"],
+            "deletedBytes": k["deletedBytes"],
+            "deleted": "; ".join(
+                f"[{d['fromOffset']}, {d['toOffset']}) {d['reason']}: {d['segments']} segments "
+                f"at {d['firstAtMs']}..{d['lastAtMs']}"
+                for d in k["deleted"]
+            ),
+            "not in retention.log": "; ".join(f"[{a}, {b})" for a, b in k["unlogged"]),
+            "logged, still present": ", ".join(p["segment"] for p in k["pending"]),
+            "problems": "; ".join(k["problems"]),
+        }
+        for g in groups
+        for k in g["replicas"]
+    ]
+    return [
+        "<h2>Retention</h2>",
+        "<p>Acknowledged messages below every replica's log start were deleted by "
+        "retention (EXPIRED), not lost.</p>",
+        _table(rows, list(rows[0])),
+        _table(replicas, list(replicas[0])),
+    ]
+
+
 def render_report(result: AuditResult) -> str:
     s = result.summary
     failovers = [f.to_json() for f in result.failovers]
@@ -103,7 +165,7 @@ def render_report(result: AuditResult) -> str:
         "findings that cost data</b></p>",
         _table([{"kind": k, "count": v} for k, v in s["findingCounts"].items()], ["kind", "count"]),
     ]
-    offsets = _offsets_plot(result.epoch_ranges)
+    offsets = _offsets_plot(result.epoch_ranges, s.get("retention"))
     if offsets:
         parts.append(f"<h2>Offsets by epoch</h2><img src='data:image/png;base64,{offsets}'>")
     timeline = _timeline_plot(result.windows, failovers)
@@ -138,6 +200,7 @@ def render_report(result: AuditResult) -> str:
                 "reference",
                 "records",
                 "bytes",
+                "minOffset",
                 "endOffset",
                 "confirmOffset",
                 "epochs",
@@ -145,6 +208,7 @@ def render_report(result: AuditResult) -> str:
             ],
         )
     )
+    parts.extend(_retention(s.get("retention") or []))
     parts.append("<h2>Findings</h2>")
     parts.append(
         _table(

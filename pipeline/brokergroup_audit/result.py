@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from brokergroup_audit import checks
@@ -47,6 +47,8 @@ class AuditResult:
     failovers: list[checks.Failover]
     epoch_ranges: list[dict[str, Any]]
     windows: list[dict[str, Any]]
+    deletions: list[dict[str, Any]] = field(default_factory=list)
+    """Every logged retention deletion: group, brokerId and the retention.log line."""
 
 
 def comparable_summary(summary: dict[str, Any]) -> dict[str, Any]:

@@ -17,6 +17,7 @@ work. Epochs come from `epochFileCheckpoint` (`.bak` if the main file is damaged
 the confirmed offset from this project's `storeCheckpoint` or RocketMQ's binary
 `checkpoint` (confirmPhyOffset at byte 32); without one, the end of the log. This
 project's checkpoint also gives recoverOffset (every byte below it was fsynced).
+Retention's deletions come from `retention.log.1` then `retention.log` (retention.py).
 """
 
 from __future__ import annotations
@@ -29,10 +30,18 @@ from pathlib import Path
 from pyarrow import fs
 
 from brokergroup_audit.locations import display, join, read_bytes, resolve
+from brokergroup_audit.retention import (
+    RETENTION_LOG,
+    RETENTION_LOG_ROTATED,
+    Deletion,
+    parse_retention_log,
+)
 from brokergroup_broker.store._fileio import read_properties
 from brokergroup_broker.store.checkpoint import CHECKPOINT_FILE_NAME
 from brokergroup_broker.store.epoch_file import EPOCH_FILE_NAME, decode_epoch_file
 from brokergroup_broker.store.identity import META_FILE_NAME, TEMP_FILE_NAME
+from brokergroup_broker.store.message import BLANK_MAGIC_CODE, END_FILE_MIN_BLANK_LENGTH
+from brokergroup_broker.store.record_layout import blank_fits
 
 _SEGMENT_NAME = re.compile(r"^\d{20}$")
 COMMITLOG_DIR = "commitlog"
@@ -69,6 +78,10 @@ class Replica:
     kind: str  # "brokergroup" | "rocketmq" | "unknown"
     recover_offset: int | None = None
     """This project's storeCheckpoint recoverOffset (RocketMQ's checkpoint has none)."""
+    deletions: tuple[Deletion, ...] = ()
+    """Retention's logged deletions, oldest file first."""
+    retention_problems: tuple[str, ...] = ()
+    """retention.log lines that are not deletions (skipped)."""
 
     @property
     def min_offset(self) -> int:
@@ -143,6 +156,52 @@ def _recover_offset(store: _Store) -> int | None:
     return int(text) if text is not None else None
 
 
+def _deletions(store: _Store) -> tuple[list[Deletion], list[str]]:
+    deletions: list[Deletion] = []
+    problems: list[str] = []
+    for name in (RETENTION_LOG_ROTATED, RETENTION_LOG):
+        data = store.read(name)
+        if data is None:
+            continue
+        found, bad = parse_retention_log(data.decode("utf-8", "replace"), name)
+        deletions += found
+        problems += bad
+    return deletions, problems
+
+
+def segment_size(segments: tuple[Segment, ...], deletions: list[Deletion]) -> int:
+    """The log's segment size: the distance between two segments' starts; with one
+    segment left, a deleted segment's span (retention deletes only finished, full
+    segments); else the first segment's length, at least the default. Blank-record
+    recognition depends on it: a full last segment read with the wrong size would show
+    its blank as damage."""
+    if len(segments) >= 2:
+        return segments[1].start - segments[0].start
+    spans = [d.to_offset - d.from_offset for d in deletions]
+    if segments and spans and max(spans) >= segments[0].length:
+        return max(spans)
+    if segments:
+        return max(segments[0].length, DEFAULT_SEGMENT_BYTES)
+    return DEFAULT_SEGMENT_BYTES
+
+
+def blank_end(filesystem: fs.FileSystem, replica: Replica, end: int) -> int:
+    """Where a replica's log ends when its valid records end at `end`: the end of the
+    segment when the bytes from `end` are that segment's blank record, else `end`. A
+    blank yields no row, so a log that stops right after one (a slave that received a
+    finished segment and not yet the next) would otherwise look short of its own
+    checkpoint."""
+    seg = next((s for s in replica.segments if s.start <= end < s.start + s.length), None)
+    if seg is None or seg.length != replica.segment_bytes:
+        return end
+    with filesystem.open_input_file(seg.path) as f:
+        head = bytes(f.read_at(END_FILE_MIN_BLANK_LENGTH, end - seg.start))
+    total = int.from_bytes(head[:4], "big")
+    magic = int.from_bytes(head[4:8], "big", signed=True)
+    segment_end = seg.start + replica.segment_bytes
+    return segment_end if magic == BLANK_MAGIC_CODE and blank_fits(total, end, segment_end) else end
+
+
 def find_replicas(root: str | Path) -> list[Replica]:
     """Every replica store under `root` (or `root` itself), sorted by (group, brokerId)."""
     root = str(root)
@@ -181,12 +240,8 @@ def find_replicas(root: str | Path) -> list[Replica]:
             for name, size in sorted(files.get(log_dir, {}).items())
             if _SEGMENT_NAME.match(name)
         )
-        if len(segments) >= 2:
-            segment_bytes = segments[1].start - segments[0].start
-        elif segments:
-            segment_bytes = max(segments[0].length, DEFAULT_SEGMENT_BYTES)
-        else:
-            segment_bytes = DEFAULT_SEGMENT_BYTES
+        deletions, retention_problems = _deletions(store)
+        segment_bytes = segment_size(segments, deletions)
         epochs, epoch_source = _epochs(store)
         found.append(
             Replica(
@@ -200,6 +255,8 @@ def find_replicas(root: str | Path) -> list[Replica]:
                 confirm_offset=_confirm_offset(store),
                 kind=kind,
                 recover_offset=_recover_offset(store),
+                deletions=tuple(deletions),
+                retention_problems=tuple(retention_problems),
             )
         )
     found.sort(key=lambda r: (r.group, r.broker_id, r.path))

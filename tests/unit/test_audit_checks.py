@@ -354,3 +354,35 @@ def test_relative_paths_are_made_absolute_on_the_driver(tmp_path: Path) -> None:
 def test_the_commitlog_source_refuses_a_relative_root() -> None:
     with pytest.raises(ValueError, match="must be absolute"):
         CommitLogDataSource({"path": "stores"}).reader(None)
+
+
+# -- Retention: a replica that deleted its log's prefix (issue 33 item 2) --------------
+
+
+def test_a_replica_whose_retention_dropped_old_epochs_has_no_uncommitted_tail() -> None:
+    # Broker 2 deleted [0, 8192) and with it epoch 1's entry (RocketMQ's
+    # truncatePrefixByOffset drops entries that end at or below the new minimum): it holds
+    # nothing of epoch 1, so it differs from the reference nowhere.
+    ref = _replica(1, 9000, 9000, ((1, 0), (2, 5000)))
+    trimmed = _replica(2, 9000, 9000, ((2, 5000),), min_offset=8192)
+    assert checks.uncommitted_tails([ref, trimmed], ref) == []
+    # An older epoch's tail past the reference's epoch start still counts, from where the
+    # replica's log starts.
+    stale = _replica(3, 6000, 5000, ((1, 0),), min_offset=4096)
+    assert checks.uncommitted_tails([ref, stale], ref) == [
+        Finding(
+            FindingKind.UNCOMMITTED_TAIL, G, 3, 5000,
+            "1000 bytes past 5000 belong to an older epoch than the reference broker 1's; "
+            "they will be truncated",
+        )
+    ]  # fmt: skip
+
+
+def test_a_replica_that_deleted_a_failovers_offset_says_nothing_about_its_tail() -> None:
+    ref = _replica(1, 20000, 20000, ((1, 0), (2, 5000), (3, 12000)))
+    trimmed = _replica(2, 20000, 20000, ((3, 12000),), min_offset=16384)
+    failed_over = checks.failovers([ref, trimmed], [], {})
+    assert [(f.epoch, f.start_offset, f.truncated_bytes) for f in failed_over] == [
+        (2, 5000, None),
+        (3, 12000, None),
+    ]

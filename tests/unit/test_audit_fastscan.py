@@ -25,10 +25,13 @@ from hypothesis import strategies as st
 from pyarrow import fs
 
 from brokergroup_audit.fastscan import clean_slice, scan_slice
-from brokergroup_audit.source import SegmentSlice, read_mapped, read_ranged, read_slice
+from brokergroup_audit.source import SegmentSlice, read_mapped, read_ranged, read_slice, slices
+from brokergroup_audit.stores import find_replicas
 from brokergroup_broker.store.message_encode import encode_run
 from brokergroup_broker.store.message_scan import ScanStop, decode_record, scan_records
 from brokergroup_broker.store.record_columns import ColumnScan, scan_columns
+from tests.unit.retention_stores import GROUP, build_master, replica, retire
+from tests.unit.retention_stores import SEG as RETENTION_SEG
 
 SEG = 4096
 STORE = ("10.0.0.1", 10911)
@@ -330,3 +333,27 @@ def test_a_hole_longer_than_the_ranged_window_is_still_reported(tmp_path: Path, 
         assert ranged.to_pylist() == read_mapped(part).to_pylist(), (own_from, own_to)
         problems += [r["problem"] for r in ranged.to_pylist() if r["problem"]]
     assert problems == ["BAD_MAGIC"]
+
+
+def test_a_log_whose_retention_left_one_full_segment_reads_without_damage(tmp_path: Path) -> None:
+    # Issue 33 item 2: a slave whose log ends at a segment boundary (its last segment full,
+    # ending in its blank) and whose retention deleted every segment before it. With one
+    # segment left, the segment size comes from retention.log (a deleted segment's span),
+    # not the 1 GiB default: read at 1 GiB, the blank does not reach the segment's end and
+    # reads as damage.
+    master = build_master(tmp_path / "master", 3)
+    store = replica(master, tmp_path / "stores" / GROUP / "broker-1", 1, behind=True)
+    retire(store, 2, 1000)
+    (r,) = find_replicas(tmp_path / "stores")
+    seg = RETENTION_SEG
+    assert [(s.start, s.length) for s in r.segments] == [(2 * seg, seg)]
+    rows = [
+        x
+        for part in slices(str(tmp_path / "stores"), [r], 1000, seg)
+        for x in read_slice(part).to_pylist()
+    ]
+    assert [(x["physicalOffset"], x["size"], x["problem"]) for x in rows] == [
+        (a["physicalOffset"], a["size"], None)
+        for a in master.acks
+        if 2 * seg <= a["physicalOffset"] < 3 * seg
+    ]
