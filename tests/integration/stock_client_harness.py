@@ -79,7 +79,8 @@ class StockRuntime:
         raise AssertionError(f"no broker process on {host} in state.json")
 
     def mqadmin(self, *args: str) -> str:
-        """`mqadmin ARGS -n NAMESRV`, signing with the runtime's key pair (tools.yml)."""
+        """`mqadmin ARGS -n NAMESRV`, signing with the runtime's key pair (tools.yml), in the
+        work directory (consumerStatus writes a file per client there)."""
         home = self.work / "mqadmin-home"
         (home / "conf").mkdir(parents=True, exist_ok=True)
         (home / "conf" / "tools.yml").write_text(
@@ -89,7 +90,7 @@ class StockRuntime:
             ["java", *CLIENT_JVM, "-XX:TieredStopAtLevel=1", f"-Drocketmq.home.dir={home}",
              f"-Duser.home={self.work}", "-cp", f"{rocketmq_home() / 'lib'}/*",
              "org.apache.rocketmq.tools.command.MQAdminStartup", *args, "-n", self.namesrv],
-            capture_output=True, text=True, timeout=180, check=False,
+            capture_output=True, text=True, timeout=180, check=False, cwd=self.work,
         )  # fmt: skip
         return done.stdout + done.stderr
 
