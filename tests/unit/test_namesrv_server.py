@@ -513,7 +513,8 @@ async def test_a_broker_pair_registers_only_its_own_group_and_a_client_pair_only
             (_pair(Role.BROKER, "broker-b"), unregister, "DefaultCluster/broker-a"),
             (_pair(Role.CLIENT), forged, "may not make request 103"),
             (_pair(Role.CLIENT), delete, "may not make request"),
-            (_pair(Role.BROKER), delete, "may not make request"),
+            # A broker pair deletes its own group's topics only, naming its cluster.
+            (_pair(Role.BROKER), delete, "of its own group only"),
         ):
             answer = await call(address, cmd, credentials=credentials)
             assert (answer.code, why in (answer.remark or "")) == (

@@ -47,7 +47,10 @@ Components (each owns its state; wired once in `_wire`, after registration):
 - `ReplicationLink` (replication): HA master/slave, SyncStateSet, confirmOffset,
   the produces waiting for the commit rule, the takeover hold.
 - `ProducePath` (produce): the one produce/pull path every front end calls.
-- `PeerOffsets` (peer_offsets), `StoreFaults` (store_faults).
+- `PeerOffsets` (peer_offsets) with `PeerMetadata` (peer_metadata), `StoreFaults`
+  (store_faults).
+- `BrokerMetadata` (metadata/): the topic and subscription-group tables, opened with the
+  store, replicated like the consumer offsets.
 
 Produce path (one): `ProducePath.start_send_batch` — checks (role, lease, store,
 admission) → `store.put_run` (the wire batch goes straight into the record
@@ -99,6 +102,7 @@ from brokergroup_broker.core.controller_link import (
 from brokergroup_broker.core.controller_session import ControllerSession
 from brokergroup_broker.core.http_status import StatusServer, bearer_header
 from brokergroup_broker.core.lease import MasterLease
+from brokergroup_broker.core.peer_metadata import PeerMetadata
 from brokergroup_broker.core.peer_offsets import PeerOffsets
 from brokergroup_broker.core.produce import ProducePath
 from brokergroup_broker.core.registration import register
@@ -107,6 +111,7 @@ from brokergroup_broker.core.replication import ReplicationLink
 from brokergroup_broker.core.role_core import RoleCore
 from brokergroup_broker.core.role_transitions import RoleTransitions
 from brokergroup_broker.core.store_faults import StoreFaults
+from brokergroup_broker.metadata import BrokerMetadata
 from brokergroup_broker.protocol.server import BrokerProtocolServer, ServerConfig
 from brokergroup_broker.remoting_front import (
     FrontSettings,
@@ -156,6 +161,7 @@ class Broker:
             ha_config_of(config), secret=settings.ha_secret, source_host=settings.own_host
         )
         self.store: MessageStore | None = None
+        self.metadata: BrokerMetadata | None = None
         #: SYNC_FLUSH: fdatasyncs appended produces off the event loop (group commit).
         self._committer: GroupCommitService | None = None
         self.parts: BrokerParts | None = None
@@ -186,6 +192,7 @@ class Broker:
     async def run(self) -> None:
         s = self.settings
         self.store = store = MessageStore.open(s.data_dir, store_config_of(self.config))
+        self.metadata = self._open_metadata(store)
         if store.config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
             loop = asyncio.get_running_loop()
 
@@ -256,6 +263,19 @@ class Broker:
         finally:
             await self._shutdown()
 
+    def _open_metadata(self, store: MessageStore) -> BrokerMetadata:
+        """The topic and subscription-group tables (config/topics.json, …). A store
+        written before they existed has no topics file: its topics become configs now."""
+        metadata = BrokerMetadata(self.settings.data_dir)
+        if not metadata.had_topics_file:
+            metadata.adopt_store_topics(self._store_topics(store), wall_ms())
+        metadata.on_topics_changed(self._role_changed)
+        return metadata
+
+    def _store_topics(self, store: MessageStore) -> dict[str, int]:
+        default = self.config.default_topic_queue_nums
+        return {t: max(n, default) for t, n in store.queues.topics().items()}
+
     async def _start_remoting(self, parts: BrokerParts) -> None:
         """The RocketMQ remoting port over the same produce path, and its name server link."""
         s, config = self.settings, self.config
@@ -271,6 +291,8 @@ class Broker:
                 max_batch_messages=config.max_send_batch_messages,
             ),
             on_new_topic=self._topics_changed,
+            on_topic_deleted=self._topic_deleted,
+            metadata=self.metadata,
             disk_space=parts.store.disk_space,
             stats=self.stats,
         )
@@ -286,7 +308,7 @@ class Broker:
                     auto_create_topic=config.auto_create_topic_enable,
                     default_queue_nums=config.default_topic_queue_nums,
                 ),
-                front.topics,
+                front.topic_configs,
                 s.remoting_credentials,
                 register_interval_ms=config.register_name_server_period_ms,
             )
@@ -303,6 +325,10 @@ class Broker:
     def _topics_changed(self, topic: str) -> None:
         if self._namesrv_link is not None:
             self._namesrv_link.topics_changed(topic)
+
+    def _topic_deleted(self, topic: str) -> None:
+        if self._namesrv_link is not None:
+            self._namesrv_link.topic_deleted(topic)
 
     def _role_changed(self) -> None:
         if self._namesrv_link is not None:
@@ -334,8 +360,20 @@ class Broker:
             controller=self.controller,
             registered_host=session.registered_host,
         )
+        if self.metadata is None:  # `run` opens it with the store; tests wire directly
+            self.metadata = self._open_metadata(store)
         peers = PeerOffsets(
-            broker_id=broker_id, session=http, offsets=store.consumer_offsets, role=self.role
+            broker_id=broker_id,
+            session=http,
+            offsets=store.consumer_offsets,
+            role=self.role,
+            metadata=PeerMetadata(
+                broker_id=broker_id,
+                session=http,
+                metadata=self.metadata,
+                role=self.role,
+                store_topics=lambda: self._store_topics(store),
+            ),
         )
         transitions = RoleTransitions(
             broker_id=broker_id,
@@ -569,6 +607,11 @@ class Broker:
             if not writable:
                 problems.append(f"store not writable: {error}")
         return not problems, problems
+
+    def metadata_snapshot(self) -> dict[str, Any]:
+        """The topic and subscription-group tables a peer reads (GET /v1/metadata)."""
+        metadata = self.metadata or BrokerMetadata(None)
+        return metadata.snapshot()
 
     def consumer_offsets_snapshot(self) -> dict[str, Any]:
         store = self.store

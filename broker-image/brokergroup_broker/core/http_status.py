@@ -7,6 +7,8 @@
 - ``GET /v1/status``: JSON of the broker's replication state.
 - ``GET /v1/consumer-offsets``: this broker's consumer offsets with their
   data version (RIP-32 pre-online sync: a new master takes the newer ones).
+- ``GET /v1/metadata``: this broker's topic and subscription-group tables with their
+  data versions (peer_metadata.py: slaves copy the master's, a new master the newer ones).
 - ``GET /metrics``: Prometheus text (core/metrics.py, docs/metrics.md).
 
 A thin shell: every answer comes from a `StatusSource`, so the broker
@@ -43,6 +45,8 @@ class StatusSource(Protocol):
     def readiness(self) -> tuple[bool, list[str]]: ...
 
     def consumer_offsets_snapshot(self) -> dict[str, Any]: ...
+
+    def metadata_snapshot(self) -> dict[str, Any]: ...
 
     def metrics_text(self) -> bytes: ...
 
@@ -86,6 +90,7 @@ class StatusServer:
         app.router.add_get("/readyz", self._readyz)
         app.router.add_get("/v1/status", self._status)
         app.router.add_get("/v1/consumer-offsets", self._consumer_offsets)
+        app.router.add_get("/v1/metadata", self._metadata)
         app.router.add_get("/metrics", self._metrics)
         runner = web.AppRunner(
             app,
@@ -117,6 +122,9 @@ class StatusServer:
 
     async def _consumer_offsets(self, _: web.Request) -> web.Response:
         return web.json_response(self._source.consumer_offsets_snapshot())
+
+    async def _metadata(self, _: web.Request) -> web.Response:
+        return web.json_response(self._source.metadata_snapshot())
 
     async def _metrics(self, _: web.Request) -> web.Response:
         # CONTENT_TYPE_LATEST carries a charset, which aiohttp wants apart.

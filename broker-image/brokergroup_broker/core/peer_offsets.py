@@ -1,6 +1,8 @@
 """Consumer offsets from peers (seed RIP-32): a new master takes newer offsets from
 every live peer before going online; a slave copies the master's every second
-(RocketMQ's SlaveSynchronize), so a new master never rolls them back."""
+(RocketMQ's SlaveSynchronize), so a new master never rolls them back. The topic and
+subscription-group tables ride along (`PeerMetadata`, peer_metadata.py): the same steps,
+the same peers, the same credential."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from brokergroup_broker.core.broker_settings import (
     PEER_HTTP_TIMEOUT_S,
     http_address_of,
 )
+from brokergroup_broker.core.peer_metadata import PeerMetadata
 from brokergroup_broker.core.role_core import RoleCore
 from brokergroup_broker.store.consumer_offsets import ConsumerOffsetSnapshot, ConsumerOffsetStore
 from brokergroup_controller.api import ReplicaInfo
@@ -30,15 +33,20 @@ class PeerOffsets:
         session: aiohttp.ClientSession,
         offsets: ConsumerOffsetStore,
         role: RoleCore,
+        metadata: PeerMetadata | None = None,
     ) -> None:
         self._broker_id = broker_id
         self._session = session
         self._offsets = offsets
         self._role = role
+        self._metadata = metadata
 
     async def pre_online(self, info: ReplicaInfo) -> None:
         """RIP-32 pre-online: before taking writes, merge newer consumer
-        offsets from every live peer (an acting master may have moved them)."""
+        offsets from every live peer (an acting master may have moved them), and newer
+        topic and subscription-group tables."""
+        if self._metadata is not None:
+            await self._metadata.pre_online(info)
         peers = [
             b.address
             for b in info.brokers
@@ -62,6 +70,8 @@ class PeerOffsets:
                 snapshot = await self._fetch(state.master_address)
                 if snapshot is not None:
                     self._offsets.merge_newer(snapshot)
+                if self._metadata is not None:
+                    await self._metadata.sync_once()
 
     async def _fetch(self, client_address: str) -> ConsumerOffsetSnapshot | None:
         url = f"http://{http_address_of(client_address)}/v1/consumer-offsets"

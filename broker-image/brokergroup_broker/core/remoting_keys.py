@@ -17,8 +17,9 @@ pairs (`client_port_auth`), so an application holds one pair for both front ends
 
 Who may do what on the remoting port (least privilege, RocketMQ ACL 2.0's `Topic:*`
 Create being an admin right): every request is a client operation except those in
-`ADMIN_REQUEST_CODES` (UPDATE_AND_CREATE_TOPIC), which only the BROKER pair may make (the
-broker never holds the release's admin pair); the client pair is answered NO_PERMISSION
+`ADMIN_REQUEST_CODES` (the metadata writes: UPDATE_AND_CREATE_TOPIC,
+DELETE_TOPIC_IN_BROKER, UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, DELETE_SUBSCRIPTIONGROUP), which
+only the BROKER pair may make (the broker never holds the release's admin pair); the client pair is answered NO_PERMISSION
 before the header is read (`admin_refusal`). A send still creates its topic where
 autoCreateTopicEnable is on.
 """
@@ -33,7 +34,15 @@ from brokergroup_remoting import RemotingCommand, RequestCode
 from brokergroup_remoting.net import Credentials, ServerAuth
 
 #: Requests of the remoting port only the group's broker pair may make.
-ADMIN_REQUEST_CODES: frozenset[int] = frozenset({int(RequestCode.UPDATE_AND_CREATE_TOPIC)})
+ADMIN_REQUEST_CODES: frozenset[int] = frozenset(
+    int(code)
+    for code in (
+        RequestCode.UPDATE_AND_CREATE_TOPIC,
+        RequestCode.DELETE_TOPIC_IN_BROKER,
+        RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+        RequestCode.DELETE_SUBSCRIPTIONGROUP,
+    )
+)
 
 
 def pair_mismatch(pair: Credentials, role: Role, cluster_name: str, broker_name: str) -> str | None:
@@ -81,8 +90,8 @@ def admin_refusal(role: Role, code: int) -> str | None:
     """Why a signer of `role` may not make request `code` (None: it may)."""
     if code in ADMIN_REQUEST_CODES and role is not Role.BROKER:
         return (
-            f"request code {code} (creating a topic) is an admin right: it needs the group's "
-            f"broker pair, not the {role} pair (a send creates its topic where "
+            f"request code {code} (changing a topic or a subscription group) is an admin "
+            f"right: it needs the group's broker pair, not the {role} pair (a send creates its topic where "
             "autoCreateTopicEnable is on)"
         )
     return None

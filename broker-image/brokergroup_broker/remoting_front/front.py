@@ -17,9 +17,12 @@ front builds the one handler table (request code → bound method of a part):
   store time queries; a pull's commit flag goes through `Consumers.commit_offset`.
 - `consumers.Consumers`: heartbeats, consumer lists, queue locks and consumer offsets (the
   one offset check), the watch of consumer connections and the group notifier.
-- `topics.TopicAdmin` over `topics.DeclaredTopics`, the table of topics declared before
-  their first record that sends and consumers use too: UPDATE_AND_CREATE_TOPIC,
-  GET_ALL_TOPIC_CONFIG, VIEW_MESSAGE_BY_ID.
+- `topics.TopicAdmin` over `topics.DeclaredTopics`, the topic table (the broker's
+  metadata, metadata/) sends and consumers use too: UPDATE_AND_CREATE_TOPIC,
+  GET_ALL_TOPIC_CONFIG, DELETE_TOPIC_IN_BROKER, VIEW_MESSAGE_BY_ID.
+- `groups.GroupAdmin`: UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, GET_ALL_SUBSCRIPTIONGROUP_CONFIG,
+  DELETE_SUBSCRIPTIONGROUP; a group's consumeEnable guards its pulls, its retryMaxTimes the
+  send-backs.
 - `admin_queries.AdminQueries`, `dashboard.DashboardQueries` and
   `broker_status.BrokerStatus`: read-only admin codes (the dashboard's and exporter's).
 - `client_calls.ClientCalls`: GET_CONSUMER_RUNNING_INFO and CONSUME_MESSAGE_DIRECTLY, asked
@@ -36,6 +39,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from brokergroup_broker.broker_stats import BrokerStats
+from brokergroup_broker.metadata import BrokerMetadata
 from brokergroup_broker.protocol.messages import BrokerError, Response, SendBatch
 from brokergroup_broker.remoting_front import wire
 from brokergroup_broker.remoting_front.admin_queries import AdminQueries
@@ -44,6 +48,7 @@ from brokergroup_broker.remoting_front.client_calls import ClientCalls
 from brokergroup_broker.remoting_front.clients import ConsumerGroups, QueueLocks
 from brokergroup_broker.remoting_front.consumers import Consumers
 from brokergroup_broker.remoting_front.dashboard import DashboardQueries
+from brokergroup_broker.remoting_front.groups import GroupAdmin
 from brokergroup_broker.remoting_front.key_query import RecordSource
 from brokergroup_broker.remoting_front.offset_reset import OffsetReset
 from brokergroup_broker.remoting_front.pulls import Pulls
@@ -147,6 +152,8 @@ class RemotingFront:
         settings: FrontSettings,
         *,
         on_new_topic: Callable[[str], None] = lambda _topic: None,
+        on_topic_deleted: Callable[[str], None] = lambda _topic: None,
+        metadata: BrokerMetadata | None = None,
         disk_space: Callable[[], DiskSpace] | None = None,
         clock_ms: Callable[[], int] = _mono_ms,
         stats: BrokerStats | None = None,
@@ -156,8 +163,13 @@ class RemotingFront:
             BrokerStats(_wall_ms, cluster_name=settings.cluster_name) if stats is None else stats
         )
         self.declared = DeclaredTopics(
-            produce, default_queue_nums=settings.default_queue_nums, on_new_topic=on_new_topic
+            produce,
+            default_queue_nums=settings.default_queue_nums,
+            on_new_topic=on_new_topic,
+            metadata=metadata,
         )
+        self.metadata = self.declared.metadata
+        groups = GroupAdmin(self.metadata)
         consumers = Consumers(produce, self.declared, clock_ms=clock_ms)
         self._consumer_part = consumers
         self.consumers: ConsumerGroups = consumers.groups
@@ -169,6 +181,7 @@ class RemotingFront:
             auto_create_topic=settings.auto_create_topic,
             max_batch_messages=settings.max_batch_messages,
             stats=self.stats,
+            retry_max_times=groups.retry_max_times,
         )
         pulls = Pulls(
             produce,
@@ -179,7 +192,10 @@ class RemotingFront:
             stats=self.stats,
         )
         topic_admin = TopicAdmin(
-            produce, self.declared, default_queue_nums=settings.default_queue_nums
+            produce,
+            self.declared,
+            default_queue_nums=settings.default_queue_nums,
+            on_topic_deleted=on_topic_deleted,
         )
         admin = AdminQueries(
             produce,
@@ -228,10 +244,10 @@ class RemotingFront:
             RequestCode.SEND_MESSAGE: sends.send_message,
             RequestCode.SEND_MESSAGE_V2: sends.send_message,
             RequestCode.SEND_BATCH_MESSAGE: sends.send_message,
-            RequestCode.PULL_MESSAGE: resets.guard(pulls.pull_message),
+            RequestCode.PULL_MESSAGE: resets.guard(groups.guard_pull(pulls.pull_message)),
             # DefaultLitePullConsumer's pulls (PullSysFlag litePull bit): the same header and
             # answer; RocketMQ's PullMessageProcessor serves both.
-            RequestCode.LITE_PULL_MESSAGE: resets.guard(pulls.pull_message),
+            RequestCode.LITE_PULL_MESSAGE: resets.guard(groups.guard_pull(pulls.pull_message)),
             RequestCode.QUERY_CONSUMER_OFFSET: consumers.query_consumer_offset,
             RequestCode.UPDATE_CONSUMER_OFFSET: consumers.update_consumer_offset,
             RequestCode.HEART_BEAT: consumers.heart_beat,
@@ -245,6 +261,10 @@ class RemotingFront:
             RequestCode.VIEW_MESSAGE_BY_ID: topic_admin.view_message,
             RequestCode.GET_ALL_TOPIC_CONFIG: topic_admin.all_topic_config,
             RequestCode.UPDATE_AND_CREATE_TOPIC: topic_admin.create_topic,
+            RequestCode.DELETE_TOPIC_IN_BROKER: topic_admin.delete_topic,
+            RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: groups.update_and_create,
+            RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: groups.all_configs,
+            RequestCode.DELETE_SUBSCRIPTIONGROUP: groups.delete,
             RequestCode.LOCK_BATCH_MQ: consumers.lock_batch,
             RequestCode.UNLOCK_BATCH_MQ: consumers.unlock_batch,
             RequestCode.QUERY_MESSAGE: admin.query_message,
@@ -266,8 +286,12 @@ class RemotingFront:
         self.dispatch = Dispatch(translate=refusal_of)
 
     def topics(self) -> dict[str, int]:
-        """Every topic this broker serves: declared ones and the store's."""
+        """Every topic this broker serves, with its queue count."""
         return self.declared.served()
+
+    def topic_configs(self) -> dict[str, dict[str, object]]:
+        """Every topic this broker serves, as its TopicConfig JSON (registrations)."""
+        return {name: c.to_json() for name, c in self.declared.configs().items()}
 
     async def close(self) -> None:
         await self._consumer_part.close()

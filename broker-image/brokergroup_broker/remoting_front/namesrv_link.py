@@ -8,6 +8,12 @@ replicated state, so the broker never needs to know its role here; a committed e
 in the next route without any broker registering again. One connection per name server is
 kept open: the name server drops a registration when its connection closes, so a killed
 broker leaves the routes at once. Requests are signed with the broker's key pair.
+
+A registration only adds topics (the name server merges them, as RouteInfoManager does), so
+a topic deleted on this broker (DELETE_TOPIC_IN_BROKER) is taken out of the routes with
+DELETE_TOPIC_IN_NAMESRV naming this broker's group (`topic_deleted`); the name server lets
+a broker pair delete only its own group's topics (controller/…/namesrv/access.py). Until
+every name server has answered, the deletion is sent again with each registration.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from brokergroup_broker.remoting_front.wire import (
     PERM_WRITE,
     topic_config,
 )
-from brokergroup_remoting import RequestCode, ResponseCode
+from brokergroup_remoting import RemotingCommand, RequestCode, ResponseCode
 from brokergroup_remoting.body import crc32, json_body
 from brokergroup_remoting.command import request
 from brokergroup_remoting.net import Credentials, RemotingClient
@@ -35,6 +41,9 @@ log = logging.getLogger(__name__)
 
 #: TopicValidator.RMQ_SYS_SELF_TEST_TOPIC.
 SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
+#: Deleted topics waiting for a name server's answer (past this, the oldest is dropped: a
+#: name server that long unreachable has dropped this broker's registration anyway).
+MAX_PENDING_DELETIONS = 1024
 
 
 @dataclass(frozen=True)
@@ -48,11 +57,19 @@ class Registration:
     default_queue_nums: int
 
 
-def register_body(reg: Registration, topics: Mapping[str, int], counter: int, now_ms: int) -> bytes:
-    """RegisterBrokerBody (uncompressed JSON): topic configs and a DataVersion (pure)."""
+def register_body(
+    reg: Registration,
+    topics: Mapping[str, int | Mapping[str, object]],
+    counter: int,
+    now_ms: int,
+) -> bytes:
+    """RegisterBrokerBody (uncompressed JSON): topic configs and a DataVersion (pure). A
+    topic is its TopicConfig JSON (the broker's topic table) or a queue count (read-write)."""
     table = {
-        name: topic_config(name, queues, PERM_READ | PERM_WRITE)
-        for name, queues in sorted(topics.items())
+        name: topic_config(name, value, PERM_READ | PERM_WRITE)
+        if isinstance(value, int)
+        else dict(value)
+        for name, value in sorted(topics.items())
     }
     # The system topics a RocketMQ broker always registers (TopicConfigManager): a name
     # server refuses a first registration of one topic, and mqadmin lists these.
@@ -94,7 +111,7 @@ class NameServerLink:
         self,
         addresses: tuple[str, ...],
         registration: Registration,
-        topics: Callable[[], Mapping[str, int]],
+        topics: Callable[[], Mapping[str, int | Mapping[str, object]]],
         credentials: Credentials | None,
         *,
         register_interval_ms: int = 30_000,
@@ -109,6 +126,16 @@ class NameServerLink:
         self._wake = asyncio.Event()
         self._clients: dict[str, RemotingClient] = {}
         self._counter = 0
+        #: Deleted topic → name servers that have not yet answered its deletion.
+        self._deletions: dict[str, set[str]] = {}
+
+    def topic_deleted(self, topic: str) -> None:
+        """Take `topic` out of every name server's routes of this group, now."""
+        self._deletions.pop(topic, None)
+        self._deletions[topic] = set(self._addresses)
+        while len(self._deletions) > MAX_PENDING_DELETIONS:
+            del self._deletions[next(iter(self._deletions))]
+        self.register_now()
 
     def topics_changed(self, _topic: str = "") -> None:
         """Register again now (a new topic must be routable before its next send)."""
@@ -128,10 +155,40 @@ class NameServerLink:
                 self._reg, self._topics(), self._counter, time.time_ns() // 1_000_000
             )
             await asyncio.gather(*(self._register(a, body) for a in self._addresses))
+            for topic, addresses in list(self._deletions.items()):
+                for address in list(addresses):
+                    if await self._delete(address, topic):
+                        addresses.discard(address)
+                if not addresses:
+                    self._deletions.pop(topic, None)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self._interval_s)
 
     async def _register(self, address: str, body: bytes) -> None:
+        cmd = request(RequestCode.REGISTER_BROKER, 0, register_fields(self._reg, body), body)
+        answer = await self._invoke(address, cmd)
+        if answer is not None and answer.code != ResponseCode.SUCCESS:
+            log.warning("name server %s refused the registration: %s", address, answer.remark)
+
+    async def _delete(self, address: str, topic: str) -> bool:
+        """DELETE_TOPIC_IN_NAMESRV for this group; True once the name server answered."""
+        fields = {
+            "topic": topic,
+            "clusterName": self._reg.cluster_name,
+            "brokerName": self._reg.broker_name,
+        }
+        answer = await self._invoke(
+            address, request(RequestCode.DELETE_TOPIC_IN_NAMESRV, 0, fields)
+        )
+        if answer is None:
+            return False
+        if answer.code != ResponseCode.SUCCESS:
+            log.warning("name server %s refused deleting topic %s: %s", address, topic,
+                        answer.remark)  # fmt: skip
+        return True
+
+    async def _invoke(self, address: str, cmd: RemotingCommand) -> RemotingCommand | None:
+        """`cmd` to the name server at `address` (None: unreachable; reconnects next time)."""
         client = self._clients.get(address)
         try:
             if client is None or client.closed:
@@ -142,15 +199,13 @@ class NameServerLink:
                     name="namesrv-link",
                 )
                 self._clients[address] = client
-            cmd = request(RequestCode.REGISTER_BROKER, 0, register_fields(self._reg, body), body)
-            answer = await client.invoke(cmd, self._timeout_s)
-            if answer.code != ResponseCode.SUCCESS:
-                log.warning("name server %s refused the registration: %s", address, answer.remark)
+            return await client.invoke(cmd, self._timeout_s)
         except (OSError, TimeoutError) as exc:
             log.info("name server %s unreachable: %s", address, exc)
             if client is not None:
                 await client.close()
             self._clients.pop(address, None)
+            return None
 
     async def close(self) -> None:
         for client in list(self._clients.values()):

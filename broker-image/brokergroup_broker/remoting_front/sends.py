@@ -7,7 +7,10 @@ our SUCCESS means, and a refusal is RocketMQ's code through `wire.SEND_CODE_OF`.
 refused because this broker is not the master closes its connection once the answer is on
 its way, so a client that reached it through a stable master address reconnects to the new
 one. A send to an unknown topic is refused unless `auto_create_topic` (or the topic is a
-group's retry or DLQ topic); its first stored record is announced through `DeclaredTopics`.
+group's retry or DLQ topic); such a topic's config is written (`DeclaredTopics.create_on_send`)
+before its first record is stored. CONSUMER_SEND_MSG_BACK sends a message to its group's DLQ
+after the group's retryMaxTimes (the subscription group's config, metadata/) unless the
+request names its own maxReconsumeTimes, as RocketMQ's broker does.
 """
 
 from __future__ import annotations
@@ -60,8 +63,10 @@ class Sends:
         auto_create_topic: bool,
         max_batch_messages: int,
         stats: BrokerStats,
+        retry_max_times: Callable[[str], int | None] = lambda _group: None,
     ) -> None:
         self._produce = produce
+        self._retry_max_times = retry_max_times
         self._stats = stats  # SNDBCK_PUT_NUMS (puts count in the produce path)
         self._topics = topics
         self._message_id_prefix = wire.store_host_prefix(store_host)
@@ -96,6 +101,10 @@ class Sends:
                 f"topic[{req.topic}] not exist, apply first please! "
                 "(autoCreateTopicEnable is off on this broker)",
             )
+        if new_topic:
+            refusal = self._topics.create_on_send(req.topic)
+            if refusal is not None:
+                return response_to(cmd, ResponseCode.SYSTEM_BUSY, refusal)
         if cmd.code == RequestCode.SEND_BATCH_MESSAGE or req.batch:
             inner = wire.decode_batch_body(cmd.body, max_messages=self._max_batch_messages)
             if any(m.flag != inner[0].flag for m in inner):
@@ -126,8 +135,6 @@ class Sends:
                 self._close_soon(conn, f"send refused: {response.message}")
             return response_to(cmd, wire.SEND_CODE_OF[response.code], response.message)
         assert isinstance(response, SendRunResult)
-        if new_topic:
-            self._topics.first_stored(req.topic)
         ids = ",".join(wire.message_ids_after(self._message_id_prefix, response.physical_offsets))
         return response_to(
             cmd,
@@ -151,11 +158,11 @@ class Sends:
         offset = header.int64(fields, "offset", low=0, high=header.INT64_MAX)
         group = names.group_name(fields, "group")
         delay_level = header.optional_int32(fields, "delayLevel", 0)
-        max_times = header.optional_int32(
-            fields, "maxReconsumeTimes", wire.DEFAULT_MAX_RECONSUME_TIMES, low=-1
-        )
+        group_max = self._retry_max_times(group)
+        default_max = wire.DEFAULT_MAX_RECONSUME_TIMES if group_max is None else group_max
+        max_times = header.optional_int32(fields, "maxReconsumeTimes", default_max, low=-1)
         if max_times < 0:
-            max_times = wire.DEFAULT_MAX_RECONSUME_TIMES
+            max_times = default_max
         found = await self._produce.message_at(offset)
         if found is None:
             return response_to(
@@ -172,7 +179,10 @@ class Sends:
         props.setdefault(wire.PROPERTY_ORIGIN_MESSAGE_ID, origin)
         dead = delay_level < 0 or msg.reconsume_times >= max_times
         topic = (wire.DLQ_GROUP_TOPIC_PREFIX if dead else wire.RETRY_GROUP_TOPIC_PREFIX) + group
-        new_topic = not self._topics.known(topic)
+        if not self._topics.known(topic):
+            refusal = self._topics.create_on_send(topic)
+            if refusal is not None:
+                return response_to(cmd, ResponseCode.SYSTEM_BUSY, refusal)
         batch = SendBatch(
             topic,
             0,
@@ -187,9 +197,6 @@ class Sends:
         response = await self._send(batch)
         if isinstance(response, ErrorResponse):
             return response_to(cmd, wire.SEND_CODE_OF[response.code], response.message)
-        if new_topic:
-            self._topics.undeclare(topic)
-            self._topics.first_stored(topic)
         self._stats.on_send_back(group, topic)
         return response_to(cmd, ResponseCode.SUCCESS)
 

@@ -7,11 +7,15 @@ AccessKey is:
 - admin (the release's pair): everything.
 - broker of (clusterName, brokerName): the reads, and REGISTER_BROKER, UNREGISTER_BROKER
   and BROKER_HEARTBEAT for its own group only (the header's clusterName and brokerName).
-  A stolen broker pair cannot put its addresses into another group's routes.
+  A stolen broker pair cannot put its addresses into another group's routes. Also
+  DELETE_TOPIC_IN_NAMESRV of its own cluster (a broker deleting a topic, or mqadmin
+  deleteTopic signed with the group's pair): the server then deletes the topic from that
+  group's registrations only (`server.NameServer.delete_topic`).
 - client of a group: the reads (routes, cluster info, topic lists, data version). Routes
   are not secret to a client that may reach the brokers, and a stock client asks for the
   routes of the system topics too.
-- anything else (DELETE_TOPIC_IN_NAMESRV, and a code added later): admin only.
+- anything else (DELETE_TOPIC_IN_NAMESRV for other groups, and a code added later): admin
+  only.
 """
 
 from __future__ import annotations
@@ -43,6 +47,8 @@ def decide(principal: Principal | None, code: int, fields: Mapping[str, str]) ->
     if principal.role is Role.ADMIN or code in READS:
         return None
     who = principal.describe()
+    if principal.role is Role.BROKER and code == RequestCode.DELETE_TOPIC_IN_NAMESRV:
+        return _own_group_deletion(principal, who, fields)
     if principal.role is not Role.BROKER or code not in BROKER_WRITES:
         return f"{who} may not make request {code} on the name server"
     named = (fields.get("clusterName", ""), fields.get("brokerName", ""))
@@ -52,3 +58,15 @@ def decide(principal: Principal | None, code: int, fields: Mapping[str, str]) ->
             "only its own group"
         )
     return None
+
+
+def _own_group_deletion(principal: Principal, who: str, fields: Mapping[str, str]) -> str | None:
+    """A broker pair's DELETE_TOPIC_IN_NAMESRV: its own cluster (and brokerName, if named)."""
+    assert principal.group is not None
+    cluster, broker = principal.group
+    if fields.get("clusterName", "") == cluster and fields.get("brokerName", broker) == broker:
+        return None
+    return (
+        f"{who} may delete topics of its own group only (clusterName {cluster}, "
+        f"brokerName {broker})"
+    )

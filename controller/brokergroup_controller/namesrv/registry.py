@@ -111,16 +111,25 @@ class Registry:
         self._forget_groups_without_members()
         return dropped
 
-    def delete_topic(self, topic: str, cluster_name: str | None) -> int:
-        """Remove `topic` from every registration (of `cluster_name`); how many held it."""
+    def delete_topic(
+        self, topic: str, cluster_name: str | None, broker_name: str | None = None
+    ) -> int:
+        """Remove `topic` from every registration (of `cluster_name`, of the group
+        `broker_name` when given); how many held it."""
+
+        def chosen(cluster: str, broker: str) -> bool:
+            return (cluster_name is None or cluster == cluster_name) and (
+                broker_name is None or broker == broker_name
+            )
+
         count = 0
         for key, reg in list(self._entries.items()):
-            if topic in reg.topics and (cluster_name is None or reg.cluster_name == cluster_name):
+            if topic in reg.topics and chosen(reg.cluster_name, reg.broker_name):
                 topics = {name: c for name, c in reg.topics.items() if name != topic}
                 self._entries[key] = dataclasses.replace(reg, topics=topics)
                 count += 1
-        for (cluster, _), topics in self._group_topics.items():
-            if cluster_name is None or cluster == cluster_name:
+        for (cluster, broker), topics in self._group_topics.items():
+            if chosen(cluster, broker):
                 topics.pop(topic, None)
         return count
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from brokergroup_controller.config import ControllerConfig
-from brokergroup_controller.credentials import RocketMQKeys
+from brokergroup_controller.credentials import RocketMQKeys, Role
 from brokergroup_controller.namesrv import access
 from brokergroup_controller.namesrv.server import NameServer, managed_groups
 from brokergroup_controller.raft_node import ControllerRaftNode
@@ -25,12 +25,12 @@ async def start_name_server(
     --insecure-no-auth (unauthenticated), else it stays off and says so."""
     if config.namesrv_port == 0:
         return None
+    keys: RocketMQKeys | None = None
     if config.namesrv_key_file is not None:
-        auth: ServerAuth | None = name_server_auth(
-            load_rocketmq_keys(
-                config.namesrv_key_file, "name server key file", config.broker_credential_root
-            )
+        keys = load_rocketmq_keys(
+            config.namesrv_key_file, "name server key file", config.broker_credential_root
         )
+        auth: ServerAuth | None = name_server_auth(keys)
     elif config.insecure_no_auth:
         auth = None
     else:
@@ -40,6 +40,7 @@ async def start_name_server(
         lambda: node.read(managed_groups),
         auth=auth,
         master_address=config.master_address_policy(),
+        broker_group_of=lambda key: broker_group_of(keys, key),
     )
     host = config.namesrv_bind_address or config.bind_address
     await server.start(host, config.namesrv_port)
@@ -51,6 +52,14 @@ async def start_name_server(
         config.master_address_policy(),
     )
     return server
+
+
+def broker_group_of(keys: RocketMQKeys | None, access_key: str) -> tuple[str, str] | None:
+    """The (clusterName, brokerName) of a verified broker pair (None: not a broker's)."""
+    principal = None if keys is None else keys.principal(access_key)
+    if principal is None or principal.role is not Role.BROKER:
+        return None
+    return principal.group
 
 
 def name_server_auth(keys: RocketMQKeys) -> ServerAuth:

@@ -73,8 +73,10 @@ class NameServer:
         clock_ms: Callable[[], int] = _monotonic_ms,
         max_registrations: int = DEFAULT_MAX_REGISTRATIONS,
         master_address: MasterAddressPolicy = OWN_ADDRESS,
+        broker_group_of: Callable[[str], BrokerSetKey | None] = lambda _key: None,
     ) -> None:
         self._groups = groups
+        self._broker_group_of = broker_group_of
         self._master_address = master_address
         self._clock_ms = clock_ms
         self.registry = Registry(max_registrations)
@@ -248,10 +250,15 @@ class NameServer:
         return response_to(cmd)
 
     async def delete_topic(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        """DELETE_TOPIC_IN_NAMESRV (topic, clusterName): from every registration of the
+        cluster, as RouteInfoManager.deleteTopic; a broker pair's request (access.py), or
+        one naming brokerName (a broker deleting its own topic), from that group's only."""
         fields = cmd.fields()
         topic = names.topic_name(fields, "topic")
         cluster = header.optional_text(fields, "clusterName")
-        self.registry.delete_topic(topic, cluster)
+        group = None if conn.access_key is None else self._broker_group_of(conn.access_key)
+        broker_name = header.optional_text(fields, "brokerName") or (group and group[1])
+        self.registry.delete_topic(topic, cluster, broker_name)
         return response_to(cmd)
 
     def _watch(self, conn: Connection) -> None:
