@@ -29,11 +29,17 @@ lint: $(STAMP)
 architecture: $(STAMP)
 	$(BIN)/python tools/architecture/draw.py
 
+# pytest-xdist workers: one per core (WORKERS=0: one process, no xdist). Each worker has a
+# network namespace of its own where it can (root), so real-process tests run side by side
+# on their fixed addresses; tests/conftest.py, docs/development.md "Parallel tiers".
+WORKERS ?= auto
+XDIST := -n $(WORKERS) --dist loadgroup
+
 unit: $(STAMP)
-	$(BIN)/pytest -q tests/unit
+	$(BIN)/pytest -q $(XDIST) tests/unit
 
 integration: $(STAMP)
-	$(BIN)/pytest -q tests/integration
+	$(BIN)/pytest -q $(XDIST) tests/integration
 
 # Kubernetes binaries for the cluster tier, built from the Go module proxy into a cache
 # outside the repository (tools/k8s/build.sh; cold ~10 min on 2 cores, warm seconds).
@@ -60,7 +66,7 @@ s3-server:
 	@tools/s3/build.sh >/dev/null || echo "s3-server: not built; the audit's object-store test will skip"
 
 cluster-tests: $(STAMP) k8s-tools
-	$(BIN)/pytest -q tests/cluster
+	$(BIN)/pytest -q $(XDIST) tests/cluster
 
 # A real API server + process kubelet for trying `kubectl apply -f crds/` by hand.
 cluster: $(STAMP) k8s-tools
@@ -70,9 +76,10 @@ cluster-down: $(STAMP)
 	$(BIN)/python -m tests.cluster.tier down
 
 # The whole test suite: lint, types, layers, then every tier that can run here
-# (unit, integration, and the cluster tier on a real kube-apiserver).
+# (unit, integration, chaos, pipeline and the cluster tier on a real kube-apiserver), in
+# parallel on $(WORKERS) workers.
 test: lint k8s-tools rocketmq-client rocketmq-servers s3-server
-	$(BIN)/pytest -q -p no:cacheprovider tests
+	$(BIN)/pytest -q -p no:cacheprovider $(XDIST) tests
 
 # The project image (broker-image/Dockerfile) where a container engine answers;
 # OFFLINE_BASE=1 builds its Debian base here (no registry). tools/image/.
