@@ -33,6 +33,9 @@ from brokergroup_controller.errors import ControllerError, ErrorCode
 BUDGET_S = 4.0  # the client's request budget: 2 s for the first of two addresses
 HOLD_S = 2.5  # the first POST's answer comes later than that attempt waits
 _hosts = itertools.count(1)
+# The attempt timeout and the held answer are loop timers (aiohttp's ClientTimeout and the
+# server's sleep, one loop): in fake loop time their order is the same and nobody waits 2 s.
+pytestmark = pytest.mark.looptime
 
 
 @dataclass
