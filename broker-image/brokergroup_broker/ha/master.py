@@ -92,7 +92,7 @@ from brokergroup_broker.ha.master_connection import (
     SlaveConnection,
     SlaveProgress,
 )
-from brokergroup_broker.ha.master_stream import SlaveStreams
+from brokergroup_broker.ha.master_stream import SlaveNeedsDeletedData, SlaveStreams
 from brokergroup_broker.store import MessageStore
 
 __all__ = ["HAMasterService", "SlaveProgress"]
@@ -308,6 +308,8 @@ class HAMasterService:
             await self._serve_inner(conn)
         except asyncio.CancelledError:
             raise
+        except SlaveNeedsDeletedData as exc:
+            log.warning("HA master: closing the connection to %s: %s", conn.address, exc)
         except HAProtocolError as exc:
             log.error(
                 "HA master: slave %s (broker %s) broke the protocol: %s",

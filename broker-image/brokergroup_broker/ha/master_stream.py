@@ -35,6 +35,10 @@ from brokergroup_broker.store import MessageStore
 log = logging.getLogger(__name__)
 
 
+class SlaveNeedsDeletedData(Exception):
+    """A slave's next byte is below the master's min offset (retention deleted it)."""
+
+
 class SlaveStreams:
     """Sends and acks of the HA master's slave connections."""
 
@@ -176,6 +180,13 @@ class SlaveStreams:
 
     async def _send_batch(self, conn: SlaveConnection, store_max: int) -> None:
         offset = conn.next_offset
+        if offset < self._store.min_offset:
+            # Retention deleted what this slave needs next: close; at its reconnect the
+            # handshake starts it at our min offset and it resyncs from there (master.py).
+            raise SlaveNeedsDeletedData(
+                f"slave broker {conn.broker_id} needs offset {offset}, which retention deleted "
+                f"(master min offset {self._store.min_offset}); it resyncs from there"
+            )
         epoch_info = self._epoch_of(offset)
         if epoch_info is None:
             raise RuntimeError(
@@ -187,22 +198,28 @@ class SlaveStreams:
         want = min(self._config.transfer_batch_bytes, limit - offset)
         if want <= 0:
             raise RuntimeError(f"empty batch at {offset}: epoch {epoch} ends at {epoch_end}")
-        rng = self._store.read_range(offset, want)
-        if rng is None or rng.length <= 0 or rng.offset != offset:
+        # Our own fd of the segment: retention may delete it while sendfile runs.
+        rng = self._store.hold_range(offset, want)
+        if rng is None:
             raise RuntimeError(f"store returned no data at {offset} below its max {store_max}")
-        header = encode_transfer_header(
-            offset=offset,
-            epoch=epoch,
-            epoch_start_offset=epoch_start,
-            confirm_offset=self._confirm_offset(),
-            body_size=rng.length,
-        )
-        # Advance first: the ack for these bytes may be processed before sendfile returns.
-        conn.next_offset = offset + rng.length
-        self._mark_sent(conn, store_max)
-        async with asyncio.timeout(self._config.write_timeout_ms / 1000):
-            await _send_corked(conn.sock, header)
-            await _sendfile(conn.sock, rng.fd, rng.file_position, rng.length)
+        try:
+            if rng.length <= 0 or rng.offset != offset:
+                raise RuntimeError(f"store returned no data at {offset} below its max {store_max}")
+            header = encode_transfer_header(
+                offset=offset,
+                epoch=epoch,
+                epoch_start_offset=epoch_start,
+                confirm_offset=self._confirm_offset(),
+                body_size=rng.length,
+            )
+            # Advance first: the ack for these bytes may be processed before sendfile returns.
+            conn.next_offset = offset + rng.length
+            self._mark_sent(conn, store_max)
+            async with asyncio.timeout(self._config.write_timeout_ms / 1000):
+                await _send_corked(conn.sock, header)
+                await _sendfile(conn.sock, rng.fd, rng.file_position, rng.length)
+        finally:
+            os.close(rng.fd)
 
     async def _send_heartbeat(self, conn: SlaveConnection, store_max: int) -> None:
         offset = conn.next_offset

@@ -280,6 +280,22 @@ class CommitLog:
             fsync_dir(self.directory)
         return removed
 
+    def remove_first_segment(self) -> Segment:
+        """Delete the oldest segment (retention): close, unlink, fsync the directory, so
+        the log starts at the next segment. Never the last one (the one being written).
+        Its fd is closed at once: a reader that keeps bytes past the store's locks (the HA
+        master's sendfile) holds its own duplicate (`Reader.hold_range`)."""
+        if len(self.segments) < 2:
+            raise OffsetOutOfRange("retention", self.min_offset, self.min_offset, self.max_offset)
+        seg = self.segments.pop(0)
+        self._starts.pop(0)
+        self._unsynced.pop(seg.start, None)
+        os.close(seg.fd)
+        seg.path.unlink(missing_ok=True)
+        fsync_dir(self.directory)
+        self._cache_dropped = max(self._cache_dropped, self.min_offset)
+        return seg
+
     def reset(self, offset: int) -> None:
         """Drop every segment and start an empty log at `offset` (a segment boundary)."""
         if offset % self.segment_bytes:

@@ -287,6 +287,30 @@ class ConsumeQueue:
         self.max_offset = index
         return dropped
 
+    def trim_below(self, physical_offset: int) -> int:
+        """Retention: move `min_offset` to the first entry whose record starts at or after
+        `physical_offset` (the commit log's new minimum) and delete the files wholly before
+        it, the last file always kept (its name carries the queue's next offset); returns
+        how many entries left the queue. A crash anywhere in here is repaired at open:
+        recovery trims again from the commit log's minimum."""
+        if self.is_empty or self.entry(self.min_offset)[0] >= physical_offset:
+            return 0
+        new_min = self._first_index(
+            self.min_offset, self.max_offset, lambda i: self.entry(i)[0] >= physical_offset
+        )
+        dropped = new_min - self.min_offset
+        self.min_offset = new_min
+        keep_from = min(new_min // self.per_file, max(self._files))
+        gone = sorted(i for i in self._files if i < keep_from)
+        for file_index in gone:
+            self._pool.discard((self._owner, file_index))
+            self._files.discard(file_index)
+            self._unsynced.discard(file_index)
+            self._path(file_index).unlink(missing_ok=True)
+        if gone:
+            fsync_dir(self.directory)
+        return dropped
+
     def sync(self) -> None:
         for file_index in sorted(self._unsynced):
             if file_index in self._files:
@@ -316,6 +340,9 @@ class ConsumeQueueSet:
         self.queues: dict[tuple[str, int], ConsumeQueue] = {}
         self._queue_counts: dict[str, int] = {}  # topic -> highest queue id + 1
         self.arrivals = Arrivals()  # held pulls, woken as records become readable
+        #: Entries of records before this commit log offset are not served (retention:
+        #: the log's minimum, or the master's the slave learned; `set_min_physical`).
+        self.min_physical_offset = 0
         directory.mkdir(parents=True, exist_ok=True)
         for topic_dir in sorted(directory.iterdir()):
             if not topic_dir.is_dir():
@@ -432,6 +459,7 @@ class ConsumeQueueSet:
             self.get_or_create(topic, queue_id).append(first, b"".join(entries))
         head, tail = records[0], records[-1]
         start, last_end = head.physical_offset, tail.physical_offset + tail.size
+        self._trim_dispatched(groups, start)
         self.arrivals.appended(groups, start, start + head.size, last_end)
         return skipped
 
@@ -451,7 +479,23 @@ class ConsumeQueueSet:
         data = b"".join(map(CQ_ENTRY.pack, physical_offsets, sizes, codes))
         self.get_or_create(topic, queue_id).append(first_queue_offset, data)
         first, last = physical_offsets[0], physical_offsets[-1]
+        self._trim_dispatched(((topic, queue_id),), first)
         self.arrivals.appended(((topic, queue_id),), first, first + sizes[0], last + sizes[-1])
+
+    def set_min_physical(self, physical_offset: int) -> int:
+        """Serve no entry of a record before `physical_offset` (retention, docs/retention.md):
+        every queue's min moves past them, now and as later dispatches add such records
+        (a slave catching up below it). Returns the entries that left their queues."""
+        self.min_physical_offset = physical_offset
+        return sum(cq.trim_below(physical_offset) for cq in self.queues.values())
+
+    def _trim_dispatched(self, keys: Iterable[tuple[str, int]], first_physical: int) -> None:
+        # Records below the served minimum arrived (a catching-up slave): not servable.
+        if first_physical < self.min_physical_offset:
+            for key in keys:
+                cq = self.queues.get(key)
+                if cq is not None:
+                    cq.trim_below(self.min_physical_offset)
 
     def truncate_physical(self, physical_offset: int) -> int:
         """Drop entries of records that end after `physical_offset`; returns entries dropped."""

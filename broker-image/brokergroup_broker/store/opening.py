@@ -24,6 +24,7 @@ from .identity import IdentityFiles
 from .locks import StoreLocks
 from .reader import Reader
 from .recovery import RecoveryReport, recover_store
+from .retention import MinOffsetFloor, StoreRetention
 from .truncation import Truncation
 
 
@@ -45,6 +46,7 @@ class StoreParts:
     appender: Appender
     reader: Reader
     truncation: Truncation
+    retention: StoreRetention
 
 
 def _queue_file_budget(configured: int) -> int:
@@ -75,7 +77,10 @@ def open_store(root: Path, config: StoreConfig) -> StoreParts:
             max_open_files=_queue_file_budget(config.max_open_queue_files),
             max_topics=config.max_topics,
         )
-        report = recover_store(root, config, commitlog, queues, checkpoint, epoch_file)
+        floor = MinOffsetFloor(root)
+        report = recover_store(
+            root, config, commitlog, queues, checkpoint, epoch_file, min_offset_floor=floor.value
+        )
         consumer_offsets = ConsumerOffsetStore(root)
         locks = StoreLocks()
         health = StoreHealth(root, config)
@@ -102,7 +107,10 @@ def open_store(root: Path, config: StoreConfig) -> StoreParts:
             durability=durability,
             appender=appender,
             reader=Reader(config, locks, health, commitlog, queues, appender, durability),
-            truncation=Truncation(root, locks, health, commitlog, queues, appender, durability),
+            truncation=Truncation(
+                root, locks, health, commitlog, queues, appender, durability, floor
+            ),
+            retention=StoreRetention(root, locks, health, commitlog, queues, epoch_file, floor),
         )
     except BaseException:
         os.close(lock_fd)

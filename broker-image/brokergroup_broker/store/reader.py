@@ -5,6 +5,7 @@ only what is durable per the flush policy (`serve_end`)."""
 from __future__ import annotations
 
 import logging
+import os
 
 from .appender import Appender
 from .commitlog import CommitLog
@@ -53,6 +54,17 @@ class Reader:
         with self._locks.write:
             self._health.check_open()
             return self._commitlog.file_range(offset, max_bytes, self._commitlog.max_offset)
+
+    def hold_range(self, offset: int, max_bytes: int) -> FileRange | None:
+        """`read_range` with a duplicate of the segment's fd that the caller owns and must
+        close: it stays valid after retention deletes the segment (the HA master's
+        sendfile runs outside the store's locks; the space is freed at its close)."""
+        with self._locks.write:
+            self._health.check_open()
+            rng = self._commitlog.file_range(offset, max_bytes, self._commitlog.max_offset)
+            if rng is None:
+                return None
+            return FileRange(os.dup(rng.fd), rng.file_position, rng.length, rng.offset)
 
     def read_bytes(self, offset: int, max_bytes: int) -> bytes:
         """The bytes `read_range` describes, copied."""

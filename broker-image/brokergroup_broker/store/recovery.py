@@ -241,9 +241,14 @@ def recover_store(
     queues: ConsumeQueueSet,
     checkpoint: StoreCheckpoint,
     epoch_file: EpochFile,
+    *,
+    min_offset_floor: int = 0,
 ) -> RecoveryReport:
     """Steps 1-5 of the module docstring, and the metadata made to agree with the
-    recovered end (confirmOffset clamped, epoch entries past the end dropped)."""
+    recovered log (confirmOffset clamped, epoch entries past the end dropped), and with
+    its start: a crash in the middle of a retention deletion (retention.py) may have
+    left consume queue entries and epoch entries before the log's minimum; both are
+    trimmed to it here, and the queues to the served floor `min_offset_floor`."""
     report = recover(
         commitlog,
         queues,
@@ -269,6 +274,11 @@ def recover_store(
             report.end, [e for e in epoch_file.entries() if e.start_offset > report.end],
         )  # fmt: skip
         epoch_file.truncate_suffix(report.end + 1)
+    # Retention (crash between the unlink and these steps, or a floor learned as slave).
+    trimmed = queues.set_min_physical(max(commitlog.min_offset, min_offset_floor))
+    if trimmed:
+        log.info("recovery: %d consume queue entries before the served minimum left", trimmed)
+    epoch_file.truncate_prefix(commitlog.min_offset)
     log.info(
         "store %s recovered: log [%d, %d), scanned from %d, %d records re-indexed",
         root, commitlog.min_offset, report.end, report.scan_from, report.records_dispatched,

@@ -13,12 +13,16 @@ the state it touches, wired once in `opening.open_store`:
     Arrivals       held pulls, woken when their queue's records become readable (arrivals.py)
     Truncation     cut to a point, cut a partial tail, reset (truncation.py)
     StoreHealth    closed, fatal and space errors, disk usage (health.py)
+    StoreRetention delete the oldest segment, trim queues and epochs, retention.log,
+                   the served floor (retention.py; decisions: retention_policy.py)
 
 Directory layout under `root` (RocketMQ's names where RocketMQ has the file):
 
     commitlog/<20-digit start offset>          commit log segments (commitlog.py)
     consumequeue/<topic>/<queueId>/<20 digits> consume queues (consume_queue.py)
     storeCheckpoint                            recoverOffset, confirmOffset (checkpoint.py)
+    retention.log, retention.log.1             one JSON line per deleted segment (retention.py)
+    minOffsetFloor                             the served floor (retention.py)
     epochFileCheckpoint, epochFileCheckpoint.bak   epoch entries (epoch_file.py)
     .broker.meta.temp, .broker.meta            identity (identity.py)
     config/consumerOffset.json                 consumer offsets (consumer_offsets.py)
@@ -60,6 +64,7 @@ from .epoch_file import EpochFile
 from .identity import IdentityFiles
 from .opening import StoreParts, close_store, open_store
 from .recovery import RecoveryReport
+from .retention import StoreRetention
 
 
 class MessageStore:
@@ -77,6 +82,7 @@ class MessageStore:
         self.consumer_offsets: ConsumerOffsetStore = parts.consumer_offsets
         self.identity: IdentityFiles = parts.identity
         self.recovery: RecoveryReport = parts.recovery
+        self.retention: StoreRetention = parts.retention
         self._appender = parts.appender
         self._durability = parts.durability
         self._reader = parts.reader
@@ -89,6 +95,7 @@ class MessageStore:
         self.sync_log = self._durability.sync_log
         self.needs_sync = self._durability.needs_sync
         self.read_range = self._reader.read_range
+        self.hold_range = self._reader.hold_range
         self.read_bytes = self._reader.read_bytes
         self.get_messages = self._reader.get_messages
         self.get_records = self._reader.get_records
@@ -125,6 +132,11 @@ class MessageStore:
     @property
     def min_offset(self) -> int:
         return self.commitlog.min_offset
+
+    @property
+    def served_min_offset(self) -> int:
+        """The lowest commit log offset consumers are served (retention's floor included)."""
+        return self.retention.served_min_offset
 
     @property
     def max_offset(self) -> int:

@@ -16,6 +16,7 @@ from .durability import Durability
 from .errors import OffsetOutOfRange
 from .health import StoreHealth
 from .locks import StoreLocks
+from .retention import MinOffsetFloor
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +31,7 @@ class Truncation:
         queues: ConsumeQueueSet,
         appender: Appender,
         durability: Durability,
+        floor: MinOffsetFloor,
     ) -> None:
         self._root = root
         self._locks = locks
@@ -38,6 +40,7 @@ class Truncation:
         self._queues = queues
         self._appender = appender
         self._durability = durability
+        self._floor = floor
 
     def truncate(self, offset: int) -> None:
         """Cut the commit log and consume queues to end at `offset` (HA truncation point).
@@ -86,6 +89,7 @@ class Truncation:
             )  # fmt: skip
             self._commitlog.reset(offset)
             self._queues.destroy()
+            self._queues.set_min_physical(max(offset, self._floor.value))
             self._appender.reset_to(offset)
             self._durability.after_reset(offset)
         self._queues.arrivals.wake_all()
