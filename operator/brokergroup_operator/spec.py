@@ -10,6 +10,7 @@ group cannot be realised.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,6 +61,14 @@ CONFIG_TYPES: dict[str, tuple[type, float]] = {
     "maxSendBatchMessages": (int, 1),
     "autoCreateTopicEnable": (bool, 0),
     "registerNameServerPeriodMs": (int, 1),
+    # Retention (docs/retention.md): RocketMQ's names; fileReservedTime in hours (> 0).
+    "fileReservedTime": (float, 0),
+    "deleteWhen": (str, 0),
+    "diskMaxUsedSpaceRatio": (int, 1),
+    "diskSpaceCleanForciblyRatio": (int, 1),
+    "cleanFileForciblyEnable": (bool, 0),
+    "deleteCommitLogFilesInterval": (int, 0),
+    "cleanResourceInterval": (int, 1),
 }
 CONFIG_FIELDS = tuple(CONFIG_TYPES)
 # spec.config key → the highest value the broker accepts (the CRD's `maximum` says the same).
@@ -67,7 +76,14 @@ CONFIG_HIGHEST: dict[str, int] = {
     # A broker registering less often than the name servers expire its routes drops out
     # of every route between its registrations; the broker refuses to start so.
     "registerNameServerPeriodMs": BROKER_CHANNEL_EXPIRED_TIME_MS - 1,
+    # Percent of the disk; the broker also wants them below diskFullRatio.
+    "diskMaxUsedSpaceRatio": 99,
+    "diskSpaceCleanForciblyRatio": 99,
 }
+#: spec.config floats that are a fraction of the disk, in (0, 1]; other floats are > 0.
+RATIO_FIELDS = frozenset({"diskFullRatio"})
+#: RocketMQ's deleteWhen: hours of the day, ";"-separated ("04", "04;05").
+DELETE_WHEN_PATTERN = r"^([01]?[0-9]|2[0-3])(;([01]?[0-9]|2[0-3]))*$"
 FLUSH_DISK_TYPES = ("SYNC_FLUSH", "ASYNC_FLUSH")
 
 
@@ -77,6 +93,10 @@ def config_value_error(key: str, value: Any) -> str | None:
     if kind is bool:
         return None if isinstance(value, bool) else f"spec.config.{key} must be true or false"
     if kind is str:
+        if key == "deleteWhen":
+            if isinstance(value, str) and re.fullmatch(DELETE_WHEN_PATTERN, value):
+                return None
+            return f"spec.config.deleteWhen must be hours 00-23 joined by ';' (\"04;05\"), got {value!r}"
         if value in FLUSH_DISK_TYPES:
             return None
         return f"spec.config.{key} must be one of {', '.join(FLUSH_DISK_TYPES)}, got {value!r}"
@@ -84,15 +104,21 @@ def config_value_error(key: str, value: Any) -> str | None:
     if isinstance(value, bool) or not isinstance(value, numeric):
         return f"spec.config.{key} must be a number, got {value!r}"
     if kind is float:
+        if key not in RATIO_FIELDS:
+            return (
+                None if value > lowest else f"spec.config.{key} must be > {lowest:g}, got {value}"
+            )
         return None if 0 < value <= 1 else f"spec.config.{key} must be in (0, 1], got {value}"
     if value < lowest:
         return f"spec.config.{key} must be ≥ {int(lowest)}, got {value}"
     highest = CONFIG_HIGHEST.get(key)
     if highest is not None and value > highest:
-        return (
-            f"spec.config.{key} must be ≤ {highest} (below the name servers' route expiry "
-            f"{BROKER_CHANNEL_EXPIRED_TIME_MS} ms), got {value}"
+        why = (
+            f"below the name servers' route expiry {BROKER_CHANNEL_EXPIRED_TIME_MS} ms"
+            if key == "registerNameServerPeriodMs"
+            else "a percentage of the disk"
         )
+        return f"spec.config.{key} must be ≤ {highest} ({why}), got {value}"
     return None
 
 

@@ -155,7 +155,8 @@ def test_no_master_on_a_full_disk_says_why_and_recovers_when_fixed(env: Operator
     (before, "the controller has no live master" and nothing else: the kind e2e tier
     waited 4 minutes per group on a host whose disk was over the ratio). Raising the
     ratio again (a spec change, so a roll of a group that has no master) brings one."""
-    env.create_group("full", 2, config={"diskFullRatio": 0.0001})
+    # Forced cleaning off: it must start below diskFullRatio (docs/retention.md).
+    env.create_group("full", 2, config={"diskFullRatio": 0.0001, "cleanFileForciblyEnable": False})
 
     def no_master_with_a_reason() -> dict[str, Any] | None:
         status = env.group("full").get("status") or {}

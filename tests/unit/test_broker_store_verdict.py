@@ -42,7 +42,8 @@ def statvfs(blocks: int, free: int, available: int) -> os.statvfs_result:
 @pytest.fixture
 async def master(tmp_path: Path) -> AsyncIterator[Broker]:
     """A registered broker 1, confirmed master of SyncStateSet {1}, lease valid."""
-    config = BrokerConfig(disk_full_ratio=DISK_FULL_RATIO)
+    # A ratio set to the disk's own usage: forced cleaning off (it must start below it).
+    config = BrokerConfig(disk_full_ratio=DISK_FULL_RATIO, clean_file_forcibly_enable=False)
     # client_port -1: the HA master (client port + 1) listens on any free port.
     settings = BrokerSettings("C", "broker-a", tmp_path, ("127.0.0.1:1",), None,
                               "127.0.0.1", "127.0.0.1", client_port=-1)  # fmt: skip

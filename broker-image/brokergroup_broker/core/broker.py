@@ -108,6 +108,7 @@ from brokergroup_broker.core.produce import ProducePath
 from brokergroup_broker.core.registration import register
 from brokergroup_broker.core.remoting_keys import client_port_auth
 from brokergroup_broker.core.replication import ReplicationLink
+from brokergroup_broker.core.retention_service import RetentionService, retention_floor_of
 from brokergroup_broker.core.role_core import RoleCore
 from brokergroup_broker.core.role_transitions import RoleTransitions
 from brokergroup_broker.core.store_faults import StoreFaults
@@ -233,6 +234,10 @@ class Broker:
                 s.address,
             )
             parts = self._wire(broker_id, store, self._session)
+            retention = RetentionService(
+                store=store, config=self.config, role=self.role, session=self._session
+            )
+            parts.peers.floor_pre_online = retention.pre_online
             self._server = BrokerProtocolServer(
                 parts.produce,
                 ServerConfig(
@@ -257,6 +262,8 @@ class Broker:
                 parts.replication.ticker_loop(),
                 self._flush_loop(store),
                 parts.peers.slave_sync_loop(),
+                retention.run(),
+                retention.follow_master_loop(),
             ):
                 self._spawn(coro)
             await self._stopping.wait()
@@ -549,6 +556,8 @@ class Broker:
             "masterAddress": self.settings.address if is_master else state.master_address,
             "maxOffset": None if store is None else store.max_offset,
             "minOffset": None if store is None else store.min_offset,
+            "servedMinOffset": None if store is None else store.served_min_offset,
+            "retentionFloor": None if store is None else retention_floor_of(store, is_master),
             "confirmOffset": parts.replication.confirm_offset()
             if parts is not None
             else (0 if store is None else min(store.confirm_offset, store.max_offset)),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from brokergroup_broker.core.lease import LeaseConfigError, validate_lease
+from brokergroup_broker.store.retention_policy import parse_delete_when
 from brokergroup_remoting.codes import BROKER_CHANNEL_EXPIRED_TIME_MS
 
 FLUSH_DISK_TYPES = ("SYNC_FLUSH", "ASYNC_FLUSH")
@@ -150,6 +152,35 @@ class BrokerConfig:
     the period only refreshes the routes (and is the name servers' liveness signal), so it
     must stay below the name servers' route expiry (120 s); RocketMQ clamps it to 10–60 s."""
 
+    file_reserved_time: float = 72.0
+    """fileReservedTime: hours a commit log segment is kept after its last write (a
+    fraction of an hour is accepted, e.g. 0.05 = 3 min). Longer: consumers may fall
+    further behind without skipping; shorter: less disk (docs/retention.md)."""
+
+    delete_when: str = "04"
+    """deleteWhen: the local hours at which expired segments are deleted ("04;05").
+    Outside them only disk pressure deletes."""
+
+    disk_max_used_space_ratio: int = 75
+    """diskMaxUsedSpaceRatio (percent): above it expired segments are deleted at any hour."""
+
+    disk_space_clean_forcibly_ratio: int = 85
+    """diskSpaceCleanForciblyRatio (percent): above it the oldest segments go even unexpired,
+    until usage is back at it; must stay below diskFullRatio so cleaning starts before
+    writes are refused and the group keeps a master."""
+
+    clean_file_forcibly_enable: bool = True
+    """cleanFileForciblyEnable: above diskSpaceCleanForciblyRatio delete unexpired segments
+    too. False keeps every unexpired message and lets a full disk stop writes instead
+    (diskFullRatio) until space is freed or the volume grows."""
+
+    delete_commit_log_files_interval: int = 100
+    """deleteCommitLogFilesInterval (ms) between two segment deletions of one run, so a
+    large cleanup does not stall the disk."""
+
+    clean_resource_interval: int = 10_000
+    """cleanResourceInterval (ms): how often the retention policy runs."""
+
     def __post_init__(self) -> None:
         for spec in dataclasses.fields(self):
             value = getattr(self, spec.name)
@@ -174,6 +205,8 @@ class BrokerConfig:
             "max_pull_messages",
             "max_send_batch_messages",
             "register_name_server_period_ms",
+            "disk_max_used_space_ratio",
+            "clean_resource_interval",
         )
         for name in positive:
             if getattr(self, name) <= 0:
@@ -209,6 +242,7 @@ class BrokerConfig:
             )
         if not 0.0 < self.disk_full_ratio <= 1.0:
             raise BrokerConfigError(f"diskFullRatio must be in (0, 1], got {self.disk_full_ratio}")
+        self._check_retention()
         if self.mapped_file_size_commit_log < 4096:
             raise BrokerConfigError(
                 f"mappedFileSizeCommitLog must be ≥ 4096 bytes, got "
@@ -218,6 +252,29 @@ class BrokerConfig:
             raise BrokerConfigError(
                 f"controllerRetryBackoffMs {self.controller_retry_backoff_ms} must be ≤ "
                 f"controllerRetryBackoffMaxMs {self.controller_retry_backoff_max_ms}"
+            )
+
+    def _check_retention(self) -> None:
+        if not (math.isfinite(self.file_reserved_time) and self.file_reserved_time > 0):
+            raise BrokerConfigError(
+                f"fileReservedTime must be > 0 hours, got {self.file_reserved_time}"
+            )
+        try:
+            parse_delete_when(self.delete_when)
+        except ValueError as exc:
+            raise BrokerConfigError(str(exc)) from None
+        used, forcibly = self.disk_max_used_space_ratio, self.disk_space_clean_forcibly_ratio
+        if used > forcibly:
+            raise BrokerConfigError(
+                f"diskMaxUsedSpaceRatio {used} must be ≤ diskSpaceCleanForciblyRatio {forcibly}"
+            )
+        if self.clean_file_forcibly_enable and forcibly >= 100 * self.disk_full_ratio:
+            raise BrokerConfigError(
+                f"diskSpaceCleanForciblyRatio {forcibly} % must be below diskFullRatio "
+                f"{100 * self.disk_full_ratio:g} %: forced cleaning must start before the "
+                "store refuses writes, or a full disk leaves the group without a master "
+                "(or set cleanFileForciblyEnable=false to keep unexpired data and let a full "
+                "disk stop writes)"
             )
 
     def to_json(self) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 
 import aiohttp
 
@@ -40,6 +41,9 @@ class PeerOffsets:
         self._offsets = offsets
         self._role = role
         self._metadata = metadata
+        #: Also asked of the same live peers before going online: their retention floors
+        #: (core/retention_service.py), so a new master never serves what the old deleted.
+        self.floor_pre_online: Callable[[list[str]], Awaitable[None]] | None = None
 
     async def pre_online(self, info: ReplicaInfo) -> None:
         """RIP-32 pre-online: before taking writes, merge newer consumer
@@ -54,6 +58,8 @@ class PeerOffsets:
         ]
         if not peers:
             return
+        if self.floor_pre_online is not None:
+            await self.floor_pre_online(peers)
         snapshots = await asyncio.gather(*(self._fetch(a) for a in peers))
         for snapshot in snapshots:
             if snapshot is not None and self._offsets.merge_newer(snapshot):

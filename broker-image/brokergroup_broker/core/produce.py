@@ -292,6 +292,10 @@ class ProducePath:
             return PullResult((), low, low, high)
         limit = max(1, min(max_count, self._config.max_pull_messages))
         stored = store.get_messages(topic, queue_id, queue_offset, limit, confirm)
+        if stored and stored[0].queue_offset != queue_offset:
+            # Retention moved the queue's min between the two reads: continue at it.
+            low, high = store.queue_offset_range(topic, queue_id, confirm)
+            return PullResult((), low, low, high)
         pulled = tuple(
             PulledMessage(
                 topic=m.topic,
@@ -326,6 +330,10 @@ class ProducePath:
             return RecordPull((), queue_offset, low, high)
         limit = max(1, min(max_count, self._config.max_pull_messages))
         got = store.get_records(topic, queue_id, queue_offset, limit, confirm)
+        if got and got[0][0].queue_offset != queue_offset:
+            # Retention moved the queue's min between the two reads: answer as below it.
+            low, high = store.queue_offset_range(topic, queue_id, confirm)
+            return RecordPull((), queue_offset, low, high)
         next_offset = got[-1][0].queue_offset + 1 if got else queue_offset
         return RecordPull(tuple(raw for _, raw in got), next_offset, low, high)
 
@@ -344,7 +352,7 @@ class ProducePath:
         self._role.require_readable()
         store = self._store
         bound = min(self._replication.confirm_offset(), store.max_offset)
-        if not store.min_offset <= physical_offset < bound:
+        if not store.served_min_offset <= physical_offset < bound:
             return None
         head = store.read_bytes(physical_offset, 8)
         if len(head) < 8:
