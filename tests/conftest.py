@@ -11,10 +11,11 @@ asking. Temporary directories are per worker already (xdist's basetemp).
 
 Scheduling: a unit test is a work unit of its own. Outside tests/unit a module is one
 work unit (its module-scoped processes start once), the cluster tier is one (one
-control plane per run), and modules that share a session fixture carry an
-`xdist_group` mark of their own. Where a worker cannot have its own namespace (not
-root, no `ip`), every real-process test joins one group: they then run one after another
-on one worker, as before, and only the unit tier runs in parallel.
+control plane per run), the pipeline tier is one (one SparkSession, a JVM, and one
+chaos-run store per run: its session fixtures), and other modules that share a session
+fixture carry an `xdist_group` mark of their own. Where a worker cannot have its own
+namespace (not root, no `ip`), every real-process test joins one group: they then run
+one after another on one worker, as before, and only the unit tier runs in parallel.
 """
 
 from __future__ import annotations
@@ -68,15 +69,15 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def work_unit(path: Path) -> str | None:
     """The xdist group of a test in `path` that carries none: None for a unit test (its own
-    work unit), else its module, or the whole cluster tier."""
+    work unit), else its module, or its whole tier (cluster, pipeline)."""
     relative = path.resolve().relative_to(_TESTS)
     tier = relative.parts[0]
     if tier == "unit":
         return None
     if _NO_OWN_NETWORK:
         return "host-network"
-    if tier == "cluster":
-        return "cluster-tier"
+    if tier in ("cluster", "pipeline"):  # their session fixtures: once per run, not per worker
+        return f"{tier}-tier"
     return relative.as_posix()
 
 
