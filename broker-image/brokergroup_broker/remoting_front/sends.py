@@ -7,9 +7,10 @@ our SUCCESS means, and a refusal is RocketMQ's code through `wire.SEND_CODE_OF`.
 refused because this broker is not the master closes its connection once the answer is on
 its way, so a client that reached it through a stable master address reconnects to the new
 one. A send to an unknown topic is refused unless `auto_create_topic` (or the topic is a
-group's retry or DLQ topic); such a topic's config is written (`DeclaredTopics.create_on_send`)
-before its first record is stored. CONSUMER_SEND_MSG_BACK sends a message to its group's DLQ
-after the group's retryMaxTimes (the subscription group's config, metadata/) unless the
+group's retry or DLQ topic); such a topic's config is written once its first record is stored
+and before the send is answered (`DeclaredTopics.stored_first`: only a master stores, and a
+crash in between leaves a stored topic a new master adopts). CONSUMER_SEND_MSG_BACK sends a
+message to its group's DLQ after the group's retryMaxTimes (the subscription group's config, metadata/) unless the
 request names its own maxReconsumeTimes, as RocketMQ's broker does.
 """
 
@@ -101,10 +102,6 @@ class Sends:
                 f"topic[{req.topic}] not exist, apply first please! "
                 "(autoCreateTopicEnable is off on this broker)",
             )
-        if new_topic:
-            refusal = self._topics.create_on_send(req.topic)
-            if refusal is not None:
-                return response_to(cmd, ResponseCode.SYSTEM_BUSY, refusal)
         if cmd.code == RequestCode.SEND_BATCH_MESSAGE or req.batch:
             inner = wire.decode_batch_body(cmd.body, max_messages=self._max_batch_messages)
             if any(m.flag != inner[0].flag for m in inner):
@@ -135,6 +132,8 @@ class Sends:
                 self._close_soon(conn, f"send refused: {response.message}")
             return response_to(cmd, wire.SEND_CODE_OF[response.code], response.message)
         assert isinstance(response, SendRunResult)
+        if new_topic:
+            self._topics.stored_first(req.topic)
         ids = ",".join(wire.message_ids_after(self._message_id_prefix, response.physical_offsets))
         return response_to(
             cmd,
@@ -179,10 +178,7 @@ class Sends:
         props.setdefault(wire.PROPERTY_ORIGIN_MESSAGE_ID, origin)
         dead = delay_level < 0 or msg.reconsume_times >= max_times
         topic = (wire.DLQ_GROUP_TOPIC_PREFIX if dead else wire.RETRY_GROUP_TOPIC_PREFIX) + group
-        if not self._topics.known(topic):
-            refusal = self._topics.create_on_send(topic)
-            if refusal is not None:
-                return response_to(cmd, ResponseCode.SYSTEM_BUSY, refusal)
+        new_topic = not self._topics.known(topic)
         batch = SendBatch(
             topic,
             0,
@@ -197,6 +193,8 @@ class Sends:
         response = await self._send(batch)
         if isinstance(response, ErrorResponse):
             return response_to(cmd, wire.SEND_CODE_OF[response.code], response.message)
+        if new_topic:
+            self._topics.stored_first(topic)
         self._stats.on_send_back(group, topic)
         return response_to(cmd, ResponseCode.SUCCESS)
 

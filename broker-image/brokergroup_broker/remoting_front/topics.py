@@ -109,9 +109,9 @@ class DeclaredTopics:
         return self.metadata.topics.get(topic)
 
     def declare(self, topic: str, queues: int) -> bool:
-        """Make `topic` routable (a read-write config of `queues` queues) unless it is;
+        """Give `topic` a read-write config of `queues` queues unless it has one;
         False when it cannot be (the table is full, or the write failed: logged)."""
-        if self.known(topic):
+        if topic in self.metadata.topics:
             return True
         try:
             self.metadata.put_topic(
@@ -127,18 +127,14 @@ class DeclaredTopics:
         """A topic was created (the name servers must learn it before its next send)."""
         self._on_new_topic(topic)
 
-    def create_on_send(self, topic: str) -> str | None:
-        """A send to unknown `topic` may create it (autoCreateTopicEnable, a group's topic):
-        its config is written before the record is; why not, or None."""
-        queues = 1 if topic.startswith(names.DLQ_GROUP_TOPIC_PREFIX) else self._default_queue_nums
-        if topic.startswith(names.RETRY_GROUP_TOPIC_PREFIX):
-            queues = 1
-        if self.declare(topic, queues):
-            return None
-        return (
-            f"topic {topic} cannot be created: {len(self.metadata.topics)} topics on this "
-            f"broker (maxTopics {self.max_topics}), or its config could not be written"
-        )
+    def stored_first(self, topic: str) -> None:
+        """A send stored the first record of `topic` (autoCreateTopicEnable, a group's
+        topic): its config is written now, before the send is answered. Were the table full
+        or the write failed, the topic is still served from the store (logged)."""
+        grouped = topic.startswith((names.RETRY_GROUP_TOPIC_PREFIX, names.DLQ_GROUP_TOPIC_PREFIX))
+        queues = 1 if grouped else self._default_queue_nums
+        if not self.declare(topic, queues):
+            self.announce(topic)
 
     async def queue_count(self, topic: str) -> int:
         """Queues of `topic` as the routes announce them (0: not a topic of this broker)."""
