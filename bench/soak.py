@@ -347,11 +347,12 @@ def audit(group: Group, acks: Acks, work: Path) -> dict[str, Any]:
 
 
 def phase_retention(args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    settings = [
-        f"mappedFileSizeCommitLog={args.segment_bytes}",
-        f"fileReservedTime={args.retention_minutes / 60:.6f}",
-        f"deleteWhen={ALL_HOURS}",
-    ]
+    settings = [f"mappedFileSizeCommitLog={args.segment_bytes}"]
+    if args.retention_minutes > 0:  # 0: the baseline, nothing deleted (the disk only grows)
+        settings += [
+            f"fileReservedTime={args.retention_minutes / 60:.6f}",
+            f"deleteWhen={ALL_HOURS}",
+        ]
     group = Group(work / "local", settings, None)
     t0 = time.monotonic()
     samples: list[dict[str, Any]] = []
@@ -507,8 +508,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
     for kill in phase["kills"]:
         top.axvline(kill["atS"] / 60, color="red", linestyle="--", linewidth=1)
     top.set_title(
-        f"retention {phase['settings'][1]} h, segments {phase['settings'][0].split('=')[1]} B: "
-        "bytes on disk per replica (red: master SIGKILL)"
+        f"{', '.join(phase['settings'][:2])}: bytes on disk per replica (red: master kill)"
     )
     top.set_ylabel("MiB on disk")
     top.set_xlabel("minutes")
@@ -538,7 +538,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="4 min + 2 min")
     ap.add_argument("--minutes", type=float, default=None, help="phase 1 length (default 30)")
-    ap.add_argument("--retention-minutes", type=float, default=3.0, help="fileReservedTime")
+    ap.add_argument(
+        "--retention-minutes",
+        type=float,
+        default=3.0,
+        help="fileReservedTime (0: none, a baseline)",
+    )
     ap.add_argument("--segment-bytes", type=int, default=4 << 20, help="mappedFileSizeCommitLog")
     ap.add_argument("--sample-s", type=float, default=10.0)
     ap.add_argument("--drain-s", type=float, default=120.0)
@@ -585,7 +590,7 @@ def main() -> int:
         and r["missedByConsumer"] == 0
         and r["badBodies"] == 0
         and len(r["kills"]) == 2
-        and all(n > 0 for n in r["deletionsPerReplica"].values())
+        and (args.retention_minutes <= 0 or all(n > 0 for n in r["deletionsPerReplica"].values()))
         and (
             args.skip_pressure or "skipped" in result["pressure"] or result["pressure"]["writable"]
         )
