@@ -10,8 +10,8 @@ one. A send to an unknown topic is refused unless `auto_create_topic` (or the to
 group's retry or DLQ topic); such a topic's config is written once its first record is stored
 and before the send is answered (`DeclaredTopics.stored_first`: only a master stores, and a
 crash in between leaves a stored topic a new master adopts). CONSUMER_SEND_MSG_BACK sends a
-message to its group's DLQ after the group's retryMaxTimes (the subscription group's config, metadata/) unless the
-request names its own maxReconsumeTimes, as RocketMQ's broker does.
+message to its group's DLQ after the group's retryMaxTimes (the subscription group's config,
+metadata/) unless the request names its own maxReconsumeTimes, as RocketMQ's broker does.
 """
 
 from __future__ import annotations
