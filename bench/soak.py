@@ -599,8 +599,11 @@ def main() -> int:
         plot(result, RESULTS_DIR / "soak.png")
         result["plot"] = "soak.png"
         write_result("soak", result)
-    print_last_line({k: v for k, v in result.items() if k not in ("retention", "pressure")}
-                    | {"retention": {k: v for k, v in r.items() if k != "samples"}})  # fmt: skip
+    brief = {k: v for k, v in result.items() if k not in ("retention", "pressure")}
+    for phase in ("retention", "pressure"):
+        if phase in result:
+            brief[phase] = {k: v for k, v in result[phase].items() if k != "samples"}
+    print_last_line(brief)
     return 0 if result["passed"] else 1
 
 
