@@ -1,21 +1,26 @@
 """Settings every test tier shares, and how the tiers run in parallel.
 
-`make test` runs pytest-xdist with a worker per core and `--dist loadgroup`
-(docs/development.md "Parallel tiers"). Two workers must never share an
-address, a port or the kernel's routing rules, so each worker enters a network
-namespace of its own before it collects anything: its own loopback device (every
-127.x.y.z address and port free again), its own policy-routing rules and `local`
-table rule (netfault's partitions move it), its own bridges and routes (the cluster
-tier). Tests keep their fixed addresses, and a new test gets the isolation without
-asking. Temporary directories are per worker already (xdist's basetemp).
+`make test` runs pytest-xdist with a worker per core (docs/development.md "Parallel
+tiers"). Two workers must never share an address, a port or the kernel's routing rules,
+so each worker enters a network namespace of its own before it collects anything: its
+own loopback device (every 127.x.y.z address and port free again), its own
+policy-routing rules and `local` table rule (netfault's partitions move it), its own
+bridges and routes (the cluster tier). Tests keep their fixed addresses, and a new test
+gets the isolation without asking. Temporary directories are per worker already
+(xdist's basetemp).
 
-Scheduling: a unit test is a work unit of its own. Outside tests/unit a module is one
-work unit (its module-scoped processes start once), the cluster tier is one (one
-control plane per run), the pipeline tier is one (one SparkSession, a JVM, and one
-chaos-run store per run: its session fixtures), and other modules that share a session
-fixture carry an `xdist_group` mark of their own. Where a worker cannot have its own
-namespace (not root, no `ip`), every real-process test joins one group: they then run
-one after another on one worker, as before, and only the unit tier runs in parallel.
+Scheduling (`--dist loadgroup` runs `TierScheduling`, by the test's path): a unit test is a work unit of its
+own. Outside tests/unit a module is one work unit (its module-scoped processes start
+once), the pipeline tier is one (one SparkSession, a JVM, and one chaos-run store per
+run: its session fixtures), the cluster tier is one (one control plane per run);
+`SHARED` names modules that share a session fixture. Where a worker cannot have its own
+namespace (not root, no `ip`, no CAP_SYS_ADMIN), every real-process test is one work
+unit: they run one after another on one worker, as before, and only the unit tier runs
+in parallel.
+
+The groups are decided here from node ids rather than by `xdist_group` marks:
+pytest 9.2's structured node ids no longer carry the "@group" suffix xdist's loadgroup
+writes into them, so marks are silently ignored (pytest-dev/pytest-xdist#1386).
 """
 
 from __future__ import annotations
@@ -24,11 +29,13 @@ import ctypes
 import os
 import shutil
 import subprocess
+import sys
 import threading
-from pathlib import Path
 
 import pytest
 from hypothesis import settings
+from xdist.remote import Producer
+from xdist.scheduler import LoadScopeScheduling
 
 # Hypothesis's 200 ms per-example deadline is a timing assert: on a loaded 2-core CI machine
 # it fails correct code (test_operator_labels once took 266 ms). Timings belong to bench/.
@@ -36,14 +43,15 @@ settings.register_profile("brokergroup", deadline=None)
 settings.load_profile("brokergroup")
 
 _CLONE_NEWNET = 0x40000000
-_TESTS = Path(__file__).resolve().parent
-#: Set in a worker by pytest_configure: its own network namespace, or why not.
-_NO_OWN_NETWORK: list[str] = []
+#: The controller's verdict, inherited by the workers it spawns: "own" or "host".
+NETWORK_ENV = "BROKERGROUP_TEST_WORKER_NETWORK"
+#: Modules that share a session fixture run as one work unit: {module path: group}.
+SHARED: dict[str, str] = {}
 
 
-def _enter_own_network() -> str | None:
-    """Move this process's main thread, and so everything it starts later, into a new
-    network namespace with loopback up. None on success, otherwise why not."""
+def _unshare_network() -> str | None:
+    """Move the calling thread, and so every process it starts later, into a new network
+    namespace with loopback up. None on success, otherwise why not."""
     if os.geteuid() != 0:
         return "not root"
     if shutil.which("ip") is None:
@@ -58,38 +66,46 @@ def _enter_own_network() -> str | None:
     return None
 
 
+def _workers_can_have_own_network() -> bool:
+    """Asked by the controller: can a process here enter a namespace of its own?"""
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        return False
+    probe = f"import ctypes, sys; sys.exit(ctypes.CDLL(None).unshare({_CLONE_NEWNET}) != 0)"
+    return subprocess.run([sys.executable, "-c", probe], check=False).returncode == 0
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    worker = os.environ.get("PYTEST_XDIST_WORKER")
-    if worker is None:
-        return  # one process: the host's network, as a developer's `pytest` always had
-    reason = _enter_own_network()
-    if reason is not None:
-        _NO_OWN_NETWORK.append(reason)
+    if os.environ.get("PYTEST_XDIST_WORKER") is not None:
+        if os.environ.get(NETWORK_ENV) == "own":
+            reason = _unshare_network()
+            if reason is not None:  # the controller's probe said it could: never share
+                raise pytest.UsageError(f"worker's own network namespace: {reason}")
+    elif config.getoption("numprocesses", None):
+        os.environ[NETWORK_ENV] = "own" if _workers_can_have_own_network() else "host"
 
 
-def work_unit(path: Path) -> str | None:
-    """The xdist group of a test in `path` that carries none: None for a unit test (its own
-    work unit), else its module, or its whole tier (cluster, pipeline)."""
-    relative = path.resolve().relative_to(_TESTS)
-    tier = relative.parts[0]
+def work_unit(nodeid: str, *, own_network: bool) -> str:
+    """The work unit (xdist scope) of the test `nodeid` (tests/<tier>/<module>::<name>)."""
+    path = nodeid.split("::", 1)[0]
+    parts = path.split("/")
+    tier = parts[1] if len(parts) > 2 and parts[0] == "tests" else ""
     if tier == "unit":
-        return None
-    if _NO_OWN_NETWORK:
+        return nodeid
+    if not own_network:
         return "host-network"
     if tier in ("cluster", "pipeline"):  # their session fixtures: once per run, not per worker
         return f"{tier}-tier"
-    return relative.as_posix()
+    return SHARED.get(path, path)
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook turns marks into node ids
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        group = work_unit(item.path)
-        if group is None:
-            continue
-        if _NO_OWN_NETWORK:  # one group, whatever a module asked for
-            for node in item.listchain():
-                node.own_markers[:] = [m for m in node.own_markers if m.name != "xdist_group"]
-        elif item.get_closest_marker("xdist_group") is not None:
-            continue  # a module's own group (a session fixture several modules share)
-        item.add_marker(pytest.mark.xdist_group(group))
+class TierScheduling(LoadScopeScheduling):
+    """xdist's scope scheduling (largest work unit first) with `work_unit` as the scope."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        return work_unit(nodeid, own_network=os.environ.get(NETWORK_ENV) == "own")
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> TierScheduling | None:
+    if config.getvalue("dist") != "loadgroup":
+        return None  # another --dist asked for: xdist's own
+    return TierScheduling(config, log)
