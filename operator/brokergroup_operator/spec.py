@@ -69,6 +69,10 @@ CONFIG_TYPES: dict[str, tuple[type, float]] = {
     "cleanFileForciblyEnable": (bool, 0),
     "deleteCommitLogFilesInterval": (int, 0),
     "cleanResourceInterval": (int, 1),
+    # Scheduled and timer messages (docs/scheduled-messages.md): RocketMQ's names.
+    "messageDelayLevel": (str, 0),
+    "timerMaxDelaySec": (int, 1),
+    "timerMaxPending": (int, 1),
 }
 CONFIG_FIELDS = tuple(CONFIG_TYPES)
 # spec.config key → the highest value the broker accepts (the CRD's `maximum` says the same).
@@ -82,6 +86,8 @@ CONFIG_HIGHEST: dict[str, int] = {
 }
 #: spec.config floats that are a fraction of the disk, in (0, 1]; other floats are > 0.
 RATIO_FIELDS = frozenset({"diskFullRatio"})
+#: RocketMQ's messageDelayLevel: 1..64 delays (a number and s/m/h/d), one space apart.
+MESSAGE_DELAY_LEVEL_PATTERN = r"^[1-9][0-9]*[smhd]( [1-9][0-9]*[smhd]){0,63}$"
 #: RocketMQ's deleteWhen: hours of the day, ";"-separated ("04", "04;05").
 DELETE_WHEN_PATTERN = r"^([01]?[0-9]|2[0-3])(;([01]?[0-9]|2[0-3]))*$"
 FLUSH_DISK_TYPES = ("SYNC_FLUSH", "ASYNC_FLUSH")
@@ -97,6 +103,13 @@ def config_value_error(key: str, value: Any) -> str | None:
             if isinstance(value, str) and re.fullmatch(DELETE_WHEN_PATTERN, value):
                 return None
             return f"spec.config.deleteWhen must be hours 00-23 joined by ';' (\"04;05\"), got {value!r}"
+        if key == "messageDelayLevel":
+            if isinstance(value, str) and re.fullmatch(MESSAGE_DELAY_LEVEL_PATTERN, value):
+                return None
+            return (
+                "spec.config.messageDelayLevel must be 1-64 delays such as '1s 5s 10m 2h' "
+                f"(a number and s, m, h or d, one space apart), got {value!r}"
+            )
         if value in FLUSH_DISK_TYPES:
             return None
         return f"spec.config.{key} must be one of {', '.join(FLUSH_DISK_TYPES)}, got {value!r}"

@@ -121,6 +121,9 @@ from brokergroup_broker.remoting_front import (
     RemotingFront,
     RemotingFrontServer,
 )
+from brokergroup_broker.schedule.admission import ScheduledSends
+from brokergroup_broker.schedule.rules import SCHEDULE_TOPIC, ScheduleRules, parse_delay_levels
+from brokergroup_broker.schedule.service import ScheduleService
 from brokergroup_broker.store import FlushDiskType, GroupCommitService, MessageStore
 from brokergroup_broker.store.consumer_offsets import ConsumerOffsetSnapshot
 from brokergroup_broker.store.errors import StoreError
@@ -128,6 +131,15 @@ from brokergroup_broker.store.identity import IdentityFiles
 from brokergroup_controller.api import BrokerHeartbeat
 
 log = logging.getLogger(__name__)
+
+
+def schedule_rules_of(config: BrokerConfig) -> ScheduleRules:
+    """Scheduled and timer messages' settings (docs/scheduled-messages.md)."""
+    return ScheduleRules(
+        delay_levels_ms=parse_delay_levels(config.message_delay_level),
+        timer_max_delay_ms=config.timer_max_delay_sec * 1000,
+        timer_max_pending=config.timer_max_pending,
+    )
 
 
 @dataclass(frozen=True)
@@ -141,6 +153,7 @@ class BrokerParts:
     transitions: RoleTransitions
     produce: ProducePath
     peers: PeerOffsets
+    schedule: ScheduleService
 
 
 class Broker:
@@ -264,6 +277,7 @@ class Broker:
                 parts.peers.slave_sync_loop(),
                 retention.run(),
                 retention.follow_master_loop(),
+                parts.schedule.run(),
             ):
                 self._spawn(coro)
             await self._stopping.wait()
@@ -302,6 +316,9 @@ class Broker:
             metadata=self.metadata,
             disk_space=parts.store.disk_space,
             stats=self.stats,
+            scheduling=ScheduledSends(
+                parts.schedule.rules, timers_pending=parts.schedule.timers_pending
+            ),
         )
         if s.namesrv_addresses:
             self._namesrv_link = NameServerLink(
@@ -395,6 +412,7 @@ class Broker:
             on_master_gained=self._role_changed,
             on_slave_gained=self._role_changed,
         )
+        rules = schedule_rules_of(config)
         produce = ProducePath(
             settings=s,
             config=config,
@@ -406,9 +424,20 @@ class Broker:
             committer=self._committer,
             heartbeat_now=session.heartbeat_now,
             stats=self.stats,
+            fixed_queue_counts={SCHEDULE_TOPIC: rules.max_level},
+        )
+        role = self.role
+        schedule = ScheduleService(
+            store=store,
+            produce=produce,
+            rules=rules,
+            master_term=lambda: (
+                role.master_epoch if role.is_master and role.accepting_writes else None
+            ),
+            confirm_offset=replication.confirm_offset,
         )
         self.parts = BrokerParts(
-            broker_id, store, session, replication, transitions, produce, peers
+            broker_id, store, session, replication, transitions, produce, peers, schedule
         )
         return self.parts
 
@@ -575,6 +604,7 @@ class Broker:
             "registerState": self.role.register_state.value,
             "storeWritable": writable,
             "storeError": error,
+            "schedule": None if parts is None else parts.schedule.status(),
         }
 
     def metrics_text(self) -> bytes:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from brokergroup_broker.core.lease import LeaseConfigError, validate_lease
+from brokergroup_broker.schedule.rules import DEFAULT_MESSAGE_DELAY_LEVEL, parse_delay_levels
 from brokergroup_broker.store.retention_policy import parse_delete_when
 from brokergroup_remoting.codes import BROKER_CHANNEL_EXPIRED_TIME_MS
 
@@ -181,6 +182,21 @@ class BrokerConfig:
     clean_resource_interval: int = 10_000
     """cleanResourceInterval (ms): how often the retention policy runs."""
 
+    message_delay_level: str = DEFAULT_MESSAGE_DELAY_LEVEL
+    """messageDelayLevel: the delay of each level 1, 2, … (s, m, h, d), RocketMQ's 18 by
+    default. A send with property DELAY=L is delivered after level L's delay (above the last
+    level: the last); a consumer's retry (CONSUMER_SEND_MSG_BACK, RECONSUME_LATER) waits
+    level 3 + reconsumeTimes (docs/scheduled-messages.md)."""
+
+    timer_max_delay_sec: int = 3 * 86_400
+    """timerMaxDelaySec: the longest a timer message (TIMER_DELIVER_MS, TIMER_DELAY_SEC,
+    TIMER_DELAY_MS) may wait; a longer one is refused MESSAGE_ILLEGAL, as RocketMQ does."""
+
+    timer_max_pending: int = 1_000_000
+    """Timer messages a broker holds undelivered at most (about 50 bytes of memory each
+    on the master, docs/scheduled-messages.md); one more is refused (SYSTEM_ERROR naming
+    the limit, RocketMQ's timer flow-control code) until some are delivered."""
+
     def __post_init__(self) -> None:
         for spec in dataclasses.fields(self):
             value = getattr(self, spec.name)
@@ -207,6 +223,8 @@ class BrokerConfig:
             "register_name_server_period_ms",
             "disk_max_used_space_ratio",
             "clean_resource_interval",
+            "timer_max_delay_sec",
+            "timer_max_pending",
         )
         for name in positive:
             if getattr(self, name) <= 0:
@@ -243,6 +261,10 @@ class BrokerConfig:
         if not 0.0 < self.disk_full_ratio <= 1.0:
             raise BrokerConfigError(f"diskFullRatio must be in (0, 1], got {self.disk_full_ratio}")
         self._check_retention()
+        try:
+            parse_delay_levels(self.message_delay_level)
+        except ValueError as exc:
+            raise BrokerConfigError(str(exc)) from None
         if self.mapped_file_size_commit_log < 4096:
             raise BrokerConfigError(
                 f"mappedFileSizeCommitLog must be ≥ 4096 bytes, got "

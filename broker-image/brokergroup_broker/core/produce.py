@@ -13,7 +13,7 @@ import asyncio
 import logging
 import struct
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 from brokergroup_broker.broker_stats import OWN_PROTOCOL_GROUP, BrokerStats, LatencyBuckets
@@ -101,12 +101,16 @@ class ProducePath:
         wall_clock_ms: Callable[[], int] = wall_ms,
         stats: BrokerStats | None = None,
         round_clock_s: Callable[[], float] = time.perf_counter,
+        fixed_queue_counts: Mapping[str, int] | None = None,
     ) -> None:
         """`clock_ms`: monotonic milliseconds for the lease check and the commit rule's
         waiter timeouts; `wall_clock_ms`: wall milliseconds stamped on messages and
         consumer offsets; `round_clock_s`: the commit round's clock (seconds). Tests pass
         fakes. `stats`: the broker's put/get counters (docs/metrics.md), fed here for every
-        front end's sends and for the own protocol's pulls."""
+        front end's sends and for the own protocol's pulls. `fixed_queue_counts`: topics
+        whose queues are fixed by the broker, not by defaultTopicQueueNums
+        (SCHEDULE_TOPIC_XXXX has one queue per delay level)."""
+        self._fixed_queue_counts = dict(fixed_queue_counts or {})
         self.stats = (
             BrokerStats(wall_clock_ms, cluster_name=settings.cluster_name)
             if stats is None
@@ -269,6 +273,7 @@ class ProducePath:
 
     def _choose_queue(self, topic: str, queue_id: int | None) -> int:
         count = self._store.queue_count(topic) or self._config.default_topic_queue_nums
+        count = max(count, self._fixed_queue_counts.get(topic, 0))
         if queue_id is not None and queue_id >= 0:
             if queue_id >= count:
                 raise BrokerError(

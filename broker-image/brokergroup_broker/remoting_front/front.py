@@ -54,6 +54,7 @@ from brokergroup_broker.remoting_front.offset_reset import OffsetReset
 from brokergroup_broker.remoting_front.pulls import Pulls
 from brokergroup_broker.remoting_front.sends import Sends
 from brokergroup_broker.remoting_front.topics import DeclaredTopics, TopicAdmin
+from brokergroup_broker.schedule.admission import ScheduledSends
 from brokergroup_broker.store.arrivals import Arrivals
 from brokergroup_broker.store.health import DiskSpace
 from brokergroup_broker.store.message import StoredMessage
@@ -157,7 +158,10 @@ class RemotingFront:
         disk_space: Callable[[], DiskSpace] | None = None,
         clock_ms: Callable[[], int] = _mono_ms,
         stats: BrokerStats | None = None,
+        scheduling: ScheduledSends | None = None,
     ) -> None:
+        """`scheduling`: delayed and timer sends (the broker's schedule service); None
+        refuses them."""
         #: The broker's put/get counters (the produce path's own, `ProducePath.stats`).
         self.stats = (
             BrokerStats(_wall_ms, cluster_name=settings.cluster_name) if stats is None else stats
@@ -182,6 +186,7 @@ class RemotingFront:
             max_batch_messages=settings.max_batch_messages,
             stats=self.stats,
             retry_max_times=groups.retry_max_times,
+            scheduling=scheduling,
         )
         pulls = Pulls(
             produce,

@@ -12,6 +12,9 @@ and before the send is answered (`DeclaredTopics.stored_first`: only a master st
 crash in between leaves a stored topic a new master adopts). CONSUMER_SEND_MSG_BACK sends a
 message to its group's DLQ after the group's retryMaxTimes (the subscription group's config,
 metadata/) unless the request names its own maxReconsumeTimes, as RocketMQ's broker does.
+A delayed or timer send is stored under its system topic (`schedule.admission`), and a
+send-back goes to %RETRY%<group> through SCHEDULE_TOPIC_XXXX at its delay level (the retry
+back-off, docs/scheduled-messages.md).
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ from brokergroup_broker.protocol.messages import (
 )
 from brokergroup_broker.remoting_front import wire
 from brokergroup_broker.remoting_front.topics import DeclaredTopics
+from brokergroup_broker.schedule import rules as schedule_rules
+from brokergroup_broker.schedule.admission import ScheduledSends
 from brokergroup_broker.store.message import StoredMessage
 from brokergroup_remoting import RemotingCommand, RequestCode, ResponseCode, names
 from brokergroup_remoting import fields as header
@@ -65,8 +70,11 @@ class Sends:
         max_batch_messages: int,
         stats: BrokerStats,
         retry_max_times: Callable[[str], int | None] = lambda _group: None,
+        scheduling: ScheduledSends | None = None,
     ) -> None:
         self._produce = produce
+        #: Delay levels and timers (None: refused, as before the feature).
+        self._scheduling = scheduling
         self._retry_max_times = retry_max_times
         self._stats = stats  # SNDBCK_PUT_NUMS (puts count in the produce path)
         self._topics = topics
@@ -84,7 +92,10 @@ class Sends:
                 "transactional messages are not supported by brokergroup "
                 "(docs/rocketmq-compatibility.md)",
             )
-        if any(req.properties.get(p) not in (None, "", "0") for p in _DELAY_PROPERTIES):
+        scheduling = self._scheduling
+        if scheduling is None and any(
+            req.properties.get(p) not in (None, "", "0") for p in _DELAY_PROPERTIES
+        ):
             return response_to(
                 cmd,
                 ResponseCode.MESSAGE_ILLEGAL,
@@ -111,13 +122,28 @@ class Sends:
             bodies = [m.body for m in inner]
             props = [{**req.properties, **m.properties} for m in inner]
             flag = inner[0].flag
+            if scheduling is not None and any(map(schedule_rules.is_scheduled, props)):
+                return response_to(
+                    cmd,
+                    ResponseCode.MESSAGE_ILLEGAL,
+                    "TimeDelayLevel is not supported for batching",
+                )
         else:
             if not cmd.body:
                 return response_to(cmd, ResponseCode.MESSAGE_ILLEGAL, "the message body is empty")
             bodies, props, flag = [cmd.body], [req.properties], req.flag
+        store_topic, store_queue = req.topic, req.queue_id if req.queue_id >= 0 else None
+        if scheduling is not None:
+            schedule_rules.refuse_system_topic(req.topic)
+            redirect = (
+                None if len(props) > 1 else scheduling.redirect(req.topic, store_queue, props[0])
+            )
+            if redirect is not None:
+                store_topic, store_queue = redirect.topic, redirect.queue_id
+                props = [redirect.properties]
         batch = SendBatch(
-            req.topic,
-            req.queue_id if req.queue_id >= 0 else None,
+            store_topic,
+            store_queue,
             bodies,
             [(None, None, p) for p in props],
             flag=flag,
@@ -141,7 +167,8 @@ class Sends:
             None,
             {
                 "msgId": ids,
-                "queueId": str(response.queue_id),
+                # A scheduled send answers the queue it asked for (SendMessageProcessor).
+                "queueId": str(response.queue_id if store_topic == req.topic else req.queue_id),
                 "queueOffset": str(response.first_queue_offset),
                 "MSG_REGION": "DefaultRegion",
                 "TRACE_ON": "true",
@@ -151,8 +178,8 @@ class Sends:
     async def send_back(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         """CONSUMER_SEND_MSG_BACK: the message at `offset` again, to %RETRY%<group>, or to
         %DLQ%<group> once it was reconsumed maxReconsumeTimes times (or delayLevel < 0).
-        Through the one produce path. Redelivery is immediate: the retry delay levels need
-        scheduled messages, which are not supported."""
+        Through the one produce path. A retry waits its delay level (the client's, or 3 +
+        reconsumeTimes when it asks 0) in SCHEDULE_TOPIC_XXXX."""
         fields = cmd.fields()
         offset = header.int64(fields, "offset", low=0, high=header.INT64_MAX)
         group = names.group_name(fields, "group")
@@ -179,9 +206,21 @@ class Sends:
         dead = delay_level < 0 or msg.reconsume_times >= max_times
         topic = (wire.DLQ_GROUP_TOPIC_PREFIX if dead else wire.RETRY_GROUP_TOPIC_PREFIX) + group
         new_topic = not self._topics.known(topic)
+        store_topic, store_queue = topic, 0
+        props.pop(schedule_rules.PROPERTY_DELAY, None)
+        if not dead and self._scheduling is not None:
+            # The retry back-off: to %RETRY%<group> after the level's delay.
+            rules = self._scheduling.rules
+            level = schedule_rules.delay_level_for_send_back(
+                delay_level, msg.reconsume_times, rules
+            )
+            props[schedule_rules.PROPERTY_DELAY] = str(level)
+            redirect = schedule_rules.redirect_send(topic, 0, props, 0, rules)
+            assert redirect is not None  # a delay level always redirects
+            store_topic, store_queue, props = redirect.topic, redirect.queue_id, redirect.properties
         batch = SendBatch(
-            topic,
-            0,
+            store_topic,
+            store_queue,
             [msg.body],
             [(None, None, props)],
             flag=msg.flag,
