@@ -64,6 +64,16 @@ import org.apache.rocketmq.remoting.RPCHook;
  *   follow    out=FILE stop=FILE [group=G]   a push consumer (concurrent, from the first offset)
  *             that runs until the stop file exists, appending "receivedAtMs\tbodyId\tqueueId\t
  *             queueOffset\tbodyOk" per delivery to out (flushed once a second)
+ *   delayed   kind=level|deliver|sec|ms acks=FILE [count=N] [rate=R] [level=L] [delay_ms=D]
+ *             [spread_ms=S] [stop=FILE] [size=1024] [run=ID]   sync sends of scheduled messages
+ *             (setDelayTimeLevel, setDeliverTimeMs, setDelayTimeSec, setDelayTimeMs; the delay
+ *             is delay_ms + i*spread_ms/count, or + (i%100)*spread_ms/100 without count) until
+ *             count or the stop file, R a second at most; a line per SEND_OK to acks: bodyId,
+ *             msgId, sentAtMs (before the send), ackAtMs, the delay asked (ms; the level's
+ *             number for kind=level) and deliverAtMs (kind=deliver, else -1), flushed
+ *   backoff   out=FILE count=N until=R idle_s=S   a push consumer that answers RECONSUME_LATER
+ *             until a message's reconsumeTimes reaches R, appending "receivedAtMs\tbodyId\t
+ *             reconsumeTimes\ttopic" per delivery to out; stops once N messages reached R
  *
  * Ack lines, tab-separated: msgId, body id, brokerName, queueId, queueOffset; failover's add
  * offsetMsgId (the commit log offset the broker stored it at) and the ack's currentTimeMillis.
@@ -96,6 +106,8 @@ public class StockClient {
             case "failover": failover(); break;
             case "verify": verify(); break;
             case "follow": follow(); break;
+            case "delayed": delayed(); break;
+            case "backoff": backoff(); break;
             default: throw new IllegalArgumentException("unknown mode '" + mode + "'");
         }
         OUT.flush();
@@ -473,6 +485,86 @@ public class StockClient {
             p.shutdown();
         }
         OUT.println("{\"summary\":\"failover\",\"sent\":" + seq + "}");
+    }
+
+    static void delayed() throws Exception {
+        String topic = opt("topic", "StockDelay"), run = opt("run", "d"), kind = opt("kind", "deliver");
+        int count = intOpt("count", 0), size = intOpt("size", 1024), rate = intOpt("rate", 0);
+        long delayMs = Long.parseLong(opt("delay_ms", "5000")), spreadMs = Long.parseLong(opt("spread_ms", "0"));
+        int level = intOpt("level", 3);
+        Path stop = Paths.get(opt("stop", "/nonexistent-stop-file"));
+        DefaultMQProducer p = producer("");
+        long seq = 0, ok = 0, start = System.nanoTime();
+        try (BufferedWriter acks = Files.newBufferedWriter(Paths.get(opt("acks", "delayed.tsv")))) {
+            while ((count == 0 || seq < count) && !Files.exists(stop)) {
+                if (rate > 0) sleepUntil(start + seq * 1_000_000_000L / rate);
+                String id = run + "-" + seq;
+                long delay = delayMs + (count > 0 ? seq * spreadMs / count : (seq % 100) * spreadMs / 100);
+                seq++;
+                Message m = new Message(topic, body(id, size));
+                m.setKeys(id);
+                long sentAt = System.currentTimeMillis(), deliverAt = -1, asked = delay;
+                switch (kind) {
+                    case "level": m.setDelayTimeLevel(level); asked = level; break;
+                    case "deliver": deliverAt = sentAt + delay; m.setDeliverTimeMs(deliverAt); break;
+                    case "sec": m.setDelayTimeSec(delay / 1000); asked = delay / 1000 * 1000; break;
+                    case "ms": m.setDelayTimeMs(delay); break;
+                    default: throw new IllegalArgumentException("unknown delayed kind '" + kind + "'");
+                }
+                try {
+                    SendResult r = p.send(m);
+                    if (r.getSendStatus() == SendStatus.SEND_OK) {
+                        ok++;
+                        acks.append(id + "\t" + r.getMsgId() + "\t" + sentAt + "\t" + System.currentTimeMillis()
+                            + "\t" + asked + "\t" + deliverAt + "\n");
+                        acks.flush();
+                    }
+                } catch (Exception e) {
+                    System.err.println("send " + id + ": " + e);
+                    Thread.sleep(10);  // a dead address refuses at once: don't spin
+                }
+            }
+        } finally {
+            p.shutdown();
+        }
+        OUT.println("{\"summary\":\"delayed\",\"sent\":" + seq + ",\"sendOk\":" + ok + "}");
+    }
+
+    static void backoff() throws Exception {
+        String topic = opt("topic", "StockBackoff"), group = opt("group", "stock-client-backoff");
+        int count = intOpt("count", 1), until = intOpt("until", 1);
+        long idleMs = intOpt("idle_s", 120) * 1000L;
+        AtomicLong last = new AtomicLong(System.currentTimeMillis());
+        Set<String> done = ConcurrentHashMap.newKeySet();
+        try (BufferedWriter out = Files.newBufferedWriter(Paths.get(opt("out", "backoff.tsv")))) {
+            DefaultMQPushConsumer c = new DefaultMQPushConsumer(group, hook(), new AllocateMessageQueueAveragely());
+            c.setNamesrvAddr(opt("namesrv", "127.0.0.1:9876"));
+            c.setInstanceName("stock-client-" + ProcessHandle.current().pid());
+            c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+            c.subscribe(topic, "*");
+            c.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
+                long now = System.currentTimeMillis();
+                boolean later = false;
+                synchronized (out) {
+                    try {
+                        for (MessageExt m : msgs) {
+                            String id = bodyId(m.getBody());
+                            out.append(now + "\t" + id + "\t" + m.getReconsumeTimes() + "\t" + m.getTopic() + "\n");
+                            if (m.getReconsumeTimes() >= until) done.add(id); else later = true;
+                        }
+                        out.flush();
+                    } catch (java.io.IOException e) {
+                        return ConsumeConcurrentlyStatus.RECONSUME_LATER;
+                    }
+                }
+                last.set(now);
+                return later ? ConsumeConcurrentlyStatus.RECONSUME_LATER : ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+            });
+            c.start();
+            while (done.size() < count && System.currentTimeMillis() - last.get() < idleMs) Thread.sleep(100);
+            c.shutdown();
+        }
+        OUT.println("{\"summary\":\"backoff\",\"done\":" + done.size() + "}");
     }
 
     static void follow() throws Exception {
