@@ -103,9 +103,10 @@ def require_stock_client() -> Path:
 
 
 @contextmanager
-def stock_runtime(root: Path) -> Iterator[StockRuntime]:
+def stock_runtime(root: Path, extra_settings: tuple[str, ...] = ()) -> Iterator[StockRuntime]:
+    """`extra_settings`: more `local up --set` items (e.g. the brokers' retention)."""
     classes = require_stock_client()
-    with local_runtime(root / "local", STOCK_SETTINGS) as rt:
+    with local_runtime(root / "local", (*STOCK_SETTINGS, *extra_settings)) as rt:
         up = rt.up()
         assert up.returncode == 0, f"local up failed:\n{up.stdout}\n{up.stderr}\n{rt.logs()}"
         status = rt.status()
