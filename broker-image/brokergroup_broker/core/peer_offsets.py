@@ -58,9 +58,13 @@ class PeerOffsets:
         ]
         if not peers:
             return
-        if self.floor_pre_online is not None:
-            await self.floor_pre_online(peers)
-        snapshots = await asyncio.gather(*(self._fetch(a) for a in peers))
+        # The peers' retention floors are asked at the same time (one round trip, not two).
+        floors = (
+            self.floor_pre_online(peers) if self.floor_pre_online is not None else asyncio.sleep(0)
+        )
+        snapshots, _ = await asyncio.gather(
+            asyncio.gather(*(self._fetch(a) for a in peers)), floors
+        )
         for snapshot in snapshots:
             if snapshot is not None and self._offsets.merge_newer(snapshot):
                 log.info(
