@@ -68,7 +68,8 @@ import org.apache.rocketmq.remoting.RPCHook;
  *             [spread_ms=S] [stop=FILE] [size=1024] [run=ID]   sync sends of scheduled messages
  *             (setDelayTimeLevel, setDeliverTimeMs, setDelayTimeSec, setDelayTimeMs; the delay
  *             is delay_ms + i*spread_ms/count, or + (i%100)*spread_ms/100 without count) until
- *             count or the stop file, R a second at most; a line per SEND_OK to acks: bodyId,
+ *             count or the stop file, R a second at most (kind=deliver with at_ms=T: message i is
+ *             due at T + i*spread_ms/count instead); a line per SEND_OK to acks: bodyId,
  *             msgId, sentAtMs (before the send), ackAtMs, the delay asked (ms; the level's
  *             number for kind=level) and deliverAtMs (kind=deliver, else -1), flushed
  *   backoff   out=FILE count=N until=R idle_s=S   a push consumer that answers RECONSUME_LATER
@@ -492,6 +493,7 @@ public class StockClient {
         int count = intOpt("count", 0), size = intOpt("size", 1024), rate = intOpt("rate", 0);
         long delayMs = Long.parseLong(opt("delay_ms", "5000")), spreadMs = Long.parseLong(opt("spread_ms", "0"));
         int level = intOpt("level", 3);
+        long atMs = Long.parseLong(opt("at_ms", "0"));
         Path stop = Paths.get(opt("stop", "/nonexistent-stop-file"));
         DefaultMQProducer p = producer("");
         long seq = 0, ok = 0, start = System.nanoTime();
@@ -506,7 +508,11 @@ public class StockClient {
                 long sentAt = System.currentTimeMillis(), deliverAt = -1, asked = delay;
                 switch (kind) {
                     case "level": m.setDelayTimeLevel(level); asked = level; break;
-                    case "deliver": deliverAt = sentAt + delay; m.setDeliverTimeMs(deliverAt); break;
+                    case "deliver":
+                        deliverAt = atMs > 0 && count > 0 ? atMs + (seq - 1) * spreadMs / count : sentAt + delay;
+                        m.setDeliverTimeMs(deliverAt);
+                        asked = deliverAt - sentAt;
+                        break;
                     case "sec": m.setDelayTimeSec(delay / 1000); asked = delay / 1000 * 1000; break;
                     case "ms": m.setDelayTimeMs(delay); break;
                     default: throw new IllegalArgumentException("unknown delayed kind '" + kind + "'");
