@@ -68,6 +68,15 @@ def wait_reason(env: OperatorEnv, group: str, reason: str) -> tuple[str, str, st
     return wait_for(f"bg/{group} StorageResized {reason}", probe, 60)
 
 
+def wait_event(env: OperatorEnv, reason: str, message: str) -> None:
+    """kopf posts Events after the pass that decided them."""
+    wait_for(
+        f"Event {reason}: {message}",
+        lambda: (reason, message) in env.group_events("orders"),
+        30,
+    )
+
+
 def resize_as_csi(env: OperatorEnv, claim: Any, capacity: str, pending_fs: bool) -> None:
     """What an external resizer and the kubelet write: the PV's capacity, then the
     claim's status (capacity once the filesystem grew, else FileSystemResizePending)."""
@@ -134,7 +143,7 @@ def test_raising_storage_size_grows_the_volumes(k8s_cluster: K8sCluster, tmp_pat
             assert wait_reason(env, "orders", "Resized") == (
                 "True", "Resized", "3 data volume(s) hold 2Gi"
             )  # fmt: skip
-            assert ("VolumesResized", "3 data volume(s) hold 2Gi") in env.group_events("orders")
+            wait_event(env, "VolumesResized", "3 data volume(s) hold 2Gi")
 
             env.patch_group("orders", {"spec": {"storage": {"size": "1Gi"}}})
             _, _, message = wait_reason(env, "orders", "ShrinkRefused")
@@ -143,7 +152,7 @@ def test_raising_storage_size_grows_the_volumes(k8s_cluster: K8sCluster, tmp_pat
                 "2Gi, data-orders-1 requests 2Gi, data-orders-2 requests 2Gi): volumes cannot "
                 "shrink"
             )
-            assert ("ShrinkRefused", message) in env.group_events("orders")
+            wait_event(env, "ShrinkRefused", message)
             assert requests(env, "orders") == dict.fromkeys(names, "2Gi")
             env.wait_available("orders", 3)
         finally:
@@ -163,7 +172,7 @@ def test_a_class_without_expansion_says_why(k8s_cluster: K8sCluster, tmp_path: P
                 f"cannot grow the volumes to 2Gi: data-orders-0's '{fixed}' has no "
                 "allowVolumeExpansion: true (the StorageClass does not allow volume expansion)",
             )
-            assert ("StorageClassNotExpandable", message) in env.group_events("orders")
+            wait_event(env, "StorageClassNotExpandable", message)
             assert requests(env, "orders") == {"data-orders-0": "1Gi"}
             env.wait_available("orders", 1)
         finally:
