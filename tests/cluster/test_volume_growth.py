@@ -126,10 +126,11 @@ def test_raising_storage_size_grows_the_volumes(k8s_cluster: K8sCluster, tmp_pat
             sts = env.apps.read_namespaced_stateful_set("orders", env.namespace)
             (template,) = sts.spec.volume_claim_templates
             assert template.spec.resources.requests["storage"] == "1Gi"  # immutable, kept
-            assert (
+            wait_event(
+                env,
                 "VolumeExpansion",
                 "growing data-orders-0 1Gi → 2Gi, data-orders-1 1Gi → 2Gi, data-orders-2 1Gi → 2Gi",
-            ) in env.group_events("orders")
+            )
 
             live = claims(env, "orders")
             resize_as_csi(env, live["data-orders-0"], "2Gi", pending_fs=True)
