@@ -158,6 +158,13 @@ async def test_a_delay_level_waits_its_delay_then_reaches_its_real_queue(port: P
     # The progress is a consumer offset of the system group: a new term starts after it.
     offsets = port.store.consumer_offsets
     assert offsets.get("CID_RMQ_SYS_SCHEDULE", SCHEDULE_TOPIC, 2) == 1
+    # An idle service does not rewrite the offsets (and the slaves' copies) every tick.
+    service.step()
+    version = offsets.version
+    for _ in range(5):
+        clock.now += 1_000
+        service.step()
+    assert offsets.version == version
     clock.now += 60_000
     again = _service(port, clock)
     for _ in range(3):

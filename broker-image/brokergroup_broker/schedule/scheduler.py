@@ -85,6 +85,9 @@ class QueueSchedule:
             self._set_done(offset)
         #: Entries skipped because they were covered by the saved progress (a restart).
         self.skipped = 0
+        #: Entries delivered by this instance (a checkpoint with none since the last one
+        #: need not be saved: the saved one still holds).
+        self.delivered_count = 0
 
     # -- reading the queue ------------------------------------------------------------------
     def ingest(self, offset: int, due_ms: int) -> bool:
@@ -130,6 +133,7 @@ class QueueSchedule:
     def delivered(self, entry: int) -> None:
         self._in_flight.remove(entry)
         self._set_done(offset_of(entry))
+        self.delivered_count += 1
 
     def retry(self, entry: int) -> None:
         """The put failed: the entry is pending again (due already, so next in line)."""

@@ -113,6 +113,7 @@ class ScheduleService:
         self._term: int | None = None
         self._queues: dict[QueueKey, QueueSchedule] = {}
         self._saved: dict[QueueKey, Progress] = {}
+        self._saved_delivered: dict[QueueKey, int] = {}
         #: A delay-level queue's first unread entry's due time (read no further before it).
         self._head_due: dict[QueueKey, int] = {}
         self._pause_until_ms = 0
@@ -165,6 +166,7 @@ class ScheduleService:
             progress = Progress(low, scan, watermark)
             self._queues[(topic, queue_id)] = QueueSchedule(progress)
             self._saved[(topic, queue_id)] = progress
+            self._saved_delivered[(topic, queue_id)] = 0
         log.info("schedule: delivering as master at masterEpoch %d", term)
 
     # -- reading ----------------------------------------------------------------------------
@@ -292,9 +294,15 @@ class ScheduleService:
     def _checkpoint(self, now: int) -> None:
         offsets = self._store.consumer_offsets
         for (topic, queue_id), queue in self._queues.items():
+            key = (topic, queue_id)
             progress = queue.checkpoint(now)
-            saved = self._saved.get((topic, queue_id))
+            saved = self._saved.get(key)
             if progress == saved:
+                continue
+            moved = saved is None or (progress.low, progress.scan) != (saved.low, saved.scan)
+            if not moved and queue.delivered_count == self._saved_delivered.get(key, 0):
+                # Only the watermark moved, over no delivery: the saved progress still holds,
+                # and an idle broker does not rewrite its offsets every tick.
                 continue
             try:
                 # One loop step: a peer's snapshot holds all three or none of them.
@@ -304,7 +312,8 @@ class ScheduleService:
             except ConsumerOffsetsFull as exc:
                 log.error("schedule: progress of %s queue %d not saved: %s", topic, queue_id, exc)
                 continue
-            self._saved[(topic, queue_id)] = progress
+            self._saved[key] = progress
+            self._saved_delivered[key] = queue.delivered_count
 
     # -- what the send path and /v1/status ask ----------------------------------------------
     def timers_pending(self) -> int:
