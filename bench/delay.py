@@ -70,6 +70,8 @@ def receipts_of(path: Path) -> dict[str, list[int]]:
 
 def run_side(side: Any, args: argparse.Namespace, work: Path) -> dict[str, Any]:
     client: StockClient = side.start()
+    if isinstance(side, RocketMQSide):
+        side.group.create_topic(TOPIC, 4)  # brokergroup's local runtime creates on first send
     follow_out, stop = work / "follow.tsv", work / "stop"
     client.run("send", kind="sync", topic=TOPIC, count=1, run="warm", size=BODY_BYTES)
     follower = client.start(
