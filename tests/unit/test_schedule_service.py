@@ -125,7 +125,8 @@ def test_a_real_queue_the_topic_lacks_goes_to_any_queue(store: MessageStore) -> 
 def test_a_new_term_starts_from_the_saved_progress(store: MessageStore) -> None:
     for i, key in enumerate(["a", "b", "c", "d"]):
         _timer(store, key, [1_000, 3_000, 2_000, 9_000][i])
-    produce, clock, term = Produce(), Clock(2_500), [1]
+    produce, clock = Produce(), Clock(2_500)
+    term: list[int | None] = [1]
     service = _service(store, produce, clock, term)
     service.step()
     assert produce.keys() == ["a", "c"]
