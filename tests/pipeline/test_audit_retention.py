@@ -25,7 +25,6 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
-from brokergroup_audit.checks import FindingKind
 from brokergroup_audit.inputs import acknowledged
 from brokergroup_audit.job import run_audit
 from tests.unit.retention_stores import GROUP, SEG, Master, build_master, replica, retire
@@ -52,7 +51,8 @@ def test_expired_acknowledgements_and_what_each_replica_deleted(
     acks = acknowledged(master.acks, [GROUP])
     expired = [a for a in acks if a["physicalOffset"] < 2 * SEG]
     result = run_audit(spark, str(root), acks=acks)
-    assert [f.kind for f in result.findings] == [FindingKind.EXPIRED]
+    # (By value: the audit before this change had no EXPIRED and said ACKED_MISSING.)
+    assert [f.kind.value for f in result.findings] == ["EXPIRED"]
     (f,) = result.findings
     assert (f.group, f.broker_id, f.physical_offset) == (GROUP, None, 0)
     assert f.detail == (
@@ -116,9 +116,9 @@ def test_expired_acknowledgements_and_what_each_replica_deleted(
 def test_an_ack_below_the_references_log_is_judged_on_the_replica_that_holds_it(
     spark: SparkSession, tmp_path: Path
 ) -> None:
-    # Broker 1 (the reference here: broker 3 is behind, broker 2 holds the longest log
-    # but broker 1 is the lowest id of the two with the longest log) ... so make broker 1
-    # delete more than broker 3: acknowledgements in [3 SEG, 4 SEG) are broker 3's to answer.
+    # Broker 1 is the reference (the longest log, with broker 2, and the lower id) and
+    # deleted 4 segments; broker 3 (a slave one segment behind) deleted only 3, so the
+    # acknowledgements in [3 SEG, 4 SEG) are broker 3's to answer.
     master = build_master(tmp_path / "master", 5)
     root = tmp_path / "stores"
     for b, k, late in ((1, 4, False), (2, 5, False), (3, 3, True)):
@@ -127,13 +127,13 @@ def test_an_ack_below_the_references_log_is_judged_on_the_replica_that_holds_it(
     held_by_3 = [a for a in acks if 3 * SEG <= a["physicalOffset"] < 4 * SEG]
     wrong = dict(held_by_3[1], bodyCrc=held_by_3[1]["bodyCrc"] ^ 1)
     result = run_audit(spark, str(root), acks=[wrong if a is held_by_3[1] else a for a in acks])
+    assert [(f.kind.value, f.broker_id, f.physical_offset) for f in result.findings] == [
+        ("ACKED_MISSING", 3, wrong["physicalOffset"]),
+        ("EXPIRED", None, 0),
+    ]
     s = result.summary
     assert s["retention"][0]["holders"] == [
         {"brokerId": 3, "fromOffset": 3 * SEG, "toOffset": 4 * SEG},
         {"brokerId": 1, "fromOffset": 4 * SEG, "toOffset": None},
     ]
     assert s["expiredAcknowledged"] == len([a for a in acks if a["physicalOffset"] < 3 * SEG])
-    assert [(f.kind, f.broker_id, f.physical_offset) for f in result.findings] == [
-        (FindingKind.ACKED_MISSING, 3, wrong["physicalOffset"]),
-        (FindingKind.EXPIRED, None, 0),
-    ]
