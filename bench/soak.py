@@ -512,7 +512,18 @@ def plot(result: dict[str, Any], path: Path) -> None:
     )
     top.set_ylabel("MiB on disk")
     top.set_xlabel("minutes")
-    top.legend()
+    top.legend(loc="upper left")
+    # The bytes a retention window holds follow the producer's rate: show it beside them.
+    rate = top.twinx()
+    pairs = list(zip(phase["samples"], phase["samples"][1:], strict=False))
+    rate.plot(
+        [b["t"] / 60 for _, b in pairs],
+        [(b["acked"] - a["acked"]) / max(b["t"] - a["t"], 1e-3) for a, b in pairs],
+        color="grey", linewidth=0.8, alpha=0.6, label="acknowledged msg/s",
+    )  # fmt: skip
+    rate.set_ylabel("acknowledged msg/s")
+    rate.set_ylim(bottom=0)
+    rate.legend(loc="lower right")
     if "pressure" in result:
         p = result["pressure"]
         pts = [s["t"] / 60 for s in p["samples"]]
@@ -554,7 +565,11 @@ def main() -> int:
     ap.add_argument("--dir", type=Path, default=None)
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--replot", type=Path, default=None, help="redraw soak.png from a soak.json")
     args = ap.parse_args()
+    if args.replot is not None:
+        plot(json.loads(args.replot.read_text()), RESULTS_DIR / "soak.png")
+        return 0
     if args.minutes is None:
         args.minutes = 4.0 if args.quick else 30.0
     if args.pressure_minutes is None:
