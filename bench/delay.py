@@ -146,6 +146,7 @@ def main() -> int:
         print(reason, file=sys.stderr)
         return 2
     root = args.dir or Path(tempfile.mkdtemp(prefix="bench-delay-"))
+    root.mkdir(parents=True, exist_ok=True)
     loopback = loopback_tcp_ceiling()
     disk = measure_disk_ceiling(root, seq_total_bytes=32 << 20, small_ops=300)
     log(f"ceiling: loopback {loopback.to_json()}, disk {disk.as_dict()}")
