@@ -30,19 +30,14 @@ import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
-import aiohttp
 import pytest
 
-from brokergroup_broker.core import role as roles
 from brokergroup_broker.core.broker import Broker
 from brokergroup_broker.core.broker_settings import (
     BrokerSettings,
-    mono_ms,
     remoting_auth_of,
-    store_config_of,
 )
 from brokergroup_broker.core.config import BrokerConfig
-from brokergroup_broker.core.controller_link import ControllerLink
 from brokergroup_broker.protocol.messages import ProduceMessage
 from brokergroup_broker.remoting_front import FrontSettings, RemotingFront, RemotingFrontServer
 from brokergroup_broker.remoting_front import topics as topics_module
@@ -51,13 +46,12 @@ from brokergroup_broker.remoting_front.namesrv_link import (
     register_body,
     register_fields,
 )
-from brokergroup_broker.store import MessageStore
-from brokergroup_controller.client import ControllerClient
 from brokergroup_controller.credentials import Role, derive_rocketmq_pair
 from brokergroup_controller.namesrv.server import NameServer
 from brokergroup_remoting import RemotingCommand, RequestCode, ResponseCode
 from brokergroup_remoting.command import request
 from brokergroup_remoting.net import Credentials, RemotingClient, ServerAuth
+from tests.unit.confirmed_master import confirmed_master
 
 ACCESS_KEY, SECRET_KEY = "brokerAK01", "brokerSecret-0123"
 TOPIC = "TopicA"
@@ -99,19 +93,9 @@ async def make_port(tmp_path: Path) -> AsyncIterator[Callable[..., Awaitable[Por
     """A registered broker 1, confirmed master of SyncStateSet {1}, with its remoting port
     (signed with `auth`, default one test pair) on an injected clock."""
     config = BrokerConfig()
-    settings = BrokerSettings("C", "broker-a", tmp_path, ("127.0.0.1:1",), None,
-                              "127.0.0.1", "127.0.0.1", client_port=-1)  # fmt: skip
-    controller = ControllerLink(ControllerClient(["127.0.0.1:1"]), "C", "broker-a")
-    broker = Broker(settings, config, controller)
-    broker.store = store = MessageStore.open(tmp_path / "store", store_config_of(config))
     servers: list[RemotingFrontServer] = []
-    async with aiohttp.ClientSession() as http:
-        parts = broker._wire(1, store, http)
-        become_master = roles.BecomeMaster(1, frozenset({1}), 1)
-        store.epoch_file.begin_epoch(1, store.max_offset)  # as RoleTransitions does
-        await parts.replication.start_master(become_master, store.max_offset, 0)
-        broker.role.carried_out(become_master)
-        broker.lease.renew(mono_ms())
+    async with confirmed_master(tmp_path, config) as m:
+        broker, parts = m.broker, m.parts
 
         async def make(auth: ServerAuth | None = None) -> Port:
             clock = Clock()
@@ -128,9 +112,6 @@ async def make_port(tmp_path: Path) -> AsyncIterator[Callable[..., Awaitable[Por
         yield make
         for server in servers:
             await server.close()
-        await parts.replication.stop()
-    store.close()
-    await controller.close()
 
 
 def heartbeat(client_id: str, *groups: str) -> RemotingCommand:

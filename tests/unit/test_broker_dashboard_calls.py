@@ -23,17 +23,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from brokergroup_broker.broker_stats import BrokerStats
-from brokergroup_broker.core import role as roles
 from brokergroup_broker.core.broker import Broker
-from brokergroup_broker.core.broker_settings import BrokerSettings, mono_ms, store_config_of
-from brokergroup_broker.core.config import BrokerConfig
-from brokergroup_broker.core.controller_link import ControllerLink
 from brokergroup_broker.protocol.messages import ProduceMessage
 from brokergroup_broker.remoting_front import (
     FrontSettings,
@@ -52,12 +47,11 @@ from brokergroup_broker.remoting_front.clients import (
     ProducerGroups,
 )
 from brokergroup_broker.remoting_front.consumers import consumer_data_of
-from brokergroup_broker.store import MessageStore
-from brokergroup_controller.client import ControllerClient
 from brokergroup_remoting import LanguageCode, RemotingCommand, RequestCode, ResponseCode
 from brokergroup_remoting.command import request, response_to
 from brokergroup_remoting.fields import BadField
 from brokergroup_remoting.net import Connection, Credentials, Handler, RemotingClient, ServerAuth
+from tests.unit.confirmed_master import confirmed_master
 from tests.unit.conftest import eventually
 
 ACCESS_KEY, SECRET_KEY = "brokerAK01", "brokerSecret-0123"
@@ -279,22 +273,10 @@ class Port:
 async def make_port(tmp_path: Path) -> AsyncIterator[Callable[[], Awaitable[Port]]]:
     """A registered broker 1, confirmed master of SyncStateSet {1}, its remoting port, the
     front and the broker's counters on one fake clock."""
-    config = BrokerConfig()
-    settings_ = BrokerSettings("C", "broker-a", tmp_path, ("127.0.0.1:1",), None,
-                               "127.0.0.1", "127.0.0.1", client_port=-1)  # fmt: skip
-    controller = ControllerLink(ControllerClient(["127.0.0.1:1"]), "C", "broker-a")
-    broker = Broker(settings_, config, controller)
     clock = Clock()
-    broker.stats = BrokerStats(clock, cluster_name="C")
-    broker.store = store = MessageStore.open(tmp_path / "store", store_config_of(config))
     servers: list[RemotingFrontServer] = []
-    async with aiohttp.ClientSession() as http:
-        parts = broker._wire(1, store, http)
-        become_master = roles.BecomeMaster(1, frozenset({1}), 1)
-        store.epoch_file.begin_epoch(1, store.max_offset)
-        await parts.replication.start_master(become_master, store.max_offset, 0)
-        broker.role.carried_out(become_master)
-        broker.lease.renew(mono_ms())
+    async with confirmed_master(tmp_path, stats=BrokerStats(clock, cluster_name="C")) as m:
+        broker, parts = m.broker, m.parts
 
         async def make() -> Port:
             front = RemotingFront(
@@ -309,9 +291,6 @@ async def make_port(tmp_path: Path) -> AsyncIterator[Callable[[], Awaitable[Port
         yield make
         for server in servers:
             await server.close()
-        await parts.replication.stop()
-    store.close()
-    await controller.close()
 
 
 def heartbeat(client_id: str, consumers: list[dict[str, Any]],

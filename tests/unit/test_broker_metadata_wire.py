@@ -25,26 +25,21 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import aiohttp
 import pytest
 
-from brokergroup_broker.core import role as roles
 from brokergroup_broker.core.broker import Broker
-from brokergroup_broker.core.broker_settings import BrokerSettings, mono_ms, store_config_of
 from brokergroup_broker.core.config import BrokerConfig
-from brokergroup_broker.core.controller_link import ControllerLink
 from brokergroup_broker.core.remoting_keys import admin_refusal
 from brokergroup_broker.metadata import BrokerMetadata
 from brokergroup_broker.protocol.messages import ProduceMessage
 from brokergroup_broker.remoting_front import FrontSettings, RemotingFront, RemotingFrontServer
-from brokergroup_broker.store import MessageStore
-from brokergroup_controller.client import ControllerClient
 from brokergroup_controller.credentials import RocketMQKeyPair, RocketMQKeys, Role
 from brokergroup_controller.namesrv.serve import broker_group_of, name_server_auth
 from brokergroup_controller.namesrv.server import NameServer
 from brokergroup_remoting import RemotingCommand, RequestCode, ResponseCode
 from brokergroup_remoting.command import request
 from brokergroup_remoting.net import Credentials, RemotingClient, ServerAuth
+from tests.unit.confirmed_master import confirmed_master
 from tests.unit.test_namesrv_server import GOOD, ROOT, Groups, _pair, json_body, register_fields
 
 ACCESS_KEY, SECRET_KEY = "brokerAK01", "brokerSecret-0123"
@@ -65,18 +60,8 @@ class Port:
 async def port(tmp_path: Path) -> AsyncIterator[Port]:
     """Broker 1, confirmed master of {1}, its remoting port over its own metadata."""
     config = BrokerConfig()
-    settings = BrokerSettings("C", "broker-a", tmp_path, ("127.0.0.1:1",), None,
-                              "127.0.0.1", "127.0.0.1", client_port=-1)  # fmt: skip
-    controller = ControllerLink(ControllerClient(["127.0.0.1:1"]), "C", "broker-a")
-    broker = Broker(settings, config, controller)
-    broker.store = store = MessageStore.open(tmp_path / "store", store_config_of(config))
-    async with aiohttp.ClientSession() as http:
-        parts = broker._wire(1, store, http)
-        become_master = roles.BecomeMaster(1, frozenset({1}), 1)
-        store.epoch_file.begin_epoch(1, store.max_offset)
-        await parts.replication.start_master(become_master, store.max_offset, 0)
-        broker.role.carried_out(become_master)
-        broker.lease.renew(mono_ms())
+    async with confirmed_master(tmp_path, config) as m:
+        broker, parts = m.broker, m.parts
         front = RemotingFront(
             parts.produce,
             FrontSettings("C", "broker-a", ("127.0.0.1", 10911), False),
@@ -90,9 +75,6 @@ async def port(tmp_path: Path) -> AsyncIterator[Port]:
         yield Port(broker, server, client, tmp_path)
         await client.close()
         await server.close()
-        await parts.replication.stop()
-    store.close()
-    await controller.close()
 
 
 #: CreateTopicRequestHeader as mqadmin updateTopic -r 3 -w 3 -p 4 -o true sends it.

@@ -26,19 +26,16 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from brokergroup_broker.core import role as roles
 from brokergroup_broker.core.broker import Broker
-from brokergroup_broker.core.broker_settings import BrokerSettings, mono_ms, store_config_of
 from brokergroup_broker.core.config import BrokerConfig
-from brokergroup_broker.core.controller_link import ControllerLink
 from brokergroup_broker.core.retention_service import RetentionService
 from brokergroup_broker.protocol.messages import ProduceMessage
 from brokergroup_broker.remoting_front import FrontSettings, RemotingFront, RemotingFrontServer
 from brokergroup_broker.store import MessageStore
-from brokergroup_controller.client import ControllerClient
 from brokergroup_remoting import RemotingCommand, RequestCode, ResponseCode
 from brokergroup_remoting.command import request
 from brokergroup_remoting.net import Credentials, RemotingClient, ServerAuth
+from tests.unit.confirmed_master import confirmed_master
 from tests.unit.conftest import Clock
 
 ACCESS_KEY, SECRET_KEY = "brokerAK01", "brokerSecret-0123"
@@ -82,19 +79,9 @@ def min_offset(queue_id: int) -> RemotingCommand:
 @pytest.fixture
 async def master(tmp_path: Path) -> AsyncIterator[Master]:
     config = BrokerConfig(mapped_file_size_commit_log=SEG, file_reserved_time=0.5)
-    settings = BrokerSettings("C", "broker-a", tmp_path, ("127.0.0.1:1",), None,
-                              "127.0.0.1", "127.0.0.1", client_port=-1)  # fmt: skip
-    controller = ControllerLink(ControllerClient(["127.0.0.1:1"]), "C", "broker-a")
-    broker = Broker(settings, config, controller)
-    broker.store = store = MessageStore.open(tmp_path / "store", store_config_of(config))
     clock = Clock(1_800_000_000_000)
-    async with aiohttp.ClientSession() as http:
-        parts = broker._wire(1, store, http)
-        become_master = roles.BecomeMaster(1, frozenset({1}), 1)
-        store.epoch_file.begin_epoch(1, store.max_offset)
-        await parts.replication.start_master(become_master, store.max_offset, 0)
-        broker.role.carried_out(become_master)
-        broker.lease.renew(mono_ms())
+    async with confirmed_master(tmp_path, config) as m:
+        broker, store, parts = m.broker, m.store, m.parts
         front = RemotingFront(
             parts.produce, FrontSettings("C", "broker-a", ("127.0.0.1", 10911), True)
         )
@@ -111,9 +98,6 @@ async def master(tmp_path: Path) -> AsyncIterator[Master]:
         yield Master(broker, store, client, clock, service)
         await client.close()
         await server.close()
-        await parts.replication.stop()
-    store.close()
-    await controller.close()
 
 
 async def test_deleted_segments_answer_pull_offset_moved_with_the_new_begin(

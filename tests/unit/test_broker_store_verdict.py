@@ -20,17 +20,13 @@ import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import aiohttp
 import pytest
 
-from brokergroup_broker.core import role as roles
 from brokergroup_broker.core.broker import Broker
-from brokergroup_broker.core.broker_settings import BrokerSettings, mono_ms, store_config_of
 from brokergroup_broker.core.config import BrokerConfig
-from brokergroup_broker.core.controller_link import ControllerLink
 from brokergroup_broker.protocol.messages import BrokerError, ProduceMessage, ResponseCode
-from brokergroup_broker.store import MessageStore, health
-from brokergroup_controller.client import ControllerClient
+from brokergroup_broker.store import health
+from tests.unit.confirmed_master import confirmed_master
 
 DISK_FULL_RATIO = 0.5
 
@@ -44,23 +40,8 @@ async def master(tmp_path: Path) -> AsyncIterator[Broker]:
     """A registered broker 1, confirmed master of SyncStateSet {1}, lease valid."""
     # A ratio set to the disk's own usage: forced cleaning off (it must start below it).
     config = BrokerConfig(disk_full_ratio=DISK_FULL_RATIO, clean_file_forcibly_enable=False)
-    # client_port -1: the HA master (client port + 1) listens on any free port.
-    settings = BrokerSettings("C", "broker-a", tmp_path, ("127.0.0.1:1",), None,
-                              "127.0.0.1", "127.0.0.1", client_port=-1)  # fmt: skip
-    controller = ControllerLink(ControllerClient(["127.0.0.1:1"]), "C", "broker-a")
-    broker = Broker(settings, config, controller)
-    broker.store = store = MessageStore.open(tmp_path / "store", store_config_of(config))
-    async with aiohttp.ClientSession() as http:
-        parts = broker._wire(1, store, http)
-        become_master = roles.BecomeMaster(1, frozenset({1}), 1)
-        store.epoch_file.begin_epoch(1, store.max_offset)  # as RoleTransitions does
-        await parts.replication.start_master(become_master, store.max_offset, 0)
-        broker.role.carried_out(become_master)
-        broker.lease.renew(mono_ms())
-        yield broker
-        await parts.replication.stop()
-    store.close()
-    await controller.close()
+    async with confirmed_master(tmp_path, config) as m:
+        yield m.broker
 
 
 async def verdicts(broker: Broker) -> tuple[bool, bool, bool]:
