@@ -26,9 +26,8 @@ import aiohttp
 from brokergroup_broker.core import role as roles
 from brokergroup_broker.core.broker_settings import (
     CONSUMER_OFFSET_SYNC_MS,
-    PEER_HTTP_TIMEOUT_S,
-    http_address_of,
 )
+from brokergroup_broker.core.peer_http import peer_json
 from brokergroup_broker.core.role_core import RoleCore
 from brokergroup_broker.metadata import BrokerMetadata, GroupTable, MetadataError, TopicTable
 from brokergroup_controller.api import ReplicaInfo
@@ -102,15 +101,11 @@ class PeerMetadata:
             await self.sync_once()
 
     async def _fetch(self, client_address: str) -> tuple[TopicTable, GroupTable] | None:
-        url = f"http://{http_address_of(client_address)}{METADATA_PATH}"
+        body = await peer_json(self._session, client_address, METADATA_PATH)
+        if body is None:
+            return None
         try:
-            async with self._session.get(
-                url, timeout=aiohttp.ClientTimeout(total=PEER_HTTP_TIMEOUT_S)
-            ) as response:
-                if response.status != 200:
-                    return None
-                return self._metadata.parse_snapshot(await response.json())
-        except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
-            # ValueError includes BadMetadata: a peer's bad document is not taken.
+            return self._metadata.parse_snapshot(body)
+        except ValueError as exc:  # BadMetadata: a peer's bad document is not taken
             log.debug("metadata from %s: %s", client_address, exc)
             return None

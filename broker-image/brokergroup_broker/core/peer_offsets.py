@@ -15,9 +15,8 @@ import aiohttp
 from brokergroup_broker.core import role as roles
 from brokergroup_broker.core.broker_settings import (
     CONSUMER_OFFSET_SYNC_MS,
-    PEER_HTTP_TIMEOUT_S,
-    http_address_of,
 )
+from brokergroup_broker.core.peer_http import peer_json
 from brokergroup_broker.core.peer_metadata import PeerMetadata
 from brokergroup_broker.core.role_core import RoleCore
 from brokergroup_broker.store.consumer_offsets import ConsumerOffsetSnapshot, ConsumerOffsetStore
@@ -84,14 +83,11 @@ class PeerOffsets:
                     await self._metadata.sync_once()
 
     async def _fetch(self, client_address: str) -> ConsumerOffsetSnapshot | None:
-        url = f"http://{http_address_of(client_address)}/v1/consumer-offsets"
+        body = await peer_json(self._session, client_address, "/v1/consumer-offsets")
+        if body is None:
+            return None
         try:
-            async with self._session.get(
-                url, timeout=aiohttp.ClientTimeout(total=PEER_HTTP_TIMEOUT_S)
-            ) as response:
-                if response.status != 200:
-                    return None
-                return ConsumerOffsetSnapshot.from_json(await response.json())
-        except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
+            return ConsumerOffsetSnapshot.from_json(body)
+        except ValueError as exc:
             log.debug("consumer offsets from %s: %s", client_address, exc)
             return None

@@ -23,11 +23,10 @@ import aiohttp
 from brokergroup_broker.core import role as roles
 from brokergroup_broker.core.broker_settings import (
     CONSUMER_OFFSET_SYNC_MS,
-    PEER_HTTP_TIMEOUT_S,
-    http_address_of,
     wall_ms,
 )
 from brokergroup_broker.core.config import BrokerConfig
+from brokergroup_broker.core.peer_http import peer_json
 from brokergroup_broker.core.role_core import RoleCore
 from brokergroup_broker.store import MessageStore, StoreError
 from brokergroup_broker.store.retention import SegmentRemoved
@@ -143,17 +142,7 @@ class RetentionService:
     async def _fetch_floor(self, client_address: str) -> int | None:
         if self._session is None:
             return None
-        url = f"http://{http_address_of(client_address)}/v1/status"
-        try:
-            async with self._session.get(
-                url, timeout=aiohttp.ClientTimeout(total=PEER_HTTP_TIMEOUT_S)
-            ) as response:
-                if response.status != 200:
-                    return None
-                body: Any = await response.json()
-        except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
-            log.debug("retention floor from %s: %s", client_address, exc)
-            return None
+        body: Any = await peer_json(self._session, client_address, "/v1/status")
         value = body.get("retentionFloor") if isinstance(body, dict) else None
         return value if isinstance(value, int) and not isinstance(value, bool) else None
 
