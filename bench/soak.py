@@ -41,7 +41,6 @@ import sys
 import tempfile
 import time
 import zlib
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,6 +56,7 @@ from _common import (  # noqa: E402
     summarize,
     write_result,
 )
+from rocketmq_client import log, wait_for  # noqa: E402
 from stock_client import StockClient, missing  # noqa: E402
 
 TOPIC = "SoakTopic"
@@ -66,20 +66,6 @@ BROKER_HTTP_PORT = 10913
 HEALTHY_TIMEOUT_S = 240.0
 FAILOVER_TIMEOUT_S = 120.0
 ALL_HOURS = ";".join(f"{h:02d}" for h in range(24))
-
-
-def log(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
-
-
-def wait_for(check: Callable[[], Any], timeout_s: float, what: str, poll_s: float = 0.2) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(poll_s)
-    raise TimeoutError(f"timed out after {timeout_s:.0f} s waiting for {what}")
 
 
 def disk_bytes(path: Path) -> int:
