@@ -78,6 +78,8 @@ def stable_view(cmd: RemotingCommand) -> dict[str, Any]:
     if cmd.code == 34:  # HEART_BEAT: HeartbeatData JSON, its sets in HashSet order
         data = json.loads(cmd.body)
         data["producerDataSet"] = sorted(p["groupName"] for p in data["producerDataSet"])
+        # clientID is "<the client's IP>@<instance>": the recording machine's address.
+        data["clientID"] = "<client ip>@" + str(data["clientID"]).partition("@")[2]
         body = data
     elif cmd.code == 320:  # SEND_BATCH_MESSAGE: every message carries its own UNIQ_KEY
         body = "<batch of encoded messages>"

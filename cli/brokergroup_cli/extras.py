@@ -75,7 +75,8 @@ def missing_for(
 def advice(command: str, missing: Mapping[str, list[str]]) -> str:
     """The one line a person acts on: what is missing and the extra that brings it."""
     extras = ",".join(missing)
-    absent = ", ".join(d for ds in missing.values() for d in ds)
+    # Two extras may name one distribution (prometheus-client: controller and broker).
+    absent = ", ".join(dict.fromkeys(d for ds in missing.values() for d in ds))
     return (
         f"brokergroup {command}: {absent} not installed; "
         f"install brokergroup[{extras}] (pip install 'brokergroup[{extras}]')"

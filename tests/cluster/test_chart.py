@@ -61,6 +61,8 @@ EXPECTED_RULES = [
         "resources": ["statefulsets"],
         "verbs": ["get", "list", "watch", "create", "patch", "delete"],
     },
+    # Volumes that grow: the operator patches its groups' data PVCs (docs/kubernetes.md).
+    {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": ["get", "list", "patch"]},
     {
         "apiGroups": ["policy"],
         "resources": ["poddisruptionbudgets"],
@@ -79,6 +81,7 @@ CLUSTER_ONLY_RULES = [
     {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
      "verbs": ["list", "watch"]},
     {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]},
+    {"apiGroups": ["storage.k8s.io"], "resources": ["storageclasses"], "verbs": ["get"]},
 ]  # fmt: skip
 
 

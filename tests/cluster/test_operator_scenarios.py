@@ -133,6 +133,7 @@ def test_group_comes_up_with_one_master(env: OperatorEnv) -> None:
         "Available",
         "Progressing",
         "Degraded",
+        "StorageResized",
     ]
     owned = {
         (o.kind, o.name)

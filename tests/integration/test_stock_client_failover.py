@@ -75,7 +75,7 @@ def acked_in_send_order(acks: Path) -> dict[int, list[int]]:
     (one sending thread, so a queue's later send must sit at a later offset)."""
     by_queue: dict[int, list[int]] = {}
     for line in acks.read_text().splitlines():
-        _, _, _, queue_id, offset = line.split("\t")
+        _, _, _, queue_id, offset = line.split("\t")[:5]  # failover acks add two columns
         by_queue.setdefault(int(queue_id), []).append(int(offset))
     return by_queue
 
