@@ -31,7 +31,7 @@ from brokergroup_broker.core.broker import Broker
 from brokergroup_broker.core.config import BrokerConfig
 from brokergroup_broker.core.remoting_keys import admin_refusal
 from brokergroup_broker.metadata import BrokerMetadata
-from brokergroup_broker.protocol.messages import ProduceMessage
+from brokergroup_broker.protocol.messages import BrokerError, ProduceMessage
 from brokergroup_broker.remoting_front import FrontSettings, RemotingFront, RemotingFrontServer
 from brokergroup_controller.credentials import RocketMQKeyPair, RocketMQKeys, Role
 from brokergroup_controller.namesrv.serve import broker_group_of, name_server_auth
@@ -213,3 +213,25 @@ async def test_a_broker_pair_deletes_its_own_groups_topic_from_the_name_server()
         for client in clients:
             await client.close()
         await server.close()
+
+
+async def test_sends_spread_over_the_topics_configured_write_queues(port: Port) -> None:
+    # defaultTopicQueueNums is 4; mqadmin updateTopic -r 8 -w 6 asks for more and fewer.
+    wide = {**CREATE, "readQueueNums": "8", "writeQueueNums": "6", "perm": "6", "order": "false"}
+    answer = await port.ask(request(RequestCode.UPDATE_AND_CREATE_TOPIC, 0, wide))
+    assert answer.code == ResponseCode.SUCCESS, answer
+    answer = await port.ask(request(RequestCode.GET_ALL_TOPIC_CONFIG, 0, None))
+    config = json.loads(answer.body)["topicConfigTable"]["Orders"]
+    assert (config["readQueueNums"], config["writeQueueNums"]) == (8, 6)
+    assert port.broker.parts is not None
+    produce = port.broker.parts.produce
+    queues = [
+        (await produce.send_messages("Orders", None, [ProduceMessage("Orders", b"m")]))
+        .messages[0]
+        .queue_id
+        for _ in range(12)
+    ]
+    assert queues == [0, 1, 2, 3, 4, 5] * 2
+    # A queue past writeQueueNums is refused, not written.
+    with pytest.raises(BrokerError, match="has 6 queues"):
+        await produce.send_messages("Orders", 6, [ProduceMessage("Orders", b"m")])

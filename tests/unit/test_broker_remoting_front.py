@@ -389,8 +389,8 @@ async def test_created_and_retry_topics_are_served_before_their_first_record(
     await port.ask(request(RequestCode.HEART_BEAT, 0, {}, json.dumps(heartbeat).encode()))
     answer = await port.ask(request(RequestCode.GET_ALL_TOPIC_CONFIG, 0, None))
     table = json.loads(answer.body)["topicConfigTable"]
-    # Capped at defaultTopicQueueNums (4): the produce path's queue choice is bounded by it.
-    assert table["Created"]["writeQueueNums"] == 4
+    # As asked, past defaultTopicQueueNums (4): sends spread over the configured queues.
+    assert table["Created"]["writeQueueNums"] == 8
     assert table["%RETRY%g"]["writeQueueNums"] == 1
     answer = await port.ask(request(RequestCode.UPDATE_AND_CREATE_TOPIC, 0, {"topic": "a b"}))
     assert answer.code == ResponseCode.SYSTEM_ERROR  # the topic rule

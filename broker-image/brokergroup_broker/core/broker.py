@@ -293,6 +293,11 @@ class Broker:
         metadata.on_topics_changed(self._role_changed)
         return metadata
 
+    def _write_queue_nums(self, topic: str) -> int | None:
+        """The topic's writeQueueNums when it has a config (mqadmin updateTopic -w)."""
+        config = None if self.metadata is None else self.metadata.topics.get(topic)
+        return None if config is None else config.write_queue_nums
+
     def _store_topics(self, store: MessageStore) -> dict[str, int]:
         default = self.config.default_topic_queue_nums
         return {t: max(n, default) for t, n in store.queues.topics().items()}
@@ -425,6 +430,7 @@ class Broker:
             heartbeat_now=session.heartbeat_now,
             stats=self.stats,
             fixed_queue_counts={SCHEDULE_TOPIC: rules.max_level},
+            configured_queues=self._write_queue_nums,
         )
         role = self.role
         schedule = ScheduleService(

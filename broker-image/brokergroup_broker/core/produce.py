@@ -102,6 +102,7 @@ class ProducePath:
         stats: BrokerStats | None = None,
         round_clock_s: Callable[[], float] = time.perf_counter,
         fixed_queue_counts: Mapping[str, int] | None = None,
+        configured_queues: Callable[[str], int | None] = lambda _topic: None,
     ) -> None:
         """`clock_ms`: monotonic milliseconds for the lease check and the commit rule's
         waiter timeouts; `wall_clock_ms`: wall milliseconds stamped on messages and
@@ -109,8 +110,10 @@ class ProducePath:
         fakes. `stats`: the broker's put/get counters (docs/metrics.md), fed here for every
         front end's sends and for the own protocol's pulls. `fixed_queue_counts`: topics
         whose queues are fixed by the broker, not by defaultTopicQueueNums
-        (SCHEDULE_TOPIC_XXXX has one queue per delay level)."""
+        (SCHEDULE_TOPIC_XXXX has one queue per delay level). `configured_queues`: a topic's
+        writeQueueNums from its config (UPDATE_AND_CREATE_TOPIC), None without one."""
         self._fixed_queue_counts = dict(fixed_queue_counts or {})
+        self._configured_queues = configured_queues
         self.stats = (
             BrokerStats(wall_clock_ms, cluster_name=settings.cluster_name)
             if stats is None
@@ -272,8 +275,10 @@ class ProducePath:
         )
 
     def _choose_queue(self, topic: str, queue_id: int | None) -> int:
-        count = self._store.queue_count(topic) or self._config.default_topic_queue_nums
-        count = max(count, self._fixed_queue_counts.get(topic, 0))
+        configured = self._configured_queues(topic)
+        if configured is None:
+            configured = self._store.queue_count(topic) or self._config.default_topic_queue_nums
+        count = max(configured, self._fixed_queue_counts.get(topic, 0))
         if queue_id is not None and queue_id >= 0:
             if queue_id >= count:
                 raise BrokerError(

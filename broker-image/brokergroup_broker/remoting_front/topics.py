@@ -199,8 +199,8 @@ class TopicAdmin:
 
     async def create_topic(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         """UPDATE_AND_CREATE_TOPIC (CreateTopicRequestHeader): the config is written durably
-        and replicated, then the topic is routable. Queue counts are capped at
-        defaultTopicQueueNums (the produce path's queue choice is bounded by it). An admin
+        and replicated, then the topic is routable; sends spread over its writeQueueNums
+        (1..1024, RocketMQ's bound; 0 or absent: defaultTopicQueueNums). An admin
         request: the port's authorization (core/remoting_keys.py) lets only the group's
         broker pair make it."""
         fields = cmd.fields()
@@ -234,8 +234,7 @@ class TopicAdmin:
         return response_to(cmd, ResponseCode.SUCCESS)
 
     def _queues(self, fields: dict[str, str], name: str) -> int:
-        wanted = header.optional_int32(fields, name, 0, low=0, high=1024)
-        return max(1, min(wanted or self._default_queue_nums, self._default_queue_nums))
+        return header.optional_int32(fields, name, 0, low=0, high=1024) or self._default_queue_nums
 
     async def delete_topic(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         """DELETE_TOPIC_IN_BROKER (DeleteTopicRequestHeader): the topic's config is deleted
