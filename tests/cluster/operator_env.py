@@ -38,6 +38,9 @@ from brokergroup_controller.credentials import Role, derive_credential
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
+#: How long an interrupted `brokergroup produce` gets to close its connection and its
+#: ack log before it is killed.
+PRODUCE_INTERRUPT_S = 15
 GROUP, VERSION, PLURAL = "brokergroup.io", "v1alpha1", "brokergroups"
 T = TypeVar("T")
 
@@ -459,7 +462,11 @@ class OperatorEnv:
         ack_log: Path,
         timeout_s: float = 60,
     ) -> dict[str, Any]:
-        result = subprocess.run(
+        """One `brokergroup produce` run; its JSON summary. A run still going after
+        `timeout_s` is interrupted (SIGINT: it closes its ack log, so the acks it did get
+        are kept; a SIGKILL lost the unflushed ones) and answers
+        `{"timedOut": timeout_s, "error": <its stderr>}`."""
+        process = subprocess.Popen(
             [
                 str(BIN / "brokergroup"),
                 "produce",
@@ -482,12 +489,22 @@ class OperatorEnv:
                 str(self.controllers.token_file),
                 *self.client_key_args(address),
             ],
-            capture_output=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
-            timeout=timeout_s,
         )
-        lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
-        return json.loads(lines[-1]) if lines else {"error": result.stderr[-2000:]}
+        try:
+            stdout, stderr = process.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            process.send_signal(signal.SIGINT)
+            try:
+                stdout, stderr = process.communicate(timeout=PRODUCE_INTERRUPT_S)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                stdout, stderr = process.communicate()
+            return {"timedOut": timeout_s, "error": stderr[-2000:]}
+        lines = [line for line in stdout.splitlines() if line.startswith("{")]
+        return json.loads(lines[-1]) if lines else {"error": stderr[-2000:]}
 
     def consume_keys(self, address: str, topic: str) -> list[str]:
         result = subprocess.run(
@@ -616,16 +633,22 @@ class Writer:
         )  # fmt: skip
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
+        #: (address, outcome) of each `produce` run, in order.
+        self.outcomes: list[tuple[str, str]] = []
 
     def _run(self) -> None:
         n = 0
         while not self._stop.is_set():
-            address = self.env.service_address(self.group)
-            if address:
-                self.env.produce(
-                    address, self.topic, 50, f"{self.prefix}{n}-", self.ack_log, timeout_s=30
-                )
-                n += 1
+            try:
+                address = self.env.service_address(self.group)
+                if address:
+                    summary = self.env.produce(
+                        address, self.topic, 50, f"{self.prefix}{n}-", self.ack_log, timeout_s=30
+                    )
+                    self.outcomes.append((address, _outcome(summary)))
+                    n += 1
+            except Exception as exc:  # the API server under load, say: keep writing
+                self.outcomes.append(("", f"{type(exc).__name__}: {exc}"[:300]))
             time.sleep(0.05)
 
     def __enter__(self) -> Writer:
@@ -635,3 +658,19 @@ class Writer:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join(60)
+        assert not self._thread.is_alive(), "the writer is still producing 60 s after its stop"
+
+    def report(self) -> str:
+        """Each run's address and outcome, in order: what a failing check shows."""
+        return "\n".join(f"{address}: {outcome}" for address, outcome in self.outcomes)
+
+
+def _outcome(summary: dict[str, Any]) -> str:
+    if "timedOut" in summary:
+        return f"no summary after {summary['timedOut']} s: {summary['error'][-300:]}"
+    if "acked" not in summary:
+        return f"no summary: {summary.get('error', '')[-300:]}"
+    return (
+        f"acked {summary['acked']}, failed {summary['failed']} {summary.get('errors') or ''} "
+        f"{summary.get('firstError') or ''}".rstrip()
+    )

@@ -111,7 +111,7 @@ def test_kubectl_brokergroup(env: OperatorEnv, tmp_path: Path) -> None:
     observer = scenarios.RollObserver(env, "orders")
     observer.start()
     try:
-        with Writer(env, "orders", "R", "restart", ack_log):
+        with Writer(env, "orders", "R", "restart", ack_log) as writer:
             out = ok(kubectl_brokergroup(env, "restart", "orders", "--wait", "240", timeout_s=300))
             env.wait_available("orders", 3, 60)
     finally:
@@ -119,7 +119,7 @@ def test_kubectl_brokergroup(env: OperatorEnv, tmp_path: Path) -> None:
     assert "bg/orders restarted: 3/3 pods ready on revision" in out, out
     observer.assert_slaves_first(old_master, ids)
     acked = acked_keys(ack_log)
-    assert acked, "no write was acknowledged during the restart"
+    assert acked, f"no write was acknowledged during the restart:\n{writer.report()}"
     scenarios._assert_nothing_lost(env, "orders", "R", acked)
 
     # report

@@ -408,7 +408,7 @@ def test_rolling_update_order_with_writes_flowing(env: OperatorEnv, tmp_path: Pa
             for p in env.pods("orders")
         )
 
-    with Writer(env, "orders", "R", "roll", ack_log):
+    with Writer(env, "orders", "R", "roll", ack_log) as writer:
         env.patch_group("orders", {"spec": {"config": {"maxPullMessages": 128}}})
         wait_for("every pod on the new template", lambda: rolled() or None, 180, 0.5)
         env.wait_available("orders", 3, 60)
@@ -417,7 +417,7 @@ def test_rolling_update_order_with_writes_flowing(env: OperatorEnv, tmp_path: Pa
     reasons = [m for r, m in env.group_events("orders") if r == "RollingUpdate"]
     assert len(reasons) == 4, reasons
     acked = acked_keys(ack_log)
-    assert acked, "no write was acknowledged during the roll"
+    assert acked, f"no write was acknowledged during the roll:\n{writer.report()}"
     _assert_nothing_lost(env, "orders", "R", acked)
 
 
