@@ -8,7 +8,8 @@ HASlaveService on loopback (the harness of test_ha_replication.py).
   same min, with the master's epoch entries.
 - A slave streaming while the master deletes its oldest segments goes on following.
 - A slave whose stream falls below the master's new min while connected (a raw slave that
-  stops reading, its receive window a few KiB): every byte it still gets is the deleted
+  stops reading; its receive buffer and the master's send buffer to it a few KiB each, so
+  the master stops a few batches in): every byte it still gets is the deleted
   segments' own (the master sends from its own duplicate of the segment's fd,
   `hold_range`), then the master closes the link instead of sending from a deleted
   segment, and a slave connecting next resyncs from the min.
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -36,6 +38,7 @@ from brokergroup_broker.ha import (
 from brokergroup_broker.store.retention_policy import DeleteReason
 from tests.unit.conftest import eventually
 from tests.unit.test_ha_replication import (
+    CONFIG,
     SEGMENT_BYTES,
     _closer,
     commit_log_bytes,
@@ -134,7 +137,11 @@ async def test_a_connected_slave_below_the_new_min_is_closed_and_then_resyncs(
     original = m_store.read_bytes(0, m_store.max_offset)
     while len(original) < m_store.max_offset:
         original += m_store.read_bytes(len(original), m_store.max_offset)
-    master = await start_master(m_store, epoch=1)
+    # The link must close for the deleted bytes alone: no read or write timeout may fire
+    # however slowly this test runs (a loaded machine, fsyncs of the deletions).
+    never = 10 * 60 * 1000
+    config = dataclasses.replace(CONFIG, read_timeout_ms=never, write_timeout_ms=never)
+    master = await start_master(m_store, epoch=1, config=config)
     cleanup.append(master.service.stop)
 
     loop = asyncio.get_running_loop()
@@ -159,8 +166,12 @@ async def test_a_connected_slave_below_the_new_min_is_closed_and_then_resyncs(
 
     await loop.sock_sendall(raw, SlaveHandshake(slave_broker_id=2).encode())
     assert isinstance(await next_frame(), MasterHandshake)
-    await loop.sock_sendall(raw, SlaveAck(max_offset=0).encode())
     conn = master.service._by_broker
+    # Linux grows an unlocked send buffer up to tcp_wmem's max (4 MiB), more than this whole
+    # log: fixed at a few KiB, the master's sendfile blocks a few batches in, so what it
+    # has sent no longer depends on how long this test takes to look.
+    conn[2].sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    await loop.sock_sendall(raw, SlaveAck(max_offset=0).encode())
     await eventually(lambda: 2 in conn and conn[2].next_offset > 0, "the stream starts")
     half = m_store.commitlog.segments[len(m_store.commitlog.segments) // 2].start
     delete_below(m_store, half)
