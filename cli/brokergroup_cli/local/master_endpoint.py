@@ -15,12 +15,17 @@ client holds never moves; what moves is where the forwarder sends new connection
   so a client reconnects (to the same address) and lands on the new master; a deposed
   master that is still running also closes its own client connections, and answers a send
   SERVICE_NOT_AVAILABLE and closes (broker remoting_front).
+- Before it closes a client's connection (its master died or was replaced), the forwarder
+  answers every request the master left unanswered SYSTEM_ERROR (in_flight.py): the stock
+  client fails a closed channel's requests only when no other thread reconnected first,
+  else a pull held on the dead master waits out its 30 s timeout.
 - A connection that arrives while no master is known waits for one, at most `hold_ms`,
   instead of being refused; a master that refuses the forwarder's connect (it just died)
   is retried the same way until the target changes or the hold ends.
 
-The forwarder only copies bytes: it neither reads nor checks requests. Every request is
-signed by the client and checked by the broker, as it would be without the forwarder.
+The forwarder copies bytes and reads only the frame headers' opaque and flag: it checks no
+request. Every request is signed by the client and checked by the broker, as it would be
+without the forwarder.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from brokergroup_cli.local.in_flight import InFlight
 from brokergroup_controller.api import ReplicaInfo
 from brokergroup_controller.client import ControllerClient, ControllerUnavailable
 from brokergroup_controller.errors import ControllerError
@@ -188,6 +194,8 @@ class _End(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.peer: _End | None = None
         self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        #: Told every chunk this side reads, after it is forwarded.
+        self.seen: Callable[[bytes], None] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -197,6 +205,8 @@ class _End(asyncio.Protocol):
         peer = self.peer.transport if self.peer is not None else None
         if peer is not None and not peer.is_closing():
             peer.write(data)
+        if self.seen is not None:
+            self.seen(data)
 
     def eof_received(self) -> bool:
         return False  # close this side; connection_lost closes the other
@@ -227,6 +237,8 @@ class _ClientEnd(_End):
     def __init__(self, on_accept: Callable[[_ClientEnd], None]) -> None:
         super().__init__()
         self._on_accept = on_accept
+        self.in_flight = InFlight()
+        self.seen = self.in_flight.from_client
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
@@ -236,8 +248,17 @@ class _ClientEnd(_End):
 
     def join(self, upstream: _End) -> None:
         self.peer, upstream.peer = upstream, self
+        upstream.seen = self.in_flight.from_master
         assert self.transport is not None
         self.transport.resume_reading()
+
+    def close(self) -> None:
+        # Answered before the EOF, on the same socket: the client fails them at once.
+        if self.transport is not None and not self.transport.is_closing():
+            answers = self.in_flight.answers()
+            if answers:
+                self.transport.write(answers)
+        super().close()
 
 
 class MasterWatch:
