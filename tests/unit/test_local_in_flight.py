@@ -48,9 +48,7 @@ def test_the_scanner_reads_headers_in_any_split_and_skips_bodies() -> None:
         seen = []
         for at in range(0, len(stream), split):
             seen += scanner.feed(stream[at : at + split])
-        assert [(c.code, c.opaque, c.flag, c.ext_fields, c.body) for c in seen] == [
-            (c.code, c.opaque, c.flag, c.ext_fields, b"") for c in sent
-        ], split
+        assert seen == [(c.opaque, c.flag, c.serialize_type) for c in sent], split
         assert scanner.at_boundary and not scanner.broken
 
 
@@ -75,9 +73,17 @@ def test_nothing_is_answered_after_a_cut_response_or_an_unreadable_stream() -> N
     cut.from_client(encode(request(PULL, 2, {"topic": "T"})))
     cut.from_master(encode(response_to(request(PULL, 1, None), body=b"m" * 100))[:-10])
     assert cut.answers() == b""  # an answer now would be read as the cut frame's rest
-    garbage = InFlight()
-    garbage.from_client(b"\x00\x00\x00\x08\x07" + b"\x00" * 7)  # serialize type 7
-    assert garbage.answers() == b""
+    for garbage in (
+        b"\x00\x00\x00\x08\x07" + b"\x00" * 7,  # serialize type 7
+        b"\x00\x00\x00\x07\x00\x00\x00\x03{x}",  # not JSON
+        b"\x00\x00\x00\x06\x00\x00\x00\x02[]",  # JSON, not an object
+        b"\x00\x00\x00\x08\x00\x00\x00\x09",  # a header longer than its frame
+    ):
+        in_flight = InFlight()
+        in_flight.from_client(encode(request(PULL, 1, {"topic": "T"})))
+        assert in_flight.answers()  # the pull is waiting ...
+        in_flight.from_client(garbage)
+        assert in_flight.answers() == b"", garbage  # ... but what follows is unreadable
 
 
 class Master:

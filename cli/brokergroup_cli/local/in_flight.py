@@ -12,27 +12,46 @@ on the same socket, whatever the client's threads do.
 
 `FrameScanner` reads one direction's frames (``int length | int (serializeType << 24 |
 headerLength) | header | body``, brokergroup_remoting.frame) header by header: it keeps
-at most one prefix and header, and counts a body off without keeping it. `InFlight` pairs
+at most one prefix and header, and counts a body off without keeping it. Of a header it
+reads only opaque and flag (a JSON object's members; a ROCKETMQ header's fixed fields,
+header_binary.py), not the extFields: the forwarder carries every request of the group. `InFlight` pairs
 the client's requests with the master's responses by opaque. A stream it cannot read stops
 the tracking (`broken`), never the bytes: the broker judges every frame.
 """
 
 from __future__ import annotations
 
+import json
 import struct
+from typing import NamedTuple
 
 from brokergroup_remoting import RemotingCommand, ResponseCode
 from brokergroup_remoting.codes import SerializeType
-from brokergroup_remoting.command import DEFAULT_LIMITS, response_to
-from brokergroup_remoting.errors import RemoteProtocolError
+from brokergroup_remoting.command import DEFAULT_LIMITS, FLAG_ONEWAY, FLAG_RESPONSE, response_to
 from brokergroup_remoting.frame import PREFIX_BYTES, encode
-from brokergroup_remoting.header_binary import decode_binary_header
-from brokergroup_remoting.header_json import decode_json_header
 
 _PREFIX = struct.Struct(">ii")
+#: A ROCKETMQ header's fixed fields: code, language, version, opaque, flag.
+_BINARY_FIXED = struct.Struct(">hbhii")
 
 #: The remark of an answer the forwarder writes for a request its master left unanswered.
 MASTER_GONE = "the master went away before answering (the stable master address's forwarder)"
+
+
+class Head(NamedTuple):
+    """What the forwarder reads of a frame's header."""
+
+    opaque: int
+    flag: int
+    serialize_type: SerializeType
+
+    @property
+    def is_response(self) -> bool:
+        return bool(self.flag & FLAG_RESPONSE)
+
+    @property
+    def is_oneway(self) -> bool:
+        return bool(self.flag & FLAG_ONEWAY)
 
 
 class FrameScanner:
@@ -51,9 +70,9 @@ class FrameScanner:
         """True between frames: bytes written after these start a frame of their own."""
         return not self._head and self._body_left == 0
 
-    def feed(self, data: bytes) -> list[RemotingCommand]:
-        """The headers (with empty bodies) whose last byte is in `data`."""
-        out: list[RemotingCommand] = []
+    def feed(self, data: bytes) -> list[Head]:
+        """The heads of the frames whose header ends in `data`."""
+        out: list[Head] = []
         view, at = memoryview(data), 0
         while at < len(view) and not self.broken:
             if self._body_left:
@@ -72,7 +91,7 @@ class FrameScanner:
                     self._read_prefix()
                 else:
                     out.append(self._read_header())
-            except (RemoteProtocolError, ValueError):
+            except (ValueError, TypeError, struct.error):  # JSONDecodeError is a ValueError
                 self.broken = True
         return out
 
@@ -85,14 +104,21 @@ class FrameScanner:
             raise ValueError(f"frame length {length}, header length {self._header_length}")
         self._body_length = body
 
-    def _read_header(self) -> RemotingCommand:
+    def _read_header(self) -> Head:
         header = bytes(self._head[PREFIX_BYTES:])
         self._head.clear()
         self._header_length = -1
         self._body_left = self._body_length
         if self._serialize_type is SerializeType.ROCKETMQ:
-            return decode_binary_header(header, b"", DEFAULT_LIMITS)
-        return decode_json_header(header, b"", DEFAULT_LIMITS)
+            _, _, _, opaque, flag = _BINARY_FIXED.unpack_from(header)
+            return Head(opaque, flag, SerializeType.ROCKETMQ)
+        obj = json.loads(header)
+        if not isinstance(obj, dict):
+            raise TypeError(f"a JSON header that is a {type(obj).__name__}")
+        opaque, flag = obj.get("opaque", 0), obj.get("flag", 0)  # RemotingCommand's defaults
+        if type(opaque) is not int or type(flag) is not int:
+            raise TypeError(f"opaque {opaque!r}, flag {flag!r}")
+        return Head(opaque, flag, SerializeType.JSON)
 
 
 class InFlight:
@@ -101,22 +127,22 @@ class InFlight:
     def __init__(self) -> None:
         self._requests = FrameScanner()  # client → master
         self._responses = FrameScanner()  # master → client
-        self._waiting: dict[int, RemotingCommand] = {}
+        self._waiting: dict[int, Head] = {}
 
     @property
-    def waiting(self) -> list[RemotingCommand]:
-        """Unanswered requests (headers only), in the order the client sent them."""
+    def waiting(self) -> list[Head]:
+        """Unanswered requests, in the order the client sent them."""
         return list(self._waiting.values())
 
     def from_client(self, data: bytes) -> None:
-        for cmd in self._requests.feed(data):
-            if not cmd.is_response and not cmd.is_oneway:
-                self._waiting[cmd.opaque] = cmd
+        for head in self._requests.feed(data):
+            if not head.is_response and not head.is_oneway:
+                self._waiting[head.opaque] = head
 
     def from_master(self, data: bytes) -> None:
-        for cmd in self._responses.feed(data):
-            if cmd.is_response:
-                self._waiting.pop(cmd.opaque, None)
+        for head in self._responses.feed(data):
+            if head.is_response:
+                self._waiting.pop(head.opaque, None)
 
     def answers(self) -> bytes:
         """SYSTEM_ERROR for every unanswered request, to write before closing the client;
@@ -125,6 +151,11 @@ class InFlight:
         if self._requests.broken or self._responses.broken or not self._responses.at_boundary:
             return b""
         return b"".join(
-            encode(response_to(req, ResponseCode.SYSTEM_ERROR, MASTER_GONE))
+            encode(response_to(_request(req), ResponseCode.SYSTEM_ERROR, MASTER_GONE))
             for req in self._waiting.values()
         )
+
+
+def _request(head: Head) -> RemotingCommand:
+    """What `response_to` reads of a request: its opaque and serialize type."""
+    return RemotingCommand(code=0, opaque=head.opaque, serialize_type=head.serialize_type)
