@@ -252,6 +252,24 @@ async def test_a_broker_asking_while_the_master_lives_gets_master_still_exist(no
     assert node.state() == before
 
 
+async def _next_notification(
+    node: Node, notified: asyncio.Queue[tuple[str, RemotingCommand]]
+) -> tuple[str, RemotingCommand]:
+    """The next NOTIFY_BROKER_ROLE_CHANGED a test broker got; failing, what the leader's front
+    knew (its baseline of notified epochs, the brokers heartbeating over it, Raft's status),
+    so a notification that never left can be told from one that left and was lost."""
+    try:
+        return await asyncio.wait_for(notified.get(), 10)
+    except TimeoutError:
+        front = node.front
+        raise AssertionError(
+            f"no role notification within 10 s: notified epochs {front._notified}, "
+            f"heartbeating brokers {sorted(front._remoting_brokers)}, "
+            f"notify tasks {front._tasks}, Raft {node.raft.status()}, "
+            f"broker sets {node.state()['brokerSets']}"
+        ) from None
+
+
 async def test_admin_election_switches_and_notifies_the_brokers(node: Node) -> None:
     """mqadmin electMaster (designateElect=true) moves the master; every live stock broker
     gets NOTIFY_BROKER_ROLE_CHANGED with the new master and SyncStateSet."""
@@ -273,7 +291,7 @@ async def test_admin_election_switches_and_notifies_the_brokers(node: Node) -> N
         await _join(node, 1, addresses[0])
         assert (await node.call(RequestCode.CONTROLLER_ELECT_MASTER, _elect_fields(1))).code == 0
         # The first election's notification goes to the only live broker, the new master.
-        who, cmd = await asyncio.wait_for(notified.get(), 10)
+        who, cmd = await _next_notification(node, notified)
         assert who == "broker1" and cmd.fields()["masterBrokerId"] == "1"
         await _join(node, 2, addresses[1])
         await node.call(
@@ -286,9 +304,9 @@ async def test_admin_election_switches_and_notifies_the_brokers(node: Node) -> N
         )
         assert answer.code == ResponseCode.SUCCESS, answer
         assert answer.fields()["masterBrokerId"] == "2" and answer.fields()["masterEpoch"] == "2"
-        got = {}
+        got: dict[str, RemotingCommand] = {}
         while len(got) < 2:
-            who, cmd = await asyncio.wait_for(notified.get(), 10)
+            who, cmd = await _next_notification(node, notified)
             if cmd.fields()["masterEpoch"] == "2":
                 got[who] = cmd
         for cmd in got.values():
