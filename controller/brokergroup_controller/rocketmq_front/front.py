@@ -129,6 +129,12 @@ class ControllerRemoting:
         await self._server.start(host, self.port)
         self.port = self.port or self._server.port
         self.service.node.add_listener(asyncio.get_running_loop(), self._on_node_changed)
+        # Already leader: what is committed now came before this front (brokers poll it).
+        # Taken here, not at the first change callback: the Raft thread may apply the next
+        # commits (an election) before the loop runs that callback, and a baseline read
+        # then would already hold the election and never notify it.
+        if self.service.is_leader():
+            self._notified = self._master_epochs()
 
     @property
     def listening_port(self) -> int:
@@ -378,13 +384,7 @@ class ControllerRemoting:
         if not self.service.is_leader():
             self._notified = None
             return
-        epochs = self.service.node.read(
-            lambda s: {
-                k: bs.master_epoch
-                for k, bs in s.broker_sets.items()
-                if bs.master_broker_id is not None
-            }
-        )
+        epochs = self._master_epochs()
         if self._notified is None:  # just became leader: brokers poll what came before
             self._notified = epochs
             return
@@ -392,6 +392,15 @@ class ControllerRemoting:
             if epoch > self._notified.get(key, -1):
                 self._spawn(self._notify_set(key))
         self._notified = epochs
+
+    def _master_epochs(self) -> dict[BrokerSetKey, int]:
+        return self.service.node.read(
+            lambda s: {
+                k: bs.master_epoch
+                for k, bs in s.broker_sets.items()
+                if bs.master_broker_id is not None
+            }
+        )
 
     def _spawn(self, coro: Awaitable[None]) -> None:
         task = asyncio.ensure_future(coro)
