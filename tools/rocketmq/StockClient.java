@@ -47,7 +47,9 @@ import org.apache.rocketmq.remoting.RPCHook;
  *   java -cp classes:lib/* StockClient MODE key=value...
  *
  * Common options: namesrv=HOST:PORT[;...] topic=T group=G ak=.. sk=.. (AclClientRPCHook when
- * ak is given). Modes (one JSON object per line on stdout, a summary object last):
+ * ak is given). Further modes live one per file in tools/rocketmq/modes/<Name>Mode.java (a
+ * class with `static void run()`, reading StockClient.opt); mode `name` runs <Name>Mode.
+ * Modes (one JSON object per line on stdout, a summary object last):
  *   send      kind=sync|async|oneway|batch count=N run=ID   one line per message sent
  *   consume   kind=concurrent|orderly|lite count=N idle_s=S [from=first|last] [commit=true]
  *             one line per message received; stops after count or idle_s without a message
@@ -109,10 +111,29 @@ public class StockClient {
             case "follow": follow(); break;
             case "delayed": delayed(); break;
             case "backoff": backoff(); break;
-            default: throw new IllegalArgumentException("unknown mode '" + mode + "'");
+            default: runModeClass(mode); break;
         }
         OUT.flush();
         System.exit(0);  // client threads (netty, rebalance) are not daemons
+    }
+
+    /** Mode `name` of a file tools/rocketmq/modes/<Name>Mode.java (stock_client.py compiles them). */
+    static void runModeClass(String mode) throws Exception {
+        if (mode.isEmpty()) throw new IllegalArgumentException("no mode given");
+        String name = Character.toUpperCase(mode.charAt(0)) + mode.substring(1) + "Mode";
+        Class<?> modeClass;
+        try {
+            modeClass = Class.forName(name);
+        } catch (ClassNotFoundException e) {
+            throw new IllegalArgumentException("unknown mode '" + mode + "'");
+        }
+        try {
+            modeClass.getDeclaredMethod("run").invoke(null);
+        } catch (java.lang.reflect.InvocationTargetException e) {
+            Throwable cause = e.getCause();
+            if (cause instanceof Exception) throw (Exception) cause;
+            throw e;
+        }
     }
 
     static RPCHook hook() {

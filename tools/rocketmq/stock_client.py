@@ -34,6 +34,10 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "StockClient.java"
+#: One file per further mode (`<Name>Mode.java`, class `<Name>Mode` with `static void run()`,
+#: reading StockClient.opt): mode `name` runs it, so features add modes without editing
+#: StockClient.java.
+MODES = HERE / "modes"
 CLIENT_VERSION = "5.3.1"
 MAIN = "StockClient"
 #: Small heaps and the serial collector: up to six JVMs share two cores in a run.
@@ -68,22 +72,32 @@ def missing(*, servers: bool = False) -> str | None:
     return None
 
 
+def sources() -> list[Path]:
+    """StockClient.java and every mode file, in a stable order."""
+    return [SOURCE, *sorted(MODES.glob("*Mode.java"))]
+
+
 def build() -> Path:
-    """Compile StockClient.java (when its source changed); the classes directory."""
+    """Compile StockClient.java and the mode files (when a source changed); the classes
+    directory."""
     reason = missing()
     if reason is not None:
         raise StockClientMissing(reason)
     home = rocketmq_home()
     # One directory per source version: worktrees with different sources, and a JVM still
     # running from an older build, never see their classes removed under them.
-    digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:16]
+    digest_of = hashlib.sha256()
+    for source in sources():
+        digest_of.update(source.name.encode() + b"\0" + source.read_bytes())
+    digest = digest_of.hexdigest()[:16]
     classes = home / "stockclient" / digest
     if not (classes / ".complete").exists():
         building = home / "stockclient" / f".{digest}.{os.getpid()}.tmp"
         shutil.rmtree(building, ignore_errors=True)
         building.mkdir(parents=True)
         subprocess.run(
-            ["javac", "-nowarn", "-d", str(building), "-cp", f"{home / 'lib'}/*", str(SOURCE)],
+            ["javac", "-nowarn", "-d", str(building), "-cp", f"{home / 'lib'}/*",
+             *map(str, sources())],
             check=True, timeout=300,
         )  # fmt: skip
         (building / ".complete").touch()
