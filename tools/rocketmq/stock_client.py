@@ -211,6 +211,9 @@ class RocketMQGroup:
 
     work: Path
     host_prefix: str = "127.0.60"
+    timer_wheel: bool = True
+    """`timerWheelEnable`, written out (RocketMQ 5.3's default, true): timer messages and, with
+    timerInterceptDelayLevel off, nothing else use it."""
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     @property
@@ -274,6 +277,7 @@ class RocketMQGroup:
             "enableControllerMode": "true", "controllerAddr": self.controller,
             "allAckInSyncStateSet": "true", "flushDiskType": "SYNC_FLUSH",
             "mappedFileSizeCommitLog": 128 << 20, "autoCreateTopicEnable": "true",
+            "timerWheelEnable": str(self.timer_wheel).lower(),
         })  # fmt: skip
 
     def admin(self, *args: str, timeout_s: float = 60) -> str:
