@@ -4,7 +4,8 @@
 # program (tools/rocketmq/GoldenClient.java) against it.
 #
 # `fetch.sh server` also fetches the stock servers (rocketmq-broker, rocketmq-namesrv,
-# rocketmq-controller, rocketmq-tools) into server/lib/, for the tiers and benchmarks that run
+# rocketmq-controller, rocketmq-proxy, rocketmq-tools) into server/lib/, for the tiers and benchmarks
+# that run
 # real RocketMQ brokers (launch: java -cp "<home>/server/lib/*" org.apache.rocketmq.broker.BrokerStartup).
 # The servers are 5.3.3 (ROCKETMQ_SERVER_VERSION; server/VERSION says which): Maven Central has no
 # rocketmq-namesrv jar for 5.3.0-5.3.2. A 5.3.1 client speaks the same protocol to them.
@@ -44,6 +45,13 @@ if [ "${1:-}" = server ] && [ "$(cat "$home/server/lib/.complete" 2>/dev/null)" 
     -DoutputDirectory="$home/server/lib" -DincludeScope=runtime >&2
   echo "$SERVER_VERSION" >"$home/server/VERSION"
   echo "$SERVER_VERSION" >"$home/server/lib/.complete"
+elif [ "${1:-}" = server ] && ! compgen -G "$home/server/lib/rocketmq-proxy-*.jar" >/dev/null; then
+  # A cache from before the proxy joined the pom: add its jars beside the others (copying
+  # only adds files, so JVMs running from this directory keep theirs).
+  echo "fetching rocketmq-proxy $SERVER_VERSION and dependencies into $home/server/lib" >&2
+  sed "s/@VERSION@/$SERVER_VERSION/g" "$here/pom-server.xml.in" >"$home/server/pom.xml"
+  mvn -q -B -f "$home/server/pom.xml" dependency:copy-dependencies \
+    -DoutputDirectory="$home/server/lib" -DincludeScope=runtime >&2
 fi
 src="$here/GoldenClient.java"
 stamp="$home/classes/.source-$(sha256sum "$src" | cut -c1-16)"
