@@ -4,9 +4,8 @@
 # program (tools/rocketmq/GoldenClient.java) against it.
 #
 # `fetch.sh server` also fetches the stock servers (rocketmq-broker, rocketmq-namesrv,
-# rocketmq-controller, rocketmq-proxy, rocketmq-tools) into server/lib/, for the tiers and benchmarks
-# that run
-# real RocketMQ brokers (launch: java -cp "<home>/server/lib/*" org.apache.rocketmq.broker.BrokerStartup).
+# rocketmq-controller, rocketmq-proxy, rocketmq-tools) into server/lib/, for the tiers and
+# benchmarks that run real RocketMQ brokers (launch: java -cp "<home>/server/lib/*" org.apache.rocketmq.broker.BrokerStartup).
 # The servers are 5.3.3 (ROCKETMQ_SERVER_VERSION; server/VERSION says which): Maven Central has no
 # rocketmq-namesrv jar for 5.3.0-5.3.2. A 5.3.1 client speaks the same protocol to them.
 #
