@@ -38,6 +38,8 @@ import contextlib
 import dataclasses
 import itertools
 import logging
+import socket
+import ssl
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -59,6 +61,15 @@ from brokergroup_remoting.listener import (
     ListenerGuard,
     ListenerLimits,
     LogBudget,
+)
+from brokergroup_remoting.tls import (
+    TLS_HANDSHAKE_RECORD,
+    Accept,
+    ServerTls,
+    TlsMode,
+    accept_as,
+    open_accepted,
+    peek_first_byte,
 )
 
 log = logging.getLogger(__name__)
@@ -466,9 +477,12 @@ class RemotingServer:
         listener: ListenerLimits = DEFAULT_LISTENER_LIMITS,
         dispatch: Dispatch = Dispatch(),
         name: str = "remoting",
+        tls: ServerTls | None = None,
     ) -> None:
+        """`tls`: the port's TLS mode and certificate (None: plaintext, as mode disabled)."""
         self._handlers = handlers
         self._auth = auth
+        self._tls = tls if tls is not None and tls.mode is not TlsMode.DISABLED else None
         self._limits = limits
         self._listener = listener
         self._dispatch = dispatch
@@ -476,11 +490,17 @@ class RemotingServer:
         self._guard = ListenerGuard(listener)
         self._log_budget = LogBudget(listener.log_lines_per_minute)
         self._server: asyncio.Server | None = None
+        self._listening: socket.socket | None = None
+        self._acceptor: asyncio.Task[None] | None = None
+        self._accepting: set[asyncio.Task[None]] = set()
         self._sweeper: asyncio.Task[None] | None = None
         self.connections: set[Connection] = set()
 
     @property
     def port(self) -> int:
+        if self._listening is not None:
+            bound: int = self._listening.getsockname()[1]
+            return bound
         if self._server is None or not self._server.sockets:
             raise RuntimeError(f"{self._name} is not listening")
         port: int = self._server.sockets[0].getsockname()[1]
@@ -491,12 +511,29 @@ class RemotingServer:
         return self._guard
 
     async def start(self, host: str, port: int) -> None:
-        self._server = await asyncio.start_server(self._accept, host, port, limit=_READ_CHUNK)
+        if self._tls is None:
+            self._server = await asyncio.start_server(self._accept, host, port, limit=_READ_CHUNK)
+        else:
+            # Each connection's first byte is peeked before any stream reads it (tls.py),
+            # so this port accepts its sockets itself.
+            family = socket.AF_INET6 if ":" in host else socket.AF_INET
+            listening = socket.create_server((host.strip("[]"), port), family=family, backlog=1024)
+            listening.setblocking(False)
+            self._listening = listening
+            self._acceptor = asyncio.create_task(self._accept_sockets(listening, self._tls))
         self._sweeper = asyncio.create_task(self._sweep_idle())
 
     async def close(self) -> None:
         if self._sweeper is not None:
             self._sweeper.cancel()
+        if self._acceptor is not None:
+            self._acceptor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._acceptor
+        if self._listening is not None:
+            self._listening.close()
+        for task in list(self._accepting):
+            task.cancel()
         if self._server is not None:
             self._server.close()
         for conn in list(self.connections):
@@ -515,19 +552,85 @@ class RemotingServer:
                     log.info("%s: closing %s: idle for over %.0f s", self._name, conn.peer, idle)
                     await conn.close()
 
+    def _warn(self, msg: str, *args: object) -> None:
+        allowed, held = self._log_budget.allow(asyncio.get_running_loop().time())
+        if allowed:
+            log.warning("%s: " + msg + " (%d similar lines held back)", self._name, *args, held)
+
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
         source = str(peer[0]) if isinstance(peer, tuple) else str(peer)
         refused = self._guard.admit(source)
         if refused is not None:
-            allowed, held = self._log_budget.allow(asyncio.get_running_loop().time())
-            if allowed:
-                log.warning("%s: closing a connection from %s at once: %s (%d similar lines "
-                            "held back)", self._name, source, refused, held)  # fmt: skip
+            self._warn("closing a connection from %s at once: %s", source, refused)
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
             return
+        await self._serve(source, reader, writer)
+
+    async def _accept_sockets(self, listening: socket.socket, tls: ServerTls) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                sock, _ = await loop.sock_accept(listening)
+            except OSError as exc:  # out of descriptors: the connections waiting stay queued
+                self._warn("accept failed: %s", exc)
+                await asyncio.sleep(0.1)
+                continue
+            task = asyncio.create_task(self._accept_socket(sock, tls))
+            self._accepting.add(task)
+            task.add_done_callback(self._accepting.discard)
+
+    async def _accept_socket(self, sock: socket.socket, tls: ServerTls) -> None:
+        """A connection to a TLS port: admitted, then TLS or plaintext by its first byte."""
+        try:
+            peer = sock.getpeername()
+        except OSError:
+            sock.close()
+            return
+        source = str(peer[0])
+        refused = self._guard.admit(source)
+        if refused is not None:
+            self._warn("closing a connection from %s at once: %s", source, refused)
+            sock.close()
+            return
+        streams = None
+        try:
+            first = await peek_first_byte(sock, tls.handshake_timeout_s)
+            if first is None:
+                return
+            how = accept_as(tls.mode, first)
+            if how is Accept.REFUSE:
+                self._warn(
+                    "closing a connection from %s: %s under TLS mode %s",
+                    source,
+                    "a TLS handshake" if first == TLS_HANDSHAKE_RECORD else "plaintext",
+                    tls.mode,
+                )
+                return
+            streams = await open_accepted(
+                sock,
+                context=tls.context if how is Accept.TLS else None,
+                limit=_READ_CHUNK,
+                handshake_timeout_s=tls.handshake_timeout_s,
+            )
+        except (TimeoutError, ssl.SSLError, OSError) as exc:
+            self._warn("closing a connection from %s: no TLS session: %s", source, exc)
+        finally:
+            if streams is None:
+                sock.close()
+                self._guard.release(source, id(sock))
+        if streams is not None:
+            await self._serve(source, *streams)
+
+    async def _serve(
+        self,
+        source: str,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> None:
+        """Serve one admitted connection until it closes."""
         conn = Connection(
             reader,
             writer,
@@ -565,10 +668,20 @@ class RemotingClient:
         handlers: Mapping[int, Handler] | None = None,
         connect_timeout_s: float = 3.0,
         name: str = "remoting-client",
+        tls: ssl.SSLContext | None = None,
+        server_hostname: str | None = None,
     ) -> RemotingClient:
+        """`tls`: open a TLS session with this context (tls.client_context); the server's
+        certificate is checked against `server_hostname` (default: the address's host) when
+        the context verifies host names."""
         host, _, port = address.rpartition(":")
+        host = host.strip("[]")
+        secure: dict[str, object] = {}
+        if tls is not None:
+            secure = {"ssl": tls, "server_hostname": server_hostname or host}
+            secure["ssl_handshake_timeout"] = connect_timeout_s
         reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(host.strip("[]"), int(port), limit=_READ_CHUNK),
+            asyncio.open_connection(host, int(port), limit=_READ_CHUNK, **secure),  # type: ignore[arg-type]
             connect_timeout_s,
         )
         conn = Connection(

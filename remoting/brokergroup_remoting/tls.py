@@ -1,0 +1,159 @@
+"""TLS on a remoting port, with RocketMQ's three server modes (issue 36).
+
+RocketMQ's `tls.server.mode` (`TlsSystemConfig`, `NettyRemotingServer.TlsModeHandler`):
+
+- `disabled`: plaintext only; a TLS ClientHello is not understood and the connection closes;
+- `permissive` (RocketMQ's default): the first byte decides, per connection: a TLS handshake
+  record (0x16) gets a TLS session, anything else is read as plaintext remoting, so clients
+  can move to TLS one by one;
+- `enforcing`: TLS only; a plaintext first byte closes the connection before a byte of it
+  is parsed.
+
+A remoting frame starts with its 4-byte big-endian length, whose first byte is 0 for every
+frame below 16 MiB (and RocketMQ's frames are bounded far below 0x16000000), so the one
+byte tells the two apart as RocketMQ's handler does. The byte is peeked (MSG_PEEK), never
+taken, so the TLS or plaintext reader sees the stream from its start.
+
+`accept_as` is the decision (pure); `peek_first_byte` and `open_accepted` are the socket
+work the transport (`net.RemotingServer`) does with it. The contexts are the standard
+library's: `server_context` (optionally asking for a client certificate from `ca_file`:
+mutual TLS for internal links), `client_context` (verifying the server against `ca_file`,
+or trusting any server, as RocketMQ's client does by default with `tls.client.authServer`
+false).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import socket
+import ssl
+from dataclasses import dataclass
+from pathlib import Path
+
+#: The first byte of a TLS record carrying a handshake (a ClientHello opens every session).
+TLS_HANDSHAKE_RECORD = 0x16
+
+
+class TlsMode(enum.StrEnum):
+    """RocketMQ's `tls.server.mode` values."""
+
+    DISABLED = "disabled"
+    PERMISSIVE = "permissive"
+    ENFORCING = "enforcing"
+
+
+class Accept(enum.Enum):
+    """What a server does with a new connection, by its first byte."""
+
+    TLS = "tls"
+    PLAIN = "plain"
+    REFUSE = "refuse"
+
+
+def accept_as(mode: TlsMode, first_byte: int) -> Accept:
+    """How a port in `mode` serves a connection whose first byte is `first_byte`."""
+    hello = first_byte == TLS_HANDSHAKE_RECORD
+    if mode is TlsMode.DISABLED:
+        return Accept.REFUSE if hello else Accept.PLAIN
+    if hello:
+        return Accept.TLS
+    return Accept.PLAIN if mode is TlsMode.PERMISSIVE else Accept.REFUSE
+
+
+@dataclass(frozen=True)
+class ServerTls:
+    """A remoting port's TLS: its mode and, unless disabled, its server context."""
+
+    mode: TlsMode
+    context: ssl.SSLContext | None = None
+    handshake_timeout_s: float = 10.0
+    """How long a new connection may take to send its first byte and finish its handshake
+    (RocketMQ's sslHandshakeTimeout-like bound: a peer that opens and says nothing holds a
+    connection slot this long at most)."""
+
+    def __post_init__(self) -> None:
+        if self.mode is not TlsMode.DISABLED and self.context is None:
+            raise ValueError(f"TLS mode {self.mode} needs a server certificate")
+        if self.handshake_timeout_s <= 0:
+            raise ValueError("handshake_timeout_s must be > 0")
+
+
+def server_context(
+    cert_file: Path, key_file: Path, *, client_ca_file: Path | None = None
+) -> ssl.SSLContext:
+    """A server's context (TLS 1.2 or newer); with `client_ca_file`, a client must present
+    a certificate signed by that CA (mutual TLS)."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(cert_file, key_file)
+    if client_ca_file is not None:
+        context.load_verify_locations(cafile=client_ca_file)
+        context.verify_mode = ssl.CERT_REQUIRED
+    return context
+
+
+def client_context(
+    ca_file: Path | None,
+    *,
+    cert_file: Path | None = None,
+    key_file: Path | None = None,
+) -> ssl.SSLContext:
+    """A client's context: the server is verified against `ca_file` (host name included),
+    or, with None, not verified at all (RocketMQ's client default; it still encrypts).
+    `cert_file`/`key_file`: this client's certificate, for a server that asks for one."""
+    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    if ca_file is None:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    else:
+        context.load_verify_locations(cafile=ca_file)
+    if cert_file is not None:
+        context.load_cert_chain(cert_file, key_file)
+    return context
+
+
+async def peek_first_byte(sock: socket.socket, timeout_s: float) -> int | None:
+    """The first byte the peer sent, left in the socket; None when it closed first.
+    Raises TimeoutError when nothing came within `timeout_s`."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while True:
+        try:
+            data = sock.recv(1, socket.MSG_PEEK)
+        except (BlockingIOError, InterruptedError):
+            readable: asyncio.Future[None] = loop.create_future()
+            loop.add_reader(sock.fileno(), _set_done, readable)
+            try:
+                await asyncio.wait_for(readable, max(deadline - loop.time(), 0.0))
+            finally:
+                loop.remove_reader(sock.fileno())
+            continue
+        return data[0] if data else None
+
+
+def _set_done(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+async def open_accepted(
+    sock: socket.socket,
+    *,
+    context: ssl.SSLContext | None,
+    limit: int,
+    handshake_timeout_s: float,
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """Streams over an accepted socket, with a server-side TLS session when `context` is
+    given (the handshake done, or failed with ssl.SSLError/TimeoutError/ConnectionError)."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=limit, loop=loop)
+    protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
+    if context is None:
+        transport, _ = await loop.connect_accepted_socket(lambda: protocol, sock)
+    else:
+        transport, _ = await loop.connect_accepted_socket(
+            lambda: protocol, sock, ssl=context, ssl_handshake_timeout=handshake_timeout_s
+        )
+    return reader, asyncio.StreamWriter(transport, protocol, reader, loop)
