@@ -83,6 +83,15 @@ def register(subparsers: Any) -> None:
         "--remoting-credentials-file",
         help='JSON {"accessKey","secretKey"} that remoting requests must be signed with',
     )
+    controller.add_argument(
+        "--remoting-tls-mode",
+        choices=["disabled", "permissive", "enforcing"],
+        default=None,
+        help="RocketMQ's tls.server.mode for the name server and the remoting port "
+        "(default disabled; permissive serves plaintext and TLS clients on one port)",
+    )
+    controller.add_argument("--tls-cert-file", help="PEM certificate of the TLS ports")
+    controller.add_argument("--tls-key-file", help="PEM private key of --tls-cert-file")
     controller.add_argument("--config", help="controller.json (camelCase settings)")
     controller.add_argument("--log-level", default="INFO", help="Python log level")
     controller.set_defaults(func=_run_controller)
@@ -221,6 +230,9 @@ def _run_controller(args: argparse.Namespace) -> int:
             namesrv_port=args.namesrv_port,
             namesrv_master_address_template=args.namesrv_master_address_template,
             namesrv_master_addresses=args.namesrv_master_addresses,
+            remoting_tls_mode=args.remoting_tls_mode,
+            tls_cert_file=args.tls_cert_file,
+            tls_key_file=args.tls_key_file,
         )
     except (OSError, ValueError) as exc:
         sys.stderr.write(f"brokergroup controller: invalid configuration: {exc}\n")

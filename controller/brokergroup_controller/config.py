@@ -13,6 +13,7 @@ from typing import Any
 from brokergroup_controller.credentials import CredentialKeys
 from brokergroup_controller.master_address import MasterAddressPolicy, load_policy
 from brokergroup_controller.raft_settings import RaftSettings, parse_peers
+from brokergroup_remoting.tls import ServerTls, load_server_tls
 
 DEFAULT_API_PORT = 9878
 DEFAULT_RAFT_PORT = 9880
@@ -93,6 +94,18 @@ class ControllerConfig:
     master's own address, which clients follow only at their 30 s route refresh."""
     namesrv_master_addresses: tuple[str, ...] = ()
     """`CLUSTER/BROKER=HOST:PORT` fixed master addresses, ahead of the template."""
+    remoting_tls_mode: str = "disabled"
+    """RocketMQ's `tls.server.mode` of the name server and the remoting port: disabled,
+    permissive (plaintext and TLS clients on one port) or enforcing (docs/security.md
+    "TLS"); anything but disabled needs `tls_cert_file` and `tls_key_file`."""
+    tls_cert_file: str | None = None
+    """PEM certificate (chain) the TLS ports present."""
+    tls_key_file: str | None = None
+    """PEM private key of `tls_cert_file`."""
+
+    def remoting_tls(self) -> ServerTls:
+        """The name server's and remoting port's TLS (ValueError when it cannot load)."""
+        return load_server_tls(self.remoting_tls_mode, self.tls_cert_file, self.tls_key_file)
 
     def master_address_policy(self) -> MasterAddressPolicy:
         return load_policy(self.namesrv_master_address_template, self.namesrv_master_addresses)
@@ -145,6 +158,7 @@ class ControllerConfig:
         if self.namesrv_port and self.namesrv_port in (self.api_port, self.remoting_port):
             raise ValueError(f"namesrvPort {self.namesrv_port} is already the API or remoting port")
         self.master_address_policy()  # a bad template or address stops start-up here
+        self.remoting_tls()  # a bad mode or an unreadable certificate too
         if self.insecure_no_auth and (
             self.token is not None
             or self.raft_password is not None
@@ -274,6 +288,9 @@ def load_config(
     namesrv_port: int | None = None,
     namesrv_master_address_template: str | None = None,
     namesrv_master_addresses: list[str] | None = None,
+    remoting_tls_mode: str | None = None,
+    tls_cert_file: str | None = None,
+    tls_key_file: str | None = None,
 ) -> ControllerConfig:
     file_values: dict[str, Any] = {}
     if config_path:
@@ -313,6 +330,9 @@ def load_config(
             "namesrv_port": namesrv_port,
             "namesrv_master_address_template": namesrv_master_address_template,
             "namesrv_master_addresses": namesrv_master_addresses or None,
+            "remoting_tls_mode": remoting_tls_mode,
+            "tls_cert_file": tls_cert_file and os.path.abspath(tls_cert_file),
+            "tls_key_file": tls_key_file and os.path.abspath(tls_key_file),
         },
     )
 

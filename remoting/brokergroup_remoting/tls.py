@@ -157,3 +157,32 @@ async def open_accepted(
             lambda: protocol, sock, ssl=context, ssl_handshake_timeout=handshake_timeout_s
         )
     return reader, asyncio.StreamWriter(transport, protocol, reader, loop)
+
+
+def load_server_tls(
+    mode: str,
+    cert_file: str | Path | None,
+    key_file: str | Path | None,
+    *,
+    client_ca_file: str | Path | None = None,
+) -> ServerTls:
+    """A port's TLS from its settings (`--remoting-tls-mode`, `--tls-cert-file`,
+    `--tls-key-file`); ValueError names what is wrong, before the port opens."""
+    try:
+        tls_mode = TlsMode(mode)
+    except ValueError:
+        choices = ", ".join(m.value for m in TlsMode)
+        raise ValueError(f"TLS mode {mode!r} is not one of {choices}") from None
+    if tls_mode is TlsMode.DISABLED:
+        return ServerTls(tls_mode)
+    if not cert_file or not key_file:
+        raise ValueError(f"TLS mode {tls_mode} needs a certificate and key file")
+    try:
+        context = server_context(
+            Path(cert_file),
+            Path(key_file),
+            client_ca_file=None if client_ca_file is None else Path(client_ca_file),
+        )
+    except (OSError, ssl.SSLError) as exc:
+        raise ValueError(f"cannot load the TLS certificate {cert_file}: {exc}") from exc
+    return ServerTls(tls_mode, context)

@@ -12,13 +12,16 @@ no new registration.
 
 from __future__ import annotations
 
+import datetime
 import json
 import struct
 import zlib
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
+from brokergroup_controller.config import ControllerConfig
 from brokergroup_controller.credentials import (
     Principal,
     RocketMQKeyPair,
@@ -33,6 +36,8 @@ from brokergroup_controller.namesrv.server import NameServer
 from brokergroup_remoting import RemotingCommand, RequestCode, ResponseCode, SerializeType
 from brokergroup_remoting.command import request
 from brokergroup_remoting.net import Credentials, RemotingClient, ServerAuth
+from brokergroup_remoting.tls import client_context
+from tests.unit.tls_material import make_material
 
 KEYS = {"nsAccessKey": "nsSecretKey-1234"}
 GOOD = Credentials("nsAccessKey", "nsSecretKey-1234")
@@ -607,3 +612,49 @@ async def test_a_registration_with_one_bad_topic_routes_every_other_topic(
     said = [r.getMessage() for r in caplog.records if "breaks the topic rule" in r.getMessage()]
     assert len(said) == len(bad), said  # once per broker and topic, not per registration
     assert all(A1 in line for line in said)
+
+
+async def test_name_server_under_enforcing_tls_serves_tls_clients_only(tmp_path: Path) -> None:
+    """The controller's settings give the name server its TLS (--remoting-tls-mode,
+    --tls-cert-file, --tls-key-file): a bad mode or a missing certificate stops start-up;
+    under enforcing a plaintext client is closed unanswered and a TLS client is served."""
+    material = make_material(tmp_path, datetime.datetime.now(datetime.UTC))
+    base = {
+        "node_id": 1,
+        "peers": ("127.0.0.1:9880",),
+        "data_dir": str(tmp_path),
+        "insecure_no_auth": True,
+    }
+    with pytest.raises(ValueError, match="is not one of disabled, permissive, enforcing"):
+        ControllerConfig(**base, remoting_tls_mode="strict").validate()  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="needs a certificate and key file"):
+        ControllerConfig(**base, remoting_tls_mode="enforcing").validate()  # type: ignore[arg-type]
+    config = ControllerConfig(
+        **base,  # type: ignore[arg-type]
+        remoting_tls_mode="enforcing",
+        tls_cert_file=str(material.cert_file),
+        tls_key_file=str(material.key_file),
+    )
+    config.validate()
+    server = NameServer(Groups(), auth=ServerAuth(secret_for=KEYS.get), tls=config.remoting_tls())
+    await server.start("127.0.0.1", 0)
+    address = f"127.0.0.1:{server.port}"
+    ask = request(RequestCode.GET_ROUTEINFO_BY_TOPIC, 0, {"topic": "Orders"})
+    try:
+        plain = await RemotingClient.connect(address, credentials=GOOD)
+        try:
+            with pytest.raises((ConnectionError, TimeoutError)):
+                await plain.invoke(ask, timeout_s=5)
+        finally:
+            await plain.close()
+        sealed = await RemotingClient.connect(
+            address, credentials=GOOD, tls=client_context(material.ca_file)
+        )
+        try:
+            answer = await sealed.invoke(ask, timeout_s=5)
+        finally:
+            await sealed.close()
+    finally:
+        await server.close()
+    assert answer.code == ResponseCode.TOPIC_NOT_EXIST
+    assert "Orders" in (answer.remark or "")

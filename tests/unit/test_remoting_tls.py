@@ -16,12 +16,11 @@ import datetime
 import ssl
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
 from brokergroup_remoting import RemotingCommand
-from brokergroup_remoting.certificates import Issued, issue, make_ca, not_after
+from brokergroup_remoting.certificates import not_after
 from brokergroup_remoting.command import request, response_to
 from brokergroup_remoting.net import (
     Connection,
@@ -39,6 +38,7 @@ from brokergroup_remoting.tls import (
     client_context,
     server_context,
 )
+from tests.unit.tls_material import Material, make_material
 
 ECHO = 9001
 KEYS = {"rocketmq2": "12345678"}
@@ -46,40 +46,9 @@ GOOD = Credentials("rocketmq2", "12345678")
 NOW = datetime.datetime.now(datetime.UTC)
 
 
-@dataclass(frozen=True)
-class Material:
-    ca_file: Path
-    cert_file: Path
-    key_file: Path
-    other_ca_file: Path
-    other_cert_file: Path
-    other_key_file: Path
-    expired_cert_file: Path
-    expired_key_file: Path
-
-
-def _write(directory: Path, name: str, issued: Issued) -> tuple[Path, Path]:
-    cert, key = directory / f"{name}.crt", directory / f"{name}.key"
-    issued.write(cert, key)
-    return cert, key
-
-
 @pytest.fixture(scope="module")
 def material(tmp_path_factory: pytest.TempPathFactory) -> Material:
-    directory = tmp_path_factory.mktemp("tls")
-    ca = make_ca("brokergroup test CA", now=NOW)
-    other_ca = make_ca("someone else's CA", now=NOW)
-    ca_file, _ = _write(directory, "ca", ca)
-    other_ca_file, _ = _write(directory, "other-ca", other_ca)
-    names = ["localhost", "127.0.0.1"]
-    cert, key = _write(directory, "server", issue(ca, "broker-a-0", names, now=NOW))
-    other_cert, other_key = _write(directory, "other", issue(other_ca, "impostor", names, now=NOW))
-    long_ago = NOW - datetime.timedelta(days=400)
-    expired = issue(ca, "broker-old", names, now=long_ago, valid_days=30)
-    expired_cert, expired_key = _write(directory, "expired", expired)
-    return Material(
-        ca_file, cert, key, other_ca_file, other_cert, other_key, expired_cert, expired_key
-    )
+    return make_material(tmp_path_factory.mktemp("tls"), NOW)
 
 
 class Echo:

@@ -41,14 +41,16 @@ async def start_name_server(
         auth=auth,
         master_address=config.master_address_policy(),
         broker_group_of=lambda key: broker_group_of(keys, key),
+        tls=config.remoting_tls(),
     )
     host = config.namesrv_bind_address or config.bind_address
     await server.start(host, config.namesrv_port)
     log.info(
-        "name server on %s:%d (%s; master address: %s)",
+        "name server on %s:%d (%s; TLS %s; master address: %s)",
         host,
         server.port,
         "AccessKey/SecretKey signatures" if auth else "UNAUTHENTICATED",
+        config.remoting_tls_mode,
         config.master_address_policy(),
     )
     return server

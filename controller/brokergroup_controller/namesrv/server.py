@@ -30,6 +30,7 @@ from brokergroup_remoting.body import crc32, json_body
 from brokergroup_remoting.command import response_to
 from brokergroup_remoting.fields import quoted
 from brokergroup_remoting.net import Connection, Handler, RemotingServer, ServerAuth
+from brokergroup_remoting.tls import ServerTls
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +75,7 @@ class NameServer:
         max_registrations: int = DEFAULT_MAX_REGISTRATIONS,
         master_address: MasterAddressPolicy = OWN_ADDRESS,
         broker_group_of: Callable[[str], BrokerSetKey | None] = lambda _key: None,
+        tls: ServerTls | None = None,
     ) -> None:
         self._groups = groups
         self._broker_group_of = broker_group_of
@@ -95,7 +97,7 @@ class NameServer:
             RequestCode.DELETE_TOPIC_IN_NAMESRV: self.delete_topic,
         }
         self.handlers: dict[int, Handler] = {int(code): h for code, h in handlers.items()}
-        self._server = RemotingServer(self.handlers, auth=auth, name="namesrv")
+        self._server = RemotingServer(self.handlers, auth=auth, name="namesrv", tls=tls)
 
     @property
     def port(self) -> int:

@@ -49,13 +49,15 @@ async def start_remoting_front(
         auth=None if keys is None else ServerAuth(secret_for=keys.secret_for),
         credentials=credentials,
         keys=keys,
+        tls=config.remoting_tls(),
     )
     await front.start(config.bind_address)
     log.info(
-        "RocketMQ controller remoting port on %s:%d (%s)",
+        "RocketMQ controller remoting port on %s:%d (%s; TLS %s)",
         config.bind_address,
         front.listening_port,
         "signed requests only" if credentials else "UNAUTHENTICATED: --insecure-no-auth",
+        config.remoting_tls_mode,
     )
     return front
 

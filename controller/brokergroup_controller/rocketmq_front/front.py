@@ -54,6 +54,7 @@ from brokergroup_remoting.net import (
     RemotingServer,
     ServerAuth,
 )
+from brokergroup_remoting.tls import ServerTls
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +81,7 @@ class ControllerRemoting:
         auth: ServerAuth | None,
         credentials: Credentials | None = None,
         keys: RocketMQKeys | None = None,
+        tls: ServerTls | None = None,
     ) -> None:
         self.service = service
         # Who signed a request (the release's admin pair or a group's derived pair), for
@@ -95,6 +97,7 @@ class ControllerRemoting:
                 bad_field_code=ResponseCode.CONTROLLER_INVALID_REQUEST, translate=refusal_of
             ),
             name="controller-remoting",
+            tls=tls,
         )
         # Brokers heartbeating over this port (stock brokers): they get role notifications.
         self._remoting_brokers: set[tuple[str, str, int]] = set()
