@@ -112,6 +112,8 @@ from brokergroup_broker.core.retention_service import RetentionService, retentio
 from brokergroup_broker.core.role_core import RoleCore
 from brokergroup_broker.core.role_transitions import RoleTransitions
 from brokergroup_broker.core.store_faults import StoreFaults
+from brokergroup_broker.grpc_front import GrpcFrontServer, GrpcSettings, MessagingService
+from brokergroup_broker.grpc_front.server import SignatureCheck
 from brokergroup_broker.metadata import BrokerMetadata
 from brokergroup_broker.protocol.server import BrokerProtocolServer, ServerConfig
 from brokergroup_broker.remoting_front import (
@@ -186,6 +188,7 @@ class Broker:
         self._server: BrokerProtocolServer | None = None
         self._http: StatusServer | None = None
         self._remoting: RemotingFrontServer | None = None
+        self._grpc: GrpcFrontServer | None = None
         self._namesrv_link: NameServerLink | None = None
         self._session: aiohttp.ClientSession | None = None
         #: The put/get counters every front end feeds (docs/metrics.md), and /metrics.
@@ -341,15 +344,42 @@ class Broker:
                 s.remoting_credentials,
                 register_interval_ms=config.register_name_server_period_ms,
             )
-        self._remoting = RemotingFrontServer(front, remoting_auth_of(s))
+        auth = remoting_auth_of(s)
+        self._remoting = RemotingFrontServer(front, auth)
         await self._remoting.start(s.bind_address, s.remoting_port)
         log.info("RocketMQ remoting port on %s:%d", s.bind_address, s.remoting_port)
+        if s.grpc_port is not None:
+            # The RocketMQ 5 SDKs' port, over the same topic table and produce path
+            # (docs/grpc.md), under the remoting port's key pairs.
+            service = MessagingService(
+                parts.produce,
+                front.declared,
+                GrpcSettings(
+                    broker_name=s.broker_name,
+                    auto_create_topic=config.auto_create_topic_enable,
+                    default_queue_nums=config.default_topic_queue_nums,
+                    default_endpoint=(s.advertise_address, s.grpc_port),
+                ),
+                scheduling=ScheduledSends(
+                    parts.schedule.rules, timers_pending=parts.schedule.timers_pending
+                ),
+            )
+            check = (
+                None
+                if auth is None
+                else SignatureCheck(auth.secret_for, auth.unknown_key_reason or (lambda _k: None))
+            )
+            self._grpc = GrpcFrontServer(service, check)
+            await self._grpc.start(s.bind_address, s.grpc_port)
+            log.info("gRPC port on %s:%d", s.bind_address, s.grpc_port)
         if self._namesrv_link is not None:
             self._spawn(self._namesrv_link.run())
 
     def _master_lost(self, reason: str) -> None:
         if self._remoting is not None:
             self._remoting.master_lost(reason)
+        if self._grpc is not None:
+            self._grpc.master_lost(reason)
 
     def _topics_changed(self, topic: str) -> None:
         if self._namesrv_link is not None:
@@ -481,6 +511,8 @@ class Broker:
             await self._server.stop()
         if self._remoting is not None:
             await self._remoting.close()
+        if self._grpc is not None:
+            await self._grpc.close()
         if self._namesrv_link is not None:
             await self._namesrv_link.close()
         if parts is not None:

@@ -65,6 +65,13 @@ def register(subparsers: Any) -> None:
         "with --remoting-key-file or --insecure-no-remoting-auth",
     )
     parser.add_argument(
+        "--grpc-port",
+        type=int,
+        default=None,
+        help="gRPC port for the RocketMQ 5 SDKs (default: client port + 4; -1: none); served "
+        "with the remoting port, under its key pairs (docs/grpc.md)",
+    )
+    parser.add_argument(
         "--remoting-key-file",
         type=Path,
         default=None,
@@ -95,6 +102,19 @@ def register(subparsers: Any) -> None:
         "--insecure-no-remoting-auth",
         action="store_true",
         help="dev only: a remoting port that takes unsigned requests",
+    )
+    parser.add_argument(
+        "--remoting-tls-mode",
+        choices=["disabled", "permissive", "enforcing"],
+        default="disabled",
+        help="RocketMQ's tls.server.mode for the remoting port (permissive serves plaintext "
+        "and TLS clients on one port; enforcing TLS only); needs --tls-cert-file/--tls-key-file",
+    )
+    parser.add_argument("--tls-cert-file", help="PEM certificate of the TLS remoting port")
+    parser.add_argument("--tls-key-file", help="PEM private key of --tls-cert-file")
+    parser.add_argument(
+        "--tls-ca-file",
+        help="reach the name servers over TLS, verifying them against this CA (PEM)",
     )
     parser.add_argument(
         "--namesrv-addresses",
@@ -190,6 +210,14 @@ def run_broker_command(args: argparse.Namespace) -> int:
         print("brokergroup broker: --namesrv-addresses needs the remoting port "
               "(--remoting-key-file)", file=sys.stderr)  # fmt: skip
         return 2
+    try:
+        remoting_tls = load_server_tls(
+            args.remoting_tls_mode, args.tls_cert_file, args.tls_key_file
+        )
+        namesrv_tls = None if args.tls_ca_file is None else client_context(Path(args.tls_ca_file))
+    except (OSError, ValueError) as exc:
+        print(f"brokergroup broker: {exc}", file=sys.stderr)
+        return 2
     settings = BrokerSettings(
         cluster_name=args.cluster_name,
         broker_name=args.broker_name,
@@ -205,6 +233,11 @@ def run_broker_command(args: argparse.Namespace) -> int:
         remoting_port=(
             (args.remoting_port if args.remoting_port is not None else args.client_port + 3)
             if remoting_on
+            else None
+        ),
+        grpc_port=(
+            (args.grpc_port if args.grpc_port is not None else args.client_port + 4)
+            if remoting_on and args.grpc_port != -1
             else None
         ),
         remoting_credentials=remoting_credentials,
