@@ -104,19 +104,6 @@ def register(subparsers: Any) -> None:
         help="dev only: a remoting port that takes unsigned requests",
     )
     parser.add_argument(
-        "--remoting-tls-mode",
-        choices=["disabled", "permissive", "enforcing"],
-        default="disabled",
-        help="RocketMQ's tls.server.mode for the remoting port (permissive serves plaintext "
-        "and TLS clients on one port; enforcing TLS only); needs --tls-cert-file/--tls-key-file",
-    )
-    parser.add_argument("--tls-cert-file", help="PEM certificate of the TLS remoting port")
-    parser.add_argument("--tls-key-file", help="PEM private key of --tls-cert-file")
-    parser.add_argument(
-        "--tls-ca-file",
-        help="reach the name servers over TLS, verifying them against this CA (PEM)",
-    )
-    parser.add_argument(
         "--namesrv-addresses",
         default="",
         help="name servers to register the remoting port with (host:9876, ';' or ',' separated)",
@@ -209,14 +196,6 @@ def run_broker_command(args: argparse.Namespace) -> int:
     if namesrv and not remoting_on:
         print("brokergroup broker: --namesrv-addresses needs the remoting port "
               "(--remoting-key-file)", file=sys.stderr)  # fmt: skip
-        return 2
-    try:
-        remoting_tls = load_server_tls(
-            args.remoting_tls_mode, args.tls_cert_file, args.tls_key_file
-        )
-        namesrv_tls = None if args.tls_ca_file is None else client_context(Path(args.tls_ca_file))
-    except (OSError, ValueError) as exc:
-        print(f"brokergroup broker: {exc}", file=sys.stderr)
         return 2
     settings = BrokerSettings(
         cluster_name=args.cluster_name,
