@@ -115,6 +115,7 @@ from brokergroup_broker.core.store_faults import StoreFaults
 from brokergroup_broker.grpc_front import GrpcFrontServer, GrpcSettings, MessagingService
 from brokergroup_broker.grpc_front.server import SignatureCheck
 from brokergroup_broker.metadata import BrokerMetadata
+from brokergroup_broker.pop.service import PopService
 from brokergroup_broker.protocol.server import BrokerProtocolServer, ServerConfig
 from brokergroup_broker.remoting_front import (
     FrontSettings,
@@ -156,6 +157,7 @@ class BrokerParts:
     produce: ProducePath
     peers: PeerOffsets
     schedule: ScheduleService
+    pop: PopService
 
 
 class Broker:
@@ -281,6 +283,7 @@ class Broker:
                 retention.run(),
                 retention.follow_master_loop(),
                 parts.schedule.run(),
+                parts.pop.run(),
             ):
                 self._spawn(coro)
             await self._stopping.wait()
@@ -327,6 +330,7 @@ class Broker:
             scheduling=ScheduledSends(
                 parts.schedule.rules, timers_pending=parts.schedule.timers_pending
             ),
+            pop=parts.pop,
         )
         if s.namesrv_addresses:
             self._namesrv_link = NameServerLink(
@@ -472,8 +476,18 @@ class Broker:
             ),
             confirm_offset=replication.confirm_offset,
         )
+        pop = PopService(
+            store=store,
+            produce=produce,
+            cluster_name=s.cluster_name,
+            broker_name=s.broker_name,
+            master_term=lambda: (
+                role.master_epoch if role.is_master and role.accepting_writes else None
+            ),
+            confirm_offset=replication.confirm_offset,
+        )
         self.parts = BrokerParts(
-            broker_id, store, session, replication, transitions, produce, peers, schedule
+            broker_id, store, session, replication, transitions, produce, peers, schedule, pop
         )
         return self.parts
 
@@ -643,6 +657,7 @@ class Broker:
             "storeWritable": writable,
             "storeError": error,
             "schedule": None if parts is None else parts.schedule.status(),
+            "pop": None if parts is None else parts.pop.status(),
         }
 
     def metrics_text(self) -> bytes:

@@ -319,6 +319,12 @@ class PopService:
         filter: MessageFilter | None,
         init_from_min: bool,
     ) -> PopResult:
+        if self._state.room(group) <= 0:
+            raise PopError(
+                PopErrorKind.IN_FLIGHT_FULL,
+                f"consumer group {group} holds {self._state.in_flight_of(group)} messages in "
+                f"flight (popMaxInFlightPerGroup {self._max_in_flight}): ack some first",
+            )
         now = self._wall_ms()
         confirm = self._confirm_offset()
         revive_qid = rec.ORDER_REVIVE_QID if fifo else 0

@@ -40,6 +40,7 @@ from typing import Protocol
 
 from brokergroup_broker.broker_stats import BrokerStats
 from brokergroup_broker.metadata import BrokerMetadata
+from brokergroup_broker.pop.service import PopService
 from brokergroup_broker.protocol.messages import BrokerError, Response, SendBatch
 from brokergroup_broker.remoting_front import wire
 from brokergroup_broker.remoting_front.admin_queries import AdminQueries
@@ -51,6 +52,7 @@ from brokergroup_broker.remoting_front.dashboard import DashboardQueries
 from brokergroup_broker.remoting_front.groups import GroupAdmin
 from brokergroup_broker.remoting_front.key_query import RecordSource
 from brokergroup_broker.remoting_front.offset_reset import OffsetReset
+from brokergroup_broker.remoting_front.pop import PopHandlers
 from brokergroup_broker.remoting_front.pulls import Pulls
 from brokergroup_broker.remoting_front.sends import Sends
 from brokergroup_broker.remoting_front.topics import DeclaredTopics, TopicAdmin
@@ -159,6 +161,7 @@ class RemotingFront:
         clock_ms: Callable[[], int] = _mono_ms,
         stats: BrokerStats | None = None,
         scheduling: ScheduledSends | None = None,
+        pop: PopService | None = None,
     ) -> None:
         """`scheduling`: delayed and timer sends (the broker's schedule service); None
         refuses them."""
@@ -287,6 +290,8 @@ class RemotingFront:
             RequestCode.CONSUME_MESSAGE_DIRECTLY: client_calls.consume_message_directly,
             RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: resets.reset_offset,
         }
+        if pop is not None:  # POP_MESSAGE, ACK_MESSAGE, … (pop.py, docs/pop.md)
+            table.update(PopHandlers(pop, max_poll_ms=settings.max_suspend_ms).table())
         self.handlers: dict[int, Handler] = {int(code): h for code, h in table.items()}
         self.dispatch = Dispatch(translate=refusal_of)
 
