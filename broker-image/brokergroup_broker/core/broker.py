@@ -347,9 +347,10 @@ class Broker:
                 front.topic_configs,
                 s.remoting_credentials,
                 register_interval_ms=config.register_name_server_period_ms,
+                tls=s.namesrv_tls,
             )
         auth = remoting_auth_of(s)
-        self._remoting = RemotingFrontServer(front, auth)
+        self._remoting = RemotingFrontServer(front, auth, tls=s.remoting_tls)
         await self._remoting.start(s.bind_address, s.remoting_port)
         log.info("RocketMQ remoting port on %s:%d", s.bind_address, s.remoting_port)
         if s.grpc_port is not None:

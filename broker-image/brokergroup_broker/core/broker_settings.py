@@ -5,6 +5,7 @@ the clocks the shell passes to the pure cores, and a few bounded waits."""
 from __future__ import annotations
 
 import logging
+import ssl
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,7 @@ from brokergroup_broker.store import (
 from brokergroup_broker.topics import topic_error
 from brokergroup_controller.api import ReplicaInfo
 from brokergroup_remoting.net import Credentials, ServerAuth
+from brokergroup_remoting.tls import ServerTls
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +91,11 @@ class BrokerSettings:
     remoting port (core.remoting_keys); None: the broker pair only."""
     namesrv_addresses: tuple[str, ...] = ()
     """Name servers the remoting port is registered with (REGISTER_BROKER)."""
+    remoting_tls: ServerTls | None = field(default=None, repr=False)
+    """The remoting port's TLS (`--remoting-tls-mode`, `--tls-cert-file`, `--tls-key-file`);
+    None: plaintext."""
+    namesrv_tls: ssl.SSLContext | None = field(default=None, repr=False)
+    """TLS to the name servers (`--tls-ca-file`: verified against that CA); None: plaintext."""
     incarnation: str = ""
     """Which start of this broker this is, sent in every heartbeat: the pod's
     uid in Kubernetes, the local supervisor's per-start token, else a random

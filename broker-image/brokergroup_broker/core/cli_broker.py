@@ -104,6 +104,19 @@ def register(subparsers: Any) -> None:
         help="dev only: a remoting port that takes unsigned requests",
     )
     parser.add_argument(
+        "--remoting-tls-mode",
+        choices=["disabled", "permissive", "enforcing"],
+        default="disabled",
+        help="RocketMQ's tls.server.mode for the remoting port (permissive serves plaintext "
+        "and TLS clients on one port; enforcing TLS only); needs --tls-cert-file/--tls-key-file",
+    )
+    parser.add_argument("--tls-cert-file", help="PEM certificate of the TLS remoting port")
+    parser.add_argument("--tls-key-file", help="PEM private key of --tls-cert-file")
+    parser.add_argument(
+        "--tls-ca-file",
+        help="reach the name servers over TLS, verifying them against this CA (PEM)",
+    )
+    parser.add_argument(
         "--namesrv-addresses",
         default="",
         help="name servers to register the remoting port with (host:9876, ';' or ',' separated)",
@@ -126,6 +139,7 @@ def run_broker_command(args: argparse.Namespace) -> int:
     from brokergroup_broker.core.config import BrokerConfigError, load_broker_config
     from brokergroup_broker.core.registration import RegistrationFailed
     from brokergroup_controller.api import INCARNATION_ENV
+    from brokergroup_remoting.tls import client_context, load_server_tls
 
     logging.basicConfig(
         level=getattr(logging, str(args.log_level).upper(), logging.INFO),
@@ -197,6 +211,14 @@ def run_broker_command(args: argparse.Namespace) -> int:
         print("brokergroup broker: --namesrv-addresses needs the remoting port "
               "(--remoting-key-file)", file=sys.stderr)  # fmt: skip
         return 2
+    try:
+        remoting_tls = load_server_tls(
+            args.remoting_tls_mode, args.tls_cert_file, args.tls_key_file
+        )
+        namesrv_tls = None if args.tls_ca_file is None else client_context(Path(args.tls_ca_file))
+    except (OSError, ValueError) as exc:
+        print(f"brokergroup broker: {exc}", file=sys.stderr)
+        return 2
     settings = BrokerSettings(
         cluster_name=args.cluster_name,
         broker_name=args.broker_name,
@@ -222,6 +244,8 @@ def run_broker_command(args: argparse.Namespace) -> int:
         remoting_credentials=remoting_credentials,
         remoting_client_credentials=remoting_client_credentials,
         namesrv_addresses=namesrv,
+        remoting_tls=remoting_tls,
+        namesrv_tls=namesrv_tls,
         # Set by whoever started this process (pod uid, local supervisor).
         incarnation=os.environ.get(INCARNATION_ENV) or uuid.uuid4().hex,
     )

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -116,8 +117,11 @@ class NameServerLink:
         *,
         register_interval_ms: int = 30_000,
         timeout_ms: int = 3_000,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
+        """`tls`: reach the name servers over TLS with this context (`--tls-ca-file`)."""
         self._addresses = addresses
+        self._tls = tls
         self._reg = registration
         self._topics = topics
         self._credentials = credentials
@@ -197,6 +201,7 @@ class NameServerLink:
                     credentials=self._credentials,
                     connect_timeout_s=self._timeout_s,
                     name="namesrv-link",
+                    tls=self._tls,
                 )
                 self._clients[address] = client
             return await client.invoke(cmd, self._timeout_s)

@@ -8,6 +8,7 @@ import logging
 
 from brokergroup_broker.remoting_front.front import RemotingFront
 from brokergroup_remoting.net import RemotingServer, ServerAuth
+from brokergroup_remoting.tls import ServerTls
 
 log = logging.getLogger(__name__)
 
@@ -16,10 +17,13 @@ ROCKETMQ_LISTEN_PORT = 10911
 
 
 class RemotingFrontServer:
-    def __init__(self, front: RemotingFront, auth: ServerAuth | None) -> None:
+    def __init__(
+        self, front: RemotingFront, auth: ServerAuth | None, *, tls: ServerTls | None = None
+    ) -> None:
+        """`tls`: the port's TLS mode and certificate (`--remoting-tls-mode`)."""
         self.front = front
         self._server = RemotingServer(
-            front.handlers, auth=auth, dispatch=front.dispatch, name="broker-remoting"
+            front.handlers, auth=auth, dispatch=front.dispatch, name="broker-remoting", tls=tls
         )
         self._closing: set[asyncio.Task[None]] = set()
 
