@@ -113,6 +113,7 @@ from brokergroup_broker.core.role_core import RoleCore
 from brokergroup_broker.core.role_transitions import RoleTransitions
 from brokergroup_broker.core.store_faults import StoreFaults
 from brokergroup_broker.grpc_front import GrpcFrontServer, GrpcSettings, MessagingService
+from brokergroup_broker.grpc_front.consumption import PopConsumption, orderly_of
 from brokergroup_broker.grpc_front.server import SignatureCheck
 from brokergroup_broker.metadata import BrokerMetadata
 from brokergroup_broker.pop.service import PopService
@@ -368,6 +369,7 @@ class Broker:
                 scheduling=ScheduledSends(
                     parts.schedule.rules, timers_pending=parts.schedule.timers_pending
                 ),
+                consumption=PopConsumption(parts.pop, orderly=orderly_of(front.metadata)),
             )
             check = (
                 None

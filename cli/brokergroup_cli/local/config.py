@@ -82,6 +82,12 @@ class LocalConfig:
     broker_client_port: int = 10911
     """HA port is +1, HTTP status port is +2 (docs/architecture.md)."""
 
+    proxy_grpc_port: int = 8081
+    proxy_remoting_port: int = 8080
+    """Engine rocketmq: the stock RocketMQ proxy's gRPC port (the RocketMQ 5 SDKs; `local
+    status --json` grpcEndpoint) and its remoting port, RocketMQ's defaults. The proxy binds
+    both on every interface (docs/local.md)."""
+
     restart_initial_delay_ms: int = 200
     """Delay before the first restart of a child that crashed after running a
     while. Short, so a killed broker is back quickly (failover does not wait for
@@ -171,6 +177,8 @@ class LocalConfig:
             ("controllerRemotingPort", self.controller_remoting_port),
             ("brokerClientPort", self.broker_client_port),
             ("masterEndpointPort", self.master_endpoint_port),
+            ("proxyGrpcPort", self.proxy_grpc_port),
+            ("proxyRemotingPort", self.proxy_remoting_port),
         ):
             if not 1 <= port <= 65533:
                 raise ConfigError(f"{name} {port} is not a usable port")
@@ -222,6 +230,17 @@ class LocalConfig:
         """Where the group's brokers serve RocketMQ clients: the built-in broker's remoting
         port (client port + 3), a stock broker's listen port."""
         return self.broker_client_port + (0 if self.engine == "rocketmq" else 3)
+
+    @property
+    def proxy_grpc_endpoint(self) -> str:
+        """Engine rocketmq: where the RocketMQ 5 SDKs reach the stock proxy (`grpcEndpoint`):
+        the proxy listens on every interface, the group's stable host names it."""
+        return f"{self.master_endpoint_host}:{self.proxy_grpc_port}"
+
+    def broker_grpc_port(self) -> int:
+        """The built-in broker's gRPC port (client port + 4), where the stable gRPC endpoint
+        forwards (docs/grpc.md)."""
+        return self.broker_client_port + 4
 
     def broker_http_port(self) -> int:
         return self.broker_client_port + 2

@@ -72,8 +72,12 @@ def target_of(info: ReplicaInfo, ports: RemotingPorts) -> str | None:
 class MasterForwarder:
     """One listening loopback address; each accepted connection is piped to the target."""
 
-    def __init__(self, *, name: str, hold_ms: int) -> None:
+    def __init__(self, *, name: str, hold_ms: int, remoting: bool = True) -> None:
+        """`remoting`: the connections carry RocketMQ remoting frames, whose unanswered
+        requests are answered before a close (in_flight.py); False for the gRPC endpoint
+        (HTTP/2: a closed connection fails its calls in the client, which retries them)."""
         self._name = name
+        self._remoting = remoting
         self._hold_s = hold_ms / 1000
         self._target: str | None = None
         self._changed = asyncio.Event()
@@ -100,7 +104,7 @@ class MasterForwarder:
 
     async def start(self, host: str, port: int) -> None:
         self._server = await asyncio.get_running_loop().create_server(
-            lambda: _ClientEnd(self._attach), host, port
+            lambda: _ClientEnd(self._attach, self._remoting), host, port
         )
         log.info("%s: stable master address %s:%d", self._name, host, port)
 
@@ -234,11 +238,11 @@ class _ClientEnd(_End):
     """The accepted side: reads nothing (the kernel keeps what the client sends) until it
     is joined to a master."""
 
-    def __init__(self, on_accept: Callable[[_ClientEnd], None]) -> None:
+    def __init__(self, on_accept: Callable[[_ClientEnd], None], remoting: bool = True) -> None:
         super().__init__()
         self._on_accept = on_accept
-        self.in_flight = InFlight()
-        self.seen = self.in_flight.from_client
+        self.in_flight = InFlight() if remoting else None
+        self.seen = None if self.in_flight is None else self.in_flight.from_client
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
@@ -248,13 +252,18 @@ class _ClientEnd(_End):
 
     def join(self, upstream: _End) -> None:
         self.peer, upstream.peer = upstream, self
-        upstream.seen = self.in_flight.from_master
+        if self.in_flight is not None:
+            upstream.seen = self.in_flight.from_master
         assert self.transport is not None
         self.transport.resume_reading()
 
     def close(self) -> None:
         # Answered before the EOF, on the same socket: the client fails them at once.
-        if self.transport is not None and not self.transport.is_closing():
+        if (
+            self.in_flight is not None
+            and self.transport is not None
+            and not self.transport.is_closing()
+        ):
             answers = self.in_flight.answers()
             if answers:
                 self.transport.write(answers)
@@ -271,11 +280,14 @@ class MasterWatch:
         broker_name: str,
         ports: RemotingPorts,
         forwarder: MasterForwarder,
+        *,
+        also: tuple[tuple[RemotingPorts, MasterForwarder], ...] = (),
     ) -> None:
+        """`also`: further forwarders of the same group's master (its gRPC port), moved with
+        `forwarder` by the one long-poll."""
         self._client = client
         self._group = (cluster_name, broker_name)
-        self._ports = ports
-        self._forwarder = forwarder
+        self._targets = ((ports, forwarder), *also)
 
     async def run(self) -> None:
         """Until cancelled: read the group, then long-poll for the next epoch."""
@@ -294,4 +306,5 @@ class MasterWatch:
                 await asyncio.sleep(WATCH_RETRY_MS / 1000)
                 continue
             master_epoch, set_epoch = info.master_epoch, info.sync_state_set_epoch
-            self._forwarder.set_target(target_of(info, self._ports))
+            for ports, forwarder in self._targets:
+                forwarder.set_target(target_of(info, ports))

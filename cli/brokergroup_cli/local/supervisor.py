@@ -230,6 +230,17 @@ class Supervisor:
             name=f"{config.cluster_name}/{config.broker_name}",
             hold_ms=config.master_endpoint_hold_ms,
         )
+        # The RocketMQ 5 SDKs' stable endpoint: the master's gRPC port (engine builtin; the
+        # stock proxy serves that address under engine rocketmq). docs/grpc.md.
+        self._grpc_forwarder = (
+            None
+            if rocketmq_engine.is_rocketmq(config)
+            else MasterForwarder(
+                name=f"{config.cluster_name}/{config.broker_name} gRPC",
+                hold_ms=config.master_endpoint_hold_ms,
+                remoting=False,
+            )
+        )
         self.latest_snapshot: StatusSnapshot | None = None
 
     # --- state file ------------------------------------------------------------
@@ -448,6 +459,10 @@ class Supervisor:
                 await self._forwarder.start(
                     self._config.master_endpoint_host, self._config.master_endpoint_port
                 )
+                if self._grpc_forwarder is not None:
+                    await self._grpc_forwarder.start(
+                        self._config.master_endpoint_host, self._config.proxy_grpc_port
+                    )
                 watch = asyncio.create_task(self._watch_master(watch_client))
                 controller_tasks = [
                     asyncio.create_task(self._supervise_slot(s)) for s in self._controllers
@@ -471,6 +486,8 @@ class Supervisor:
                 if watch is not None:
                     watch.cancel()
                 await self._forwarder.close()
+                if self._grpc_forwarder is not None:
+                    await self._grpc_forwarder.close()
                 await watch_client.close()
                 log.info("stopping: brokers first, then controllers")
                 await self._terminate(self._brokers, broker_tasks)
@@ -488,8 +505,10 @@ class Supervisor:
         config = self._config
         ports = RemotingPorts(config.broker_remoting_port())
         try:
+            grpc = self._grpc_forwarder
+            also = () if grpc is None else ((RemotingPorts(config.broker_grpc_port()), grpc),)
             await MasterWatch(
-                client, config.cluster_name, config.broker_name, ports, self._forwarder
+                client, config.cluster_name, config.broker_name, ports, self._forwarder, also=also
             ).run()
         except asyncio.CancelledError:
             raise

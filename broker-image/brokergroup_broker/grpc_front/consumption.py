@@ -1,0 +1,263 @@
+"""ReceiveMessage, AckMessage, ChangeInvisibleDuration and ForwardMessageToDeadLetterQueue over
+the broker's POP service (pop/service.py), as the proxy's consumer activities answer them.
+
+- ReceiveMessage streams a status (OK, or MESSAGE_NOT_FOUND when the long poll found
+  nothing), then one response per message, then the delivery timestamp
+  (ReceiveMessageResponseStreamWriter). A message is converted as GrpcConverter.buildMessage
+  does (`to_v2_message`): user properties are those not in MessageConst.STRING_HASH_SET, the
+  topic is the one the consumer subscribed (a retried message's is the retry topic on
+  disk), the receipt handle is the POP service's, deliveryAttempt = attempts + 1.
+- The long polling time is the request's, capped by the consumer's default (20 s).
+- The POP service's refusals become the proxy's codes (`_code_of`); a broker that is not
+  the master answers INTERNAL_SERVER_ERROR, which the SDKs retry (over the stable endpoint,
+  to the new master).
+- ForwardMessageToDeadLetterQueue: not built yet (NOT_IMPLEMENTED); a message that fails
+  too often reaches %DLQ%<group> through the POP revive (MAX_RECONSUME_TIMES) instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from brokergroup_broker.filter import FilterRefused, compile_filter
+from brokergroup_broker.grpc_front import convert
+from brokergroup_broker.grpc_front.definitions import pb, service_pb
+from brokergroup_broker.metadata import BrokerMetadata
+from brokergroup_broker.pop.service import PopError, PopErrorKind, Popped, PopService
+from brokergroup_broker.protocol.messages import BrokerError
+from brokergroup_broker.store.message import StoredMessage
+
+#: ProxyConfig: grpcClientConsumerMaxLongPollingTimeoutMillis and the invisible-time bounds.
+MAX_LONG_POLLING_MS = 20_000
+MIN_INVISIBLE_MS = 10_000
+MAX_INVISIBLE_MS = 12 * 3600 * 1000
+#: The proxy's NACK when a message could not be written to the stream.
+NACK_INVISIBLE_MS = 1_000
+
+MESSAGE_NOT_FOUND = 40401
+INVALID_RECEIPT_HANDLE = 40013
+ILLEGAL_INVISIBLE_TIME = 40011
+ILLEGAL_POLLING_TIME = 40018
+ILLEGAL_FILTER_EXPRESSION = 40010
+
+_POP_CODES: dict[PopErrorKind, int] = {
+    PopErrorKind.ILLEGAL_ARGUMENT: convert.BAD_REQUEST,
+    PopErrorKind.RECEIPT_INVALID: INVALID_RECEIPT_HANDLE,
+    PopErrorKind.RECEIPT_EXPIRED: INVALID_RECEIPT_HANDLE,
+    PopErrorKind.IN_FLIGHT_FULL: convert.TOO_MANY_REQUESTS,
+    PopErrorKind.POLLING_FULL: convert.TOO_MANY_REQUESTS,
+    PopErrorKind.NOT_READY: convert.TOO_MANY_REQUESTS,
+}
+
+
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _code_of(exc: Exception) -> tuple[int, str]:
+    if isinstance(exc, PopError):
+        return _POP_CODES[exc.kind], exc.message
+    if isinstance(exc, BrokerError):
+        return convert.status_of_broker_code(exc.code), f"{exc.code.name}: {exc.message}"
+    raise exc
+
+
+def _status(code: int, message: str | None = None) -> Any:
+    return convert.status(code, message, pb)
+
+
+def _ms(duration: Any) -> int:
+    return int(duration.seconds) * 1000 + int(duration.nanos) // 1_000_000
+
+
+def _timestamp(ms: int) -> Any:
+    stamp = Timestamp()
+    stamp.FromMilliseconds(ms)
+    return stamp
+
+
+def to_v2_message(popped: Popped, topic: Any) -> Any:
+    """A popped message as GrpcConverter.buildMessage sends it (`topic`: the subscribed
+    topic's Resource)."""
+    m: StoredMessage = popped.message
+    props: Mapping[str, str] = m.properties
+    system = pb.SystemProperties(
+        message_id=props.get(convert.PROPERTY_UNIQ_KEY, ""),
+        body_digest=pb.Digest(type=pb.MD5, checksum=hashlib.md5(m.body).hexdigest().upper()),
+        body_encoding=pb.GZIP if m.sys_flag & convert.COMPRESSED_FLAG else pb.IDENTITY,
+        born_timestamp=_timestamp(m.born_timestamp_ms),
+        store_timestamp=_timestamp(m.store_timestamp_ms),
+        store_host=f"{m.store_host[0]}:{m.store_host[1]}",
+        receipt_handle=popped.receipt_handle,
+        queue_id=m.queue_id,
+        queue_offset=m.queue_offset,
+        delivery_attempt=max(popped.attempts, m.reconsume_times) + 1,
+    )
+    if convert.PROPERTY_TAGS in props:
+        system.tag = props[convert.PROPERTY_TAGS]
+    if convert.PROPERTY_KEYS in props:
+        system.keys.extend(props[convert.PROPERTY_KEYS].split(" "))
+    if props.get(convert.PROPERTY_TRANSACTION_PREPARED) == "true":
+        system.message_type = pb.TRANSACTION
+    elif any(p in props for p in ("DELAY", convert.PROPERTY_TIMER_DELIVER_MS, "TIMER_DELAY_SEC")):
+        system.message_type = pb.DELAY
+    elif convert.PROPERTY_SHARDING_KEY in props:
+        system.message_type = pb.FIFO
+    else:
+        system.message_type = pb.NORMAL
+    born_host = props.get(convert.PROPERTY_BORN_HOST) or f"{m.born_host[0]}:{m.born_host[1]}"
+    system.born_host = born_host
+    if convert.PROPERTY_TIMER_DELIVER_MS in props:
+        system.delivery_timestamp.CopyFrom(
+            _timestamp(int(props[convert.PROPERTY_TIMER_DELIVER_MS]))
+        )
+    if convert.PROPERTY_SHARDING_KEY in props:
+        system.message_group = props[convert.PROPERTY_SHARDING_KEY]
+    if convert.PROPERTY_TRACE_CONTEXT in props:
+        system.trace_context = props[convert.PROPERTY_TRACE_CONTEXT]
+    user = {k: v for k, v in props.items() if k not in convert.SYSTEM_PROPERTY_NAMES}
+    return pb.Message(topic=topic, user_properties=user, system_properties=system, body=m.body)
+
+
+class PopConsumption:
+    """The consumer RPCs over one broker's `PopService`."""
+
+    def __init__(
+        self,
+        pop: PopService,
+        *,
+        orderly: Callable[[str], bool] = lambda _group: False,
+        wall_ms: Callable[[], int] = _wall_ms,
+    ) -> None:
+        self._pop = pop
+        self._orderly = orderly
+        self._wall_ms = wall_ms
+
+    async def receive(
+        self, request: Any, group: str, topic: str, context: Any
+    ) -> AsyncIterator[Any]:
+        try:
+            batch = int(request.batch_size)
+            if not 1 <= batch <= 32:
+                raise convert.GrpcRefusal(
+                    convert.BAD_REQUEST, f"batch size {batch} is not in [1, 32]"
+                )
+            invisible_ms = _ms(request.invisible_duration)
+            if not MIN_INVISIBLE_MS <= invisible_ms <= MAX_INVISIBLE_MS:
+                raise convert.GrpcRefusal(
+                    ILLEGAL_INVISIBLE_TIME,
+                    f"the invisible time {invisible_ms} ms is not in "
+                    f"[{MIN_INVISIBLE_MS}, {MAX_INVISIBLE_MS}]",
+                )
+            poll_ms = (
+                _ms(request.long_polling_timeout)
+                if request.HasField("long_polling_timeout")
+                else MAX_LONG_POLLING_MS
+            )
+            if poll_ms < 0:
+                raise convert.GrpcRefusal(ILLEGAL_POLLING_TIME, "negative long polling time")
+            poll_ms = min(poll_ms, MAX_LONG_POLLING_MS)
+            expression = request.filter_expression
+            kind = "SQL92" if expression.type == pb.SQL else "TAG"
+            try:
+                matcher = compile_filter(kind, expression.expression or "*")
+            except FilterRefused as exc:
+                raise convert.GrpcRefusal(ILLEGAL_FILTER_EXPRESSION, str(exc)) from exc
+            queue_id = int(request.message_queue.id)
+            result = await self._pop.pop(
+                group,
+                topic,
+                queue_id if queue_id >= 0 else None,
+                batch,
+                invisible_ms,
+                poll_ms,
+                fifo=self._orderly(group),
+                filter=matcher.matches,
+            )
+        except convert.GrpcRefusal as exc:
+            yield service_pb.ReceiveMessageResponse(status=_status(exc.code, exc.message))
+            yield self._delivered()
+            return
+        except (PopError, BrokerError) as exc:
+            code, message = _code_of(exc)
+            yield service_pb.ReceiveMessageResponse(status=_status(code, message))
+            yield self._delivered()
+            return
+        if not result.messages:
+            yield service_pb.ReceiveMessageResponse(
+                status=_status(MESSAGE_NOT_FOUND, "no new message")
+            )
+        else:
+            yield service_pb.ReceiveMessageResponse(status=_status(convert.OK))
+            resource = request.message_queue.topic
+            for popped in result.messages:
+                yield service_pb.ReceiveMessageResponse(message=to_v2_message(popped, resource))
+        yield self._delivered()
+
+    def _delivered(self) -> Any:
+        return service_pb.ReceiveMessageResponse(delivery_timestamp=_timestamp(self._wall_ms()))
+
+    async def ack(self, request: Any) -> Any:
+        group, topic = request.group.name, request.topic.name
+        handles = [entry.receipt_handle for entry in request.entries]
+        try:
+            errors = await self._pop.ack_batch(group, topic, handles)
+        except (PopError, BrokerError) as exc:
+            code, message = _code_of(exc)
+            return service_pb.AckMessageResponse(status=_status(code, message))
+        entries = []
+        for entry, error in zip(request.entries, errors, strict=True):
+            status = _status(convert.OK) if error is None else _status(*_code_of(error))
+            entries.append(
+                service_pb.AckMessageResultEntry(
+                    message_id=entry.message_id,
+                    receipt_handle=entry.receipt_handle,
+                    status=status,
+                )
+            )
+        code = convert.merged_code(e.status.code for e in entries)
+        return service_pb.AckMessageResponse(status=_status(code), entries=entries)
+
+    async def change_invisible_duration(self, request: Any) -> Any:
+        invisible_ms = _ms(request.invisible_duration)
+        try:
+            if not 0 <= invisible_ms <= MAX_INVISIBLE_MS:
+                raise convert.GrpcRefusal(
+                    ILLEGAL_INVISIBLE_TIME, f"the invisible time {invisible_ms} ms is illegal"
+                )
+            handle = await self._pop.change_invisible(
+                request.group.name, request.topic.name, request.receipt_handle, invisible_ms
+            )
+        except convert.GrpcRefusal as exc:
+            return service_pb.ChangeInvisibleDurationResponse(status=_status(exc.code, exc.message))
+        except (PopError, BrokerError) as exc:
+            code, message = _code_of(exc)
+            return service_pb.ChangeInvisibleDurationResponse(status=_status(code, message))
+        return service_pb.ChangeInvisibleDurationResponse(
+            status=_status(convert.OK), receipt_handle=handle
+        )
+
+    async def forward_to_dead_letter_queue(self, request: Any) -> Any:
+        return service_pb.ForwardMessageToDeadLetterQueueResponse(
+            status=_status(
+                convert.NOT_IMPLEMENTED,
+                "ForwardMessageToDeadLetterQueue is not built yet: a message reaches "
+                "%DLQ%<group> after its maximum reconsume times through the POP revive",
+            )
+        )
+
+
+def orderly_of(metadata: BrokerMetadata) -> Callable[[str], bool]:
+    """Whether a group consumes orderly (its subscription group's consumeMessageOrderly):
+    a FIFO group's POP hands out a queue's next message only after the previous is acked."""
+
+    def orderly(group: str) -> bool:
+        config = metadata.groups.get(group)
+        return config is not None and config.consume_message_orderly
+
+    return orderly
