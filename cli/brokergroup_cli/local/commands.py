@@ -289,6 +289,9 @@ def namesrv_fields(layout: Layout) -> dict[str, object]:
         "masterAddress": config.master_endpoint_address,
         "masterTarget": state.master_target,
     }
+    # The RocketMQ 5 SDKs' endpoint (they sign with the client pair): the stock proxy under
+    # engine rocketmq, a forwarder to the master's gRPC port under builtin (docs/grpc.md).
+    fields["grpcEndpoint"] = config.proxy_grpc_endpoint
     pairs = (
         (layout.client_key_file, "accessKey", "secretKey"),
         (layout.namesrv_key_file, "adminAccessKey", "adminSecretKey"),
