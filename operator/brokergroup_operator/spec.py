@@ -73,6 +73,8 @@ CONFIG_TYPES: dict[str, tuple[type, float]] = {
     "messageDelayLevel": (str, 0),
     "timerMaxDelaySec": (int, 1),
     "timerMaxPending": (int, 1),
+    # Server-side filters (docs/filters.md): SQL92 subscriptions.
+    "enablePropertyFilter": (bool, 0),
 }
 CONFIG_FIELDS = tuple(CONFIG_TYPES)
 # spec.config key → the highest value the broker accepts (the CRD's `maximum` says the same).

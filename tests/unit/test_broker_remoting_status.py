@@ -226,6 +226,7 @@ async def test_broker_config_is_the_settings_as_properties(
         "brokerIP1=127.0.0.1\n"
         "brokerName=broker-a\n"
         "defaultTopicQueueNums=4\n"
+        "enablePropertyFilter=false\n"
         "listenPort=10911\n"
         "longPollingEnable=true\n"
     )

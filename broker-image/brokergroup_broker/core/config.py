@@ -197,6 +197,12 @@ class BrokerConfig:
     on the master, docs/scheduled-messages.md); one more is refused (SYSTEM_ERROR naming
     the limit, RocketMQ's timer flow-control code) until some are delivered."""
 
+    enable_property_filter: bool = False
+    """enablePropertyFilter: serve SQL92 subscriptions (CHECK_CLIENT_CONFIG, pulls filtered
+    on message properties; docs/filters.md). Off by default as in RocketMQ, where a SQL92
+    consumer then fails at its start; `local up --set enablePropertyFilter=true` or
+    spec.broker.config turns it on. Tag filtering needs no setting."""
+
     def __post_init__(self) -> None:
         for spec in dataclasses.fields(self):
             value = getattr(self, spec.name)

@@ -347,6 +347,40 @@ class ProducePath:
         next_offset = got[-1][0].queue_offset + 1 if got else queue_offset
         return RecordPull(tuple(raw for _, raw in got), next_offset, low, high)
 
+    async def pull_matching_records(
+        self,
+        topic: str,
+        queue_id: int,
+        queue_offset: int,
+        max_count: int,
+        *,
+        keep_tags_code: Callable[[int], bool],
+        keep_properties: Callable[[dict[str, str]], bool],
+        max_scan: int,
+    ) -> RecordPull:
+        """`pull_records` through a subscription's filter (brokergroup_broker.filter): an
+        entry whose consume queue tagsCode `keep_tags_code` refuses is passed over without
+        reading its record; a record whose properties `keep_properties` refuses is read but
+        not answered. `next_offset` is past every entry looked at (at most `max_scan`), so
+        a pull that matched nothing still moves on."""
+        require_valid_topic(topic)
+        self._role.require_readable()
+        store = self._store
+        confirm = self._replication.confirm_offset()
+        low, high = store.queue_offset_range(topic, queue_id, confirm)
+        if queue_offset < low or queue_offset >= high:
+            return RecordPull((), queue_offset, low, high)
+        limit = max(1, min(max_count, self._config.max_pull_messages))
+        got, start, next_offset = store.scan_records(
+            topic, queue_id, queue_offset, limit, confirm, keep_tags_code, max_scan
+        )
+        if start != queue_offset:
+            # Retention moved the queue's min between the two reads: answer as below it.
+            low, high = store.queue_offset_range(topic, queue_id, confirm)
+            return RecordPull((), queue_offset, low, high)
+        kept = tuple(raw for message, raw in got if keep_properties(message.properties))
+        return RecordPull(kept, next_offset, low, high)
+
     async def store_timestamp_at(self, topic: str, queue_id: int, queue_offset: int) -> int | None:
         """storeTimestamp of the record at `queue_offset` (None if not readable there)."""
         require_valid_topic(topic)

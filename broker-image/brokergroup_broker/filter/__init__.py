@@ -51,6 +51,11 @@ class MessageFilter(Protocol):
     @property
     def expression(self) -> str: ...
 
+    @property
+    def matches_all(self) -> bool:
+        """Every message matches (TAG `*`): a read path may skip the filter."""
+        ...
+
     def matches_tag_hash(self, tags_code: int) -> bool: ...
 
     def matches(self, properties: Mapping[str, str]) -> bool: ...
@@ -66,6 +71,7 @@ class SqlFilter:
     expression: str
     condition: Node
     expression_type: str = SQL92
+    matches_all = False
 
     def matches_tag_hash(self, tags_code: int) -> bool:
         return True

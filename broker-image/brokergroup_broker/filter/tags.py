@@ -32,6 +32,10 @@ class TagFilter:
     codes: frozenset[int]
     expression_type: str = "TAG"
 
+    @property
+    def matches_all(self) -> bool:
+        return self.tags is None
+
     def matches_tag_hash(self, tags_code: int) -> bool:
         return self.tags is None or tags_code in self.codes
 

@@ -26,6 +26,7 @@ most, and an expired lock never keeps a slot.
 
 from __future__ import annotations
 
+import json
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -306,6 +307,16 @@ class ConsumerGroups(ClientGroups):
         self.consumer_data[group] = data
         self._data_bytes += data.size
         return True
+
+    def subscription(self, group: str, topic: str) -> tuple[str | None, str | None] | None:
+        """(expressionType, subString) of `group`'s subscription to `topic` in its latest
+        heartbeat (ConsumerGroupInfo.findSubscriptionData; the pulls filter by it), or None."""
+        data = self.consumer_data.get(group)
+        for name, text in () if data is None else data.subscriptions:
+            if name == topic:
+                sub = json.loads(text)
+                return sub.get("expressionType"), sub.get("subString")
+        return None
 
     def subscribers(self, topic: str) -> list[str]:
         """Groups with a member whose subscriptions name `topic`

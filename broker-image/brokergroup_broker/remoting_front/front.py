@@ -27,6 +27,8 @@ front builds the one handler table (request code → bound method of a part):
   `broker_status.BrokerStatus`: read-only admin codes (the dashboard's and exporter's).
 - `client_calls.ClientCalls`: GET_CONSUMER_RUNNING_INFO and CONSUME_MESSAGE_DIRECTLY, asked
   of the consumer over its own connection.
+- `client_config.ClientConfigCheck`: CHECK_CLIENT_CONFIG, whether a consumer's subscription
+  (SQL92) can be served here; the pulls filter by it (docs/filters.md).
 - `offset_reset.OffsetReset`: INVOKE_BROKER_TO_RESET_OFFSET, and the pull guard that tells
   a consumer of its queue's reset (PULL_OFFSET_MOVED).
 """
@@ -41,11 +43,12 @@ from typing import Protocol
 from brokergroup_broker.broker_stats import BrokerStats
 from brokergroup_broker.metadata import BrokerMetadata
 from brokergroup_broker.pop.service import PopService
-from brokergroup_broker.protocol.messages import BrokerError, Response, SendBatch
+from brokergroup_broker.protocol.messages import BrokerError, RecordPull, Response, SendBatch
 from brokergroup_broker.remoting_front import wire
 from brokergroup_broker.remoting_front.admin_queries import AdminQueries
 from brokergroup_broker.remoting_front.broker_status import BrokerStatus
 from brokergroup_broker.remoting_front.client_calls import ClientCalls
+from brokergroup_broker.remoting_front.client_config import ClientConfigCheck
 from brokergroup_broker.remoting_front.clients import ConsumerGroups, QueueLocks
 from brokergroup_broker.remoting_front.consumers import Consumers
 from brokergroup_broker.remoting_front.dashboard import DashboardQueries
@@ -95,6 +98,18 @@ class ProduceAndPull(RecordSource, Protocol):
 
     async def query_offsets(self, topic: str, queue_id: int) -> tuple[int, int]: ...
 
+    async def pull_matching_records(
+        self,
+        topic: str,
+        queue_id: int,
+        queue_offset: int,
+        max_count: int,
+        *,
+        keep_tags_code: Callable[[int], bool],
+        keep_properties: Callable[[dict[str, str]], bool],
+        max_scan: int,
+    ) -> RecordPull: ...
+
     async def commit_consumer_offset(
         self, group: str, topic: str, queue_id: int, offset: int
     ) -> None: ...
@@ -119,6 +134,8 @@ class FrontSettings:
     """Queues of a created topic (UPDATE_AND_CREATE_TOPIC asks for more: capped here, since
     the produce path's queue choice is bounded by defaultTopicQueueNums)."""
     max_batch_messages: int = 1024
+    enable_property_filter: bool = False
+    """enablePropertyFilter: serve SQL92 subscriptions (client_config.py, pulls.py)."""
     max_held_pulls: int = 100_000
     """Pulls held (long polling) at once on this broker; one more is answered SYSTEM_BUSY
     (a stock consumer pulls again 3 s later), as RocketMQ answers when its pull thread
@@ -141,6 +158,7 @@ def rocketmq_config(settings: FrontSettings) -> dict[str, str]:
         "autoCreateTopicEnable": str(settings.auto_create_topic).lower(),
         "defaultTopicQueueNums": str(settings.default_queue_nums),
         "longPollingEnable": "true",
+        "enablePropertyFilter": str(settings.enable_property_filter).lower(),
     }
 
 
@@ -194,6 +212,8 @@ class RemotingFront:
         pulls = Pulls(
             produce,
             commit_offset=consumers.commit_offset,
+            subscriptions=consumers.groups.subscription,
+            enable_property_filter=settings.enable_property_filter,
             max_held_pulls=settings.max_held_pulls,
             max_suspend_ms=settings.max_suspend_ms,
             clock_ms=clock_ms,
@@ -289,6 +309,9 @@ class RemotingFront:
             RequestCode.GET_CONSUMER_RUNNING_INFO: client_calls.consumer_running_info,
             RequestCode.CONSUME_MESSAGE_DIRECTLY: client_calls.consume_message_directly,
             RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: resets.reset_offset,
+            RequestCode.CHECK_CLIENT_CONFIG: ClientConfigCheck(
+                enable_property_filter=settings.enable_property_filter
+            ).check_client_config,
         }
         if pop is not None:  # POP_MESSAGE, ACK_MESSAGE, … (pop.py, docs/pop.md)
             table.update(PopHandlers(pop, max_poll_ms=settings.max_suspend_ms).table())

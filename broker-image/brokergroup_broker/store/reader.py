@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 
 from .appender import Appender
 from .commitlog import CommitLog
@@ -118,6 +119,41 @@ class Reader:
                     break
                 usable += 1
             return self._read_records(entries[:usable], raw)
+
+    def scan_records(
+        self,
+        topic: str,
+        queue_id: int,
+        queue_offset: int,
+        max_count: int,
+        max_physical_offset: int,
+        keep_tags_code: Callable[[int], bool],
+        max_scan: int,
+    ) -> tuple[list[tuple[StoredMessage, bytes]], int, int]:
+        """`get_records` of the entries whose consume queue tagsCode `keep_tags_code`
+        accepts (a server-side tag filter, RocketMQ's isMatchedByConsumeQueue: the others'
+        records are not read), looking at up to `max_scan` entries; with the queue offset
+        the scan started at (above `queue_offset` if retention moved the queue's min) and
+        the one after the last entry looked at (never past one not readable yet)."""
+        with self._locks.write:
+            self._health.check_open()
+            cq = self._queues.get(topic, queue_id)
+            if cq is None or max_count <= 0:
+                return [], queue_offset, queue_offset
+            bound = min(max_physical_offset, self.serve_end())
+            start = index = max(queue_offset, cq.min_offset)
+            kept: list[tuple[int, int, int]] = []
+            while len(kept) < max_count and index - start < max_scan:
+                got = cq.read(index, min(max_scan - (index - start), 1024))
+                if not got:
+                    break
+                for entry in got:
+                    if entry[0] + entry[1] > bound or len(kept) >= max_count:
+                        return self._read_records(kept, True), start, index
+                    index += 1
+                    if keep_tags_code(entry[2]):
+                        kept.append(entry)
+            return self._read_records(kept, True), start, index
 
     def _read_records(
         self, entries: list[tuple[int, int, int]], raw: bool

@@ -99,6 +99,7 @@ class MessageStore:
         self.read_bytes = self._reader.read_bytes
         self.get_messages = self._reader.get_messages
         self.get_records = self._reader.get_records
+        self.scan_records = self._reader.scan_records
         self.queue_offset_range = self._reader.queue_offset_range
         self.queue_count = self._reader.queue_count
         self.truncate = self._truncation.truncate
