@@ -321,6 +321,7 @@ class Broker:
                 store_host=s.store_host,
                 auto_create_topic=config.auto_create_topic_enable,
                 default_queue_nums=config.default_topic_queue_nums,
+                enable_property_filter=config.enable_property_filter,
                 max_batch_messages=config.max_send_batch_messages,
             ),
             on_new_topic=self._topics_changed,
