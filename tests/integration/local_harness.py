@@ -79,7 +79,8 @@ class Runtime:
             return
         if state.get("supervisorPid"):
             self.seen.add((state["supervisorPid"], state.get("supervisorStartTicks")))
-        for child in [*state.get("controllers", []), *state.get("brokers", [])]:
+        children = ("controllers", "brokers", "proxies")
+        for child in [c for kind in children for c in state.get(kind, [])]:
             if child.get("pid"):
                 self.seen.add((child["pid"], child.get("startTicks")))
 

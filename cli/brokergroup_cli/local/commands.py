@@ -136,8 +136,11 @@ def cmd_up(args: argparse.Namespace) -> int:
         )
         if rocketmq_engine.is_rocketmq(config):
             rocketmq_engine.require_home()
+            rocketmq_engine.check_settings(config)
         _check_not_running(layout)
         _check_ports_free(config)
+        if rocketmq_engine.is_rocketmq(config):
+            rocketmq_engine.check_proxy_ports(config)
         prepare_dir(config, layout)
         if args.detach:
             return _up_detached(config, layout)

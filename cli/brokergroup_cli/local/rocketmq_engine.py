@@ -16,15 +16,26 @@ engine matters (`is_rocketmq`):
 - the status view reads a stock broker through the controller (a stock broker has no
   `/v1/status`): BrokerId and address from the broker set, role from the master.
 
+- the stock RocketMQ proxy (`ProxyStartup -pm cluster`, DIR/proxy/rmq-proxy.json) serves the
+  RocketMQ 5 SDKs over gRPC (`local status --json` grpcEndpoint) and remoting clients; it finds
+  the brokers through the nodes' name servers, signs with the group's client pair and takes
+  only SDKs that sign with it.
+
 A stock broker signs everything it sends (to the controllers and the name servers) with its
 one `innerClientAuthenticationCredentials`: the group's broker pair, which lets it register
 and report for its own group only (DESIGN.md §11). Applications get the group's client
-pair. `--set name=value` lines go into every broker.conf.
+pair. `--set name=value` lines go into every broker.conf; the names the built-in broker
+shares with RocketMQ (`SHARED_SETTINGS`: delay levels, timers, transaction checks) are
+checked before anything starts, as the built-in broker checks them.
 """
 
 from __future__ import annotations
 
+import errno
 import json
+import re
+import socket
+from collections.abc import Callable
 from pathlib import Path
 
 from brokergroup_cli.local.config import ConfigError, LocalConfig
@@ -32,7 +43,9 @@ from brokergroup_cli.local.plan import Layout
 from brokergroup_cli.local.rocketmq_stock import (
     RocketMQHome,
     StockBrokerConfig,
+    StockProxyConfig,
     find_home,
+    proxy_missing,
     read_broker_id,
 )
 
@@ -51,7 +64,61 @@ def require_home() -> RocketMQHome:
     home = find_home()
     if isinstance(home, str):
         raise ConfigError(f"--engine rocketmq: {home}")
+    reason = proxy_missing(home)
+    if reason is not None:
+        raise ConfigError(f"--engine rocketmq: {reason}")
     return home
+
+
+_DELAY_LEVELS = re.compile(r"[1-9][0-9]*[smhd]( [1-9][0-9]*[smhd]){0,63}")
+
+
+def _positive_int(text: str) -> bool:
+    return text.isdigit() and int(text) > 0
+
+
+#: `--set` names the built-in broker and RocketMQ share, with RocketMQ's rule for each value:
+#: a stock broker would log a bad one and run on its default (a bad messageDelayLevel even
+#: leaves the delay levels unparsed), so they are refused before anything starts.
+SHARED_SETTINGS: dict[str, tuple[Callable[[str], bool], str]] = {
+    "messageDelayLevel": (
+        lambda v: _DELAY_LEVELS.fullmatch(v) is not None,
+        "1-64 delays such as '1s 5s 10m 2h' (a number and s, m, h or d, one space apart)",
+    ),
+    "timerMaxDelaySec": (_positive_int, "a positive number of seconds"),
+    "timerPrecisionMs": (_positive_int, "a positive number of milliseconds"),
+    "timerWheelEnable": (lambda v: v in ("true", "false"), "true or false"),
+    "transactionCheckInterval": (_positive_int, "a positive number of milliseconds"),
+    "transactionCheckMax": (_positive_int, "a positive count"),
+    "transactionTimeOut": (_positive_int, "a positive number of milliseconds"),
+}
+
+
+def check_settings(config: LocalConfig) -> None:
+    """Refuse a shared setting whose value a stock broker would not take (ConfigError)."""
+    for key, value in config.broker_settings:
+        rule = SHARED_SETTINGS.get(key)
+        if rule is not None and not rule[0](value):
+            raise ConfigError(f"--set {key}={value!r}: must be {rule[1]}")
+
+
+def check_proxy_ports(config: LocalConfig) -> None:
+    """The proxy binds its ports on every interface: fail early if one is taken."""
+    for name, port in (
+        ("proxyGrpcPort", config.proxy_grpc_port),
+        ("proxyRemotingPort", config.proxy_remoting_port),
+    ):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind(("0.0.0.0", port))
+            except OSError as exc:
+                if exc.errno != errno.EADDRINUSE:
+                    raise
+                raise ConfigError(
+                    f"port {port} is in use: the stock proxy binds it on every interface "
+                    f"(--set local.{name}=<port> moves it)"
+                ) from exc
 
 
 def controller_args(config: LocalConfig, layout: Layout) -> list[str]:
@@ -72,6 +139,7 @@ def controller_addr(config: LocalConfig) -> str:
 
 def broker_config(config: LocalConfig, layout: Layout, slot: int, host: str) -> StockBrokerConfig:
     keys = json.loads(layout.broker_key_file.read_text())  # the group's broker pair
+    client = json.loads(layout.client_key_file.read_text())  # a user, for the proxy
     return StockBrokerConfig(
         base_dir=layout.broker_data_dir(slot),
         host=host,
@@ -83,6 +151,7 @@ def broker_config(config: LocalConfig, layout: Layout, slot: int, host: str) -> 
         cluster=config.cluster_name,
         name=config.broker_name,
         settings=config.broker_settings,
+        client_pair=(str(client["accessKey"]), str(client["secretKey"])),
         ha_port=config.broker_client_port + HA_PORT_OFFSET + slot,
     )
 
@@ -94,6 +163,34 @@ def broker_argv(config: LocalConfig, layout: Layout, slot: int, host: str) -> li
     broker.base_dir.mkdir(parents=True, exist_ok=True)
     broker.write()  # 0600: it holds the group's broker pair
     return broker.argv(require_home())
+
+
+def proxy_config(config: LocalConfig, layout: Layout) -> StockProxyConfig:
+    keys = json.loads(layout.client_key_file.read_text())  # the group's client pair
+    return StockProxyConfig(
+        base_dir=proxy_dir(layout),
+        namesrv=config.namesrv_address,
+        access_key=str(keys["accessKey"]),
+        secret_key=str(keys["secretKey"]),
+        grpc_port=config.proxy_grpc_port,
+        remoting_port=config.proxy_remoting_port,
+        cluster=config.cluster_name,
+    )
+
+
+def proxy_argv(config: LocalConfig, layout: Layout) -> list[str]:
+    """Write DIR/proxy/rmq-proxy.json (0600) and return the proxy JVM's command line."""
+    proxy = proxy_config(config, layout)
+    proxy.write()
+    return proxy.argv(require_home())
+
+
+def proxy_dir(layout: Layout) -> Path:
+    return layout.root / "proxy"
+
+
+def proxy_log(layout: Layout) -> Path:
+    return layout.logs_dir / "proxy.log"
 
 
 def broker_id(layout: Layout, slot: int) -> int | None:

@@ -10,7 +10,11 @@ directory, so RocketMQ's logs land in `<dir>/logs/rocketmqlogs/`.
 A stock broker in controller mode (`enableControllerMode=true`, `brokerId=-1`) asks the
 controllers named in `controllerAddr` for a BrokerId, keeps it in `<store>/brokerIdentity`
 (`cluster#brokerName#id`) and registers with the name servers in `namesrvAddr`, signing
-everything with `innerClientAuthenticationCredentials` (AclClientRPCHook).
+everything with `innerClientAuthenticationCredentials` (AclClientRPCHook). It runs its timer
+wheel (`TIMER_SETTINGS`) and, as master, its transaction check service.
+
+The stock gRPC proxy (`ProxyStartup -pm cluster`, `StockProxyConfig`) reads one JSON file,
+rmq-proxy.json: the name servers, its ports, and the key pair it signs with and checks.
 """
 
 from __future__ import annotations
@@ -30,6 +34,9 @@ BROKER_MAIN = "org.apache.rocketmq.broker.BrokerStartup"
 NAMESRV_MAIN = "org.apache.rocketmq.namesrv.NamesrvStartup"
 CONTROLLER_MAIN = "org.apache.rocketmq.controller.ControllerStartup"
 MQADMIN_MAIN = "org.apache.rocketmq.tools.command.MQAdminStartup"
+PROXY_MAIN = "org.apache.rocketmq.proxy.ProxyStartup"
+#: The proxy's file name (ProxyConfig.DEFAULT_CONFIG_FILE_NAME), read through `-pc`.
+PROXY_CONFIG_FILE = "rmq-proxy.json"
 #: Where the store keeps the id the controller gave it.
 IDENTITY_FILE = "brokerIdentity"
 #: The auth module's metadata store: the broker keeps its inner credentials there as a user
@@ -37,6 +44,15 @@ IDENTITY_FILE = "brokerIdentity"
 LOCAL_AUTH_PROVIDER = (
     "org.apache.rocketmq.auth.authentication.provider.LocalAuthenticationMetadataProvider"
 )
+
+#: The proxy checks its clients' AccessKey signatures with RocketMQ's default provider, against
+#: the users of the brokers (ProxyAuthenticationMetadataProvider: GET_USER from a broker; a
+#: cluster-mode proxy keeps none itself). The brokers hold the group's client pair as a user
+#: (`initAuthenticationUser`, StockBrokerConfig.client_pair).
+PROXY_AUTH_PROVIDER = (
+    "org.apache.rocketmq.auth.authentication.provider.DefaultAuthenticationProvider"
+)
+PROXY_AUTH_METADATA_PROVIDER = "org.apache.rocketmq.proxy.auth.ProxyAuthenticationMetadataProvider"
 
 
 @dataclass(frozen=True)
@@ -78,6 +94,16 @@ def find_home() -> RocketMQHome | str:
     return RocketMQHome(lib, candidates[-1])
 
 
+def proxy_missing(home: RocketMQHome) -> str | None:
+    """Why the stock proxy cannot run from these jars (a cache from before it joined them)."""
+    if not any(home.server_lib.glob("rocketmq-proxy-*.jar")):
+        return (
+            f"no rocketmq-proxy jar in {home.server_lib}: run `tools/rocketmq/fetch.sh server` "
+            "again (it adds the proxy's jars)"
+        )
+    return None
+
+
 def java_argv(
     home: RocketMQHome,
     main: str,
@@ -116,6 +142,11 @@ def credentials_json(access_key: str, secret_key: str) -> str:
     return json.dumps({"accessKey": access_key, "secretKey": secret_key}, separators=(",", ":"))
 
 
+def user_json(access_key: str, secret_key: str) -> str:
+    """RocketMQ 5.3's `initAuthenticationUser`: a User (the broker makes it a super user)."""
+    return json.dumps({"username": access_key, "password": secret_key}, separators=(",", ":"))
+
+
 #: Faster than RocketMQ's defaults (heartbeat 1 s, timeout 10 s, metadata 5 s), so a dead
 #: master is replaced in about a second; the same for every controller a broker runs under.
 FAST_FAILOVER_SETTINGS: dict[str, str] = {
@@ -124,6 +155,22 @@ FAST_FAILOVER_SETTINGS: dict[str, str] = {
     "syncBrokerMetadataPeriod": "1000",
     "syncControllerMetadataPeriod": "2000",
     "checkSyncStateSetPeriod": "1000",
+}
+
+
+#: The timer wheel (TimerMessageStore: timer messages, TIMER_DELIVER_MS / TIMER_DELAY_SEC /
+#: TIMER_DELAY_MS; delay levels stay with the schedule service). It was off until timers
+#: existed under brokergroup; what it costs: `<store>/timerwheel`, 7 days of slots whatever
+#: timerPrecisionMs is (604,800 × 2 × 32 B = 38.7 MB, flushed whole, held once more in direct
+#: memory), `<store>/timerlog/` segments of mappedFileSizeTimerLog (RocketMQ: 100 MB; here the
+#: commit log's 16 MiB), `config/timercheck` and `config/timermetrics`, and ~8 threads. In
+#: controller mode a slave asks the master for its timer checkpoint every 3 s
+#: (GET_TIMER_CHECK_POINT, ReplicasManager.handleSlaveSynchronize) and enqueues only up to the
+#: master's timer queue offset; a new master dequeues from that checkpoint's read time, so a
+#: failover redelivers up to ~3 s of timers (duplicates) and loses none (docs/local.md).
+TIMER_SETTINGS: dict[str, str] = {
+    "timerWheelEnable": "true",
+    "mappedFileSizeTimerLog": str(16 * 1024 * 1024),
 }
 
 
@@ -143,6 +190,9 @@ class StockBrokerConfig:
     name: str = "broker-a"
     settings: tuple[tuple[str, str], ...] = ()
     """Overrides and extra broker.conf lines (last wins)."""
+    client_pair: tuple[str, str] | None = None
+    """The group's client pair (AccessKey, SecretKey), kept as a user in the broker's auth
+    store (`initAuthenticationUser`): the stock proxy checks SDK signatures against it."""
     ha_port: int = 0
     """`haListenPort` (0: port + 1). RocketMQ binds it on every interface (DefaultHAService
     ignores bindAddress), so brokers sharing a machine need different HA ports even on
@@ -179,7 +229,7 @@ class StockBrokerConfig:
             "storePathRootDir": str(store),
             "storePathCommitLog": str(store / "commitlog"),
             "mappedFileSizeCommitLog": str(16 * 1024 * 1024),
-            "timerWheelEnable": "false",
+            **TIMER_SETTINGS,
             "flushDiskType": "ASYNC_FLUSH",
             **FAST_FAILOVER_SETTINGS,
             # SEND_OK only once every replica in the SyncStateSet has the message (this
@@ -193,6 +243,8 @@ class StockBrokerConfig:
                 self.access_key, self.secret_key
             ),
         }
+        if self.client_pair is not None:
+            values["initAuthenticationUser"] = user_json(*self.client_pair)
         values.update(dict(self.settings))
         return values
 
@@ -207,6 +259,74 @@ class StockBrokerConfig:
 
     def argv(self, home: RocketMQHome) -> list[str]:
         return java_argv(home, BROKER_MAIN, ["-c", str(self.conf_path)], user_home=self.base_dir)
+
+
+@dataclass(frozen=True)
+class StockProxyConfig:
+    """The stock RocketMQ 5.3 proxy in cluster mode: stateless, it finds the brokers through
+    the name servers and serves gRPC (the RocketMQ 5 SDKs) and remoting clients.
+
+    It binds both ports on every interface (GrpcServerBuilder's NettyServerBuilder.forPort,
+    NettyServerConfig's 0.0.0.0), like a stock broker's HA port."""
+
+    base_dir: Path
+    namesrv: str
+    access_key: str
+    secret_key: str
+    """The pair it signs its requests to name servers and brokers with
+    (enableAclRpcHookForClusterMode) and the one pair its clients must sign with
+    (authenticationEnabled; the pair becomes its one user)."""
+    grpc_port: int = 8081
+    remoting_port: int = 8080
+    cluster: str = "DefaultCluster"
+    authenticate: bool = True
+
+    @property
+    def conf_path(self) -> Path:
+        return self.base_dir / PROXY_CONFIG_FILE
+
+    def settings(self) -> dict[str, object]:
+        return {
+            "rocketMQClusterName": self.cluster,
+            "proxyClusterName": self.cluster,
+            "proxyName": "brokergroup-local-proxy",
+            "proxyMode": "cluster",
+            "namesrvAddr": self.namesrv,
+            "grpcServerPort": self.grpc_port,
+            "remotingListenPort": self.remoting_port,
+            "enableAclRpcHookForClusterMode": True,
+            "innerClientAuthenticationCredentials": credentials_json(
+                self.access_key, self.secret_key
+            ),
+            "authenticationEnabled": self.authenticate,
+            "authenticationProvider": PROXY_AUTH_PROVIDER,
+            "authenticationMetadataProvider": PROXY_AUTH_METADATA_PROVIDER,
+            # Two cores shared with three brokers: RocketMQ's pools are sized for a server.
+            "grpcWorkerLoopNum": 2,
+            "grpcThreadPoolNums": 8,
+            "rocketmqMQClientNum": 2,
+            "enablePrintJstack": False,
+        }
+
+    def text(self) -> str:
+        return json.dumps(self.settings(), indent=2) + "\n"
+
+    def write(self) -> Path:
+        """rmq-proxy.json, readable by its owner only: it holds the group's client pair."""
+        self.base_dir.mkdir(parents=True, exist_ok=True)
+        write_owner_only(self.conf_path, self.text())
+        return self.conf_path
+
+    def argv(self, home: RocketMQHome) -> list[str]:
+        # RMQ_PROXY_HOME: where the proxy looks for conf/ (TLS files it never reads here).
+        options = (*JVM_OPTIONS, f"-DRMQ_PROXY_HOME={self.base_dir}")
+        return java_argv(
+            home,
+            PROXY_MAIN,
+            ["-pc", str(self.conf_path), "-pm", "cluster"],
+            user_home=self.base_dir,
+            jvm_options=options,
+        )
 
 
 def read_broker_id(store_dir: Path) -> int | None:

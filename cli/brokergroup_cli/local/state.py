@@ -21,6 +21,7 @@ from typing import Any
 class ChildKind(StrEnum):
     CONTROLLER = "controller"
     BROKER = "broker"
+    PROXY = "proxy"  # engine rocketmq: the stock RocketMQ proxy
 
 
 class Phase(StrEnum):
@@ -58,6 +59,8 @@ class ChildRecord:
     def name(self) -> str:
         if self.kind is ChildKind.CONTROLLER:
             return f"controller-{self.index}"
+        if self.kind is ChildKind.PROXY:
+            return "proxy"
         return f"broker slot {self.index}"
 
     def to_json(self) -> dict[str, Any]:
@@ -115,9 +118,10 @@ class RuntimeState:
     config: dict[str, Any] = field(default_factory=dict)
     master_target: str | None = None
     """Where the stable master address forwards new connections now (None: no master)."""
+    proxies: tuple[ChildRecord, ...] = ()
 
     def children(self) -> tuple[ChildRecord, ...]:
-        return (*self.brokers, *self.controllers)
+        return (*self.proxies, *self.brokers, *self.controllers)
 
     def stopped(self, now_ms: int) -> RuntimeState:
         def down(c: ChildRecord) -> ChildRecord:
@@ -131,6 +135,7 @@ class RuntimeState:
             stopped_at_ms=now_ms,
             controllers=tuple(down(c) for c in self.controllers),
             brokers=tuple(down(b) for b in self.brokers),
+            proxies=tuple(down(p) for p in self.proxies),
             master_target=None,
         )
 
@@ -147,6 +152,7 @@ class RuntimeState:
             "brokers": [b.to_json() for b in self.brokers],
             "config": self.config,
             "masterTarget": self.master_target,
+            "proxies": [p.to_json() for p in self.proxies],
         }
 
     @classmethod
@@ -163,6 +169,7 @@ class RuntimeState:
             brokers=tuple(ChildRecord.from_json(b) for b in data.get("brokers", [])),
             config=dict(data.get("config", {})),
             master_target=data.get("masterTarget"),
+            proxies=tuple(ChildRecord.from_json(p) for p in data.get("proxies", [])),
         )
 
 

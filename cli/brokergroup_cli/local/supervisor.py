@@ -161,6 +161,8 @@ class _Slot:
 
     @property
     def name(self) -> str:
+        if self.kind is ChildKind.PROXY:
+            return "proxy"
         return (
             f"controller-{self.index}"
             if self.kind is ChildKind.CONTROLLER
@@ -223,6 +225,20 @@ class Supervisor:
             _Slot(ChildKind.BROKER, slot, "", config.broker_client_port, layout.broker_log(slot))
             for slot in range(config.broker_count)
         ]
+        # Engine rocketmq: the stock proxy, started with the brokers, stopped before them.
+        self._proxies = (
+            [
+                _Slot(
+                    ChildKind.PROXY,
+                    0,
+                    config.master_endpoint_host,
+                    config.proxy_grpc_port,
+                    rocketmq_engine.proxy_log(layout),
+                )
+            ]
+            if rocketmq_engine.is_rocketmq(config)
+            else []
+        )
         self._token = ""
         self._prober: Prober | None = None
         self._controller: ControllerClient | None = None
@@ -257,6 +273,7 @@ class Supervisor:
             brokers=tuple(s.record() for s in self._brokers if s.host),
             config=self._config.to_json(),
             master_target=self._forwarder.target,
+            proxies=tuple(s.record() for s in self._proxies),
         )
 
     def _save(self) -> None:
@@ -269,6 +286,8 @@ class Supervisor:
 
     def _argv(self, slot: _Slot) -> list[str]:
         rocketmq = rocketmq_engine.is_rocketmq(self._config)
+        if slot.kind is ChildKind.PROXY:
+            return rocketmq_engine.proxy_argv(self._config, self._layout)
         if slot.kind is ChildKind.CONTROLLER:
             argv = controller_argv(self._config, self._layout, slot.index)
             if rocketmq:
@@ -346,6 +365,18 @@ class Supervisor:
         except Exception:
             log.exception("supervision of %s failed; it is no longer restarted", slot.name)
             raise
+
+    async def _supervise_proxy(self, slot: _Slot) -> None:
+        """The stock proxy, once the group has a master: a cluster-mode proxy exits at start
+        when no broker of its cluster is registered yet (it creates its heartbeat-sync topic
+        on the cluster first)."""
+        while not self._stopping.is_set():
+            snapshot = self.latest_snapshot
+            if snapshot is not None and snapshot.master_broker_id is not None:
+                break
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), 0.5)
+        await self._supervise_slot(slot)
 
     async def _report_gone(self, slot: _Slot, code: int | None) -> None:
         """DESIGN.md §2.3: the supervisor reports a gone process so the election
@@ -445,6 +476,7 @@ class Supervisor:
         self._layout.pid_file.write_text(f"{self._pid}\n")
         controller_tasks: list[asyncio.Task[None]] = []
         broker_tasks: list[asyncio.Task[None]] = []
+        proxy_tasks: list[asyncio.Task[None]] = []
         stop_watch = asyncio.create_task(self._forward_stop(stop))
         async with aiohttp.ClientSession() as session:
             self._prober = Prober(
@@ -472,6 +504,9 @@ class Supervisor:
                     broker_tasks = [
                         asyncio.create_task(self._supervise_slot(s)) for s in self._brokers
                     ]
+                    proxy_tasks = [
+                        asyncio.create_task(self._supervise_proxy(s)) for s in self._proxies
+                    ]
                 while not self._stopping.is_set():
                     try:
                         await self._poll_once()
@@ -489,7 +524,8 @@ class Supervisor:
                 if self._grpc_forwarder is not None:
                     await self._grpc_forwarder.close()
                 await watch_client.close()
-                log.info("stopping: brokers first, then controllers")
+                log.info("stopping: the proxy and brokers first, then controllers")
+                await self._terminate(self._proxies, proxy_tasks)
                 await self._terminate(self._brokers, broker_tasks)
                 await self._terminate(self._controllers, controller_tasks)
                 stop_watch.cancel()
