@@ -73,6 +73,10 @@ CONFIG_TYPES: dict[str, tuple[type, float]] = {
     "messageDelayLevel": (str, 0),
     "timerMaxDelaySec": (int, 1),
     "timerMaxPending": (int, 1),
+    # Transactional messages (docs/transactions.md): RocketMQ's names, in ms.
+    "transactionTimeOut": (int, 0),
+    "transactionCheckInterval": (int, 1),
+    "transactionCheckMax": (int, 1),
     # Server-side filters (docs/filters.md): SQL92 subscriptions.
     "enablePropertyFilter": (bool, 0),
 }

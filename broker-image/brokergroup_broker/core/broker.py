@@ -132,6 +132,8 @@ from brokergroup_broker.store import FlushDiskType, GroupCommitService, MessageS
 from brokergroup_broker.store.consumer_offsets import ConsumerOffsetSnapshot
 from brokergroup_broker.store.errors import StoreError
 from brokergroup_broker.store.identity import IdentityFiles
+from brokergroup_broker.transaction.rules import TransactionRules
+from brokergroup_broker.transaction.service import TransactionService
 from brokergroup_controller.api import BrokerHeartbeat
 
 log = logging.getLogger(__name__)
@@ -143,6 +145,15 @@ def schedule_rules_of(config: BrokerConfig) -> ScheduleRules:
         delay_levels_ms=parse_delay_levels(config.message_delay_level),
         timer_max_delay_ms=config.timer_max_delay_sec * 1000,
         timer_max_pending=config.timer_max_pending,
+    )
+
+
+def transaction_rules_of(config: BrokerConfig) -> TransactionRules:
+    """Transactional messages' settings (docs/transactions.md)."""
+    return TransactionRules(
+        timeout_ms=config.transaction_time_out,
+        check_interval_ms=config.transaction_check_interval,
+        check_max=config.transaction_check_max,
     )
 
 
@@ -191,6 +202,8 @@ class Broker:
         self._server: BrokerProtocolServer | None = None
         self._http: StatusServer | None = None
         self._remoting: RemotingFrontServer | None = None
+        #: Half messages, END_TRANSACTION and check-back (made by `_wire`).
+        self.transactions: TransactionService | None = None
         self._grpc: GrpcFrontServer | None = None
         self._namesrv_link: NameServerLink | None = None
         self._session: aiohttp.ClientSession | None = None
@@ -284,6 +297,7 @@ class Broker:
                 retention.run(),
                 retention.follow_master_loop(),
                 parts.schedule.run(),
+                self._transaction_service().run(),
                 parts.pop.run(),
             ):
                 self._spawn(coro)
@@ -326,6 +340,7 @@ class Broker:
             ),
             on_new_topic=self._topics_changed,
             on_topic_deleted=self._topic_deleted,
+            transactions=self._transaction_service(),
             metadata=self.metadata,
             disk_space=parts.store.disk_space,
             stats=self.stats,
@@ -382,6 +397,10 @@ class Broker:
             log.info("gRPC port on %s:%d", s.bind_address, s.grpc_port)
         if self._namesrv_link is not None:
             self._spawn(self._namesrv_link.run())
+
+    def _transaction_service(self) -> TransactionService:
+        assert self.transactions is not None, "made by _wire"
+        return self.transactions
 
     def _master_lost(self, reason: str) -> None:
         if self._remoting is not None:
@@ -471,6 +490,15 @@ class Broker:
             configured_queues=self._write_queue_nums,
         )
         role = self.role
+        self.transactions = TransactionService(
+            store=store,
+            produce=produce,
+            rules=transaction_rules_of(config),
+            master_term=lambda: (
+                role.master_epoch if role.is_master and role.accepting_writes else None
+            ),
+            confirm_offset=replication.confirm_offset,
+        )
         schedule = ScheduleService(
             store=store,
             produce=produce,
@@ -661,6 +689,7 @@ class Broker:
             "storeWritable": writable,
             "storeError": error,
             "schedule": None if parts is None else parts.schedule.status(),
+            "transactions": None if self.transactions is None else self.transactions.status(),
             "pop": None if parts is None else parts.pop.status(),
         }
 

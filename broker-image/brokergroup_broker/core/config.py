@@ -197,6 +197,20 @@ class BrokerConfig:
     on the master, docs/scheduled-messages.md); one more is refused (SYSTEM_ERROR naming
     the limit, RocketMQ's timer flow-control code) until some are delivered."""
 
+    transaction_time_out: int = 6_000
+    """transactionTimeOut (ms): a half message (transactional, not yet committed or rolled
+    back) younger than this is not checked back (its CHECK_IMMUNITY_TIME_IN_SECONDS may ask
+    longer). Shorter: an undecided transaction is asked about sooner, at the price of
+    checks that race the producer's own END_TRANSACTION (docs/transactions.md)."""
+
+    transaction_check_interval: int = 30_000
+    """transactionCheckInterval (ms): the time between two check rounds, each of which asks
+    a live producer of the group about every half message past its timeout."""
+
+    transaction_check_max: int = 15
+    """transactionCheckMax: checks of one half message before it is discarded (stored in
+    TRANS_CHECK_MAX_TIME_TOPIC, never delivered), as RocketMQ does."""
+
     enable_property_filter: bool = False
     """enablePropertyFilter: serve SQL92 subscriptions (CHECK_CLIENT_CONFIG, pulls filtered
     on message properties; docs/filters.md). Off by default as in RocketMQ, where a SQL92
@@ -231,6 +245,8 @@ class BrokerConfig:
             "clean_resource_interval",
             "timer_max_delay_sec",
             "timer_max_pending",
+            "transaction_check_interval",
+            "transaction_check_max",
         )
         for name in positive:
             if getattr(self, name) <= 0:

@@ -29,6 +29,8 @@ front builds the one handler table (request code → bound method of a part):
   of the consumer over its own connection.
 - `client_config.ClientConfigCheck`: CHECK_CLIENT_CONFIG, whether a consumer's subscription
   (SQL92) can be served here; the pulls filter by it (docs/filters.md).
+- `transactions.Transactions`: END_TRANSACTION over the transaction service, and its
+  CHECK_TRANSACTION_STATE to a live producer (docs/transactions.md).
 - `offset_reset.OffsetReset`: INVOKE_BROKER_TO_RESET_OFFSET, and the pull guard that tells
   a consumer of its queue's reset (PULL_OFFSET_MOVED).
 """
@@ -59,10 +61,12 @@ from brokergroup_broker.remoting_front.pop import PopHandlers
 from brokergroup_broker.remoting_front.pulls import Pulls
 from brokergroup_broker.remoting_front.sends import Sends
 from brokergroup_broker.remoting_front.topics import DeclaredTopics, TopicAdmin
+from brokergroup_broker.remoting_front.transactions import ProducerCheckSender, Transactions
 from brokergroup_broker.schedule.admission import ScheduledSends
 from brokergroup_broker.store.arrivals import Arrivals
 from brokergroup_broker.store.health import DiskSpace
 from brokergroup_broker.store.message import StoredMessage
+from brokergroup_broker.transaction.service import TransactionService
 from brokergroup_remoting import RemotingCommand, RequestCode
 from brokergroup_remoting.fields import RequestRefused
 from brokergroup_remoting.net import Connection, Dispatch, Handler
@@ -179,6 +183,7 @@ class RemotingFront:
         clock_ms: Callable[[], int] = _mono_ms,
         stats: BrokerStats | None = None,
         scheduling: ScheduledSends | None = None,
+        transactions: TransactionService | None = None,
         pop: PopService | None = None,
     ) -> None:
         """`scheduling`: delayed and timer sends (the broker's schedule service); None
@@ -208,6 +213,7 @@ class RemotingFront:
             stats=self.stats,
             retry_max_times=groups.retry_max_times,
             scheduling=scheduling,
+            transactions=transactions is not None,
         )
         pulls = Pulls(
             produce,
@@ -316,6 +322,18 @@ class RemotingFront:
         if pop is not None:  # POP_MESSAGE, ACK_MESSAGE, … (pop.py, docs/pop.md)
             table.update(PopHandlers(pop, max_poll_ms=settings.max_suspend_ms).table())
         self.handlers: dict[int, Handler] = {int(code): h for code, h in table.items()}
+        if transactions is not None:  # END_TRANSACTION; checks over producer connections
+            self.handlers[int(RequestCode.END_TRANSACTION)] = Transactions(
+                transactions
+            ).end_transaction
+            transactions.attach_checks(
+                ProducerCheckSender(
+                    broker_name=settings.broker_name,
+                    producers=consumers.producers,
+                    connection=consumers.connection,
+                    clock_ms=clock_ms,
+                )
+            )
         self.dispatch = Dispatch(translate=refusal_of)
 
     def topics(self) -> dict[str, int]:

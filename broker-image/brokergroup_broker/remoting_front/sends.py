@@ -37,6 +37,7 @@ from brokergroup_broker.remoting_front.topics import DeclaredTopics
 from brokergroup_broker.schedule import rules as schedule_rules
 from brokergroup_broker.schedule.admission import ScheduledSends
 from brokergroup_broker.store.message import StoredMessage
+from brokergroup_broker.transaction import rules as tx_rules
 from brokergroup_remoting import RemotingCommand, RequestCode, ResponseCode, names
 from brokergroup_remoting import fields as header
 from brokergroup_remoting.command import response_to
@@ -71,10 +72,13 @@ class Sends:
         stats: BrokerStats,
         retry_max_times: Callable[[str], int | None] = lambda _group: None,
         scheduling: ScheduledSends | None = None,
+        transactions: bool = False,
     ) -> None:
         self._produce = produce
         #: Delay levels and timers (None: refused, as before the feature).
         self._scheduling = scheduling
+        #: Half messages (the transaction service; False: refused, as before the feature).
+        self._transactions = transactions
         self._retry_max_times = retry_max_times
         self._stats = stats  # SNDBCK_PUT_NUMS (puts count in the produce path)
         self._topics = topics
@@ -85,7 +89,9 @@ class Sends:
 
     async def send_message(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
         req = wire.send_request(cmd.fields(), v2=cmd.code != RequestCode.SEND_MESSAGE)
-        if req.sys_flag & wire.TRANSACTION_TYPE_MASK:
+        # A half message goes to RMQ_SYS_TRANS_HALF_TOPIC (transaction/rules.py).
+        prepared = self._transactions and tx_rules.is_prepared(req.sys_flag, req.properties)
+        if req.sys_flag & wire.TRANSACTION_TYPE_MASK and not prepared:
             return response_to(
                 cmd,
                 ResponseCode.MESSAGE_ILLEGAL,
@@ -136,18 +142,31 @@ class Sends:
         if scheduling is not None:
             schedule_rules.refuse_system_topic(req.topic)
             redirect = (
-                None if len(props) > 1 else scheduling.redirect(req.topic, store_queue, props[0])
+                None
+                if len(props) > 1 or prepared
+                else scheduling.redirect(req.topic, store_queue, props[0])
             )
             if redirect is not None:
                 store_topic, store_queue = redirect.topic, redirect.queue_id
                 props = [redirect.properties]
+        sys_flag = req.sys_flag
+        if self._transactions:
+            tx_rules.refuse_system_topic(req.topic)
+        if prepared:
+            if len(props) > 1:
+                return response_to(
+                    cmd, ResponseCode.MESSAGE_ILLEGAL, "a batch cannot be a transactional message"
+                )
+            half = tx_rules.half_send(req.topic, store_queue, props[0], req.sys_flag)
+            store_topic, store_queue, props = half.topic, half.queue_id, [half.properties]
+            sys_flag = half.sys_flag
         batch = SendBatch(
             store_topic,
             store_queue,
             bodies,
             [(None, None, p) for p in props],
             flag=flag,
-            sys_flag=req.sys_flag,
+            sys_flag=sys_flag,
             born_timestamp_ms=req.born_timestamp_ms,
             born_host=_host_port(conn.peer),
             reconsume_times=req.reconsume_times,
@@ -170,6 +189,7 @@ class Sends:
                 # A scheduled send answers the queue it asked for (SendMessageProcessor).
                 "queueId": str(response.queue_id if store_topic == req.topic else req.queue_id),
                 "queueOffset": str(response.first_queue_offset),
+                **({"transactionId": props[0].get("UNIQ_KEY", "")} if prepared else {}),
                 "MSG_REGION": "DefaultRegion",
                 "TRACE_ON": "true",
             },
