@@ -63,13 +63,13 @@ from brokergroup_remoting.listener import (
     LogBudget,
 )
 from brokergroup_remoting.tls import (
-    TLS_HANDSHAKE_RECORD,
     Accept,
     ServerTls,
     TlsMode,
-    accept_as,
+    accept_forever,
+    listening_socket,
     open_accepted,
-    peek_first_byte,
+    sniff,
 )
 
 log = logging.getLogger(__name__)
@@ -516,11 +516,16 @@ class RemotingServer:
         else:
             # Each connection's first byte is peeked before any stream reads it (tls.py),
             # so this port accepts its sockets itself.
-            family = socket.AF_INET6 if ":" in host else socket.AF_INET
-            listening = socket.create_server((host.strip("[]"), port), family=family, backlog=1024)
-            listening.setblocking(False)
-            self._listening = listening
-            self._acceptor = asyncio.create_task(self._accept_sockets(listening, self._tls))
+            tls = self._tls
+            self._listening = listening_socket(host, port)
+            self._acceptor = asyncio.create_task(
+                accept_forever(
+                    self._listening,
+                    lambda sock: self._accept_socket(sock, tls),
+                    self._accepting,
+                    lambda exc: self._warn("accept failed: %s", exc),
+                )
+            )
         self._sweeper = asyncio.create_task(self._sweep_idle())
 
     async def close(self) -> None:
@@ -569,19 +574,6 @@ class RemotingServer:
             return
         await self._serve(source, reader, writer)
 
-    async def _accept_sockets(self, listening: socket.socket, tls: ServerTls) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            try:
-                sock, _ = await loop.sock_accept(listening)
-            except OSError as exc:  # out of descriptors: the connections waiting stay queued
-                self._warn("accept failed: %s", exc)
-                await asyncio.sleep(0.1)
-                continue
-            task = asyncio.create_task(self._accept_socket(sock, tls))
-            self._accepting.add(task)
-            task.add_done_callback(self._accepting.discard)
-
     async def _accept_socket(self, sock: socket.socket, tls: ServerTls) -> None:
         """A connection to a TLS port: admitted, then TLS or plaintext by its first byte."""
         try:
@@ -597,15 +589,14 @@ class RemotingServer:
             return
         streams = None
         try:
-            first = await peek_first_byte(sock, tls.handshake_timeout_s)
-            if first is None:
+            how = await sniff(sock, tls)
+            if how is None:
                 return
-            how = accept_as(tls.mode, first)
             if how is Accept.REFUSE:
                 self._warn(
                     "closing a connection from %s: %s under TLS mode %s",
                     source,
-                    "a TLS handshake" if first == TLS_HANDSHAKE_RECORD else "plaintext",
+                    "plaintext" if tls.mode is TlsMode.ENFORCING else "a TLS handshake",
                     tls.mode,
                 )
                 return

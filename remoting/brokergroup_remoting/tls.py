@@ -28,8 +28,10 @@ import asyncio
 import enum
 import socket
 import ssl
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 #: The first byte of a TLS record carrying a handshake (a ClientHello opens every session).
 TLS_HANDSHAKE_RECORD = 0x16
@@ -136,6 +138,43 @@ async def peek_first_byte(sock: socket.socket, timeout_s: float) -> int | None:
 def _set_done(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A non-blocking listening socket for a port that accepts its connections itself (to
+    peek at each one's first byte before any stream reads it)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    listening = socket.create_server((host.strip("[]"), port), family=family, backlog=1024)
+    listening.setblocking(False)
+    return listening
+
+
+async def accept_forever(
+    listening: socket.socket,
+    handle: Callable[[socket.socket], Coroutine[Any, Any, None]],
+    tasks: set[asyncio.Task[None]],
+    on_error: Callable[[OSError], None],
+) -> None:
+    """Accept connections until cancelled, each handled in its own task (kept in `tasks`
+    until it ends); an accept error (out of descriptors) is reported and retried."""
+    loop = asyncio.get_running_loop()
+    while True:
+        try:
+            sock, _ = await loop.sock_accept(listening)
+        except OSError as exc:
+            on_error(exc)
+            await asyncio.sleep(0.1)
+            continue
+        task = asyncio.create_task(handle(sock))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
+
+async def sniff(sock: socket.socket, tls: ServerTls) -> Accept | None:
+    """How to serve an accepted socket, by its first byte (None: it closed first). Raises
+    TimeoutError when it sends nothing within the handshake timeout."""
+    first = await peek_first_byte(sock, tls.handshake_timeout_s)
+    return None if first is None else accept_as(tls.mode, first)
 
 
 async def open_accepted(

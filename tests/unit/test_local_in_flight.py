@@ -12,7 +12,10 @@ client reads, before its connection's EOF, the held request's SYSTEM_ERROR with 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import datetime
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
@@ -22,6 +25,8 @@ from brokergroup_remoting import RemotingCommand, ResponseCode
 from brokergroup_remoting.codes import SerializeType
 from brokergroup_remoting.command import request, response_to
 from brokergroup_remoting.frame import FrameDecoder, encode
+from brokergroup_remoting.tls import ServerTls, TlsMode, client_context, server_context
+from tests.unit.tls_material import make_material
 
 HOST = "127.0.0.1"
 BOUND_S = 10
@@ -173,3 +178,40 @@ async def test_a_pull_held_by_a_replaced_master_is_answered_before_the_cut(
     ]
     old.kill()
     new.kill()
+
+
+async def test_a_tls_client_of_an_enforcing_address_gets_its_answers_in_the_clear_of_its_session(
+    tmp_path: Path,
+) -> None:
+    """Under TLS the forwarder ends the client's session itself, so it still reads the
+    frames: a held pull is answered SYSTEM_ERROR when the master dies, inside the TLS
+    session; a plaintext client of an enforcing address is closed with nothing read."""
+    material = make_material(tmp_path, datetime.datetime.now(datetime.UTC))
+    tls = ServerTls(TlsMode.ENFORCING, server_context(material.cert_file, material.key_file))
+    forwarder = MasterForwarder(name="test", hold_ms=BOUND_S * 1000, tls=tls)
+    await forwarder.start(HOST, 0)
+    master = Master()
+    try:
+        forwarder.set_target(await master.start())
+        plain_reader, plain_writer = await asyncio.open_connection(HOST, forwarder.port)
+        plain_writer.write(encode(request(HEARTBEAT, 1, None, b"{}")))
+        with contextlib.suppress(ConnectionResetError):  # closed unread: EOF or a reset
+            assert await asyncio.wait_for(plain_reader.read(), BOUND_S) == b""
+        plain_writer.close()
+        assert not master.connections  # the plaintext client never reached the master
+        reader, writer = await asyncio.open_connection(
+            HOST, forwarder.port, ssl=client_context(material.ca_file), server_hostname=HOST
+        )
+        writer.write(encode(request(HEARTBEAT, 1, None, b"{}")))
+        writer.write(encode(request(PULL, 3, {"topic": "T", "queueId": "0"})))
+        await writer.drain()
+        await asyncio.wait_for(master.held.wait(), BOUND_S)
+        master.kill()
+        got = await read_to_eof(reader)
+        writer.close()
+    finally:
+        await forwarder.close()
+    assert [(c.opaque, c.code, c.remark) for c in got] == [
+        (1, ResponseCode.SUCCESS, None),
+        (3, ResponseCode.SYSTEM_ERROR, MASTER_GONE),
+    ]

@@ -33,6 +33,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
+import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -41,6 +43,14 @@ from brokergroup_cli.local.in_flight import InFlight
 from brokergroup_controller.api import ReplicaInfo
 from brokergroup_controller.client import ControllerClient, ControllerUnavailable
 from brokergroup_controller.errors import ControllerError
+from brokergroup_remoting.tls import (
+    Accept,
+    ServerTls,
+    TlsMode,
+    accept_forever,
+    listening_socket,
+    sniff,
+)
 
 log = logging.getLogger(__name__)
 
@@ -72,12 +82,28 @@ def target_of(info: ReplicaInfo, ports: RemotingPorts) -> str | None:
 class MasterForwarder:
     """One listening loopback address; each accepted connection is piped to the target."""
 
-    def __init__(self, *, name: str, hold_ms: int, remoting: bool = True) -> None:
+    def __init__(
+        self,
+        *,
+        name: str,
+        hold_ms: int,
+        remoting: bool = True,
+        tls: ServerTls | None = None,
+        upstream_tls: ssl.SSLContext | None = None,
+    ) -> None:
         """`remoting`: the connections carry RocketMQ remoting frames, whose unanswered
         requests are answered before a close (in_flight.py); False for the gRPC endpoint
         (HTTP/2: a closed connection fails its calls in the client, which retries them)."""
         self._name = name
         self._remoting = remoting
+        # `tls`: the address's TLS mode (RocketMQ's); a TLS client's session ends here, so
+        # the in-flight answers still read its frames. `upstream_tls`: reach the master over
+        # TLS too (a master whose port enforces it).
+        self._tls = tls if tls is not None and tls.mode is not TlsMode.DISABLED else None
+        self._upstream_tls = upstream_tls
+        self._listening: socket.socket | None = None
+        self._acceptor: asyncio.Task[None] | None = None
+        self._accepting: set[asyncio.Task[None]] = set()
         self._hold_s = hold_ms / 1000
         self._target: str | None = None
         self._changed = asyncio.Event()
@@ -98,17 +124,67 @@ class MasterForwarder:
 
     @property
     def port(self) -> int:
+        if self._listening is not None:
+            bound: int = self._listening.getsockname()[1]
+            return bound
         assert self._server is not None and self._server.sockets
         port: int = self._server.sockets[0].getsockname()[1]
         return port
 
     async def start(self, host: str, port: int) -> None:
-        self._server = await asyncio.get_running_loop().create_server(
-            lambda: _ClientEnd(self._attach, self._remoting), host, port
+        if self._tls is None:
+            self._server = await asyncio.get_running_loop().create_server(
+                lambda: _ClientEnd(self._attach, self._remoting), host, port
+            )
+        else:
+            self._listening = listening_socket(host, port)
+            self._acceptor = asyncio.create_task(
+                accept_forever(
+                    self._listening,
+                    self._accept_socket,
+                    self._accepting,
+                    lambda exc: log.warning("%s: accept failed: %s", self._name, exc),
+                )
+            )
+        log.info(
+            "%s: stable master address %s:%d (TLS %s)",
+            self._name,
+            host,
+            port,
+            "disabled" if self._tls is None else self._tls.mode,
         )
-        log.info("%s: stable master address %s:%d", self._name, host, port)
+
+    async def _accept_socket(self, sock: socket.socket) -> None:
+        """A connection to a TLS address: TLS (ended here) or plaintext by its first byte."""
+        tls = self._tls
+        assert tls is not None
+        try:
+            how = await sniff(sock, tls)
+            if how is None or how is Accept.REFUSE:
+                if how is Accept.REFUSE:
+                    log.info("%s: closing a plaintext connection (TLS %s)", self._name, tls.mode)
+                sock.close()
+                return
+            sealed = how is Accept.TLS
+            await asyncio.get_running_loop().connect_accepted_socket(
+                lambda: _ClientEnd(self._attach, self._remoting),
+                sock,
+                ssl=tls.context if sealed else None,
+                ssl_handshake_timeout=tls.handshake_timeout_s if sealed else None,
+            )
+        except (TimeoutError, OSError) as exc:  # ssl.SSLError is an OSError
+            log.info("%s: closing a connection: no TLS session: %s", self._name, exc)
+            sock.close()
 
     async def close(self) -> None:
+        if self._acceptor is not None:
+            self._acceptor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._acceptor
+        if self._listening is not None:
+            self._listening.close()
+        for accepting in list(self._accepting):
+            accepting.cancel()
         if self._server is not None:
             self._server.close()
         for task in list(self._pipes):
@@ -152,8 +228,16 @@ class MasterForwarder:
             assert target is not None
             host, _, port = target.rpartition(":")
             try:
+                sealed = self._upstream_tls
                 _, upstream = await asyncio.wait_for(
-                    loop.create_connection(_End, host, int(port)), CONNECT_TIMEOUT_S
+                    loop.create_connection(
+                        _End,
+                        host,
+                        int(port),
+                        ssl=sealed,
+                        server_hostname=None if sealed is None else host,
+                    ),
+                    CONNECT_TIMEOUT_S,
                 )
                 return target, upstream
             except (OSError, TimeoutError) as exc:
