@@ -105,6 +105,16 @@ def not_after(cert_pem: bytes) -> datetime.datetime:
     return x509.load_pem_x509_certificate(cert_pem).not_valid_after_utc
 
 
+def names_of(cert_pem: bytes) -> list[str]:
+    """The subjectAltName entries (DNS names and IP addresses), in the certificate's order."""
+    cert = x509.load_pem_x509_certificate(cert_pem)
+    try:
+        names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return []
+    return [str(name.value) for name in names]
+
+
 def _validity(
     builder: x509.CertificateBuilder, now: datetime.datetime, valid_days: int
 ) -> x509.CertificateBuilder:

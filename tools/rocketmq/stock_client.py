@@ -117,13 +117,15 @@ class StockClient:
     access_key: str = ""
     secret_key: str = ""
     classes: Path = field(default_factory=build)
+    jvm_options: tuple[str, ...] = ()
+    """More JVM options (e.g. `-Dtls.enable=true`: the client's TLS, TlsSystemConfig)."""
 
     def command(self, mode: str, **options: object) -> list[str]:
         home = rocketmq_home()
         opts = {"namesrv": self.namesrv, **options}
         if self.access_key:
             opts |= {"ak": self.access_key, "sk": self.secret_key}
-        return ["java", *CLIENT_JVM, f"-Duser.home={self.work}",
+        return ["java", *CLIENT_JVM, *self.jvm_options, f"-Duser.home={self.work}",
                 "-cp", f"{self.classes}:{home / 'lib'}/*", MAIN, mode,
                 *(f"{k}={v}" for k, v in opts.items())]  # fmt: skip
 

@@ -295,6 +295,9 @@ def namesrv_fields(layout: Layout) -> dict[str, object]:
     # The RocketMQ 5 SDKs' endpoint (they sign with the client pair): the stock proxy under
     # engine rocketmq, a forwarder to the master's gRPC port under builtin (docs/grpc.md).
     fields["grpcEndpoint"] = config.proxy_grpc_endpoint
+    # RocketMQ's tls.server.mode of those addresses, and the CA a verifying client trusts.
+    fields["tlsMode"] = config.tls
+    fields["caFile"] = None if config.tls == "disabled" else str(layout.ca_file)
     pairs = (
         (layout.client_key_file, "accessKey", "secretKey"),
         (layout.namesrv_key_file, "adminAccessKey", "adminSecretKey"),

@@ -23,6 +23,8 @@ from ipaddress import IPv4Address, IPv4Network
 from pathlib import Path
 from typing import Any
 
+#: RocketMQ's tls.server.mode values (brokergroup_remoting.tls.TlsMode).
+TLS_MODES = ("disabled", "permissive", "enforcing")
 #: What `--engine` accepts: this project's brokers, or stock RocketMQ 5.3 brokers.
 ENGINES = ("builtin", "rocketmq")
 
@@ -124,6 +126,13 @@ class LocalConfig:
     """Command prefix of every child (`… controller …`, `… broker …`). Tests
     swap in stand-ins; users never need to."""
 
+    tls: str = "disabled"
+    """RocketMQ's `tls.server.mode` of the runtime's remoting addresses (the name servers,
+    the controllers' remoting port, the stable master address, the brokers' remoting
+    ports): disabled, permissive (plaintext and TLS clients on one port) or enforcing;
+    `up` then makes a CA and a server certificate under DIR/tls/ (`local status --json`
+    caFile; docs/local.md "TLS"). Engine builtin only, for now."""
+
     broker_settings: tuple[tuple[str, str], ...] = ()
     controller_settings: tuple[tuple[str, str], ...] = ()
 
@@ -132,6 +141,12 @@ class LocalConfig:
             raise ConfigError(f"engine {self.engine!r} is not one of {', '.join(ENGINES)}")
         if self.broker_count < 1:
             raise ConfigError(f"--brokers must be at least 1, got {self.broker_count}")
+        if self.tls not in TLS_MODES:
+            raise ConfigError(f"local.tls {self.tls!r} is not one of {', '.join(TLS_MODES)}")
+        if self.tls != "disabled" and self.engine != "builtin":
+            raise ConfigError(
+                "local.tls needs --engine builtin (the stock brokers' TLS is not wired yet)"
+            )
         if len(self.controller_hosts) < 1:
             raise ConfigError("controllerHosts must name at least one address")
         if len(set(self.controller_hosts)) != len(self.controller_hosts):

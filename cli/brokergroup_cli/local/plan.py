@@ -47,6 +47,35 @@ class Layout:
         return self.root / "token"
 
     @property
+    def tls_dir(self) -> Path:
+        return self.root / "tls"
+
+    @property
+    def ca_file(self) -> Path:
+        return self.tls_dir / "ca.crt"
+
+    @property
+    def ca_key_file(self) -> Path:
+        return self.tls_dir / "ca.key"
+
+    @property
+    def tls_cert_file(self) -> Path:
+        return self.tls_dir / "server.crt"
+
+    @property
+    def tls_key_file(self) -> Path:
+        return self.tls_dir / "server.key"
+
+    def tls_argv(self, config: LocalConfig, *, broker: bool) -> list[str]:
+        """The TLS flags of a controller or a broker (none while local.tls is disabled);
+        a broker also reaches the name servers over TLS, verifying them with the CA."""
+        if config.tls == "disabled":
+            return []
+        argv = ["--remoting-tls-mode", config.tls, "--tls-cert-file", str(self.tls_cert_file),
+                "--tls-key-file", str(self.tls_key_file)]  # fmt: skip
+        return argv + (["--tls-ca-file", str(self.ca_file)] if broker else [])
+
+    @property
     def broker_credential_root_file(self) -> Path:
         return self.root / "broker-credential-root"
 
@@ -174,7 +203,7 @@ def controller_argv(config: LocalConfig, layout: Layout, node_id: int) -> list[s
     ]
     if config.controller_settings:
         argv += ["--config", str(layout.controller_config_file)]
-    return argv
+    return argv + layout.tls_argv(config, broker=False)
 
 
 def broker_argv(config: LocalConfig, layout: Layout, slot: int, host: str) -> list[str]:
@@ -214,7 +243,7 @@ def broker_argv(config: LocalConfig, layout: Layout, slot: int, host: str) -> li
     ]
     for key, value in config.broker_settings:
         argv += ["--set", f"{key}={value}"]
-    return argv
+    return argv + layout.tls_argv(config, broker=True)
 
 
 def controller_settings_json(config: LocalConfig) -> dict[str, object]:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import json
 import logging
 import os
@@ -41,12 +42,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
 from brokergroup_cli.local import rocketmq_engine
 from brokergroup_cli.local.addresses import AddressPool, AddressPoolExhausted, allocate_host
 from brokergroup_cli.local.backoff import RestartHistory, RestartPolicy, on_exit
+from brokergroup_cli.local.certs import ensure_certificates
 from brokergroup_cli.local.config import LocalConfig
 from brokergroup_cli.local.master_endpoint import MasterForwarder, MasterWatch, RemotingPorts
 from brokergroup_cli.local.plan import (
@@ -63,6 +66,7 @@ from brokergroup_controller.api import INCARNATION_ENV
 from brokergroup_controller.client import ControllerClient, ControllerUnavailable
 from brokergroup_controller.credentials import derive_credential, derive_rocketmq_pair
 from brokergroup_controller.errors import ControllerError
+from brokergroup_remoting.tls import client_context, load_server_tls
 
 log = logging.getLogger(__name__)
 #: The controller client's budget for a gone broker's inactive report (no leader answering).
@@ -101,11 +105,23 @@ def prepare_dir(config: LocalConfig, layout: Layout) -> None:
         line = derive_rocketmq_pair(root, role, cluster, broker).to_json()
         if not path.exists() or path.read_text().strip() != line:
             _replace_secret(path, line)
+    if config.tls != "disabled":
+        ensure_certificates(config, layout, datetime.datetime.now(datetime.UTC))
     layout.config_file.write_text(json.dumps(config.to_json(), indent=2) + "\n")
     if config.controller_settings:
         layout.controller_config_file.write_text(
             json.dumps(controller_settings_json(config), indent=2) + "\n"
         )
+
+
+def forwarder_tls(config: LocalConfig, layout: Layout) -> dict[str, Any]:
+    """The stable master address's TLS: the brokers' mode, ended at the forwarder (which
+    reads frames); to a master that enforces TLS, TLS again (verified with the CA)."""
+    if config.tls == "disabled":
+        return {}
+    tls = load_server_tls(config.tls, layout.tls_cert_file, layout.tls_key_file)
+    upstream = client_context(layout.ca_file) if config.tls == "enforcing" else None
+    return {"tls": tls, "upstream_tls": upstream}
 
 
 def write_namesrv_keys(layout: Layout) -> None:
@@ -245,6 +261,7 @@ class Supervisor:
         self._forwarder = MasterForwarder(
             name=f"{config.cluster_name}/{config.broker_name}",
             hold_ms=config.master_endpoint_hold_ms,
+            **forwarder_tls(config, layout),
         )
         # The RocketMQ 5 SDKs' stable endpoint: the master's gRPC port (engine builtin; the
         # stock proxy serves that address under engine rocketmq). docs/grpc.md.
