@@ -73,12 +73,18 @@ CONFIG_TYPES: dict[str, tuple[type, float]] = {
     "messageDelayLevel": (str, 0),
     "timerMaxDelaySec": (int, 1),
     "timerMaxPending": (int, 1),
+    # Server-side filters (docs/filters.md): SQL92 subscriptions.
+    "enablePropertyFilter": (bool, 0),
     # Transactional messages (docs/transactions.md): RocketMQ's names, in ms.
     "transactionTimeOut": (int, 0),
     "transactionCheckInterval": (int, 1),
     "transactionCheckMax": (int, 1),
-    # Server-side filters (docs/filters.md): SQL92 subscriptions.
-    "enablePropertyFilter": (bool, 0),
+    # Traces and request-reply (docs/rocketmq-compatibility.md): RocketMQ's names.
+    "regionId": (str, 0),
+    "traceOn": (bool, 0),
+    "traceTopicEnable": (bool, 0),
+    "msgTraceTopicName": (str, 0),
+    "storeReplyMessageEnable": (bool, 0),
 }
 CONFIG_FIELDS = tuple(CONFIG_TYPES)
 # spec.config key → the highest value the broker accepts (the CRD's `maximum` says the same).
@@ -96,6 +102,11 @@ RATIO_FIELDS = frozenset({"diskFullRatio"})
 MESSAGE_DELAY_LEVEL_PATTERN = r"^[1-9][0-9]*[smhd]( [1-9][0-9]*[smhd]){0,63}$"
 #: RocketMQ's deleteWhen: hours of the day, ";"-separated ("04", "04;05").
 DELETE_WHEN_PATTERN = r"^([01]?[0-9]|2[0-3])(;([01]?[0-9]|2[0-3]))*$"
+#: regionId (a message property value) and msgTraceTopicName (RocketMQ's topic rule).
+STRING_PATTERNS = {
+    "regionId": (r"^[A-Za-z0-9_-]{1,64}$", "1-64 letters, digits, '-' or '_'"),
+    "msgTraceTopicName": (r"^[%|a-zA-Z0-9_-]{1,127}$", "a topic name (RocketMQ's topic rule)"),
+}
 FLUSH_DISK_TYPES = ("SYNC_FLUSH", "ASYNC_FLUSH")
 
 
@@ -105,6 +116,11 @@ def config_value_error(key: str, value: Any) -> str | None:
     if kind is bool:
         return None if isinstance(value, bool) else f"spec.config.{key} must be true or false"
     if kind is str:
+        if key in STRING_PATTERNS:
+            pattern, rule = STRING_PATTERNS[key]
+            if isinstance(value, str) and re.fullmatch(pattern, value):
+                return None
+            return f"spec.config.{key} must be {rule}, got {value!r}"
         if key == "deleteWhen":
             if isinstance(value, str) and re.fullmatch(DELETE_WHEN_PATTERN, value):
                 return None

@@ -93,18 +93,26 @@ GROUP = {
 }  # fmt: skip
 
 
+REPLY_TOPIC = {
+    "attributes": {}, "order": False, "perm": 6, "readQueueNums": 1,
+    "topicFilterType": "SINGLE_TAG", "topicName": "C_REPLY_TOPIC", "topicSysFlag": 0,
+    "writeQueueNums": 1,
+}  # fmt: skip
+
+
 async def test_topic_admin_codes_keep_rocketmqs_fields_durably(port: Port) -> None:
     answer = await port.ask(request(RequestCode.UPDATE_AND_CREATE_TOPIC, 0, CREATE))
     assert answer.code == ResponseCode.SUCCESS, answer
     answer = await port.ask(request(RequestCode.GET_ALL_TOPIC_CONFIG, 0, None))
-    assert answer.code == ResponseCode.SUCCESS and answer.fields()["totalTopicNum"] == "1"
+    # With the cluster's reply topic every broker serves from its start (replies.py).
+    assert answer.code == ResponseCode.SUCCESS and answer.fields()["totalTopicNum"] == "2"
     body = json.loads(answer.body)
     expected = {
         "attributes": {"message.type": "FIFO"}, "order": True, "perm": 4, "readQueueNums": 3,
         "topicFilterType": "SINGLE_TAG", "topicName": "Orders", "topicSysFlag": 0,
         "writeQueueNums": 3,
     }  # fmt: skip
-    assert body["topicConfigTable"] == {"Orders": expected}
+    assert body["topicConfigTable"] == {"C_REPLY_TOPIC": REPLY_TOPIC, "Orders": expected}
     assert body["dataVersion"]["counter"] == 1 and body["topicQueueMappingDetailMap"] == {}
     # The same request again changes nothing (RocketMQ's idempotent update).
     await port.ask(request(RequestCode.UPDATE_AND_CREATE_TOPIC, 0, CREATE))
@@ -119,7 +127,7 @@ async def test_topic_admin_codes_keep_rocketmqs_fields_durably(port: Port) -> No
     answer = await port.ask(request(RequestCode.DELETE_TOPIC_IN_BROKER, 0, {"topic": "Orders"}))
     assert answer.code == ResponseCode.SUCCESS, answer
     answer = await port.ask(request(RequestCode.GET_ALL_TOPIC_CONFIG, 0, None))
-    assert json.loads(answer.body)["topicConfigTable"] == {}
+    assert json.loads(answer.body)["topicConfigTable"] == {"C_REPLY_TOPIC": REPLY_TOPIC}
     assert "Orders" not in BrokerMetadata(port.root).topics
 
 

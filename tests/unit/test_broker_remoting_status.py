@@ -229,6 +229,12 @@ async def test_broker_config_is_the_settings_as_properties(
         "enablePropertyFilter=false\n"
         "listenPort=10911\n"
         "longPollingEnable=true\n"
+        "maxMessageSize=4194304\n"
+        "msgTraceTopicName=RMQ_SYS_TRACE_TOPIC\n"
+        "regionId=DefaultRegion\n"
+        "storeReplyMessageEnable=true\n"
+        "traceOn=true\n"
+        "traceTopicEnable=false\n"
     )
     assert json.loads(answer.fields()["version"]) == {
         "counter": 0, "stateVersion": 0, "timestamp": T0 + 10_000,

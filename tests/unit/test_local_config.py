@@ -146,7 +146,7 @@ def test_broker_argv_binds_and_advertises_its_own_address(tmp_path: Path) -> Non
         "--remoting-key-file", str(tmp_path / "broker-keys.json"),
         "--remoting-client-key-file", str(tmp_path / "client-keys.json"),
         "--namesrv-addresses", "127.0.1.1:9876;127.0.1.2:9876;127.0.1.3:9876",
-        "--set", "autoCreateTopicEnable=true",
+        "--set", "autoCreateTopicEnable=true", "--set", "traceTopicEnable=true",
         "--set", "heartbeatIntervalMs=200",
     ]  # fmt: skip
 

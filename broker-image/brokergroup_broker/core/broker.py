@@ -274,7 +274,9 @@ class Broker:
                 parts.produce,
                 ServerConfig(
                     handler_timeout_ms=self.config.slave_timeout_ms * 2 + 1000,
-                    max_frame_bytes=max(8 << 20, self.config.max_send_batch_messages * 4096),
+                    # Bytes bound a batch, not its count (maxSendBatchMessages only bounds
+                    # the work per request): 4 MiB of bodies with their framing.
+                    max_frame_bytes=8 << 20,
                 ),
                 auth=client_port_auth(
                     s.remoting_credentials,
@@ -336,7 +338,11 @@ class Broker:
                 auto_create_topic=config.auto_create_topic_enable,
                 default_queue_nums=config.default_topic_queue_nums,
                 enable_property_filter=config.enable_property_filter,
-                max_batch_messages=config.max_send_batch_messages,
+                max_message_size=parts.store.config.max_message_bytes,
+                region_id=config.region_id,
+                trace_on=config.trace_on,
+                trace_topic=config.msg_trace_topic_name if config.trace_topic_enable else None,
+                store_reply_message=config.store_reply_message_enable,
             ),
             on_new_topic=self._topics_changed,
             on_topic_deleted=self._topic_deleted,

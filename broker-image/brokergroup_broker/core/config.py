@@ -21,9 +21,13 @@ from typing import Any
 from brokergroup_broker.core.lease import LeaseConfigError, validate_lease
 from brokergroup_broker.schedule.rules import DEFAULT_MESSAGE_DELAY_LEVEL, parse_delay_levels
 from brokergroup_broker.store.retention_policy import parse_delete_when
+from brokergroup_remoting import names
 from brokergroup_remoting.codes import BROKER_CHANNEL_EXPIRED_TIME_MS
 
 FLUSH_DISK_TYPES = ("SYNC_FLUSH", "ASYNC_FLUSH")
+#: regionId: a message property value and a trace topic suffix (TRACE_TOPIC_PREFIX + it).
+MAX_REGION_ID_CHARS = 64
+_REGION_ID = re.compile(rf"[A-Za-z0-9_-]{{1,{MAX_REGION_ID_CHARS}}}")
 
 
 class BrokerConfigError(ValueError):
@@ -139,8 +143,11 @@ class BrokerConfig:
     max_pull_messages: int = 256
     """Upper bound of messages returned by one pull."""
 
-    max_send_batch_messages: int = 1024
-    """Upper bound of messages in one produce batch."""
+    max_send_batch_messages: int = 262_144
+    """Upper bound of messages in one produce batch: a bound of work per request only.
+    Bytes are the real bound, as RocketMQ bounds a batch (a remoting batch's body ≤
+    maxMessageSize, 4 MiB; the project's own protocol by its 8 MiB frame): a 4 MiB
+    RocketMQ batch of 1-byte bodies holds 182,361 messages, below this default."""
 
     auto_create_topic_enable: bool = False
     """RocketMQ remoting port: create a topic on its first send (RocketMQ's
@@ -210,6 +217,28 @@ class BrokerConfig:
     transaction_check_max: int = 15
     """transactionCheckMax: checks of one half message before it is discarded (stored in
     TRANS_CHECK_MAX_TIME_TOPIC, never delivered), as RocketMQ does."""
+
+    region_id: str = "DefaultRegion"
+    """regionId: stamped on every message stored from a send (property MSG_REGION) and
+    answered with each send; a consumer's trace hook drops traces of a message without it
+    (RocketMQ's BrokerConfig.regionId, MixAll.DEFAULT_TRACE_REGION_ID)."""
+
+    trace_on: bool = True
+    """traceOn: stamped on every message stored from a send (property TRACE_ON) and
+    answered with each send; false tells the clients' trace hooks to skip the message."""
+
+    trace_topic_enable: bool = False
+    """traceTopicEnable: serve msgTraceTopicName (1 queue) from the start, so clients with
+    enableMsgTrace have a route to write their traces to. Off by default as in RocketMQ;
+    on in the local runtime (docs/rocketmq-compatibility.md "Traces")."""
+
+    msg_trace_topic_name: str = "RMQ_SYS_TRACE_TOPIC"
+    """msgTraceTopicName: the trace topic traceTopicEnable serves (TopicValidator's
+    RMQ_SYS_TRACE_TOPIC by default; a client's customizedTraceTopic names another)."""
+
+    store_reply_message_enable: bool = True
+    """storeReplyMessageEnable: a reply (SEND_REPLY_MESSAGE) is stored in
+    <cluster>_REPLY_TOPIC besides being pushed to the requester, as RocketMQ does."""
 
     enable_property_filter: bool = False
     """enablePropertyFilter: serve SQL92 subscriptions (CHECK_CLIENT_CONFIG, pulls filtered
@@ -287,6 +316,7 @@ class BrokerConfig:
             parse_delay_levels(self.message_delay_level)
         except ValueError as exc:
             raise BrokerConfigError(str(exc)) from None
+        self._check_trace()
         if self.mapped_file_size_commit_log < 4096:
             raise BrokerConfigError(
                 f"mappedFileSizeCommitLog must be ≥ 4096 bytes, got "
@@ -297,6 +327,17 @@ class BrokerConfig:
                 f"controllerRetryBackoffMs {self.controller_retry_backoff_ms} must be ≤ "
                 f"controllerRetryBackoffMaxMs {self.controller_retry_backoff_max_ms}"
             )
+
+    def _check_trace(self) -> None:
+        # Both end up in message properties (name\x01value\x02) and topic routes.
+        if not _REGION_ID.fullmatch(self.region_id):
+            raise BrokerConfigError(
+                f"regionId must be 1..{MAX_REGION_ID_CHARS} letters, digits, '-' or '_', "
+                f"got {self.region_id!r}"
+            )
+        error = names.topic_error(self.msg_trace_topic_name)
+        if error is not None:
+            raise BrokerConfigError(f"msgTraceTopicName: {error}")
 
     def _check_retention(self) -> None:
         if not (math.isfinite(self.file_reserved_time) and self.file_reserved_time > 0):

@@ -25,12 +25,14 @@ front builds the one handler table (request code → bound method of a part):
   send-backs.
 - `admin_queries.AdminQueries`, `dashboard.DashboardQueries` and
   `broker_status.BrokerStatus`: read-only admin codes (the dashboard's and exporter's).
+- `replies.Replies`: SEND_REPLY_MESSAGE(_V2), a request-reply reply pushed to its requester
+  (PUSH_REPLY_MESSAGE_TO_CLIENT over the requester's own connection) and stored.
 - `client_calls.ClientCalls`: GET_CONSUMER_RUNNING_INFO and CONSUME_MESSAGE_DIRECTLY, asked
   of the consumer over its own connection.
-- `client_config.ClientConfigCheck`: CHECK_CLIENT_CONFIG, whether a consumer's subscription
-  (SQL92) can be served here; the pulls filter by it (docs/filters.md).
 - `transactions.Transactions`: END_TRANSACTION over the transaction service, and its
   CHECK_TRANSACTION_STATE to a live producer (docs/transactions.md).
+- `client_config.ClientConfigCheck`: CHECK_CLIENT_CONFIG, whether a consumer's subscription
+  (SQL92) can be served here; the pulls filter by it (docs/filters.md).
 - `offset_reset.OffsetReset`: INVOKE_BROKER_TO_RESET_OFFSET, and the pull guard that tells
   a consumer of its queue's reset (PULL_OFFSET_MOVED).
 """
@@ -43,7 +45,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from brokergroup_broker.broker_stats import BrokerStats
-from brokergroup_broker.metadata import BrokerMetadata
+from brokergroup_broker.metadata import PERM_READ, PERM_WRITE, BrokerMetadata, TopicConfig
 from brokergroup_broker.pop.service import PopService
 from brokergroup_broker.protocol.messages import BrokerError, RecordPull, Response, SendBatch
 from brokergroup_broker.remoting_front import wire
@@ -59,8 +61,9 @@ from brokergroup_broker.remoting_front.key_query import RecordSource
 from brokergroup_broker.remoting_front.offset_reset import OffsetReset
 from brokergroup_broker.remoting_front.pop import PopHandlers
 from brokergroup_broker.remoting_front.pulls import Pulls
-from brokergroup_broker.remoting_front.sends import Sends
-from brokergroup_broker.remoting_front.topics import DeclaredTopics, TopicAdmin
+from brokergroup_broker.remoting_front.replies import Replies, reply_topic
+from brokergroup_broker.remoting_front.sends import Sends, Stamps
+from brokergroup_broker.remoting_front.topics import TRACE_TOPIC, DeclaredTopics, TopicAdmin
 from brokergroup_broker.remoting_front.transactions import ProducerCheckSender, Transactions
 from brokergroup_broker.schedule.admission import ScheduledSends
 from brokergroup_broker.store.arrivals import Arrivals
@@ -137,7 +140,19 @@ class FrontSettings:
     default_queue_nums: int = 4
     """Queues of a created topic (UPDATE_AND_CREATE_TOPIC asks for more: capped here, since
     the produce path's queue choice is bounded by defaultTopicQueueNums)."""
-    max_batch_messages: int = 1024
+    max_message_size: int = 4 << 20
+    """maxMessageSize: a send's body (a batch's whole body) above it is refused
+    MESSAGE_ILLEGAL, as RocketMQ bounds a batch by bytes, not by its count."""
+    region_id: str = "DefaultRegion"
+    """regionId, stamped on stored messages as MSG_REGION and answered with each send."""
+    trace_on: bool = True
+    """traceOn, stamped on stored messages as TRACE_ON and answered with each send."""
+    trace_topic: str | None = None
+    """The trace topic served from the start (traceTopicEnable's msgTraceTopicName), or
+    None."""
+    store_reply_message: bool = True
+    """storeReplyMessageEnable: a reply is stored in <cluster>_REPLY_TOPIC besides being
+    pushed to its requester (replies.py)."""
     enable_property_filter: bool = False
     """enablePropertyFilter: serve SQL92 subscriptions (client_config.py, pulls.py)."""
     max_held_pulls: int = 100_000
@@ -163,7 +178,23 @@ def rocketmq_config(settings: FrontSettings) -> dict[str, str]:
         "defaultTopicQueueNums": str(settings.default_queue_nums),
         "longPollingEnable": "true",
         "enablePropertyFilter": str(settings.enable_property_filter).lower(),
+        "maxMessageSize": str(settings.max_message_size),
+        "regionId": settings.region_id,
+        "traceOn": str(settings.trace_on).lower(),
+        "traceTopicEnable": str(settings.trace_topic is not None).lower(),
+        "msgTraceTopicName": settings.trace_topic or TRACE_TOPIC,
+        "storeReplyMessageEnable": str(settings.store_reply_message).lower(),
     }
+
+
+def system_topics(settings: FrontSettings) -> dict[str, TopicConfig]:
+    """The topics every broker serves from its start, one queue each, as RocketMQ's
+    TopicConfigManager makes them: the cluster's reply topic (request-reply) and, with
+    traceTopicEnable, the trace topic."""
+    names = [reply_topic(settings.cluster_name)]
+    if settings.trace_topic is not None:
+        names.append(settings.trace_topic)
+    return {name: TopicConfig(name, 1, 1, PERM_READ | PERM_WRITE) for name in names}
 
 
 class RemotingFront:
@@ -197,6 +228,7 @@ class RemotingFront:
             default_queue_nums=settings.default_queue_nums,
             on_new_topic=on_new_topic,
             metadata=metadata,
+            system=system_topics(settings),
         )
         self.metadata = self.declared.metadata
         groups = GroupAdmin(self.metadata)
@@ -209,7 +241,8 @@ class RemotingFront:
             self.declared,
             store_host=settings.store_host,
             auto_create_topic=settings.auto_create_topic,
-            max_batch_messages=settings.max_batch_messages,
+            max_message_size=settings.max_message_size,
+            stamps=Stamps(settings.cluster_name, settings.region_id, settings.trace_on),
             stats=self.stats,
             retry_max_times=groups.retry_max_times,
             scheduling=scheduling,
@@ -274,6 +307,17 @@ class RemotingFront:
             disk_space=disk_space,
             stats=self.stats,
         )
+        replies = Replies(
+            produce,
+            self.declared,
+            store_host=settings.store_host,
+            stamps=Stamps(settings.cluster_name, settings.region_id, settings.trace_on),
+            store_reply=settings.store_reply_message,
+            max_message_size=settings.max_message_size,
+            producers=consumers.producers,
+            connection=consumers.connection,
+            clock_ms=clock_ms,
+        )
         table: dict[int, Callable[[RemotingCommand, Connection], Awaitable[RemotingCommand]]] = {
             RequestCode.SEND_MESSAGE: sends.send_message,
             RequestCode.SEND_MESSAGE_V2: sends.send_message,
@@ -318,6 +362,8 @@ class RemotingFront:
             RequestCode.CHECK_CLIENT_CONFIG: ClientConfigCheck(
                 enable_property_filter=settings.enable_property_filter
             ).check_client_config,
+            RequestCode.SEND_REPLY_MESSAGE: replies.send_reply,
+            RequestCode.SEND_REPLY_MESSAGE_V2: replies.send_reply,
         }
         if pop is not None:  # POP_MESSAGE, ACK_MESSAGE, … (pop.py, docs/pop.md)
             table.update(PopHandlers(pop, max_poll_ms=settings.max_suspend_ms).table())

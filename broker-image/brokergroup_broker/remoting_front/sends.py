@@ -14,14 +14,17 @@ message to its group's DLQ after the group's retryMaxTimes (the subscription gro
 metadata/) unless the request names its own maxReconsumeTimes, as RocketMQ's broker does.
 A delayed or timer send is stored under its system topic (`schedule.admission`), and a
 send-back goes to %RETRY%<group> through SCHEDULE_TOPIC_XXXX at its delay level (the retry
-back-off, docs/scheduled-messages.md).
+back-off, docs/scheduled-messages.md). A stored single send carries MSG_REGION, TRACE_ON and
+CLUSTER (`Stamps`, as RocketMQ's SendMessageProcessor); a send's body (a batch's whole body)
+is bounded by maxMessageSize, not by a count of messages.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Protocol
 
 from brokergroup_broker.broker_stats import BrokerStats
@@ -47,6 +50,57 @@ log = logging.getLogger(__name__)
 
 #: MessageConst: properties a send may carry that need features not built here.
 _DELAY_PROPERTIES = ("DELAY", "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS")
+#: MessageConst: what a RocketMQ broker stamps on a message it stores from a send.
+PROPERTY_MSG_REGION = "MSG_REGION"
+PROPERTY_TRACE_SWITCH = "TRACE_ON"
+PROPERTY_CLUSTER = "CLUSTER"
+#: The smallest entry of a batch body: totalSize, magic, bodyCRC, flag, bodyLength, an empty
+#: body and propertiesLength (so a body of n bytes holds at most n // this messages).
+_MIN_BATCH_ENTRY = 22
+
+
+@dataclass(frozen=True)
+class Stamps:
+    """What the broker adds to what it stores from a send, as RocketMQ's send processors
+    do: MSG_REGION and TRACE_ON (buildMsgContext, on every send's and reply's properties;
+    a consumer's trace hook drops the traces of a message without MSG_REGION), CLUSTER
+    (sendMessage, on a single send only: MessageUtil.createReplyMessage needs it to name
+    the reply topic). A batch's messages get none: RocketMQ stamps the batch, whose own
+    properties its store does not write into the messages."""
+
+    cluster: str
+    region_id: str = "DefaultRegion"
+    trace_on: bool = True
+
+    def trace(self, props: Mapping[str, str]) -> dict[str, str]:
+        return {
+            **props,
+            PROPERTY_MSG_REGION: self.region_id,
+            PROPERTY_TRACE_SWITCH: str(self.trace_on).lower(),
+        }
+
+    def send(self, props: Mapping[str, str]) -> dict[str, str]:
+        return {**self.trace(props), PROPERTY_CLUSTER: self.cluster}
+
+    def answer_fields(self) -> dict[str, str]:
+        """The extFields every send's and reply's answer carries (preSend)."""
+        return {
+            PROPERTY_MSG_REGION: self.region_id,
+            PROPERTY_TRACE_SWITCH: str(self.trace_on).lower(),
+        }
+
+
+def size_refusal(body_size: int, max_message_size: int) -> str | None:
+    """Why a send's body (a batch's whole body) is refused, or None: RocketMQ bounds a
+    batch by its bytes (MessageExtEncoder: the batch's body ≤ maxMessageSize), not by its
+    count. The remark is RocketMQ's for a message its store finds too large."""
+    if body_size <= max_message_size:
+        return None
+    return (
+        "the message is illegal, maybe msg body or properties length not matched. "
+        f"msg body length limit {max_message_size}B, msg properties length limit 32KB. "
+        f"(body of {body_size} bytes)"
+    )
 
 
 class SendPath(Protocol):
@@ -68,8 +122,9 @@ class Sends:
         *,
         store_host: tuple[str, int],
         auto_create_topic: bool,
-        max_batch_messages: int,
         stats: BrokerStats,
+        max_message_size: int = 4 << 20,
+        stamps: Stamps | None = None,
         retry_max_times: Callable[[str], int | None] = lambda _group: None,
         scheduling: ScheduledSends | None = None,
         transactions: bool = False,
@@ -84,7 +139,8 @@ class Sends:
         self._topics = topics
         self._message_id_prefix = wire.store_host_prefix(store_host)
         self._auto_create_topic = auto_create_topic
-        self._max_batch_messages = max_batch_messages
+        self._max_message_size = max_message_size
+        self._stamps = Stamps("DefaultCluster") if stamps is None else stamps
         self._closing: set[asyncio.Task[None]] = set()
 
     async def send_message(self, cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
@@ -119,8 +175,16 @@ class Sends:
                 f"topic[{req.topic}] not exist, apply first please! "
                 "(autoCreateTopicEnable is off on this broker)",
             )
+        too_large = size_refusal(len(cmd.body), self._max_message_size)
+        if too_large is not None:
+            return response_to(
+                cmd, ResponseCode.MESSAGE_ILLEGAL, too_large, self._stamps.answer_fields()
+            )
         if cmd.code == RequestCode.SEND_BATCH_MESSAGE or req.batch:
-            inner = wire.decode_batch_body(cmd.body, max_messages=self._max_batch_messages)
+            # Bytes bound the batch (above); the count follows from them.
+            inner = wire.decode_batch_body(
+                cmd.body, max_messages=max(1, len(cmd.body) // _MIN_BATCH_ENTRY)
+            )
             if any(m.flag != inner[0].flag for m in inner):
                 return response_to(
                     cmd, ResponseCode.MESSAGE_ILLEGAL, "a batch's messages must share one flag"
@@ -137,7 +201,7 @@ class Sends:
         else:
             if not cmd.body:
                 return response_to(cmd, ResponseCode.MESSAGE_ILLEGAL, "the message body is empty")
-            bodies, props, flag = [cmd.body], [req.properties], req.flag
+            bodies, props, flag = [cmd.body], [self._stamps.send(req.properties)], req.flag
         store_topic, store_queue = req.topic, req.queue_id if req.queue_id >= 0 else None
         if scheduling is not None:
             schedule_rules.refuse_system_topic(req.topic)
@@ -190,8 +254,7 @@ class Sends:
                 "queueId": str(response.queue_id if store_topic == req.topic else req.queue_id),
                 "queueOffset": str(response.first_queue_offset),
                 **({"transactionId": props[0].get("UNIQ_KEY", "")} if prepared else {}),
-                "MSG_REGION": "DefaultRegion",
-                "TRACE_ON": "true",
+                **self._stamps.answer_fields(),
             },
         )
 
@@ -272,19 +335,23 @@ class Sends:
         task.add_done_callback(self._closing.discard)
 
     async def _send(self, batch: SendBatch) -> Response:
-        """Through the one produce path; a refusal before the append comes back as an
-        ErrorResponse too."""
-        future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+        return await send_through(self._produce, batch)
 
-        def reply(response: Response) -> None:
-            if not future.done():
-                future.set_result(response)
 
-        try:
-            self._produce.start_send_batch(batch, reply)
-        except BrokerError as exc:
-            return ErrorResponse(0, exc.code, exc.message, exc.master_address)
-        return await future
+async def send_through(produce: SendPath, batch: SendBatch) -> Response:
+    """`batch` through the one produce path; a refusal before the append comes back as an
+    ErrorResponse too."""
+    future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+
+    def reply(response: Response) -> None:
+        if not future.done():
+            future.set_result(response)
+
+    try:
+        produce.start_send_batch(batch, reply)
+    except BrokerError as exc:
+        return ErrorResponse(0, exc.code, exc.message, exc.master_address)
+    return await future
 
 
 def _host_port(peer: str) -> tuple[str, int] | None:

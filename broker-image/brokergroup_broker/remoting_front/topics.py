@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
 from brokergroup_broker.metadata import (
@@ -47,6 +47,9 @@ log = logging.getLogger(__name__)
 #: Topics the table of a front end made without the broker's metadata holds (tests); the
 #: broker's own table is bounded by its maxTopics (docs/security.md "Client state").
 MAX_DECLARED_TOPICS = 10_000
+#: TopicValidator.RMQ_SYS_TRACE_TOPIC: where clients with enableMsgTrace write their traces
+#: (the broker's msgTraceTopicName by default).
+TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
 
 
 def _wall_ms() -> int:
@@ -77,7 +80,12 @@ class DeclaredTopics:
         on_new_topic: Callable[[str], None],
         metadata: BrokerMetadata | None = None,
         wall_ms: Callable[[], int] = _wall_ms,
+        system: Mapping[str, TopicConfig] | None = None,
     ) -> None:
+        """`system`: topics served from the start without a config in the table (the reply
+        and trace topics, as RocketMQ's TopicConfigManager makes them in memory at every
+        start); a config the table holds for one (mqadmin updateTopic) takes its place."""
+        self._system = dict(system or {})
         self._produce = produce
         self._default_queue_nums = default_queue_nums
         self._on_new_topic = on_new_topic
@@ -94,7 +102,9 @@ class DeclaredTopics:
         """Every topic this broker serves, with its config."""
         table = self.metadata.topics
         unbounded = MetadataBounds(topics=len(table) + MAX_DECLARED_TOPICS)
-        return dict(table.adopt(self._produce.topic_queue_counts(), 0, unbounded).entries)
+        served = dict(table.adopt(self._produce.topic_queue_counts(), 0, unbounded).entries)
+        served.update((n, c) for n, c in self._system.items() if n not in table)
+        return served
 
     def served(self) -> dict[str, int]:
         """Every topic this broker serves, with its queue count."""
@@ -103,15 +113,19 @@ class DeclaredTopics:
     def known(self, topic: str) -> bool:
         """`topic in self.served()` without building it: every send asks."""
         table = self.metadata.topics
-        return topic in table or (topic not in table.deleted and self._produce.holds_topic(topic))
+        return (
+            topic in table
+            or topic in self._system
+            or (topic not in table.deleted and self._produce.holds_topic(topic))
+        )
 
     def config(self, topic: str) -> TopicConfig | None:
-        return self.metadata.topics.get(topic)
+        return self.metadata.topics.get(topic) or self._system.get(topic)
 
     def declare(self, topic: str, queues: int) -> bool:
         """Give `topic` a read-write config of `queues` queues unless it has one;
         False when it cannot be (the table is full, or the write failed: logged)."""
-        if topic in self.metadata.topics:
+        if topic in self.metadata.topics or topic in self._system:
             return True
         try:
             self.metadata.put_topic(
@@ -138,7 +152,7 @@ class DeclaredTopics:
 
     async def queue_count(self, topic: str) -> int:
         """Queues of `topic` as the routes announce them (0: not a topic of this broker)."""
-        config = self.metadata.topics.get(topic)
+        config = self.config(topic)
         if config is not None:
             return config.queue_count
         if not self.known(topic):

@@ -240,6 +240,10 @@ def broker_argv(config: LocalConfig, layout: Layout, slot: int, host: str) -> li
         config.namesrv_address,
         "--set",
         "autoCreateTopicEnable=true",
+        # Clients with enableMsgTrace have a trace topic to write to (RocketMQ's default
+        # is off; a development runtime wants traces like its topics, at once).
+        "--set",
+        "traceTopicEnable=true",
     ]
     for key, value in config.broker_settings:
         argv += ["--set", f"{key}={value}"]
