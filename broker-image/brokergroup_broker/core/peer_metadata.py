@@ -29,7 +29,8 @@ from brokergroup_broker.core.broker_settings import (
 )
 from brokergroup_broker.core.peer_http import peer_json
 from brokergroup_broker.core.role_core import RoleCore
-from brokergroup_broker.metadata import BrokerMetadata, GroupTable, MetadataError, TopicTable
+from brokergroup_broker.metadata import BrokerMetadata, MetadataError
+from brokergroup_broker.metadata.store import Tables
 from brokergroup_controller.api import ReplicaInfo
 
 log = logging.getLogger(__name__)
@@ -100,7 +101,7 @@ class PeerMetadata:
             await asyncio.sleep(CONSUMER_OFFSET_SYNC_MS / 1000)
             await self.sync_once()
 
-    async def _fetch(self, client_address: str) -> tuple[TopicTable, GroupTable] | None:
+    async def _fetch(self, client_address: str) -> Tables | None:
         body = await peer_json(self._session, client_address, METADATA_PATH)
         if body is None:
             return None

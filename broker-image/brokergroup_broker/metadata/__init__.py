@@ -4,6 +4,8 @@ slaves, so a new master has them (docs/reliability.md "Metadata across failover"
 
 - `configs`: TopicConfig and SubscriptionGroupConfig as RocketMQ serializes them;
   `attributes`: the `+k=v,-k` modifications and the keys RocketMQ knows;
+- `request_modes`: each (topic, group)'s message request mode, PULL or POP
+  (MessageRequestModeManager);
 - `version`: DataVersion; `tables`: the pure, bounded, versioned tables and the rules
   between replicas (sync from the master, merge a newer peer's, adopt store topics);
 - `files`: the crash-safe file writes; `store`: `BrokerMetadata`, the shell the broker
@@ -18,6 +20,7 @@ from .configs import (
     TopicConfig,
 )
 from .errors import BadMetadata, MetadataError, MetadataFull, MetadataWriteFailed
+from .request_modes import MessageRequestMode, RequestMode, RequestModeTable
 from .store import BrokerMetadata
 from .tables import GroupTable, MetadataBounds, TopicTable
 from .version import DataVersion
@@ -30,10 +33,13 @@ __all__ = [
     "BrokerMetadata",
     "DataVersion",
     "GroupTable",
+    "MessageRequestMode",
     "MetadataBounds",
     "MetadataError",
     "MetadataFull",
     "MetadataWriteFailed",
+    "RequestMode",
+    "RequestModeTable",
     "SubscriptionGroupConfig",
     "TopicConfig",
     "TopicTable",

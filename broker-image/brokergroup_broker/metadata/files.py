@@ -23,6 +23,7 @@ log = logging.getLogger(__name__)
 #: RocketMQ's file names (store/config/…) under the broker's data directory.
 TOPICS_FILE = Path("config") / "topics.json"
 GROUPS_FILE = Path("config") / "subscriptionGroup.json"
+REQUEST_MODES_FILE = Path("config") / "messageRequestMode.json"
 #: A table's file is at most this large (10,000 configs of ~300 bytes fit).
 MAX_FILE_BYTES = 64 << 20
 

@@ -1,4 +1,5 @@
-"""`BrokerMetadata`: the broker's topic and subscription-group tables, kept durably.
+"""`BrokerMetadata`: the broker's topic, subscription-group and message-request-mode tables,
+kept durably.
 
 The I/O shell over the pure tables (tables.py): every change computes the next table,
 writes it with `files.write_durably` and only then installs it, so a caller that answers
@@ -22,6 +23,7 @@ from typing import Any
 from . import files
 from .configs import SubscriptionGroupConfig, TopicConfig
 from .errors import BadMetadata
+from .request_modes import RequestMode, RequestModeTable
 from .tables import (
     GroupTable,
     MetadataBounds,
@@ -31,6 +33,9 @@ from .tables import (
 )
 
 log = logging.getLogger(__name__)
+
+#: A peer's tables as `parse_snapshot` reads them.
+Tables = tuple[TopicTable, GroupTable, RequestModeTable]
 
 
 class BrokerMetadata:
@@ -46,6 +51,7 @@ class BrokerMetadata:
         self._crash_point = crash_point
         self.topics = TopicTable()
         self.groups = GroupTable()
+        self.request_modes = RequestModeTable()
         self._topic_listeners: list[Callable[[], None]] = []
         self.had_topics_file = False
         if root is not None:
@@ -54,6 +60,9 @@ class BrokerMetadata:
             self.had_topics_file = topics is not None
             self.topics = topics or TopicTable()
             self.groups = groups or GroupTable()
+            modes = self._load(root / files.REQUEST_MODES_FILE,
+                               lambda d, b: RequestModeTable.from_json(d, b.request_modes))  # fmt: skip
+            self.request_modes = modes or RequestModeTable()
 
     def _load(self, path: Path, parse: Callable[[object, MetadataBounds], Any]) -> Any:
         document = files.read_document(path)
@@ -88,6 +97,16 @@ class BrokerMetadata:
         self.groups = table
         return True
 
+    def _install_request_modes(self, table: RequestModeTable) -> bool:
+        if table is self.request_modes:
+            return False
+        if self._root is not None:
+            files.write_durably(
+                self._root / files.REQUEST_MODES_FILE, table.to_json(), self._crash_point
+            )
+        self.request_modes = table
+        return True
+
     # ------------------------------------------------------------------ changes
 
     def put_topic(self, config: TopicConfig, now_ms: int) -> bool:
@@ -114,6 +133,14 @@ class BrokerMetadata:
             return False
         return self._install_groups(self.groups.delete(name, now_ms))
 
+    def put_request_mode(self, entry: RequestMode, now_ms: int) -> bool:
+        """SET_MESSAGE_REQUEST_MODE: the (topic, group)'s mode (False: it is already this)."""
+        if self.request_modes.get(entry.topic, entry.consumer_group) == entry:
+            return False
+        return self._install_request_modes(
+            self.request_modes.put(entry, now_ms, self.bounds.request_modes)
+        )
+
     def adopt_store_topics(self, store_topics: Mapping[str, int], now_ms: int) -> list[str]:
         """Configs for the store's topics that have none and were not deleted (tables.py);
         the names adopted."""
@@ -125,24 +152,48 @@ class BrokerMetadata:
     # ------------------------------------------------------------------ replicas
 
     def snapshot(self) -> dict[str, Any]:
-        """Both tables as a peer reads them (GET /v1/metadata)."""
-        return {"topics": self.topics.to_json(), "subscriptionGroups": self.groups.to_json()}
+        """The tables as a peer reads them (GET /v1/metadata)."""
+        return {
+            "topics": self.topics.to_json(),
+            "subscriptionGroups": self.groups.to_json(),
+            "messageRequestModes": self.request_modes.to_json(),
+        }
 
-    def parse_snapshot(self, document: object) -> tuple[TopicTable, GroupTable]:
-        """A peer's snapshot, checked whole (BadMetadata) before anything is taken."""
+    def parse_snapshot(self, document: object) -> Tables:
+        """A peer's snapshot, checked whole (BadMetadata) before anything is taken. A peer
+        of an older version sends no request modes: an empty table at version 0 (never
+        newer; a slave takes it from such a master, which serves none)."""
         if not isinstance(document, dict):
             raise BadMetadata("a metadata snapshot is not an object")
         return (
             TopicTable.from_json(document.get("topics"), self.bounds),
             GroupTable.from_json(document.get("subscriptionGroups"), self.bounds),
+            RequestModeTable.from_json(
+                document.get("messageRequestModes"), self.bounds.request_modes
+            ),
         )
 
-    def sync_from_master(self, topics: TopicTable, groups: GroupTable) -> bool:
+    def sync_from_master(
+        self, topics: TopicTable, groups: GroupTable, modes: RequestModeTable | None = None
+    ) -> bool:
         """A slave takes its master's tables where they differ; True if anything changed."""
         changed = self._install_topics(synced_from_master(self.topics, topics))
-        return self._install_groups(synced_from_master(self.groups, groups)) or changed
+        changed = self._install_groups(synced_from_master(self.groups, groups)) or changed
+        if modes is not None:
+            changed = (
+                self._install_request_modes(synced_from_master(self.request_modes, modes))
+                or changed
+            )
+        return changed
 
-    def merge_newer(self, topics: TopicTable, groups: GroupTable) -> bool:
+    def merge_newer(
+        self, topics: TopicTable, groups: GroupTable, modes: RequestModeTable | None = None
+    ) -> bool:
         """A broker about to become master takes a peer's newer tables."""
         changed = self._install_topics(merged_newer(self.topics, topics))
-        return self._install_groups(merged_newer(self.groups, groups)) or changed
+        changed = self._install_groups(merged_newer(self.groups, groups)) or changed
+        if modes is not None:
+            changed = (
+                self._install_request_modes(merged_newer(self.request_modes, modes)) or changed
+            )
+        return changed

@@ -33,6 +33,7 @@ from brokergroup_remoting import names
 
 from .configs import PERM_READ, PERM_WRITE, SubscriptionGroupConfig, TopicConfig
 from .errors import BadMetadata, MetadataFull
+from .request_modes import MAX_REQUEST_MODES, RequestModeTable
 from .version import DataVersion
 
 #: Topic configs one broker holds (the store's maxTopics default: a table cannot name
@@ -49,6 +50,7 @@ class MetadataBounds:
     topics: int = MAX_TOPIC_CONFIGS
     groups: int = MAX_SUBSCRIPTION_GROUPS
     deleted_topics: int = MAX_DELETED_TOPICS
+    request_modes: int = MAX_REQUEST_MODES
 
 
 C = TypeVar("C", TopicConfig, SubscriptionGroupConfig)
@@ -198,7 +200,7 @@ class GroupTable(_Table[SubscriptionGroupConfig]):
         return cls(DataVersion.from_json(data.get("dataVersion")), _frozen(entries))
 
 
-T = TypeVar("T", TopicTable, GroupTable)
+T = TypeVar("T", TopicTable, GroupTable, RequestModeTable)
 
 
 def synced_from_master(mine: T, masters: T) -> T:

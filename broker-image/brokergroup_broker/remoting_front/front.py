@@ -50,6 +50,7 @@ from brokergroup_broker.pop.service import PopService
 from brokergroup_broker.protocol.messages import BrokerError, RecordPull, Response, SendBatch
 from brokergroup_broker.remoting_front import wire
 from brokergroup_broker.remoting_front.admin_queries import AdminQueries
+from brokergroup_broker.remoting_front.assignments import Assignments
 from brokergroup_broker.remoting_front.broker_status import BrokerStatus
 from brokergroup_broker.remoting_front.client_calls import ClientCalls
 from brokergroup_broker.remoting_front.client_config import ClientConfigCheck
@@ -367,6 +368,16 @@ class RemotingFront:
         }
         if pop is not None:  # POP_MESSAGE, ACK_MESSAGE, … (pop.py, docs/pop.md)
             table.update(PopHandlers(pop, max_poll_ms=settings.max_suspend_ms).table())
+            # QUERY_ASSIGNMENT, SET_MESSAGE_REQUEST_MODE: how a push consumer turns to POP
+            table.update(
+                Assignments(
+                    self.metadata,
+                    broker_name=settings.broker_name,
+                    topics=self.topics,
+                    consumers=consumers.groups,
+                    clock_ms=clock_ms,
+                ).table()
+            )
         self.handlers: dict[int, Handler] = {int(code): h for code, h in table.items()}
         if transactions is not None:  # END_TRANSACTION; checks over producer connections
             self.handlers[int(RequestCode.END_TRANSACTION)] = Transactions(

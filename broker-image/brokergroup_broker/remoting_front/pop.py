@@ -8,8 +8,11 @@ A POP answer's body is the records as stored, as PopMessageProcessor sends them;
 startOffsetInfo / msgOffsetInfo / orderCountInfo let the client build each message's
 POP_CK (ExtraInfoUtil), the receipt handle it acks with.
 
-Filters: expType TAG with `*` (or none) reads every message, a `a || b` tag list those
-with one of the tags; SQL92 is refused (the server-side filter package had not landed).
+Filters: the subscription (expType TAG or SQL92, exp) through the server-side filter package
+(filter/`compile_filter`, as pulls use it): a message it does not match is skipped (done);
+an expression it cannot compile is refused SUBSCRIPTION_PARSE_FAILED, as PopMessageProcessor
+refuses it. As there, a SQL92 pop is served whatever enablePropertyFilter says (that switch
+guards pulls and heartbeats).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Awaitable, Callable, Mapping
 
+from brokergroup_broker.filter import FilterRefused, compile_filter
 from brokergroup_broker.pop import records as rec
 from brokergroup_broker.pop.service import PopError, PopErrorKind, PopResult, PopService
 from brokergroup_remoting import RemotingCommand, RequestCode, ResponseCode
@@ -43,15 +47,21 @@ def refusal(exc: PopError) -> RequestRefused:
     return RequestRefused(_REFUSAL_CODE[exc.kind], exc.message)
 
 
-def tag_filter(exp_type: str | None, exp: str | None) -> Callable[[Mapping[str, str]], bool] | None:
-    """A subscription expression as a predicate on a message's properties (None: all)."""
-    if exp_type not in (None, "", "TAG"):
-        raise RequestRefused(ResponseCode.SUBSCRIPTION_PARSE_FAILED,
-                             f"expType {exp_type} is not supported by POP here (TAG only)")  # fmt: skip
-    if exp is None or exp.strip() in ("", "*"):
+def subscription_filter(
+    exp_type: str | None, exp: str | None
+) -> Callable[[Mapping[str, str]], bool] | None:
+    """A pop's subscription as a predicate on a message's properties (None: all; no
+    expression is TAG `*`, as PopMessageProcessor builds it)."""
+    if exp is None or exp == "":
         return None
-    wanted = frozenset(t.strip() for t in exp.split("||") if t.strip())
-    return lambda properties: properties.get("TAGS") in wanted
+    try:
+        matcher = compile_filter(exp_type, exp)
+    except FilterRefused as exc:
+        raise RequestRefused(
+            ResponseCode.SUBSCRIPTION_PARSE_FAILED,
+            f"parse the consumer's subscription failed: {exc}",
+        ) from exc
+    return None if matcher.matches_all else matcher.matches
 
 
 class PopHandlers:
@@ -81,7 +91,9 @@ class PopHandlers:
         poll_ms = header.int64(f, "pollTime", low=0)
         init_mode = header.optional_int32(f, "initMode", INIT_MODE_MIN)
         fifo = header.boolean(f, "order")
-        predicate = tag_filter(header.optional_text(f, "expType"), header.optional_text(f, "exp"))
+        predicate = subscription_filter(
+            header.optional_text(f, "expType"), header.optional_text(f, "exp")
+        )
         try:
             result = await self._service.pop(
                 group,
