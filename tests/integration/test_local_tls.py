@@ -98,7 +98,8 @@ def test_a_tls_client_sends_and_consumes_every_message_in_queue_order(
 def test_a_plaintext_client_finds_no_route(rt: StockRuntime) -> None:
     try:
         lines = rt.client.run("send", kind="sync", topic=TOPIC, count=1, run="plain", timeout_s=120)
-    except RuntimeError as exc:  # the client gives up: no route from a name server
-        assert "No route info" in str(exc) or "connect to" in str(exc), str(exc)[-2000:]
+    except RuntimeError as exc:  # the client gives up: its name server request got no answer
+        reasons = ("No route info", "connect to", "send request to")
+        assert any(reason in str(exc) for reason in reasons), str(exc)[-2000:]
     else:
         assert [m["status"] for m in messages(lines)] != ["SEND_OK"], lines
