@@ -288,6 +288,7 @@ def rocketmq_container(ctx: GroupContext) -> dict[str, Any]:
                 {"name": "data", "mountPath": DATA_DIR},
                 {"name": "config", "mountPath": rmq.CONFIG_DIR, "readOnly": True},
                 {"name": "secrets", "mountPath": rmq.SECRETS_DIR, "readOnly": True},
+                {"name": "client-pair", "mountPath": rmq.CLIENT_DIR, "readOnly": True},
                 {"name": "tmp", "mountPath": rmq.TMP_DIR},
             ],
         },
@@ -325,6 +326,18 @@ def rocketmq_volumes(ctx: GroupContext) -> list[dict[str, Any]]:
                 # The key pair the stock broker signs with; nothing else.
                 "items": [{"key": rmq.CREDENTIALS_KEY, "path": rmq.CREDENTIALS_KEY}],
                 "defaultMode": 0o400,
+            },
+        },
+        {
+            # The group's client pair, kept by the broker as a user for the stock proxy's
+            # signature checks (rocketmq_config.per_pod_lines); a user's own Secret may
+            # lack it (then the proxy refuses every SDK, and nothing else changes).
+            "name": "client-pair",
+            "secret": {
+                "secretName": ctx.secret,
+                "items": [{"key": rmq.CLIENT_CREDENTIALS_KEY, "path": rmq.CLIENT_CREDENTIALS_KEY}],
+                "defaultMode": 0o400,
+                "optional": True,
             },
         },
         {"name": "tmp", "emptyDir": {}},

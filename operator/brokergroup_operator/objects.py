@@ -14,7 +14,9 @@ brokers, containers.py and rocketmq_config.py): the ConfigMap holds broker.conf,
 container runs the JVM, which signs with the group's broker pair from the Secret. Names,
 labels, the master Service, the StatefulSet's policies and the broker set's key
 (cluster = namespace, brokerName = group) are the same, so the planners and the
-role labels work on both engines unchanged.
+role labels work on both engines unchanged. It adds the group's stock RocketMQ proxy
+(ConfigMap, Service and Deployment `<bg>-proxy`, rocketmq_proxy.py): the gRPC endpoint of
+the RocketMQ 5 SDKs.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 
 from brokergroup_operator.group_secrets import client_secret, group_secret
 from brokergroup_operator.networking import network_policy, services
+from brokergroup_operator.rocketmq_proxy import proxy_objects
 from brokergroup_operator.spec import GroupContext
 from brokergroup_operator.workload import config_map, disruption_budget, stateful_set
 
@@ -43,4 +46,5 @@ def owned_objects(
         disruption_budget(ctx),
         network_policy(ctx),
         stateful_set(ctx, replicas, live_sts),
+        *proxy_objects(ctx),
     ]

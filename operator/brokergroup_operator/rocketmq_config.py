@@ -14,13 +14,17 @@ its environment, so the operator splits its config in two:
   rescheduled pod keeps its BrokerId), `controllerAddr` (every controller node's remoting
   port under its StatefulSet's stable DNS name, never a pod IP), `namesrvAddr` (the name
   server embedded in every controller node: a broker registers with each one, as with
-  RocketMQ name servers) and the HA settings from spec.ha;
+  RocketMQ name servers), the HA settings from spec.ha, the timer wheel
+  (`timerWheelEnable`, on) and the delay, timer and transaction-check settings of
+  spec.rocketmq by RocketMQ's names;
 - `per_pod_lines` (appended by `launch_script` when the container starts): the pod's own
   IP as `brokerIP1`/`brokerIP2` (what the controller records and the master Service's
   endpoint is), the signing credentials from the group's Secret, which must not sit in
   a ConfigMap, and the paths of the pod's volumes (the store on the PVC, the auth store on
   the emptyDir), which the container's command names (so a runtime that places volumes
-  elsewhere, as the cluster tier's process kubelet does, rewrites them there).
+  elsewhere, as the cluster tier's process kubelet does, rewrites them there), and the
+  group's client pair as the broker's one extra user (`initAuthenticationUser`), against
+  which the group's stock proxy (rocketmq_proxy.py) checks the RocketMQ 5 SDKs' signatures.
 
 `launch_script` is the whole launcher: four shell lines that write that file to the
 emptyDir and `exec` the JVM (`java_command`); no RocketMQ script runs.
@@ -28,9 +32,10 @@ emptyDir and `exec` the JVM (`java_command`); no RocketMQ script runs.
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from brokergroup_controller.config import DEFAULT_REMOTING_PORT
@@ -45,6 +50,8 @@ ROCKETMQ_HOME = "/opt/rocketmq"
 STORE_DIR = "/data/rocketmq"
 CONFIG_DIR = "/etc/rocketmq/config"
 SECRETS_DIR = "/etc/rocketmq/secrets"
+#: The group's client pair (an optional volume: a user's own Secret may lack it).
+CLIENT_DIR = "/etc/rocketmq/client"
 TMP_DIR = "/tmp"
 CONFIG_KEY = "broker.conf"
 #: The group Secret's key holding `{"accessKey": …, "secretKey": …}` (one line of JSON): the
@@ -70,6 +77,16 @@ HA_PROPERTIES = {
     "heartbeatTimeoutMs": "controllerHeartBeatTimeoutMills",
 }
 FLUSH_DISK_TYPES = ("SYNC_FLUSH", "ASYNC_FLUSH")
+#: RocketMQ's messageDelayLevel: 1..64 delays (a number and s/m/h/d), one space apart (the
+#: CRD's pattern; the built-in engine's spec.config takes the same).
+MESSAGE_DELAY_LEVEL_PATTERN = re.compile(r"[1-9][0-9]*[smhd]( [1-9][0-9]*[smhd]){0,63}")
+#: spec.rocketmq's optional positive integers → the stock broker's property (same names).
+POSITIVE_SETTINGS = (
+    "timerMaxDelaySec",
+    "transactionCheckInterval",
+    "transactionCheckMax",
+    "transactionTimeOut",
+)
 
 
 class RocketMQSpecError(ValueError):
@@ -86,6 +103,12 @@ class RocketMQSettings:
     mapped_file_size_commit_log: int = 1 << 30
     heap_size: str = "1g"
     topic_queue_nums: int = 8
+    timer_wheel_enable: bool = True
+    message_delay_level: str | None = None
+    """None: RocketMQ's 18 levels (1s … 2h)."""
+    positive: tuple[tuple[str, int], ...] = ()
+    """The POSITIVE_SETTINGS the spec sets, by RocketMQ's names, in that order."""
+    proxy: ProxySettings = field(default_factory=lambda: ProxySettings())
 
     @classmethod
     def from_spec(cls, spec: Mapping[str, Any]) -> RocketMQSettings:
@@ -96,6 +119,10 @@ class RocketMQSettings:
             mapped_file_size_commit_log=raw.get("mappedFileSizeCommitLog", 1 << 30),
             heap_size=raw.get("heapSize", "1g"),
             topic_queue_nums=raw.get("topicQueueNums", 8),
+            timer_wheel_enable=raw.get("timerWheelEnable", True),
+            message_delay_level=raw.get("messageDelayLevel"),
+            positive=tuple((k, raw[k]) for k in POSITIVE_SETTINGS if k in raw),
+            proxy=ProxySettings.from_spec(raw.get("proxy") or {}),
         )
         settings.validate()
         return settings
@@ -129,6 +156,58 @@ class RocketMQSettings:
         queues = self.topic_queue_nums
         if isinstance(queues, bool) or not isinstance(queues, int) or not 1 <= queues <= 1024:
             raise RocketMQSpecError(f"spec.rocketmq.topicQueueNums must be 1..1024, got {queues!r}")
+        if not isinstance(self.timer_wheel_enable, bool):
+            raise RocketMQSpecError("spec.rocketmq.timerWheelEnable must be true or false")
+        levels = self.message_delay_level
+        if levels is not None and (
+            not isinstance(levels, str) or not MESSAGE_DELAY_LEVEL_PATTERN.fullmatch(levels)
+        ):
+            raise RocketMQSpecError(
+                "spec.rocketmq.messageDelayLevel must be 1-64 delays such as '1s 5s 10m 2h' "
+                f"(a number and s, m, h or d, one space apart), got {levels!r}"
+            )
+        for key, value in self.positive:
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise RocketMQSpecError(f"spec.rocketmq.{key} must be ≥ 1, got {value!r}")
+        self.proxy.validate()
+
+
+def _heap_ok(heap: object) -> bool:
+    return (
+        isinstance(heap, str)
+        and 2 <= len(heap) <= 7
+        and heap[-1] in "mg"
+        and heap[:-1].isdigit()
+        and heap[0] != "0"
+    )
+
+
+@dataclass(frozen=True)
+class ProxySettings:
+    """spec.rocketmq.proxy: the group's stock RocketMQ proxy (rocketmq_proxy.py)."""
+
+    enabled: bool = True
+    replicas: int = 1
+    heap_size: str = "512m"
+
+    @classmethod
+    def from_spec(cls, raw: Mapping[str, Any]) -> ProxySettings:
+        return cls(
+            enabled=raw.get("enabled", True),
+            replicas=raw.get("replicas", 1),
+            heap_size=raw.get("heapSize", "512m"),
+        )
+
+    def validate(self) -> None:
+        if not isinstance(self.enabled, bool):
+            raise RocketMQSpecError("spec.rocketmq.proxy.enabled must be true or false")
+        replicas = self.replicas
+        if isinstance(replicas, bool) or not isinstance(replicas, int) or not 1 <= replicas <= 16:
+            raise RocketMQSpecError(f"spec.rocketmq.proxy.replicas must be 1..16, got {replicas!r}")
+        if not _heap_ok(self.heap_size):
+            raise RocketMQSpecError(
+                f"spec.rocketmq.proxy.heapSize must look like 512m or 2g, got {self.heap_size!r}"
+            )
 
 
 def _hosts(controller_addresses: Sequence[str]) -> list[str]:
@@ -187,9 +266,9 @@ def broker_properties(
         "defaultTopicQueueNums": str(settings.topic_queue_nums),
         # No acknowledged loss by default (DESIGN.md §3.3); RocketMQ's default is false.
         "allAckInSyncStateSet": "true",
-        # Timer messages are not supported under brokergroup (docs/rocketmq-compatibility.md);
-        # the timer wheel would also take its own files and threads.
-        "timerWheelEnable": "false",
+        # Timer messages (docs/rocketmq-compatibility.md "Engine rocketmq": a slave fetches the
+        # master's timer checkpoint every 3 s; the wheel's files are on the PVC).
+        "timerWheelEnable": _bool(settings.timer_wheel_enable),
         # A new master and a new controller leader are seen in about a second, not RocketMQ's
         # 5-10 s periods.
         "syncBrokerMetadataPeriod": "1000",
@@ -197,9 +276,13 @@ def broker_properties(
         "syncControllerMetadataPeriod": "2000",
         "authenticationMetadataProvider": AUTH_PROVIDER,
     }
-    for field, name in HA_PROPERTIES.items():
-        if field in ha:
-            value = ha[field]
+    if settings.message_delay_level is not None:
+        properties["messageDelayLevel"] = settings.message_delay_level
+    for key, value in settings.positive:
+        properties[key] = str(value)
+    for ha_field, name in HA_PROPERTIES.items():
+        if ha_field in ha:
+            value = ha[ha_field]
             properties[name] = _bool(value) if isinstance(value, bool) else str(int(value))
     return properties
 
@@ -253,6 +336,7 @@ def volume_properties() -> dict[str, str]:
 
 def per_pod_lines() -> list[str]:
     """Shell lines printing the pod's own properties ($POD_IP from the downward API)."""
+    client_pair = f"{CLIENT_DIR}/{CLIENT_CREDENTIALS_KEY}"
     return [
         *(f"echo {key}={value}" for key, value in volume_properties().items()),
         'echo "brokerIP1=$POD_IP"',
@@ -260,6 +344,11 @@ def per_pod_lines() -> list[str]:
         "printf innerClientAuthenticationCredentials=",
         f"cat {SECRETS_DIR}/{CREDENTIALS_KEY}",
         "echo",
+        # {"accessKey","secretKey"} → RocketMQ's User {"username","password"}: the proxy
+        # finds the SDKs' pair among the brokers' users (GET_USER).
+        f"if [ -f {client_pair} ]; then printf initAuthenticationUser=; "
+        f'sed -e \'s/"accessKey"/"username"/\' -e \'s/"secretKey"/"password"/\' '
+        f"{client_pair}; echo; fi",
     ]
 
 

@@ -58,7 +58,8 @@ EXPECTED_RULES = [
     {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "patch"]},
     {
         "apiGroups": ["apps"],
-        "resources": ["statefulsets"],
+        # Deployments: a rocketmq-engine group's stock proxy (rocketmq_proxy.py).
+        "resources": ["statefulsets", "deployments"],
         "verbs": ["get", "list", "watch", "create", "patch", "delete"],
     },
     # Volumes that grow: the operator patches its groups' data PVCs (docs/kubernetes.md).

@@ -132,13 +132,15 @@ def test_no_pairs_without_the_release_pair_or_with_the_users_own_secret() -> Non
         assert [name for kind, name in own if kind == "Secret"] == []
 
 
-def test_stock_brokers_mount_the_broker_pair_only() -> None:
+def test_stock_brokers_mount_the_groups_broker_and_client_pairs_only() -> None:
     objects = _objects("rocketmq")
     pod = objects[("StatefulSet", "orders")]["spec"]["template"]["spec"]
-    (volume,) = [v for v in pod["volumes"] if "secret" in v]
-    assert volume["secret"]["secretName"] == "orders-credentials"
-    assert volume["secret"]["items"] == [
-        {"key": "rocketmq-credentials", "path": "rocketmq-credentials"}
+    volumes = [v for v in pod["volumes"] if "secret" in v]
+    assert [v["secret"]["secretName"] for v in volumes] == ["orders-credentials"] * 2
+    # The broker pair to sign with; the client pair only as a user for the stock proxy.
+    assert [v["secret"]["items"] for v in volumes] == [
+        [{"key": "rocketmq-credentials", "path": "rocketmq-credentials"}],
+        [{"key": "rocketmq-client-credentials", "path": "rocketmq-client-credentials"}],
     ]
 
 

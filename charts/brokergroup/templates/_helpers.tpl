@@ -97,7 +97,7 @@ ClusterRole. Secrets: create and (server-side apply) patch each group's
   resources: ["secrets"]
   verbs: ["create", "patch"]
 - apiGroups: ["apps"]
-  resources: ["statefulsets"]
+  resources: ["statefulsets", "deployments"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
 - apiGroups: [""]
   resources: ["persistentvolumeclaims"]
