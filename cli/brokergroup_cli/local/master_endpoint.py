@@ -284,6 +284,9 @@ class _End(asyncio.Protocol):
         self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         #: Told every chunk this side reads, after it is forwarded.
         self.seen: Callable[[bytes], None] | None = None
+        #: What arrived before a peer was joined: a gRPC server speaks first (its HTTP/2
+        #: SETTINGS), possibly before `_ClientEnd.join`; written to the peer at the join.
+        self.early: list[bytes] = []
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -291,7 +294,9 @@ class _End(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         peer = self.peer.transport if self.peer is not None else None
-        if peer is not None and not peer.is_closing():
+        if peer is None:
+            self.early.append(data)
+        elif not peer.is_closing():
             peer.write(data)
         if self.seen is not None:
             self.seen(data)
@@ -339,6 +344,11 @@ class _ClientEnd(_End):
         if self.in_flight is not None:
             upstream.seen = self.in_flight.from_master
         assert self.transport is not None
+        early, upstream.early = upstream.early, []
+        for chunk in early:
+            self.transport.write(chunk)
+            if upstream.seen is not None:
+                upstream.seen(chunk)
         self.transport.resume_reading()
 
     def close(self) -> None:
