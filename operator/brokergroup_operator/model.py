@@ -18,6 +18,10 @@ HA_PORT = CLIENT_PORT + 1
 HTTP_PORT = CLIENT_PORT + 2
 #: The built-in broker's RocketMQ remoting port (its CLI's default, client port + 3).
 REMOTING_PORT = CLIENT_PORT + 3
+#: The built-in broker's gRPC port for the RocketMQ 5 SDKs (its CLI's default, client port +
+#: 4), and the master Service's port for it: RocketMQ's proxy's gRPC port (docs/grpc.md).
+GRPC_PORT = CLIENT_PORT + 4
+GRPC_SERVICE_PORT = 8081
 
 LABEL_NAME = "app.kubernetes.io/name"
 LABEL_INSTANCE = "app.kubernetes.io/instance"

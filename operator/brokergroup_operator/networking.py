@@ -17,6 +17,8 @@ from brokergroup_operator.model import (
     HA_PORT,
     HTTP_PORT,
     LABEL_ROLE,
+    GRPC_PORT,
+    GRPC_SERVICE_PORT,
     REMOTING_PORT,
     Engine,
     Role,
@@ -35,6 +37,14 @@ def _ports(names: Sequence[str]) -> list[dict[str, Any]]:
     return [
         {"name": n, "port": numbers[n], "targetPort": numbers[n], "protocol": "TCP"} for n in names
     ]
+
+
+_GRPC_SERVICE_PORT = {
+    "name": "grpc",
+    "port": GRPC_SERVICE_PORT,
+    "targetPort": GRPC_PORT,
+    "protocol": "TCP",
+}
 
 
 def services(ctx: GroupContext) -> list[dict[str, Any]]:
@@ -65,7 +75,13 @@ def services(ctx: GroupContext) -> list[dict[str, Any]]:
             "metadata": ctx.object_meta(ctx.name),
             "spec": {
                 "selector": {**selector, LABEL_ROLE: str(Role.MASTER)},
-                "ports": _ports(["client", "remoting"] if builtin_remoting else ["client"]),
+                # The built-in broker's gRPC port is the group's stable gRPC endpoint
+                # (`<bg>:8081`, the RocketMQ proxy's port; docs/grpc.md).
+                "ports": (
+                    [*_ports(["client", "remoting"]), _GRPC_SERVICE_PORT]
+                    if builtin_remoting
+                    else _ports(["client"])
+                ),
             },
         },
     ]
@@ -75,7 +91,7 @@ def network_policy(ctx: GroupContext) -> dict[str, Any]:
     selector = {"matchLabels": group_labels(ctx.name)}
     client_ports = [CLIENT_PORT]
     if ctx.engine is Engine.BROKERGROUP and ctx.remoting_on:
-        client_ports.append(REMOTING_PORT)
+        client_ports += [REMOTING_PORT, GRPC_PORT]
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",

@@ -85,6 +85,8 @@ def test_the_master_service_serves_the_registered_remoting_port_under_its_own_nu
     assert builtin["ports"] == [
         {"name": "client", "port": 10911, "targetPort": 10911, "protocol": "TCP"},
         {"name": "remoting", "port": 10914, "targetPort": 10914, "protocol": "TCP"},
+        # The RocketMQ 5 SDKs' stable endpoint: the master's gRPC port (docs/grpc.md).
+        {"name": "grpc", "port": 8081, "targetPort": 10915, "protocol": "TCP"},
     ]
     # A stock broker registers its listen port: the client port, already served.
     stock = _objects("rocketmq")[("Service", "orders")]["spec"]
@@ -105,6 +107,7 @@ def test_the_network_policy_admits_clients_on_the_remoting_port() -> None:
     assert clients["ports"] == [
         {"port": 10911, "protocol": "TCP"},
         {"port": 10914, "protocol": "TCP"},
+        {"port": 10915, "protocol": "TCP"},  # gRPC, signed like the remoting port
     ]
     # The HTTP port (status, consumer offsets) only from the group's own pods.
     assert ingress[2]["ports"] == [{"port": 10913, "protocol": "TCP"}]
