@@ -61,6 +61,10 @@ def proxy_settings(ctx: GroupContext) -> dict[str, Any]:
         "grpcServerPort": GRPC_PORT,
         "remotingListenPort": REMOTING_PORT,
         "enableAclRpcHookForClusterMode": True,
+        # A 5.3.3 slave cannot sync a topic carrying attributes (AttributeUtil refuses the
+        # master's keys: the whole topic sync stops), so topics carry no message.type and the
+        # proxy does not ask for one (docs/rocketmq-compatibility.md).
+        "enableTopicMessageTypeCheck": False,
         "authenticationEnabled": True,
         "authenticationProvider": AUTH_PROVIDER,
         "authenticationMetadataProvider": AUTH_METADATA_PROVIDER,

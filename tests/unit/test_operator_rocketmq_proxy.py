@@ -115,6 +115,7 @@ def test_the_proxy_config_names_the_name_servers_and_holds_no_secret() -> None:
     )  # every controller node's name server
     assert (settings["grpcServerPort"], settings["remotingListenPort"]) == (8081, 8080)
     assert settings["enableAclRpcHookForClusterMode"] is True
+    assert settings["enableTopicMessageTypeCheck"] is False  # topics carry no attributes
     assert settings["authenticationEnabled"] is True
     assert settings["authenticationMetadataProvider"].endswith(
         "ProxyAuthenticationMetadataProvider"
