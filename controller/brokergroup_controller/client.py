@@ -30,9 +30,11 @@ Failure handling, by what the caller does next:
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
 import uuid
 from collections.abc import Iterable, Sequence
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -41,6 +43,7 @@ from aiohttp import ClientConnectorError, ClientError, ClientSession, ClientTime
 from brokergroup_controller import api
 from brokergroup_controller.backoff import BackoffPolicy
 from brokergroup_controller.errors import ControllerError, ErrorCode
+from brokergroup_remoting.tls import client_context
 
 # Between rounds over every address: 20, 40, 80, 100, 100 ms ... within the budget.
 _RETRY_BACKOFF = BackoffPolicy(initial_ms=20, max_ms=100)
@@ -54,6 +57,24 @@ class ControllerUnavailable(Exception):
     def __init__(self, message: str, attempts: Sequence[str] = ()) -> None:
         super().__init__(message)
         self.attempts = list(attempts)
+
+
+def tls_context(
+    ca_file: str | None, cert_file: str | None = None, key_file: str | None = None
+) -> ssl.SSLContext | None:
+    """The context of an HTTPS controller API's clients: None without a CA (plain HTTP);
+    with `cert_file`/`key_file`, this process's certificate for mutual TLS (a broker, a
+    controller forwarding to its leader). Raises ValueError naming an unreadable file."""
+    if ca_file is None:
+        return None
+    try:
+        return client_context(
+            Path(ca_file),
+            cert_file=None if cert_file is None else Path(cert_file),
+            key_file=None if key_file is None else Path(key_file),
+        )
+    except (OSError, ssl.SSLError) as exc:
+        raise ValueError(f"cannot load the TLS files {ca_file}, {cert_file}: {exc}") from exc
 
 
 def _normalize(address: str) -> str:
@@ -74,10 +95,15 @@ class ControllerClient:
         request_timeout_s: float = 3.0,
         max_connections: int = 1000,
         source_host: str | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         """`source_host`: connect from this local address (a broker's own
-        address), so the controller and the network see one host per broker."""
+        address), so the controller and the network see one host per broker.
+        `tls`: the API is HTTPS, reached with this context (`tls_context`: the controllers
+        verified against a CA, this process's certificate presented when it holds one)."""
         self._source_host = source_host
+        self._tls = tls
+        self._scheme = "http" if tls is None else "https"
         self._addresses = [_normalize(a) for a in api.split_addresses(addresses)]
         if not self._addresses:
             raise ValueError("ControllerClient needs at least one controller address")
@@ -122,7 +148,11 @@ class ControllerClient:
         if self._session is None or self._session.closed:
             local_addr = None if self._source_host is None else (self._source_host, 0)
             self._session = ClientSession(
-                connector=TCPConnector(limit=self._max_connections, local_addr=local_addr)
+                connector=TCPConnector(
+                    limit=self._max_connections,
+                    local_addr=local_addr,
+                    ssl=True if self._tls is None else self._tls,
+                )
             )
         return self._session
 
@@ -163,7 +193,7 @@ class ControllerClient:
                 try:
                     async with session.request(
                         method,
-                        f"http://{address}{path}",
+                        f"{self._scheme}://{address}{path}",
                         params=query,
                         json=body,
                         headers=headers,

@@ -188,7 +188,11 @@ class Broker:
         self.lease = MasterLease(config.master_lease_ms)
         self.faults = StoreFaults()
         self._ha_config = dataclasses.replace(
-            ha_config_of(config), secret=settings.ha_secret, source_host=settings.own_host
+            ha_config_of(config),
+            secret=settings.ha_secret,
+            source_host=settings.own_host,
+            tls_server=settings.ha_tls_server,
+            tls_client=settings.ha_tls_client,
         )
         self.store: MessageStore | None = None
         self.metadata: BrokerMetadata | None = None
@@ -283,6 +287,7 @@ class Broker:
                     s.remoting_client_credentials,
                     (s.cluster_name, s.broker_name),
                 ),
+                tls=s.client_tls,
             )
             await self._server.start(s.bind_address, s.client_port)
             if s.remoting_port is not None:

@@ -96,6 +96,16 @@ class BrokerSettings:
     None: plaintext."""
     namesrv_tls: ssl.SSLContext | None = field(default=None, repr=False)
     """TLS to the name servers (`--tls-ca-file`: verified against that CA); None: plaintext."""
+    client_tls: ServerTls | None = field(default=None, repr=False)
+    """The client protocol port's TLS (`--client-tls-mode`, by default the remoting port's
+    mode; protocol/server.py); None: plaintext."""
+    ha_tls_server: ssl.SSLContext | None = field(default=None, repr=False)
+    """Mutual TLS on the HA port as master (certificate, key and CA all given; ha/link.py)."""
+    ha_tls_client: ssl.SSLContext | None = field(default=None, repr=False)
+    """Mutual TLS to the master's HA port as slave (the same material)."""
+    controller_tls: ssl.SSLContext | None = field(default=None, repr=False)
+    """HTTPS to the controllers' API (`--controller-tls`), this broker's certificate
+    presented; None: plain HTTP."""
     incarnation: str = ""
     """Which start of this broker this is, sent in every heartbeat: the pod's
     uid in Kubernetes, the local supervisor's per-start token, else a random

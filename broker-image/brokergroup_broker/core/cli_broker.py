@@ -16,6 +16,7 @@ import gc
 import logging
 import os
 import signal
+import ssl
 import sys
 import uuid
 from pathlib import Path
@@ -110,11 +111,26 @@ def register(subparsers: Any) -> None:
         help="RocketMQ's tls.server.mode for the remoting port (permissive serves plaintext "
         "and TLS clients on one port; enforcing TLS only); needs --tls-cert-file/--tls-key-file",
     )
-    parser.add_argument("--tls-cert-file", help="PEM certificate of the TLS remoting port")
+    parser.add_argument(
+        "--client-tls-mode",
+        choices=["disabled", "permissive", "enforcing"],
+        default=None,
+        help="the same modes for the client protocol port (default: --remoting-tls-mode)",
+    )
+    parser.add_argument(
+        "--tls-cert-file", help="PEM certificate of this broker's TLS ports and links"
+    )
     parser.add_argument("--tls-key-file", help="PEM private key of --tls-cert-file")
     parser.add_argument(
         "--tls-ca-file",
-        help="reach the name servers over TLS, verifying them against this CA (PEM)",
+        help="the CA (PEM): the name servers are reached over TLS, verified against it; with "
+        "--tls-cert-file/--tls-key-file HA replication runs mutual TLS",
+    )
+    parser.add_argument(
+        "--controller-tls",
+        action="store_true",
+        help="reach the controllers' HTTPS API (controller --api-tls), verified against "
+        "--tls-ca-file, presenting --tls-cert-file",
     )
     parser.add_argument(
         "--namesrv-addresses",
@@ -139,6 +155,7 @@ def run_broker_command(args: argparse.Namespace) -> int:
     from brokergroup_broker.core.config import BrokerConfigError, load_broker_config
     from brokergroup_broker.core.registration import RegistrationFailed
     from brokergroup_controller.api import INCARNATION_ENV
+    from brokergroup_controller.client import tls_context
     from brokergroup_remoting.tls import client_context, load_server_tls
 
     logging.basicConfig(
@@ -216,7 +233,20 @@ def run_broker_command(args: argparse.Namespace) -> int:
             args.remoting_tls_mode, args.tls_cert_file, args.tls_key_file
         )
         namesrv_tls = None if args.tls_ca_file is None else client_context(Path(args.tls_ca_file))
-    except (OSError, ValueError) as exc:
+        client_tls = load_server_tls(
+            args.client_tls_mode or args.remoting_tls_mode, args.tls_cert_file, args.tls_key_file
+        )
+        ha_tls_server, ha_tls_client = _ha_tls(args)
+        if args.controller_tls and not (args.tls_ca_file and args.tls_cert_file):
+            raise ValueError(
+                "--controller-tls needs --tls-ca-file, --tls-cert-file, --tls-key-file"
+            )
+        controller_tls = (
+            tls_context(args.tls_ca_file, args.tls_cert_file, args.tls_key_file)
+            if args.controller_tls
+            else None
+        )
+    except (OSError, ssl.SSLError, ValueError) as exc:
         print(f"brokergroup broker: {exc}", file=sys.stderr)
         return 2
     settings = BrokerSettings(
@@ -246,6 +276,10 @@ def run_broker_command(args: argparse.Namespace) -> int:
         namesrv_addresses=namesrv,
         remoting_tls=remoting_tls,
         namesrv_tls=namesrv_tls,
+        client_tls=client_tls,
+        ha_tls_server=ha_tls_server,
+        ha_tls_client=ha_tls_client,
+        controller_tls=controller_tls,
         # Set by whoever started this process (pod uid, local supervisor).
         incarnation=os.environ.get(INCARNATION_ENV) or uuid.uuid4().hex,
     )
@@ -256,6 +290,20 @@ def run_broker_command(args: argparse.Namespace) -> int:
         log.error("registration failed: %s", exc)
         return 1
     return 1 if failed else 0
+
+
+def _ha_tls(args: argparse.Namespace) -> tuple[Any, Any]:
+    """(master, slave) contexts of HA's mutual TLS: on when the certificate, key and CA are
+    all given (both ends of an internal link hold certificates); else (None, None)."""
+    from brokergroup_remoting.tls import client_context, server_context
+
+    if not (args.tls_cert_file and args.tls_key_file and args.tls_ca_file):
+        return None, None
+    cert, key, ca = Path(args.tls_cert_file), Path(args.tls_key_file), Path(args.tls_ca_file)
+    return (
+        server_context(cert, key, client_ca_file=ca),
+        client_context(ca, cert_file=cert, key_file=key),
+    )
 
 
 def _remoting_pairs(args: argparse.Namespace) -> tuple[Any, Any] | str:
@@ -310,6 +358,7 @@ async def _main(settings: Any, config: Any) -> bool:
         source_host=None
         if settings.bind_address in ("0.0.0.0", "::", "")
         else settings.bind_address,
+        tls=settings.controller_tls,
     )
     broker = Broker(
         settings, config, ControllerLink(client, settings.cluster_name, settings.broker_name)

@@ -7,6 +7,7 @@ message naming both values rather than as a flapping connection later.
 
 from __future__ import annotations
 
+import ssl
 from dataclasses import dataclass, field
 
 from brokergroup_broker.ha.codec import DEFAULT_MAX_BODY_BYTES
@@ -94,6 +95,13 @@ class HAConfig:
     challenge of ha/auth.py before any frame. None disables authentication: only
     in-process tests, or a broker started with `--insecure-no-ha-auth`."""
 
+    tls_server: ssl.SSLContext | None = field(default=None, repr=False)
+    """Master side: mutual TLS on every HA connection (ha/link.py), this context asking for
+    the slave's certificate (`tls.server_context` with the CA: CERT_REQUIRED). None: bare
+    TCP."""
+    tls_client: ssl.SSLContext | None = field(default=None, repr=False)
+    """Slave side: TLS to the master with this context (the master verified against the
+    CA, this broker's certificate presented). None: bare TCP."""
     source_host: str | None = None
     """Slave side: the local address HA connections leave from (the broker's own
     advertised address), so the master sees the address the controller registered

@@ -74,6 +74,7 @@ import contextlib
 import logging
 import os
 import socket
+import ssl
 import threading
 from collections.abc import Callable
 
@@ -87,6 +88,7 @@ from brokergroup_broker.ha.codec import (
     WireEpochEntry,
 )
 from brokergroup_broker.ha.config import HAConfig
+from brokergroup_broker.ha.link import TlsLink
 from brokergroup_broker.ha.master_connection import (
     ConnectionClosed,
     SlaveConnection,
@@ -376,17 +378,32 @@ class HAMasterService:
         await self._streams.send(conn, auth.master_proof(secret, nonce, slave_nonce))
 
     async def _read_exact(self, conn: SlaveConnection, n: int) -> bytes:
-        loop = asyncio.get_running_loop()
+        assert conn.link is not None
         data = b""
         async with asyncio.timeout(self._config.read_timeout_ms / 1000):
             while len(data) < n:
-                chunk = await loop.sock_recv(conn.sock, n - len(data))
+                chunk = await conn.link.recv(n - len(data))
                 if not chunk:
                     raise ConnectionClosed()
                 data += chunk
         return data
 
+    async def _open_tls(self, conn: SlaveConnection) -> None:
+        """Mutual TLS first when configured (ha/link.py): the slave's certificate must chain
+        to the CA, or the connection ends here, before the HA secret's challenge."""
+        context = self._config.tls_server
+        if context is None:
+            return
+        link = TlsLink(conn.sock, context, server_side=True)
+        try:
+            async with asyncio.timeout(self._config.read_timeout_ms / 1000):
+                await link.handshake()
+        except ssl.SSLError as exc:
+            raise HAProtocolError(f"no TLS session: {exc}") from exc
+        conn.link = link
+
     async def _serve_inner(self, conn: SlaveConnection) -> None:
+        await self._open_tls(conn)
         await self._authenticate(conn)
         handshake = await self._streams.read_frame(conn)
         if not isinstance(handshake, SlaveHandshake):

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from brokergroup_broker.ha.codec import (
     SlaveFrameDecoder,
 )
+from brokergroup_broker.ha.link import PlainLink, TlsLink
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,12 @@ class SlaveConnection:
     # (lastMasterMaxOffset, lastTransferTimeMs) of sent but not yet covered batches.
     inflight: collections.deque[tuple[int, int]] = field(default_factory=collections.deque)
     task: asyncio.Task[None] | None = None
+    #: The bytes' way: the socket itself, or mutual TLS over it (ha/link.py).
+    link: PlainLink | TlsLink | None = None
+
+    def __post_init__(self) -> None:
+        if self.link is None:
+            self.link = PlainLink(self.sock)
 
 
 def set_done(future: asyncio.Future[None]) -> None:

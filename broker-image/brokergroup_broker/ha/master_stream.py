@@ -25,6 +25,7 @@ from brokergroup_broker.ha.codec import (
     encode_transfer_header,
 )
 from brokergroup_broker.ha.config import HAConfig
+from brokergroup_broker.ha.link import TlsLink
 from brokergroup_broker.ha.master_connection import (
     ConnectionClosed,
     SlaveConnection,
@@ -216,8 +217,12 @@ class SlaveStreams:
             conn.next_offset = offset + rng.length
             self._mark_sent(conn, store_max)
             async with asyncio.timeout(self._config.write_timeout_ms / 1000):
-                await _send_corked(conn.sock, header)
-                await _sendfile(conn.sock, rng.fd, rng.file_position, rng.length)
+                link = conn.link
+                if isinstance(link, TlsLink):
+                    await link.send_range(header, rng.fd, rng.file_position, rng.length)
+                else:
+                    await _send_corked(conn.sock, header)
+                    await _sendfile(conn.sock, rng.fd, rng.file_position, rng.length)
         finally:
             os.close(rng.fd)
 
@@ -237,17 +242,18 @@ class SlaveStreams:
         await self.send(conn, frame.encode())
 
     async def send(self, conn: SlaveConnection, data: bytes) -> None:
+        assert conn.link is not None
         async with asyncio.timeout(self._config.write_timeout_ms / 1000):
-            await asyncio.get_running_loop().sock_sendall(conn.sock, data)
+            await conn.link.sendall(data)
 
     async def read_frame(self, conn: SlaveConnection) -> SlaveFrame:
-        loop = asyncio.get_running_loop()
+        assert conn.link is not None
         while True:
             event = conn.decoder.next_event()
             if event is not NEED_DATA:
                 return event
             async with asyncio.timeout(self._config.read_timeout_ms / 1000):
-                data = await loop.sock_recv(conn.sock, self._config.read_chunk_bytes)
+                data = await conn.link.recv(self._config.read_chunk_bytes)
             if not data:
                 raise ConnectionClosed()
             conn.decoder.receive_data(data)

@@ -62,6 +62,7 @@ import contextlib
 import logging
 import os
 import socket
+import ssl
 from collections.abc import Callable
 
 from brokergroup_broker.ha import auth
@@ -76,6 +77,7 @@ from brokergroup_broker.ha.codec import (
     Transfer,
 )
 from brokergroup_broker.ha.config import HAConfig
+from brokergroup_broker.ha.link import Link, PlainLink, TlsLink
 from brokergroup_broker.ha.truncation import (
     TruncationPoint,
     TruncationReason,
@@ -254,16 +256,17 @@ class HASlaveService:
                 sock.bind((self._config.source_host, 0))
             async with asyncio.timeout(connect_s):
                 await loop.sock_connect(sock, master)
-                await self._authenticate(sock)
-                await loop.sock_sendall(
-                    sock,
+            link = await self._open_link(sock, master[0])
+            async with asyncio.timeout(connect_s):
+                await self._authenticate(link)
+                await link.sendall(
                     SlaveHandshake(
                         slave_broker_id=self._broker_id,
                         is_sync_from_last_file=self._config.sync_from_last_file,
                         is_async_learner=self._config.async_learner,
                     ).encode(),
                 )
-            handshake = await self._read_frame(sock, decoder, self._config.read_timeout_ms)
+            handshake = await self._read_frame(link, decoder, self._config.read_timeout_ms)
             if not isinstance(handshake, MasterHandshake):
                 raise HAProtocolError(f"expected the master's handshake first, got {handshake!r}")
             point = self._truncate(handshake)
@@ -272,7 +275,7 @@ class HASlaveService:
                 # durable, so no later (durable) ack can be below it.
                 await asyncio.to_thread(self._store.sync_log)
             requested = self._store.max_offset
-            await self._send(sock, SlaveAck(max_offset=requested).encode())
+            await self._send(link, SlaveAck(max_offset=requested).encode())
             self._connected = True
             self._sessions += 1
             log.info(
@@ -285,10 +288,10 @@ class HASlaveService:
             )
             first = True
             ack_wanted = self._ack_wanted = asyncio.Event()
-            acker = asyncio.create_task(self._ack_loop(sock, ack_wanted, requested))
+            acker = asyncio.create_task(self._ack_loop(link, ack_wanted, requested))
             try:
                 while True:
-                    frame = await self._read_frame(sock, decoder, self._config.read_timeout_ms)
+                    frame = await self._read_frame(link, decoder, self._config.read_timeout_ms)
                     if not isinstance(frame, Transfer):
                         raise HAProtocolError("a second master handshake during transfer")
                     if acker.done():
@@ -327,7 +330,7 @@ class HASlaveService:
             return store.max_offset
         return min(store.flushed_offset, store.max_offset)
 
-    async def _ack_loop(self, sock: socket.socket, wanted: asyncio.Event, floor: int) -> None:
+    async def _ack_loop(self, link: Link, wanted: asyncio.Event, floor: int) -> None:
         """Send the durable offset whenever a frame or a finished sync asks for an ack.
         One task owns the socket's write side, so acks never interleave."""
         last = floor
@@ -336,7 +339,7 @@ class HASlaveService:
             wanted.clear()
             offset = max(self._durable_offset(), last)
             last = offset
-            await self._send(sock, SlaveAck(max_offset=offset).encode())
+            await self._send(link, SlaveAck(max_offset=offset).encode())
 
     # ------------------------------------------------------------------ decisions + store
 
@@ -451,46 +454,57 @@ class HASlaveService:
 
     # ------------------------------------------------------------------ socket helpers
 
-    async def _authenticate(self, sock: socket.socket) -> None:
+    async def _open_link(self, sock: socket.socket, master_host: str) -> Link:
+        """TLS to the master when configured (ha/link.py): its certificate is verified
+        against the CA for `master_host`, ours presented; else the bare socket."""
+        context = self._config.tls_client
+        if context is None:
+            return PlainLink(sock)
+        link = TlsLink(sock, context, server_side=False, server_hostname=master_host)
+        try:
+            async with asyncio.timeout(self._config.connect_timeout_ms / 1000):
+                await link.handshake()
+        except ssl.SSLError as exc:
+            raise HAProtocolError(f"no TLS session with the master: {exc}") from exc
+        return link
+
+    async def _authenticate(self, link: Link) -> None:
         """ha/auth.py, slave side: prove the secret, then check the master's proof."""
         secret = self._config.secret
         if secret is None:
             return
-        loop = asyncio.get_running_loop()
-        challenge = await self._read_exact(sock, auth.CHALLENGE_BYTES)
+        challenge = await self._read_exact(link, auth.CHALLENGE_BYTES)
         slave_nonce = os.urandom(auth.NONCE_BYTES)
         try:
-            await loop.sock_sendall(sock, auth.slave_proof(secret, challenge, slave_nonce))
-            proof = await self._read_exact(sock, auth.MASTER_PROOF_BYTES)
+            await link.sendall(auth.slave_proof(secret, challenge, slave_nonce))
+            proof = await self._read_exact(link, auth.MASTER_PROOF_BYTES)
             auth.check_master_proof(secret, challenge[len(auth.MAGIC) :], slave_nonce, proof)
         except auth.HAAuthError as exc:
             raise HAProtocolError(f"authentication failed: {exc}") from exc
 
-    async def _read_exact(self, sock: socket.socket, n: int) -> bytes:
-        loop = asyncio.get_running_loop()
+    async def _read_exact(self, link: Link, n: int) -> bytes:
         data = b""
         async with asyncio.timeout(self._config.read_timeout_ms / 1000):
             while len(data) < n:
-                chunk = await loop.sock_recv(sock, n - len(data))
+                chunk = await link.recv(n - len(data))
                 if not chunk:
                     raise _ConnectionClosed()
                 data += chunk
         return data
 
-    async def _send(self, sock: socket.socket, data: bytes) -> None:
+    async def _send(self, link: Link, data: bytes) -> None:
         async with asyncio.timeout(self._config.write_timeout_ms / 1000):
-            await asyncio.get_running_loop().sock_sendall(sock, data)
+            await link.sendall(data)
 
     async def _read_frame(
-        self, sock: socket.socket, decoder: MasterFrameDecoder, timeout_ms: int
+        self, link: Link, decoder: MasterFrameDecoder, timeout_ms: int
     ) -> MasterFrame:
-        loop = asyncio.get_running_loop()
         while True:
             event = decoder.next_event()
             if event is not NEED_DATA:
                 return event
             async with asyncio.timeout(timeout_ms / 1000):
-                data = await loop.sock_recv(sock, self._config.read_chunk_bytes)
+                data = await link.recv(self._config.read_chunk_bytes)
             if not data:
                 raise _ConnectionClosed()
             decoder.receive_data(data)

@@ -43,9 +43,10 @@ import logging
 import random
 import secrets
 import socket
+import ssl
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 from brokergroup_broker.protocol import auth
@@ -143,6 +144,9 @@ class ClientConfig:
     follow_master_changes: bool = True
     #: Length of one such long-poll (the controller caps it).
     master_watch_ms: int = 30_000
+    #: TLS to the brokers' client ports (`brokergroup_remoting.tls.client_context`: the
+    #: broker verified against a CA, or only encrypted); None: plaintext.
+    tls: ssl.SSLContext | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.max_in_flight < 1 or self.retry_max_attempts < 1:
@@ -212,9 +216,12 @@ class BrokerConnection:
         writer: asyncio.StreamWriter | None = None
         try:
             async with asyncio.timeout(config.connect_timeout_ms / 1000):
-                reader, writer = await asyncio.open_connection(
-                    host, port, limit=config.read_chunk_bytes
-                )
+                if config.tls is None:
+                    reader, writer = await asyncio.open_connection(
+                        host, port, limit=config.read_chunk_bytes
+                    )
+                else:
+                    reader, writer = await _open_tls(host, port, config.tls, config)
                 await _handshake(address, reader, writer, credentials)
         except TimeoutError as exc:
             _close_quietly(writer)
@@ -227,6 +234,9 @@ class BrokerConnection:
             raise BrokerConnectionError(
                 address, "the broker closed the connection during the authentication handshake"
             ) from exc
+        except ssl.SSLError as exc:
+            _close_quietly(writer)
+            raise BrokerConnectionError(address, f"TLS handshake failed: {exc}") from exc
         except OSError as exc:
             _close_quietly(writer)
             raise BrokerConnectionError(address, f"connect failed: {exc}") from exc
@@ -385,6 +395,33 @@ class BrokerConnection:
             QueryConsumerOffsetRequest(group, topic, queue_id), ConsumerOffsetResult
         )
         return r.offset
+
+
+async def _open_tls(
+    host: str, port: int, context: ssl.SSLContext, config: ClientConfig
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A TLS session to a broker's client port: its clear challenge is read and dropped
+    (the port speaks first; server.py's module doc), then TLS, inside which the
+    handshake starts over."""
+    loop = asyncio.get_running_loop()
+    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    family, _, _, _, target = infos[0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setblocking(False)
+        await loop.sock_connect(sock, target)
+        clear = b""
+        while len(clear) < auth.CHALLENGE_BYTES:
+            chunk = await loop.sock_recv(sock, auth.CHALLENGE_BYTES - len(clear))
+            if not chunk:
+                raise asyncio.IncompleteReadError(clear, auth.CHALLENGE_BYTES)
+            clear += chunk
+        return await asyncio.open_connection(
+            sock=sock, ssl=context, server_hostname=host, limit=config.read_chunk_bytes
+        )
+    except BaseException:
+        sock.close()
+        raise
 
 
 def _close_quietly(writer: asyncio.StreamWriter | None) -> None:

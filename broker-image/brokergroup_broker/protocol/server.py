@@ -31,6 +31,16 @@ answers AUTHENTICATED, OPEN (no `auth`: `--insecure-no-client-auth`) or REFUSED 
 the reason, after which it closes. No `FrameDecoder` exists before the answer, so
 nothing richer than that length is parsed for an unauthenticated peer.
 
+TLS (`tls`, RocketMQ's three modes as on the remoting ports; docs/security.md "TLS"). This
+port's server speaks first, so the first-byte sniff of `brokergroup_remoting.tls` is done on
+the client's answer to the challenge: the broker writes its challenge in the clear on every
+connection, then peeks at the client's first byte. A plaintext HELLO starts with its AccessKey
+length, at most 255, so its first byte is 0; a TLS client reads and drops the clear challenge
+and opens a TLS session (its ClientHello's first byte is 0x16), inside which the handshake
+starts over with a fresh challenge. Permissive serves both; enforcing answers a plaintext HELLO
+REFUSED with the reason (in the clear, the one thing it tells it) and closes. The clear
+challenge is a public nonce: nothing that proves a key crosses the network outside TLS.
+
 Errors: a framing error closes the connection (the stream is unusable); a
 malformed body answers BAD_REQUEST to that request only; a `BrokerError`
 becomes its code; anything else is a bug, logged with its traceback and
@@ -44,6 +54,7 @@ import contextlib
 import logging
 import secrets
 import socket
+import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -80,6 +91,15 @@ from brokergroup_broker.protocol.messages import (
 from brokergroup_broker.protocol.response_codec import encode_response
 from brokergroup_controller.credentials import Role
 from brokergroup_remoting.listener import ListenerGuard, ListenerLimits, LogBudget
+from brokergroup_remoting.tls import (
+    Accept,
+    ServerTls,
+    TlsMode,
+    accept_forever,
+    listening_socket,
+    open_accepted,
+    sniff,
+)
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +168,8 @@ class BrokerProtocolServer:
     """Serves the client protocol on one listening socket.
 
     `auth`: the key pairs connections must prove (`protocol.auth`); None serves every
-    connection unauthenticated (OPEN: development and in-process tests only)."""
+    connection unauthenticated (OPEN: development and in-process tests only).
+    `tls`: the port's TLS mode and certificate (None or disabled: plaintext only)."""
 
     def __init__(
         self,
@@ -156,11 +177,16 @@ class BrokerProtocolServer:
         config: ServerConfig | None = None,
         *,
         auth: auth.ClientPortAuth | None = None,
+        tls: ServerTls | None = None,
     ) -> None:
         self._handler = handler
         self._config = config or ServerConfig()
         self._auth = auth
+        self._tls = tls if tls is not None and tls.mode is not TlsMode.DISABLED else None
         self._server: asyncio.Server | None = None
+        self._listening: socket.socket | None = None
+        self._acceptor: asyncio.Task[None] | None = None
+        self._accepting: set[asyncio.Task[None]] = set()
         self._connections: dict[asyncio.Task[None], _Connection] = {}
         self._guard = ListenerGuard(self._config.listener_limits())
         self._log_budget = LogBudget(self._config.log_lines_per_minute)
@@ -169,6 +195,8 @@ class BrokerProtocolServer:
     @property
     def port(self) -> int:
         """The bound port (useful after `start(host, 0)`)."""
+        if self._listening is not None:
+            return int(self._listening.getsockname()[1])
         assert self._server is not None, "server not started"
         return int(self._server.sockets[0].getsockname()[1])
 
@@ -177,14 +205,28 @@ class BrokerProtocolServer:
         return len(self._connections)
 
     async def start(self, bind_host: str, port: int) -> None:
-        assert self._server is None, "server already started"
-        self._server = await asyncio.start_server(
-            self._on_connection,
-            bind_host,
-            port,
-            limit=self._config.read_chunk_bytes,
-            reuse_address=True,
-        )
+        assert self._server is None and self._listening is None, "server already started"
+        if self._tls is None:
+            self._server = await asyncio.start_server(
+                self._on_connection,
+                bind_host,
+                port,
+                limit=self._config.read_chunk_bytes,
+                reuse_address=True,
+            )
+        else:
+            # The client's first byte is peeked before any stream reads it: this port
+            # accepts its sockets itself (as the remoting ports do, brokergroup_remoting.tls).
+            tls = self._tls
+            self._listening = listening_socket(bind_host, port)
+            self._acceptor = asyncio.create_task(
+                accept_forever(
+                    self._listening,
+                    lambda sock: self._on_socket(sock, tls),
+                    self._accepting,
+                    lambda exc: self._log("accept failed: %s", exc),
+                )
+            )
         self._sweeper = asyncio.create_task(self._close_idle())
 
     async def _close_idle(self) -> None:
@@ -209,11 +251,20 @@ class BrokerProtocolServer:
     async def stop(self) -> None:
         """Stop accepting, let open requests finish (bounded), close all."""
         server, self._server = self._server, None
-        if server is None:
+        acceptor, self._acceptor = self._acceptor, None
+        if server is None and acceptor is None:
             return
         if self._sweeper is not None:
             self._sweeper.cancel()
-        server.close()
+        if server is not None:
+            server.close()
+        if acceptor is not None:
+            acceptor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await acceptor
+            for accepting in list(self._accepting):
+                if accepting not in self._connections:  # still in its first byte or TLS
+                    accepting.cancel()
         tasks = list(self._connections)
         for task, conn in list(self._connections.items()):
             if not conn.draining:
@@ -226,8 +277,12 @@ class BrokerProtocolServer:
                     stuck.abort()
             if pending:
                 await asyncio.wait(pending, timeout=1.0)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(server.wait_closed(), self._config.stop_grace_ms / 1000)
+        if self._listening is not None:
+            self._listening.close()
+            self._listening = None
+        if server is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(server.wait_closed(), self._config.stop_grace_ms / 1000)
 
     async def _on_connection(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
@@ -241,13 +296,78 @@ class BrokerProtocolServer:
             self._log("refusing a connection from %s: %s", source, refused)
             writer.close()
             return
-        conn = _Connection(self._handler, self._config, reader, writer, self._auth, self._log)
+        await self._serve(task, source, reader, writer, None)
+
+    async def _serve(
+        self,
+        task: asyncio.Task[None],
+        source: str,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        sent_challenge: bytes | None,
+    ) -> None:
+        conn = _Connection(
+            self._handler, self._config, reader, writer, self._auth, self._log, sent_challenge
+        )
         self._connections[task] = conn
         try:
             await conn.run()
         finally:
             self._connections.pop(task, None)
             self._guard.release(source, id(conn))
+
+    async def _on_socket(self, sock: socket.socket, tls: ServerTls) -> None:
+        """A connection to a TLS port: the clear challenge, then TLS or plaintext by the
+        client's first byte (the module doc)."""
+        task = asyncio.current_task()
+        assert task is not None
+        try:
+            source = str(sock.getpeername()[0])
+        except OSError:
+            sock.close()
+            return
+        refused = self._guard.admit(source)
+        if refused is not None:
+            self._log("refusing a connection from %s: %s", source, refused)
+            sock.close()
+            return
+        loop = asyncio.get_running_loop()
+        challenge = ha_auth.challenge(secrets.token_bytes(auth.NONCE_BYTES))
+        streams = None
+        sealed = False
+        try:
+            await asyncio.wait_for(loop.sock_sendall(sock, challenge), tls.handshake_timeout_s)
+            how = await sniff(sock, tls)
+            if how is Accept.REFUSE:
+                # Enforcing and a plaintext HELLO: tell the client why, in its own protocol.
+                self._log("refused a plaintext client from %s: TLS %s", source, tls.mode)
+                reason = (
+                    "this broker's client port enforces TLS (tls mode enforcing): connect with "
+                    "TLS (brokergroup produce/consume --tls, --ca-file)"
+                )
+                with contextlib.suppress(OSError):
+                    await asyncio.wait_for(
+                        loop.sock_sendall(sock, auth.refusal(reason)), tls.handshake_timeout_s
+                    )
+                    sock.shutdown(socket.SHUT_WR)
+            elif how is not None:
+                sealed = how is Accept.TLS
+                streams = await open_accepted(
+                    sock,
+                    context=tls.context if sealed else None,
+                    limit=self._config.read_chunk_bytes,
+                    handshake_timeout_s=tls.handshake_timeout_s,
+                )
+        except (TimeoutError, ssl.SSLError, OSError) as exc:
+            self._log("closing a connection from %s: no TLS session: %s", source, exc)
+        finally:
+            if streams is None:
+                sock.close()
+                self._guard.release(source, id(sock))
+        if streams is not None:
+            # In TLS the handshake starts over with a fresh challenge; in plaintext the
+            # clear one stands.
+            await self._serve(task, source, *streams, None if sealed else challenge)
 
 
 class _Connection:
@@ -259,8 +379,11 @@ class _Connection:
         writer: asyncio.StreamWriter,
         port_auth: auth.ClientPortAuth | None = None,
         log_line: Callable[..., None] | None = None,
+        sent_challenge: bytes | None = None,
     ) -> None:
         self._handler = handler
+        #: The challenge already written on the socket (a TLS port's clear one), if any.
+        self._sent_challenge = sent_challenge
         #: The port's budgeted warning log (a peer's refusals are its choice, not ours).
         self._log_line = log_line or log.warning
         self._config = config
@@ -372,8 +495,10 @@ class _Connection:
     async def _authenticate(self) -> bool:
         """The handshake (`protocol.auth`): challenge, HELLO, answer. False: refused (the
         reason went to the client) or the peer went away; the caller closes."""
-        challenge = ha_auth.challenge(secrets.token_bytes(auth.NONCE_BYTES))
-        self._writer.write(challenge)
+        challenge = self._sent_challenge
+        if challenge is None:
+            challenge = ha_auth.challenge(secrets.token_bytes(auth.NONCE_BYTES))
+            self._writer.write(challenge)
         verdict: auth.Accepted | auth.Refused | None
         timeout_ms = self._config.auth_timeout_ms
         try:
