@@ -127,3 +127,91 @@ def test_the_broker_id_comes_from_the_store(
     assert read_broker_id(tmp_path) is None
     (tmp_path / "brokerIdentity").write_text(text)
     assert read_broker_id(tmp_path) == expected
+
+
+def test_stock_brokers_run_their_timer_wheel_and_hold_the_client_pair_as_a_user(
+    tmp_path: Path,
+) -> None:
+    config = build_config(tmp_path, 3, ["messageDelayLevel=1s 3s 1m"], "rocketmq")
+    layout = Layout(tmp_path)
+    prepare_dir(config, layout)
+    p = _properties(rocketmq_engine.broker_config(config, layout, 0, "127.0.0.10").text())
+    assert (p["timerWheelEnable"], p["mappedFileSizeTimerLog"]) == ("true", str(16 << 20))
+    assert p["messageDelayLevel"] == "1s 3s 1m"
+    client = json.loads(layout.client_key_file.read_text())
+    # The proxy checks SDK signatures against the brokers' users (GET_USER).
+    assert json.loads(p["initAuthenticationUser"]) == {
+        "username": client["accessKey"],
+        "password": client["secretKey"],
+    }
+
+
+@pytest.mark.parametrize(
+    ("setting", "rule"),
+    [
+        ("messageDelayLevel=1s 5x", "1-64 delays"),
+        ("messageDelayLevel=", "1-64 delays"),
+        ("timerMaxDelaySec=0", "a positive number of seconds"),
+        ("transactionCheckInterval=-5", "a positive number of milliseconds"),
+        ("transactionCheckMax=many", "a positive count"),
+        ("timerWheelEnable=yes", "true or false"),
+    ],
+)
+def test_shared_settings_a_stock_broker_would_not_take_are_refused(
+    tmp_path: Path, setting: str, rule: str
+) -> None:
+    config = build_config(tmp_path, 3, [setting], "rocketmq")
+    with pytest.raises(ConfigError, match=f"--set {setting.split('=')[0]}=.*must be {rule}"):
+        rocketmq_engine.check_settings(config)
+    good = ["messageDelayLevel=1s 5s 10m 2h", "timerMaxDelaySec=60", "transactionTimeOut=3000"]
+    rocketmq_engine.check_settings(build_config(tmp_path, 3, good, "rocketmq"))
+
+
+def test_the_stock_proxy_is_configured_for_the_group_owner_only(tmp_path: Path) -> None:
+    config = build_config(
+        tmp_path, 3, ["local.proxyGrpcPort=18081", "local.proxyRemotingPort=18080"], "rocketmq"
+    )
+    layout = Layout(tmp_path)
+    prepare_dir(config, layout)
+    proxy = rocketmq_engine.proxy_config(config, layout)
+    path = proxy.write()
+    assert oct(path.stat().st_mode & 0o777) == "0o600"  # it holds the client pair
+    settings = json.loads(path.read_text())
+    client = json.loads(layout.client_key_file.read_text())
+    assert json.loads(settings.pop("innerClientAuthenticationCredentials")) == client
+    assert {k: settings[k] for k in (
+        "proxyMode", "namesrvAddr", "grpcServerPort", "remotingListenPort",
+        "enableAclRpcHookForClusterMode", "authenticationEnabled", "enableTopicMessageTypeCheck",
+    )} == {
+        "proxyMode": "cluster",
+        "namesrvAddr": "127.0.1.1:9876;127.0.1.2:9876;127.0.1.3:9876",
+        "grpcServerPort": 18081,
+        "remotingListenPort": 18080,
+        "enableAclRpcHookForClusterMode": True,
+        "authenticationEnabled": True,
+        "enableTopicMessageTypeCheck": False,
+    }  # fmt: skip
+    assert config.proxy_grpc_endpoint == "127.0.1.10:18081"
+    home = RocketMQHome(tmp_path / "lib", tmp_path / "lib" / "rocketmq-namesrv-5.3.3.jar")
+    argv = proxy.argv(home)
+    assert argv[0] == "java" and argv[-5:] == [
+        "org.apache.rocketmq.proxy.ProxyStartup", "-pc", str(path), "-pm", "cluster",
+    ]  # fmt: skip
+
+
+def test_the_proxy_is_a_child_of_the_state_file(tmp_path: Path) -> None:
+    from brokergroup_cli.local.state import ChildKind, ChildRecord, Phase, RuntimeState
+
+    proxy = ChildRecord(
+        kind=ChildKind.PROXY, index=0, host="127.0.1.10", port=8081, pid=4242,
+        start_ticks=7, phase=Phase.RUNNING, started_at_ms=1, restarts=0, last_exit_code=None,
+        restart_at_ms=None, broker_id=None, role=None, previous_hosts=(), log_file="p.log",
+    )  # fmt: skip
+    state = RuntimeState(
+        root_dir=str(tmp_path), supervisor_pid=1, supervisor_start_ticks=1,
+        started_at_ms=1, updated_at_ms=2, proxies=(proxy,),
+    )  # fmt: skip
+    again = RuntimeState.from_json(json.loads(json.dumps(state.to_json())))
+    assert again == state
+    assert [c.name for c in again.children()] == ["proxy"]  # `local down` stops it too
+    assert again.stopped(3).proxies[0].pid is None
