@@ -12,6 +12,7 @@ from typing import Any
 
 import grpc
 import pytest
+from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 from rocketmq import ClientConfiguration, Credentials
 from rocketmq.v5.util.signature import Signature
@@ -24,6 +25,7 @@ from brokergroup_broker.grpc_front import (
     auth,
     convert,
 )
+from brokergroup_broker.grpc_front.consumption import PopConsumption
 from brokergroup_broker.grpc_front.definitions import pb, service_grpc, service_pb
 from brokergroup_broker.grpc_front.server import SignatureCheck
 from brokergroup_broker.remoting_front.topics import DeclaredTopics
@@ -360,3 +362,85 @@ async def test_telemetry_answers_the_settings_exchange(tmp_path: Path) -> None:
             30,
         ]
         assert await call.read() == grpc.aio.EOF
+
+
+# ------------------------------------------------------------------ consumption over POP
+
+
+@asynccontextmanager
+async def consuming_front(tmp_path: Path) -> AsyncIterator[Front]:
+    async with grpc_front(tmp_path) as front:
+        pop = front.master.parts.pop
+        pop.step()  # the master's POP state, rebuilt as its loop does once per tick
+        front.service._consumption = PopConsumption(pop)
+        yield front
+
+
+async def receive(front: Front, *, tag: str = "*", batch: int = 32) -> list[Any]:
+    request = service_pb.ReceiveMessageRequest(
+        group=pb.Resource(name="G"),
+        message_queue=pb.MessageQueue(topic=pb.Resource(name="T"), id=-1),
+        filter_expression=pb.FilterExpression(type=pb.TAG, expression=tag),
+        batch_size=batch,
+        invisible_duration=Duration(seconds=30),
+        long_polling_timeout=Duration(seconds=0),
+    )
+    return [r async for r in front.stub.ReceiveMessage(request, metadata=signed())]
+
+
+async def test_receive_ack_and_change_invisible_duration_over_pop(tmp_path: Path) -> None:
+    async with consuming_front(tmp_path) as front:
+        for i in range(3):
+            message = v2_message(tag=f"tag{i % 2}", keys=[f"k{i}"])
+            message.system_properties.message_id = f"id-{i}"
+            message.body = f"b{i}".encode()
+            sent = await front.stub.SendMessage(
+                service_pb.SendMessageRequest(messages=[message]), metadata=signed()
+            )
+            assert sent.status.code == convert.OK
+        answers = await receive(front, tag="tag0")
+        # A status first, then each message, then the delivery timestamp (the proxy's stream).
+        assert [a.WhichOneof("content") for a in answers] == [
+            "status",
+            "message",
+            "message",
+            "delivery_timestamp",
+        ]
+        assert answers[0].status.code == convert.OK
+        got = [a.message for a in answers[1:3]]
+        assert sorted((m.system_properties.message_id, m.body, m.system_properties.tag,
+                       list(m.system_properties.keys), dict(m.user_properties),
+                       m.system_properties.delivery_attempt, m.topic.name) for m in got) == [
+            ("id-0", b"b0", "tag0", ["k0"], {"color": "red", "size": "9"}, 1, "T"),
+            ("id-2", b"b2", "tag0", ["k2"], {"color": "red", "size": "9"}, 1, "T"),
+        ]  # fmt: skip
+        # Invisible now: nothing more for this group.
+        again = await receive(front)
+        assert [a.status.code for a in again if a.WhichOneof("content") == "status"] == [40401]
+        changed = await front.stub.ChangeInvisibleDuration(
+            service_pb.ChangeInvisibleDurationRequest(
+                group=pb.Resource(name="G"),
+                topic=pb.Resource(name="T"),
+                receipt_handle=got[0].system_properties.receipt_handle,
+                invisible_duration=Duration(seconds=60),
+                message_id=got[0].system_properties.message_id,
+            ),
+            metadata=signed(),
+        )
+        assert changed.status.code == convert.OK
+        assert changed.receipt_handle != got[0].system_properties.receipt_handle
+        handles = [changed.receipt_handle, got[1].system_properties.receipt_handle,
+                   got[0].system_properties.receipt_handle]  # fmt: skip
+        acked = await front.stub.AckMessage(
+            service_pb.AckMessageRequest(
+                group=pb.Resource(name="G"),
+                topic=pb.Resource(name="T"),
+                entries=[
+                    service_pb.AckMessageEntry(message_id="x", receipt_handle=h) for h in handles
+                ],
+            ),
+            metadata=signed(),
+        )
+        # The old handle of a changed message is stale: INVALID_RECEIPT_HANDLE, the rest OK.
+        assert [e.status.code for e in acked.entries] == [convert.OK, convert.OK, 40013]
+        assert acked.status.code == convert.MULTIPLE_RESULTS
