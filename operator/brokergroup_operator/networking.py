@@ -14,11 +14,11 @@ from typing import Any
 
 from brokergroup_operator.model import (
     CLIENT_PORT,
+    GRPC_PORT,
+    GRPC_SERVICE_PORT,
     HA_PORT,
     HTTP_PORT,
     LABEL_ROLE,
-    GRPC_PORT,
-    GRPC_SERVICE_PORT,
     REMOTING_PORT,
     Engine,
     Role,
