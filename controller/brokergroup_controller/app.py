@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from aiohttp import ClientError, ClientSession, ClientTimeout, web
+from aiohttp import ClientError, ClientSession, ClientTimeout, TCPConnector, web
 from prometheus_client import generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
@@ -156,10 +156,17 @@ class _HttpFront:
         self.service = service
         self.auth = ApiAuth(service.config.credential_keys(), service.config.raft_password)
         self._session: ClientSession | None = None
+        self._scheme = "http"
 
     async def start(self) -> None:
+        config = self.service.config
+        # Forwarding is an internal link: HTTPS with this node's certificate (mutual TLS)
+        # when the API is HTTPS.
+        tls = config.forward_tls()
+        self._scheme = "http" if tls is None else "https"
         self._session = ClientSession(
-            timeout=ClientTimeout(total=self.service.config.forward_timeout_ms / 1000)
+            timeout=ClientTimeout(total=config.forward_timeout_ms / 1000),
+            connector=TCPConnector(ssl=True if tls is None else tls),
         )
 
     async def close(self) -> None:
@@ -189,7 +196,7 @@ class _HttpFront:
                 min(int_field(request.query, "timeoutMs", text=True), config.watch_max_timeout_ms)
                 / 1000
             )
-        url = f"http://{leader_api}{request.path_qs}"
+        url = f"{self._scheme}://{leader_api}{request.path_qs}"
         service.metrics.forwarded.inc()
         try:
             async with self._session.request(
@@ -396,14 +403,18 @@ async def serve(config: ControllerConfig, *, stop: asyncio.Event | None = None) 
         app, access_log=None, logger=budgeted_logger("brokergroup_controller.http")
     )
     await runner.setup()
-    site = web.TCPSite(runner, config.bind_address, config.api_port, reuse_address=True)
+    api_tls = config.api_server_tls()
+    site = web.TCPSite(
+        runner, config.bind_address, config.api_port, reuse_address=True, ssl_context=api_tls
+    )
     await site.start()
     log.info(
-        "controller node %d (%s) serving API on %s:%d, data in %s",
+        "controller node %d (%s) serving API on %s:%d (%s), data in %s",
         config.node_id,
         config.self_address,
         config.bind_address,
         config.api_port,
+        "HTTP" if api_tls is None else "HTTPS",
         config.data_dir,
     )
     remoting = await _start_remoting(config, app[SERVICE_KEY])

@@ -92,6 +92,17 @@ def register(subparsers: Any) -> None:
     )
     controller.add_argument("--tls-cert-file", help="PEM certificate of the TLS ports")
     controller.add_argument("--tls-key-file", help="PEM private key of --tls-cert-file")
+    controller.add_argument(
+        "--tls-ca-file",
+        help="PEM CA of the internal links: with --api-tls, controllers verify each other "
+        "(forwarding, mutual TLS) and the API verifies client certificates against it",
+    )
+    controller.add_argument(
+        "--api-tls",
+        action="store_true",
+        help="serve the HTTP API over HTTPS only (needs --tls-cert-file, --tls-key-file and "
+        "--tls-ca-file; docs/security.md 'TLS')",
+    )
     controller.add_argument("--config", help="controller.json (camelCase settings)")
     controller.add_argument("--log-level", default="INFO", help="Python log level")
     controller.set_defaults(func=_run_controller)
@@ -233,6 +244,8 @@ def _run_controller(args: argparse.Namespace) -> int:
             remoting_tls_mode=args.remoting_tls_mode,
             tls_cert_file=args.tls_cert_file,
             tls_key_file=args.tls_key_file,
+            tls_ca_file=args.tls_ca_file,
+            api_tls=args.api_tls,
         )
     except (OSError, ValueError) as exc:
         sys.stderr.write(f"brokergroup controller: invalid configuration: {exc}\n")

@@ -6,14 +6,16 @@ from __future__ import annotations
 
 import json
 import os
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Any
 
 from brokergroup_controller.credentials import CredentialKeys
 from brokergroup_controller.master_address import MasterAddressPolicy, load_policy
 from brokergroup_controller.raft_settings import RaftSettings, parse_peers
-from brokergroup_remoting.tls import ServerTls, load_server_tls
+from brokergroup_remoting.tls import ServerTls, client_context, load_server_tls, server_context
 
 DEFAULT_API_PORT = 9878
 DEFAULT_RAFT_PORT = 9880
@@ -102,10 +104,51 @@ class ControllerConfig:
     """PEM certificate (chain) the TLS ports present."""
     tls_key_file: str | None = None
     """PEM private key of `tls_cert_file`."""
+    tls_ca_file: str | None = None
+    """The CA of the internal links (`--tls-ca-file`): with `api_tls`, the controllers
+    verify each other against it when forwarding to the leader and present
+    `tls_cert_file` (mutual TLS), and the API verifies a client certificate against it
+    when one is presented (brokers and controllers do; probes and the admin CLI hold none
+    and authenticate by their bearer credential alone)."""
+    api_tls: bool = False
+    """The HTTP API serves HTTPS only (`--api-tls`; needs the certificate, key and CA).
+    docs/security.md "TLS"."""
 
     def remoting_tls(self) -> ServerTls:
         """The name server's and remoting port's TLS (ValueError when it cannot load)."""
         return load_server_tls(self.remoting_tls_mode, self.tls_cert_file, self.tls_key_file)
+
+    def api_server_tls(self) -> ssl.SSLContext | None:
+        """The HTTP API's server context (None: plain HTTP): a client certificate is asked
+        for and, when presented, must chain to `tls_ca_file` (CERT_OPTIONAL)."""
+        if not self.api_tls:
+            return None
+        if not (self.tls_cert_file and self.tls_key_file and self.tls_ca_file):
+            raise ValueError("--api-tls needs --tls-cert-file, --tls-key-file and --tls-ca-file")
+        try:
+            context = server_context(
+                Path(self.tls_cert_file),
+                Path(self.tls_key_file),
+                client_ca_file=Path(self.tls_ca_file),
+            )
+        except (OSError, ssl.SSLError) as exc:
+            raise ValueError(f"cannot load the API's TLS files: {exc}") from exc
+        context.verify_mode = ssl.CERT_OPTIONAL
+        return context
+
+    def forward_tls(self) -> ssl.SSLContext | None:
+        """The context of forwarding to the leader's HTTPS API (this node's certificate
+        presented, the leader's verified against the CA); None: plain HTTP."""
+        if not self.api_tls:
+            return None
+        try:
+            return client_context(
+                Path(str(self.tls_ca_file)),
+                cert_file=Path(str(self.tls_cert_file)),
+                key_file=Path(str(self.tls_key_file)),
+            )
+        except (OSError, ssl.SSLError) as exc:
+            raise ValueError(f"cannot load the API's TLS files: {exc}") from exc
 
     def master_address_policy(self) -> MasterAddressPolicy:
         return load_policy(self.namesrv_master_address_template, self.namesrv_master_addresses)
@@ -159,6 +202,8 @@ class ControllerConfig:
             raise ValueError(f"namesrvPort {self.namesrv_port} is already the API or remoting port")
         self.master_address_policy()  # a bad template or address stops start-up here
         self.remoting_tls()  # a bad mode or an unreadable certificate too
+        self.api_server_tls()
+        self.forward_tls()
         if self.insecure_no_auth and (
             self.token is not None
             or self.raft_password is not None
@@ -291,6 +336,8 @@ def load_config(
     remoting_tls_mode: str | None = None,
     tls_cert_file: str | None = None,
     tls_key_file: str | None = None,
+    tls_ca_file: str | None = None,
+    api_tls: bool = False,
 ) -> ControllerConfig:
     file_values: dict[str, Any] = {}
     if config_path:
@@ -333,6 +380,8 @@ def load_config(
             "remoting_tls_mode": remoting_tls_mode,
             "tls_cert_file": tls_cert_file and os.path.abspath(tls_cert_file),
             "tls_key_file": tls_key_file and os.path.abspath(tls_key_file),
+            "tls_ca_file": tls_ca_file and os.path.abspath(tls_ca_file),
+            "api_tls": api_tls or None,
         },
     )
 
