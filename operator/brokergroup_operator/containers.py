@@ -29,12 +29,16 @@ from brokergroup_operator.model import (
 )
 from brokergroup_operator.release_secret import HA_SECRET_KEY
 from brokergroup_operator.spec import HA_FIELDS, GroupContext
+from brokergroup_operator.tls_spec import Issuer
 
 SECRETS_DIR = "/etc/brokergroup/secrets"
 #: The client pair of the user's own Secret, an optional key: its own volume, so the broker
 #: credential and the HA secret stay required.
 CLIENT_PAIR_DIR = "/etc/brokergroup/client-pair"
 CONFIG_DIR = "/etc/brokergroup/config"
+#: spec.tls: the server certificate (tls.crt, tls.key) and the CAs trusted (ca.crt).
+TLS_DIR = "/etc/brokergroup/tls"
+TRUST_DIR = "/etc/brokergroup/tls-trust"
 DATA_DIR = "/data"
 
 
@@ -131,6 +135,81 @@ def broker_command(ctx: GroupContext) -> list[str]:
         else ["--insecure-no-client-auth"]
     )
     return [
+        *_base_command(ctx),
+        *remoting,
+        *tls_flags(ctx),
+    ]
+
+
+def tls_flags(ctx: GroupContext) -> list[str]:
+    """spec.tls: the remoting port's mode and certificate; with the release's name servers
+    on TLS (BROKERGROUP_CONTROLLER_TLS) the registrations go over TLS too, verified against
+    the trust bundle (the cluster CA signs the controllers' certificate)."""
+    tls = ctx.tls
+    if tls is None or not tls.enabled:
+        return []
+    flags = [
+        "--remoting-tls-mode",
+        tls.mode,
+        "--tls-cert-file",
+        f"{TLS_DIR}/tls.crt",
+        "--tls-key-file",
+        f"{TLS_DIR}/tls.key",
+    ]
+    if ctx.namesrv_tls:
+        flags += ["--tls-ca-file", f"{TRUST_DIR}/ca.crt"]
+    return flags
+
+
+def tls_trust_name(ctx: GroupContext) -> str:
+    """The ConfigMap `<bg>-tls-trust` (ca.crt: the cluster CAs trusted) of issuer operator."""
+    return f"{ctx.name}-tls-trust"
+
+
+def tls_volumes(ctx: GroupContext) -> list[dict[str, Any]]:
+    """The server certificate's Secret and the trust bundle (the operator's ConfigMap, or
+    the ca.crt of the user's or cert-manager's Secret)."""
+    tls = ctx.tls
+    if tls is None or not tls.enabled:
+        return []
+    trust: dict[str, Any] = (
+        {"configMap": {"name": tls_trust_name(ctx), "items": [{"key": "ca.crt", "path": "ca.crt"}]}}
+        if tls.issuer is Issuer.OPERATOR
+        else {
+            "secret": {
+                "secretName": ctx.tls_secret,
+                "items": [{"key": "ca.crt", "path": "ca.crt"}],
+                "defaultMode": 0o444,
+            }
+        }
+    )
+    return [
+        {
+            "name": "tls",
+            "secret": {
+                "secretName": ctx.tls_secret,
+                "items": [
+                    {"key": "tls.crt", "path": "tls.crt"},
+                    {"key": "tls.key", "path": "tls.key"},
+                ],
+                "defaultMode": 0o400,
+            },
+        },
+        {"name": "tls-trust", **trust},
+    ]
+
+
+def tls_mounts(ctx: GroupContext) -> list[dict[str, Any]]:
+    if not tls_volumes(ctx):
+        return []
+    return [
+        {"name": "tls", "mountPath": TLS_DIR, "readOnly": True},
+        {"name": "tls-trust", "mountPath": TRUST_DIR, "readOnly": True},
+    ]
+
+
+def _base_command(ctx: GroupContext) -> list[str]:
+    return [
         "brokergroup",
         "broker",
         "--cluster-name",
@@ -153,7 +232,6 @@ def broker_command(ctx: GroupContext) -> list[str]:
         str(CLIENT_PORT),
         "--config",
         f"{CONFIG_DIR}/broker.json",
-        *remoting,
     ]
 
 
@@ -202,6 +280,7 @@ def broker_container(ctx: GroupContext) -> dict[str, Any]:
                     if ctx.own_secret is not None
                     else []
                 ),
+                *tls_mounts(ctx),
             ],
         },
     )
@@ -252,6 +331,7 @@ def broker_volumes(ctx: GroupContext) -> list[dict[str, Any]]:
             if ctx.own_secret is not None
             else []
         ),
+        *tls_volumes(ctx),
     ]
 
 

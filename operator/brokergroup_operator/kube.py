@@ -226,6 +226,34 @@ class Kube:
             return f"{exc.status} {_api_message(exc)}"
         return None
 
+    async def read_secret_data(self, namespace: str, name: str) -> dict[str, bytes] | None:
+        """A Secret's decoded data, None when it does not exist (the cluster CA's and the
+        controllers' certificate Secrets: `get` by name only, in the release namespace)."""
+        try:
+            secret = await asyncio.to_thread(self.core.read_namespaced_secret, name, namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return {k: base64.b64decode(v) for k, v in (secret.data or {}).items()}
+
+    async def read_certificate(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """A cert-manager Certificate (cert-manager.io/v1), None when it does not exist."""
+        try:
+            found = await asyncio.to_thread(
+                self.custom.get_namespaced_custom_object,
+                "cert-manager.io",
+                "v1",
+                namespace,
+                "certificates",
+                name,
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return dict(found)  # type: ignore[call-overload,no-any-return]
+
     async def read_stateful_set(self, namespace: str, name: str) -> dict[str, Any] | None:
         try:
             sts = await asyncio.to_thread(self.apps.read_namespaced_stateful_set, name, namespace)

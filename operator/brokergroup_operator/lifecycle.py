@@ -47,8 +47,9 @@ async def apply_owned(
     """Apply the owned objects when they may differ from what was applied last
     (or the StatefulSet `sts` is missing)."""
     generation = int((body.get("metadata") or {}).get("generation") or 0)
-    # A restart request is an annotation: the generation stays.
-    applied_key = (generation, replicas, ctx.restarted_at)
+    # A restart request is an annotation: the generation stays; so is a renewed
+    # certificate (its digest).
+    applied_key = (generation, replicas, ctx.restarted_at, ctx.tls_digest)
     if (
         sts is not None
         and mem.applied == applied_key

@@ -5,6 +5,7 @@ Read the pods, the StatefulSet and the controller's view once; then
 2. at most one disruptive step: a user's switchover (switchover), else a
    scale or rolling-update step (rollout);
 3. the owned objects when the spec changed (lifecycle);
+   (before them, spec.tls's certificates when due: tls_material);
 4. the data volumes grown to spec.storage.size (resize);
 5. status and Events (status_writer).
 A group that cannot run as specified skips 1-3 and says why on its status.
@@ -28,10 +29,11 @@ from brokergroup_operator.resize import grow_volumes
 from brokergroup_operator.role_follower import follow_roles, master_found
 from brokergroup_operator.rollout import take_step
 from brokergroup_operator.runtime import PostEvent, Runtime, read_view
-from brokergroup_operator.spec import GroupContext
+from brokergroup_operator.spec import GroupContext, SpecError
 from brokergroup_operator.status import known_broker_ids
 from brokergroup_operator.status_writer import why_blocked, write_blocked, write_status
 from brokergroup_operator.switchover import user_switchover
+from brokergroup_operator.tls_material import group_tls
 
 log = logging.getLogger("brokergroup_operator")
 
@@ -62,6 +64,13 @@ async def _reconcile(
         # reason) instead of leaving pods silently Pending; the next spec change
         # or resync tries again.
         await write_blocked(rt, ctx, body, pods, sts, previous, blocked, post)
+        return
+    try:
+        # spec.tls: the certificates made or renewed when due, their digest in the
+        # context, so the StatefulSet applied below rolls the pods onto a renewed one.
+        ctx = await group_tls(rt, ctx, body, raw_pods, mem, post)
+    except SpecError as exc:
+        await write_blocked(rt, ctx, body, pods, sts, previous, ("TlsUnavailable", str(exc)), post)
         return
     controller = rt.controller(ctx.addresses)
     try:

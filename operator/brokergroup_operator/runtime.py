@@ -43,9 +43,13 @@ class GroupMemory:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     view: GroupView | None = None
     master_lost_at_ms: int | None = None
-    applied: tuple[int, int, str] | None = None
+    applied: tuple[int, int, str, str] | None = None
     addresses: tuple[str, ...] = ()
     applied_at: float = 0.0
+    tls_digest: str = ""
+    """The group's TLS digest at its last certificate check (tls_material.py)."""
+    tls_checked: tuple[float, int, str] | None = None
+    """(monotonic time, generation, force-renew token) of that check."""
 
 
 @dataclass
@@ -137,6 +141,7 @@ def context_of(
         controller_addresses=settings.controller_addresses,
         secrets=secrets,
         restarted_at=str((meta.get("annotations") or {}).get(RESTARTED_AT_ANNOTATION) or ""),
+        namesrv_tls=settings.controller_tls,
     )
 
 

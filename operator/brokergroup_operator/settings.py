@@ -67,6 +67,27 @@ class OperatorSettings:
     Longer: more chances to clean the controller's BrokerIds; shorter: a
     deletion (or a namespace's) ends sooner when the controller is gone."""
 
+    cluster_ca_secret: str = ""
+    """BROKERGROUP_CLUSTER_CA_SECRET: `namespace/name` of the release's cluster CA Secret
+    (ca.crt, ca.key, ca-bundle.crt; tls_material.py). The operator creates and renews it
+    unless BROKERGROUP_CLUSTER_CA_MANAGED is false (the user's own CA, Strimzi's
+    generateCertificateAuthority: false). Empty: groups with spec.tls issuer operator wait."""
+    cluster_ca_managed: bool = True
+    """BROKERGROUP_CLUSTER_CA_MANAGED."""
+    tls_check_s: float = 3600.0
+    """BROKERGROUP_TLS_CHECK_SECONDS: each group's certificates are checked at least this
+    often (and on every spec change or force-renew request); renewal happens renewalDays
+    before expiry, so an hour is ample."""
+    controller_tls: bool = False
+    """BROKERGROUP_CONTROLLER_TLS: the release's name servers serve TLS, so brokers of a
+    group with spec.tls register over TLS (the chart: tls.controllers.mode)."""
+    controller_tls_secret: str = ""
+    """BROKERGROUP_CONTROLLER_TLS_SECRET: `namespace/name` of the controllers' certificate
+    Secret the operator keeps (tls.crt, tls.key, ca.crt), signed by the cluster CA."""
+    controller_tls_names: tuple[str, ...] = ()
+    """BROKERGROUP_CONTROLLER_TLS_NAMES: the controllers' certificate names besides their
+    hosts in BROKERGROUP_CONTROLLER_ADDRESSES (the chart: the name server Service's)."""
+
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> OperatorSettings:
         token = env.get("BROKERGROUP_TOKEN_FILE") or None
@@ -97,6 +118,14 @@ class OperatorSettings:
             operator_id=env.get("BROKERGROUP_OPERATOR_ID", ""),
             cleanup_timeout_s=cleanup,
             deployment=env.get("BROKERGROUP_OPERATOR_DEPLOYMENT", ""),
+            cluster_ca_secret=env.get("BROKERGROUP_CLUSTER_CA_SECRET", ""),
+            cluster_ca_managed=env.get("BROKERGROUP_CLUSTER_CA_MANAGED", "true").lower() != "false",
+            tls_check_s=_seconds(env, "BROKERGROUP_TLS_CHECK_SECONDS", "3600") or 3600.0,
+            controller_tls=env.get("BROKERGROUP_CONTROLLER_TLS", "false").lower() == "true",
+            controller_tls_secret=env.get("BROKERGROUP_CONTROLLER_TLS_SECRET", ""),
+            controller_tls_names=tuple(
+                n for n in env.get("BROKERGROUP_CONTROLLER_TLS_NAMES", "").split(",") if n
+            ),
         )
 
     def read_token(self) -> str | None:
@@ -113,6 +142,14 @@ class OperatorSettings:
             )
         return namespace, name
 
+    def cluster_ca_ref(self) -> tuple[str, str] | None:
+        """(namespace, name) of BROKERGROUP_CLUSTER_CA_SECRET, or None."""
+        return _ref(self.cluster_ca_secret, "BROKERGROUP_CLUSTER_CA_SECRET")
+
+    def controller_tls_ref(self) -> tuple[str, str] | None:
+        """(namespace, name) of BROKERGROUP_CONTROLLER_TLS_SECRET, or None."""
+        return _ref(self.controller_tls_secret, "BROKERGROUP_CONTROLLER_TLS_SECRET")
+
     def secrets_from_files(self) -> OperatorSecrets | None:
         """The secrets from their files (None without an admin token file)."""
         token = self.read_token()
@@ -128,6 +165,15 @@ class OperatorSettings:
                 self.rocketmq_credentials_file, "BROKERGROUP_ROCKETMQ_CREDENTIALS_FILE"
             ),
         )
+
+
+def _ref(value: str, variable: str) -> tuple[str, str] | None:
+    if not value:
+        return None
+    namespace, _, name = value.partition("/")
+    if not namespace or not name:
+        raise SettingsError(f"{variable} must be namespace/name, got {value!r}")
+    return namespace, name
 
 
 def _path(env: Mapping[str, str], name: str) -> Path | None:

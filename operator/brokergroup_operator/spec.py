@@ -18,6 +18,7 @@ from typing import Any
 from brokergroup_operator import rocketmq_config as rmq
 from brokergroup_operator.model import Engine, group_labels
 from brokergroup_operator.release_secret import OperatorSecrets
+from brokergroup_operator.tls_spec import TlsSpec, TlsSpecError
 from brokergroup_operator.volumes import QuantityError, parse_quantity
 from brokergroup_remoting.codes import BROKER_CHANNEL_EXPIRED_TIME_MS
 
@@ -177,6 +178,27 @@ class GroupContext:
     """The BrokerGroup's RESTARTED_AT_ANNOTATION ("" if none)."""
     default_rocketmq_image: str = ""
     """The image of stock RocketMQ brokers when a group of engine rocketmq names none."""
+    namesrv_tls: bool = False
+    """The release's name servers serve TLS (BROKERGROUP_CONTROLLER_TLS): brokers of a
+    group with spec.tls register over TLS, verifying them against the trust bundle."""
+    tls_digest: str = ""
+    """The digest of the group's TLS material now (tls_material.py; "" without spec.tls):
+    the pod template carries it, so a renewed certificate rolls the pods."""
+
+    @property
+    def tls(self) -> TlsSpec | None:
+        """spec.tls, typed (None: no TLS, the default)."""
+        try:
+            return TlsSpec.from_spec(self.spec)
+        except TlsSpecError as exc:
+            raise SpecError(str(exc)) from None
+
+    @property
+    def tls_secret(self) -> str:
+        """The Secret with the brokers' tls.crt and tls.key: the user's (issuer secret) or
+        `<bg>-tls` (the operator's, or cert-manager's)."""
+        tls = self.tls
+        return tls.secret_name if tls is not None and tls.secret_name else f"{self.name}-tls"
 
     @property
     def engine(self) -> Engine:
@@ -289,6 +311,18 @@ class GroupContext:
             problem = config_value_error(key, value)
             if problem is not None:
                 raise SpecError(problem)
+        tls = self.tls
+        if tls is not None and self.engine is Engine.ROCKETMQ:
+            raise SpecError(
+                "spec.tls is wired for the built-in broker only so far: stock RocketMQ brokers "
+                "(spec.engine rocketmq) run without it"
+            )
+        if tls is not None and tls.enabled and not self.remoting_on:
+            raise SpecError(
+                "spec.tls encrypts the brokers' RocketMQ remoting port, which opens only with a "
+                "RocketMQ key pair: the release Secret's rocketmq-credentials or "
+                "spec.controller.secretName"
+            )
         if self.engine is Engine.ROCKETMQ:
             self._validate_rocketmq()
         elif self.spec.get("rocketmq"):

@@ -29,6 +29,9 @@ from brokergroup_operator.spec import RESTARTED_AT_ANNOTATION, GroupContext
 from brokergroup_operator.volumes import DATA_VOLUME, DEFAULT_SIZE
 
 CONFIG_HASH_ANNOTATION = "brokergroup.io/config-hash"
+# spec.tls: a digest of the server certificate and the CAs trusted (certificates.py): a
+# renewed certificate or a renewed CA makes a new revision, rolled slaves first.
+TLS_DIGEST_ANNOTATION = "brokergroup.io/tls-digest"
 # A digest of what the group's Secret holds: a rotated broker credential root changes it,
 # so the pods roll (one at a time, slaves first) and pick up their new credentials.
 CREDENTIALS_HASH_ANNOTATION = "brokergroup.io/credentials-hash"
@@ -77,6 +80,8 @@ def stateful_set(
         pod_annotations[CREDENTIALS_HASH_ANNOTATION] = credentials
     if ctx.restarted_at:
         pod_annotations[RESTARTED_AT_ANNOTATION] = ctx.restarted_at
+    if ctx.tls_digest:
+        pod_annotations[TLS_DIGEST_ANNOTATION] = ctx.tls_digest
     pod_spec: dict[str, Any] = {
         # A broker never talks to Kubernetes: no ServiceAccount token in its pods.
         "automountServiceAccountToken": False,

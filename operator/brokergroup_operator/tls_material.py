@@ -1,0 +1,388 @@
+"""The TLS material of a group with spec.tls, made or renewed as certificates.py decides
+(the shell: reads, issues, writes; docs/kubernetes.md "TLS").
+
+Once per BROKERGROUP_TLS_CHECK_SECONDS per group (and at once on a spec change, a
+force-renew request or a fresh operator), `group_tls`:
+- issuer operator: loads the release's cluster CA (`load_cluster_ca`: created or renewed
+  in its Secret), decides the group's leaf (`plan_leaf`) from its record on the status, and
+  writes the Secret `<bg>-tls`, the ConfigMap `<bg>-tls-trust` and `status.tls`;
+- issuer cert-manager: applies the group's `Certificate` and reads its revision;
+- issuer secret: nothing to make (the user's Secret is mounted as it is).
+It returns the group's context with the TLS digest the pod template carries: a new leaf
+or a new trust bundle makes a new revision, and the planner rolls it (slaves first, a
+switchover before the master). A reload without a restart is not available on the
+remoting port yet, so a renewal is always a roll.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import hashlib
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+
+from brokergroup_operator.certificates import (
+    CA_VALIDITY_DAYS,
+    CaAction,
+    CaFacts,
+    LeafAction,
+    LeafRecord,
+    RenewalPolicy,
+    controller_names,
+    iso,
+    leaf_days,
+    plan_ca,
+    plan_leaf,
+    server_names,
+    tls_digest,
+    trusted_cas,
+)
+from brokergroup_operator.containers import tls_trust_name
+from brokergroup_operator.runtime import GroupMemory, PostEvent, Runtime
+from brokergroup_operator.spec import GroupContext, SpecError
+from brokergroup_operator.tls_spec import Issuer, TlsSpec
+from brokergroup_operator.workload import TLS_DIGEST_ANNOTATION
+from brokergroup_remoting.certificates import Issued, issue, make_ca, names_of
+
+log = logging.getLogger("brokergroup_operator")
+
+#: Any new value on the BrokerGroup reissues its server certificate (Strimzi's
+#: strimzi.io/force-renew); the value it was issued for is kept on status.tls.renewedFor.
+FORCE_RENEW_ANNOTATION = "brokergroup.io/force-renew"
+#: The cluster CA is renewed this long before it expires: more than a leaf lives, so no
+#: leaf signed by it is cut short and the trust-first roll has a year to happen.
+CA_POLICY = RenewalPolicy(renewal_days=395, validity_days=CA_VALIDITY_DAYS)
+
+
+@dataclass(frozen=True)
+class ClusterCa:
+    """The current CA (certificate and key) and the bundle of CAs trusted, newest first."""
+
+    current: Issued
+    trusted: tuple[tuple[bytes, CaFacts], ...]
+
+    @property
+    def facts(self) -> CaFacts:
+        return self.trusted[0][1]
+
+    @property
+    def bundle_pem(self) -> str:
+        return "".join(pem.decode() for pem, _ in self.trusted)
+
+    @property
+    def fingerprints(self) -> list[str]:
+        return [facts.fingerprint for _, facts in self.trusted]
+
+
+def fingerprint(cert_pem: bytes) -> str:
+    """16 hex digits of the SHA-256 of the certificate's DER."""
+    der = x509.load_pem_x509_certificate(cert_pem).public_bytes(serialization.Encoding.DER)
+    return hashlib.sha256(der).hexdigest()[:16]
+
+
+def ca_facts(cert_pem: bytes) -> CaFacts:
+    cert = x509.load_pem_x509_certificate(cert_pem)
+    return CaFacts(fingerprint(cert_pem), cert.not_valid_after_utc)
+
+
+def split_pems(bundle: bytes) -> list[bytes]:
+    """The certificates of a PEM bundle, in order."""
+    end = b"-----END CERTIFICATE-----"
+    return [part.strip() + b"\n" + end + b"\n" for part in bundle.split(end) if part.strip()]
+
+
+async def load_cluster_ca(rt: Runtime, now: datetime.datetime, post: PostEvent) -> ClusterCa:
+    """The release's cluster CA, made at first use and renewed within CA_POLICY's window
+    (the previous one stays in ca-bundle.crt until it expires). A CA the user brought
+    (BROKERGROUP_CLUSTER_CA_MANAGED false) is only read; SpecError says what is missing."""
+    ref = rt.settings.cluster_ca_ref()
+    if ref is None:
+        raise SpecError(
+            "spec.tls issuer operator needs the release's cluster CA: set the operator's "
+            "BROKERGROUP_CLUSTER_CA_SECRET (the chart does), or use issuer secret or cert-manager"
+        )
+    data = await rt.kube.read_secret_data(*ref)
+    current = None
+    if data and data.get("ca.crt") and data.get("ca.key"):
+        current = Issued(data["ca.crt"], data["ca.key"])
+    bundle = split_pems((data or {}).get("ca-bundle.crt", b""))
+    previous = [ca_facts(p) for p in bundle]
+    pems = {facts.fingerprint: pem for facts, pem in zip(previous, bundle, strict=True)}
+    decision = plan_ca(None if current is None else ca_facts(current.cert_pem), now, CA_POLICY)
+    if decision.action is not CaAction.KEEP:
+        if not rt.settings.cluster_ca_managed:
+            if current is None:
+                raise SpecError(
+                    f"the cluster CA Secret {'/'.join(ref)} (the user's own) lacks ca.crt/ca.key"
+                )
+            post("Warning", "ClusterCaExpiring", f"{decision.reason}: renew your CA")
+        else:
+            if current is not None:
+                old = ca_facts(current.cert_pem)
+                previous.append(old)
+                pems[old.fingerprint] = current.cert_pem
+            current = make_ca(
+                f"brokergroup cluster CA ({ref[1]})", now=now, valid_days=CA_VALIDITY_DAYS
+            )
+            post("Normal", "ClusterCaRenewed", f"{decision.reason}: new cluster CA made")
+    assert current is not None
+    facts = ca_facts(current.cert_pem)
+    pems[facts.fingerprint] = current.cert_pem
+    trusted = tuple((pems[f.fingerprint], f) for f in trusted_cas(facts, previous, now))
+    ca = ClusterCa(current, trusted)
+    if decision.action is not CaAction.KEEP and rt.settings.cluster_ca_managed:
+        await rt.kube.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": ref[1], "namespace": ref[0]},
+                "type": "Opaque",
+                "stringData": {
+                    "ca.crt": current.cert_pem.decode(),
+                    "ca.key": current.key_pem.decode(),
+                    "ca-bundle.crt": ca.bundle_pem,
+                },
+            }
+        )
+    return ca
+
+
+def check_due(
+    mem: GroupMemory, now_s: float, generation: int, force_token: str, interval_s: float
+) -> bool:
+    """The certificates are checked again: never yet, a spec change, a new force-renew
+    token, or `interval_s` since the last check."""
+    if mem.tls_checked is None or not mem.tls_digest:
+        return True
+    at, seen_generation, seen_token = mem.tls_checked
+    return seen_generation != generation or seen_token != force_token or now_s - at >= interval_s
+
+
+def pods_run(raw_pods: Sequence[Mapping[str, Any]], digest: str, replicas: int) -> bool:
+    """Every pod of the group runs the template with `digest` (the roll that carried it
+    is over)."""
+    live = [p for p in raw_pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
+    return len(live) >= replicas and all(
+        ((p.get("metadata") or {}).get("annotations") or {}).get(TLS_DIGEST_ANNOTATION) == digest
+        for p in live
+    )
+
+
+async def group_tls(
+    rt: Runtime,
+    ctx: GroupContext,
+    body: Mapping[str, Any],
+    raw_pods: Sequence[Mapping[str, Any]],
+    mem: GroupMemory,
+    post: PostEvent,
+    *,
+    now: datetime.datetime | None = None,
+) -> GroupContext:
+    """The group's context with its TLS digest, after making or renewing what is due."""
+    tls = ctx.tls
+    if tls is None or not tls.enabled:
+        mem.tls_digest, mem.tls_checked = "", None
+        return ctx
+    meta = body.get("metadata") or {}
+    generation = int(meta.get("generation") or 0)
+    force = str((meta.get("annotations") or {}).get(FORCE_RENEW_ANNOTATION) or "")
+    clock = time.monotonic()
+    if not check_due(mem, clock, generation, force, rt.settings.tls_check_s):
+        return dataclasses.replace(ctx, tls_digest=mem.tls_digest)
+    moment = now or datetime.datetime.now(datetime.UTC)
+    previous = dict((body.get("status") or {}).get("tls") or {})
+    if tls.issuer is Issuer.OPERATOR:
+        await controller_tls(rt, moment, post)
+        status = await _operator_issued(rt, ctx, tls, previous, raw_pods, moment, force, post)
+    elif tls.issuer is Issuer.CERT_MANAGER:
+        status = await _cert_manager_issued(rt, ctx, tls)
+    else:
+        # The user's Secret: the operator cannot read it, so it cannot tell a renewal;
+        # they roll the pods (`kubectl brokergroup restart`) after changing it.
+        status = {"issuer": str(tls.issuer), "mode": tls.mode, "secretName": ctx.tls_secret}
+    if status != previous:
+        await rt.kube.patch_group_status(ctx.namespace, ctx.name, {"tls": status})
+    mem.tls_digest = str(status.get("digest") or "user")
+    mem.tls_checked = (clock, generation, force)
+    return dataclasses.replace(ctx, tls_digest=mem.tls_digest)
+
+
+async def _operator_issued(
+    rt: Runtime,
+    ctx: GroupContext,
+    tls: TlsSpec,
+    previous: Mapping[str, Any],
+    raw_pods: Sequence[Mapping[str, Any]],
+    now: datetime.datetime,
+    force: str,
+    post: PostEvent,
+) -> dict[str, Any]:
+    ca = await load_cluster_ca(rt, now, post)
+    record = LeafRecord.from_status(previous)
+    trusted_before = [str(f) for f in previous.get("trusted") or ()]
+    trusted_by_pods = ca.facts.fingerprint in trusted_before and pods_run(
+        raw_pods, str(previous.get("digest") or ""), ctx.replicas
+    )
+    names = server_names(ctx.name, ctx.namespace)
+    decision = plan_leaf(
+        record,
+        wanted_names=names,
+        ca=ca.facts,
+        trusted_by_pods=trusted_by_pods,
+        now=now,
+        policy=tls.policy,
+        force_token=force,
+    )
+    trusted = ca.fingerprints
+    leaf_fingerprint = str(previous.get("fingerprint") or "")
+    if decision.action is LeafAction.TRUST_FIRST:
+        # Keep the leaf the pods hold; trust both CAs first (the roll this digest makes).
+        trusted = [*trusted, *(f for f in trusted_before if f not in trusted)]
+    await rt.kube.apply(_trust_config_map(ctx, ca))
+    if decision.action is LeafAction.ISSUE:
+        days = leaf_days(ca.facts, now, tls.policy)
+        leaf = issue(
+            ca.current, f"{ctx.name}.{ctx.namespace}", list(names), now=now, valid_days=days
+        )
+        await rt.kube.apply(_leaf_secret(ctx, leaf, ca))
+        cert = leaf.certificate
+        record = LeafRecord(cert.not_valid_after_utc, names, ca.facts.fingerprint, force)
+        leaf_fingerprint = fingerprint(leaf.cert_pem)
+        post(
+            "Normal", "CertificateIssued", f"server certificate {ctx.tls_secret}: {decision.reason}"
+        )
+        log.info("%s/%s: certificate issued (%s)", ctx.namespace, ctx.name, decision.reason)
+    elif decision.action is LeafAction.TRUST_FIRST and trusted != trusted_before:
+        post("Normal", "ClusterCaTrusted", decision.reason)
+    assert record is not None
+    return {
+        **record.to_status(),
+        "issuer": str(tls.issuer),
+        "mode": tls.mode,
+        "secretName": ctx.tls_secret,
+        "fingerprint": leaf_fingerprint,
+        "trusted": trusted,
+        "caNotAfter": iso(ca.facts.not_after),
+        "digest": tls_digest(leaf_fingerprint, trusted),
+    }
+
+
+def _leaf_secret(ctx: GroupContext, leaf: Issued, ca: ClusterCa) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": ctx.object_meta(ctx.tls_secret),
+        "type": "kubernetes.io/tls",
+        "stringData": {
+            "tls.crt": leaf.cert_pem.decode(),
+            "tls.key": leaf.key_pem.decode(),
+            "ca.crt": ca.bundle_pem,
+        },
+    }
+
+
+def _trust_config_map(ctx: GroupContext, ca: ClusterCa) -> dict[str, Any]:
+    """The CAs trusted, public: a ConfigMap (the operator may read those back)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": ctx.object_meta(tls_trust_name(ctx)),
+        "data": {"ca.crt": ca.bundle_pem},
+    }
+
+
+def certificate_object(ctx: GroupContext, tls: TlsSpec) -> dict[str, Any]:
+    """The cert-manager Certificate of a group of issuer cert-manager (pure)."""
+    assert tls.issuer_ref is not None
+    ref = tls.issuer_ref
+    return {
+        "apiVersion": "cert-manager.io/v1",
+        "kind": "Certificate",
+        "metadata": ctx.object_meta(f"{ctx.name}-tls"),
+        "spec": {
+            "secretName": ctx.tls_secret,
+            "commonName": f"{ctx.name}.{ctx.namespace}",
+            "dnsNames": list(server_names(ctx.name, ctx.namespace)),
+            "duration": f"{tls.policy.validity_days * 24}h",
+            "renewBefore": f"{tls.policy.renewal_days * 24}h",
+            "issuerRef": {"name": ref.name, "kind": ref.kind, "group": ref.group},
+            "privateKey": {"algorithm": "ECDSA", "size": 256, "rotationPolicy": "Always"},
+            "usages": ["server auth", "client auth"],
+        },
+    }
+
+
+async def _cert_manager_issued(rt: Runtime, ctx: GroupContext, tls: TlsSpec) -> dict[str, Any]:
+    await rt.kube.apply(certificate_object(ctx, tls))
+    found = await rt.kube.read_certificate(ctx.namespace, f"{ctx.name}-tls")
+    status = (found or {}).get("status") or {}
+    revision = str(status.get("revision") or 0)
+    result: dict[str, Any] = {
+        "issuer": str(tls.issuer),
+        "mode": tls.mode,
+        "secretName": ctx.tls_secret,
+        "revision": revision,
+        # cert-manager renews the Secret; a new revision rolls the pods onto it.
+        "digest": tls_digest(f"cert-manager:{revision}", []),
+    }
+    if status.get("notAfter"):
+        result["notAfter"] = str(status["notAfter"])
+    return result
+
+
+async def controller_tls(rt: Runtime, now: datetime.datetime, post: PostEvent) -> None:
+    """The controllers' certificate (BROKERGROUP_CONTROLLER_TLS_SECRET), signed by the
+    cluster CA for their hosts and the release's Services; issued when missing, renewed
+    DEFAULT renewal days before expiry or when its names change. The controllers read it
+    at start: a renewed one reaches them with their next restart."""
+    ref = rt.settings.controller_tls_ref()
+    if ref is None:
+        return
+    ca = await load_cluster_ca(rt, now, post)
+    hosts = [a.rpartition(":")[0] for a in rt.settings.controller_addresses]
+    names = controller_names(hosts, rt.settings.controller_tls_names)
+    data = await rt.kube.read_secret_data(*ref) or {}
+    record = None
+    if data.get("tls.crt"):
+        cert = x509.load_pem_x509_certificate(data["tls.crt"])
+        record = LeafRecord(
+            cert.not_valid_after_utc,
+            tuple(names_of(data["tls.crt"])),
+            ca.facts.fingerprint if cert.issuer == ca.current.certificate.subject else "another CA",
+        )
+    decision = plan_leaf(
+        record,
+        wanted_names=names,
+        ca=ca.facts,
+        trusted_by_pods=True,
+        now=now,
+        policy=RenewalPolicy(),
+    )
+    if decision.action is LeafAction.KEEP and data.get("ca.crt", b"").decode() == ca.bundle_pem:
+        return
+    if decision.action is LeafAction.KEEP:
+        leaf = Issued(data["tls.crt"], data["tls.key"])
+    else:
+        days = leaf_days(ca.facts, now, RenewalPolicy())
+        leaf = issue(ca.current, "brokergroup controller", list(names), now=now, valid_days=days)
+        post("Normal", "ControllerCertificateIssued", f"{'/'.join(ref)}: {decision.reason}")
+    await rt.kube.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": ref[1], "namespace": ref[0]},
+            "type": "kubernetes.io/tls",
+            "stringData": {
+                "tls.crt": leaf.cert_pem.decode(),
+                "tls.key": leaf.key_pem.decode(),
+                "ca.crt": ca.bundle_pem,
+            },
+        }
+    )
