@@ -57,6 +57,13 @@ def _connection_args(parser: argparse.ArgumentParser, *, many_addresses: bool) -
         "connection proves it (env BROKERGROUP_KEY_FILE; default the local runtime's "
         "client-keys.json)",
     )
+    group.add_argument(
+        "--ca-file",
+        default=None,
+        help="TLS to the brokers' client ports and the controllers' HTTPS API, verified against "
+        "this CA (env BROKERGROUP_CA_FILE; default the local runtime's tls/ca.crt when its TLS "
+        "is on)",
+    )
     group.add_argument("--cluster-name", default="DefaultCluster")
     group.add_argument("--broker-name", default="broker-a")
     group.add_argument(

@@ -11,15 +11,18 @@ import argparse
 import asyncio
 import json
 import os
+import ssl
 import sys
 from collections.abc import Sequence
 from typing import Any, TextIO
 
 from brokergroup_controller import api
-from brokergroup_controller.client import ControllerClient, ControllerUnavailable
+from brokergroup_controller.client import ControllerClient, ControllerUnavailable, tls_context
 from brokergroup_controller.errors import ControllerError
 
 TOKEN_ENV = "BROKERGROUP_TOKEN"
+#: The CA a client verifies an HTTPS controller API (and TLS brokers) against.
+CA_FILE_ENV = "BROKERGROUP_CA_FILE"
 #: Where `brokergroup local up` keeps its installation (and its `token`) unless
 #: told otherwise; the admin CLI finds the token there like it finds the
 #: local runtime's controller addresses by default.
@@ -37,6 +40,25 @@ def local_runtime_file(name: str) -> str:
 def token_search_path() -> list[str]:
     """Where the admin token is looked for when --token-file is not given, in order."""
     return [f"${TOKEN_ENV}", local_runtime_file("token")]
+
+
+def resolve_api_tls(ca_file: str | None) -> ssl.SSLContext | None:
+    """TLS for a command-line client of the controllers' API (and the brokers' ports):
+    `--ca-file`, ${CA_FILE_ENV}, else the local runtime's CA (DIR/tls/ca.crt) when its
+    config.json has TLS on (`local up --set local.tls=…`); None: plaintext. ValueError
+    names a CA file that does not load."""
+    named = ca_file or os.environ.get(CA_FILE_ENV)
+    if named:
+        return tls_context(named)
+    try:
+        with open(local_runtime_file("config.json"), encoding="utf-8") as f:
+            local = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(local, dict) or local.get("tls", "disabled") == "disabled":
+        return None
+    ca = local_runtime_file(os.path.join("tls", "ca.crt"))
+    return tls_context(ca) if os.path.exists(ca) else None
 
 
 def resolve_token(token_file: str | None) -> str | None:
@@ -176,7 +198,14 @@ async def _run(args: argparse.Namespace, out: TextIO) -> int:
             "directory of a `brokergroup local up --dir …` installation.\n"
         )
         return 2
-    async with ControllerClient(addresses, token, request_timeout_s=args.timeout) as client:
+    try:
+        tls = resolve_api_tls(args.ca_file)
+    except ValueError as exc:
+        sys.stderr.write(f"brokergroup admin {args.admin_command}: {exc}\n")
+        return 2
+    async with ControllerClient(
+        addresses, token, request_timeout_s=args.timeout, tls=tls
+    ) as client:
         command = args.admin_command
         result: Any
         if command == "replica-info":

@@ -121,6 +121,11 @@ def register(subparsers: Any) -> None:
             help="controller API addresses host:port, comma separated",
         )
         p.add_argument("--token-file", help="bearer token file (default: $BROKERGROUP_TOKEN)")
+        p.add_argument(
+            "--ca-file",
+            help="the API is HTTPS: verify it against this CA (default $BROKERGROUP_CA_FILE, "
+            "else the local runtime's tls/ca.crt when its TLS is on)",
+        )
         p.add_argument("--json", action="store_true", help="print JSON instead of a table")
         p.add_argument("--timeout", type=float, default=5.0, help="seconds per request")
         p.set_defaults(func=_run_admin)

@@ -41,14 +41,18 @@ def test_a_tls_setting_that_cannot_work_is_refused_before_anything_starts(
 
 
 def _flags(argv: list[str]) -> dict[str, str]:
+    """The TLS flags of an argv: valued ones with their value, switches with ""."""
+    switches = ("--api-tls", "--controller-tls")
     return {
-        a: argv[i + 1]
+        a: "" if a in switches else argv[i + 1]
         for i, a in enumerate(argv)
-        if a.startswith("--tls") or a == "--remoting-tls-mode"
+        if a.startswith("--tls") or a == "--remoting-tls-mode" or a in switches
     }
 
 
 def test_every_controller_and_broker_gets_the_mode_and_the_certificate(tmp_path: Path) -> None:
+    """Every process holds the certificate and the CA: client-facing ports take the mode,
+    internal links are mutual TLS (the controllers' HTTPS API, broker → controller, HA)."""
     layout = Layout(tmp_path)
     plain = build_config(tmp_path, 3, [])
     assert _flags(controller_argv(plain, layout, 1)) == {}
@@ -58,11 +62,12 @@ def test_every_controller_and_broker_gets_the_mode_and_the_certificate(tmp_path:
         "--remoting-tls-mode": "enforcing",
         "--tls-cert-file": str(tmp_path / "tls" / "server.crt"),
         "--tls-key-file": str(tmp_path / "tls" / "server.key"),
+        "--tls-ca-file": str(tmp_path / "tls" / "ca.crt"),
     }
-    assert _flags(controller_argv(sealed, layout, 2)) == served
+    assert _flags(controller_argv(sealed, layout, 2)) == {**served, "--api-tls": ""}
     assert _flags(broker_argv(sealed, layout, 0, "127.0.0.10")) == {
         **served,
-        "--tls-ca-file": str(tmp_path / "tls" / "ca.crt"),
+        "--controller-tls": "",
     }
 
 

@@ -147,6 +147,8 @@ class ClientConfig:
     #: TLS to the brokers' client ports (`brokergroup_remoting.tls.client_context`: the
     #: broker verified against a CA, or only encrypted); None: plaintext.
     tls: ssl.SSLContext | None = field(default=None, repr=False, compare=False)
+    #: HTTPS to the controllers' API for discovery (`ControllerClient(tls=...)`); None: HTTP.
+    controller_tls: ssl.SSLContext | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.max_in_flight < 1 or self.retry_max_attempts < 1:

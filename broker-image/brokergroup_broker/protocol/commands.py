@@ -37,7 +37,7 @@ from brokergroup_broker.protocol.consumer import Consumer
 from brokergroup_broker.protocol.messages import BrokerError, ProduceMessage, PulledMessage
 from brokergroup_broker.protocol.producer import Producer
 from brokergroup_broker.store.message import body_crc
-from brokergroup_controller.admin import local_runtime_file
+from brokergroup_controller.admin import local_runtime_file, resolve_api_tls
 from brokergroup_remoting.keys import read_key_file
 from brokergroup_remoting.net import Credentials
 
@@ -86,9 +86,16 @@ def _key_pair(args: argparse.Namespace) -> Credentials | None:
 
 def _client_config(args: argparse.Namespace) -> ClientConfig:
     deadline_ms = max(1, args.retry_deadline_ms)
+    # One CA for the brokers' client ports and the controllers' API (resolve_api_tls).
+    try:
+        tls = resolve_api_tls(args.ca_file)
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from None
     return ClientConfig(
         retry_deadline_ms=deadline_ms,
         discovery_timeout_ms=min(ClientConfig.discovery_timeout_ms, deadline_ms),
+        tls=tls,
+        controller_tls=tls,
     )
 
 

@@ -81,6 +81,7 @@ class Consumer:
             token=token,
             static_address=static_address,
             discovery_timeout_ms=self._config.discovery_timeout_ms,
+            controller_tls=self._config.controller_tls,
         )
         self._poll_interval_s = poll_interval_ms / 1000
         self._conn: BrokerConnection | None = None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections.abc import Sequence
 from typing import Protocol
 
@@ -88,13 +89,13 @@ _IGNORE_SYNC_STATE_SET = 2**62
 
 
 def _default_controller_client(
-    addresses: Sequence[str], token: str | None, timeout_s: float
+    addresses: Sequence[str], token: str | None, timeout_s: float, tls: ssl.SSLContext | None
 ) -> ReplicaInfoSource:
     # Imported at call time so `brokergroup produce --help` and users of a
     # static address never import aiohttp.
     from brokergroup_controller.client import ControllerClient
 
-    return ControllerClient(list(addresses), token, request_timeout_s=timeout_s)
+    return ControllerClient(list(addresses), token, request_timeout_s=timeout_s, tls=tls)
 
 
 class ControllerDiscovery:
@@ -113,7 +114,9 @@ class ControllerDiscovery:
         token: str | None = None,
         timeout_ms: int = 3_000,
         client: ReplicaInfoSource | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
+        """`tls`: the controllers' API is HTTPS, reached with this context."""
         if client is None and not controller_addresses:
             raise ValueError("ControllerDiscovery needs controller addresses or a client")
         self._cluster = cluster_name
@@ -122,12 +125,15 @@ class ControllerDiscovery:
         self._token = token
         self._timeout_s = timeout_ms / 1000
         self._client = client
+        self._tls = tls
         self._owns_client = client is None
         self.last_error: str | None = None
 
     async def _info(self) -> ReplicaInfo | None:
         if self._client is None:
-            self._client = _default_controller_client(self._addresses, self._token, self._timeout_s)
+            self._client = _default_controller_client(
+                self._addresses, self._token, self._timeout_s, self._tls
+            )
         try:
             async with asyncio.timeout(self._timeout_s):
                 info = await self._client.replica_info(self._cluster, self._broker)
@@ -165,7 +171,9 @@ class ControllerDiscovery:
         Lets a producer leave a partitioned master as soon as the controller
         has elected another, instead of waiting out its request timeout."""
         if self._client is None:
-            self._client = _default_controller_client(self._addresses, self._token, self._timeout_s)
+            self._client = _default_controller_client(
+                self._addresses, self._token, self._timeout_s, self._tls
+            )
         try:
             async with asyncio.timeout(self._timeout_s + wait_ms / 1000):
                 return await self._client.watch(
@@ -201,6 +209,7 @@ def make_discovery(
     token: str | None = None,
     static_address: str | Sequence[str] | None = None,
     discovery_timeout_ms: int = 3_000,
+    controller_tls: ssl.SSLContext | None = None,
 ) -> MasterDiscovery:
     """Static addresses win over the controller when both are given."""
     if static_address:
@@ -215,6 +224,7 @@ def make_discovery(
         controllers,
         token=token,
         timeout_ms=discovery_timeout_ms,
+        tls=controller_tls,
     )
 
 

@@ -66,6 +66,7 @@ class Producer:
             token=token,
             static_address=static_address,
             discovery_timeout_ms=self._config.discovery_timeout_ms,
+            controller_tls=self._config.controller_tls,
         )
         self._conn: BrokerConnection | None = None
         self._hint: str | None = None

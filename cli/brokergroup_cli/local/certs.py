@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import ssl
 from pathlib import Path
 
 from brokergroup_cli.local.config import LocalConfig
 from brokergroup_cli.local.plan import Layout
 from brokergroup_remoting.certificates import Issued, issue, make_ca, names_of, not_after
+from brokergroup_remoting.tls import client_context
 
 #: A certificate with less than this left is made again at the next `up`.
 RENEW_BEFORE = datetime.timedelta(days=30)
@@ -53,6 +55,17 @@ def ensure_certificates(config: LocalConfig, layout: Layout, now: datetime.datet
         issue(ca, config.cluster_name, names, now=now, valid_days=SERVER_DAYS).write(
             layout.tls_cert_file, layout.tls_key_file
         )
+
+
+def controller_tls(config: LocalConfig, layout: Layout) -> ssl.SSLContext | None:
+    """How this runtime's own processes (the supervisor and its prober, `local status`)
+    reach the controllers' HTTPS API: verified against the CA, the runtime's certificate
+    presented (mutual TLS); None while local.tls is disabled (plain HTTP)."""
+    if config.tls == "disabled":
+        return None
+    return client_context(
+        layout.ca_file, cert_file=layout.tls_cert_file, key_file=layout.tls_key_file
+    )
 
 
 def _read(cert_file: Path, key_file: Path) -> Issued | None:

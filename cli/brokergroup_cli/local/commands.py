@@ -23,6 +23,7 @@ from pathlib import Path
 import aiohttp
 
 from brokergroup_cli.local import rocketmq_engine
+from brokergroup_cli.local.certs import controller_tls
 from brokergroup_cli.local.config import ConfigError, LocalConfig, build_config
 from brokergroup_cli.local.plan import Layout
 from brokergroup_cli.local.probe import Prober
@@ -273,7 +274,11 @@ def _snapshot(layout: Layout) -> StatusSnapshot:
     async def take() -> StatusSnapshot:
         async with aiohttp.ClientSession() as session:
             prober = Prober(
-                config, session, _admin_token(layout), broker_token=_broker_token(layout)
+                config,
+                session,
+                _admin_token(layout),
+                broker_token=_broker_token(layout),
+                controller_tls=controller_tls(config, layout),
             )
             return await prober.snapshot(
                 state, process_alive=alive, supervisor_alive=supervisor_alive, now_ms=wall_ms()

@@ -67,13 +67,15 @@ class Layout:
         return self.tls_dir / "server.key"
 
     def tls_argv(self, config: LocalConfig, *, broker: bool) -> list[str]:
-        """The TLS flags of a controller or a broker (none while local.tls is disabled);
-        a broker also reaches the name servers over TLS, verifying them with the CA."""
+        """The TLS flags of a controller or a broker (none while local.tls is disabled).
+        Client-facing ports (remoting, name server, the broker's client port) take the mode;
+        every process holds the certificate and the CA, so the internal links are mutual
+        TLS: the controllers' HTTPS API and their forwarding, broker → controller, HA."""
         if config.tls == "disabled":
             return []
         argv = ["--remoting-tls-mode", config.tls, "--tls-cert-file", str(self.tls_cert_file),
-                "--tls-key-file", str(self.tls_key_file)]  # fmt: skip
-        return argv + (["--tls-ca-file", str(self.ca_file)] if broker else [])
+                "--tls-key-file", str(self.tls_key_file), "--tls-ca-file", str(self.ca_file)]  # fmt: skip
+        return argv + (["--controller-tls"] if broker else ["--api-tls"])
 
     @property
     def broker_credential_root_file(self) -> Path:

@@ -8,6 +8,7 @@ every request bounded by `httpTimeoutMs`; a failed source becomes a
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -26,11 +27,16 @@ class Prober:
         admin_token: str | None,
         *,
         broker_token: str | None = None,
+        controller_tls: ssl.SSLContext | None = None,
     ) -> None:
         """`admin_token`: the runtime's admin credential (controller reads need one);
         `broker_token`: the group's broker credential, which a broker's HTTP port asks of
-        every path but its probes (brokergroup_broker.core.http_status)."""
+        every path but its probes (brokergroup_broker.core.http_status);
+        `controller_tls`: the controllers' API is HTTPS, verified with this context
+        (local.tls; certs.controller_tls)."""
         self._config = config
+        self._controller_tls = controller_tls
+        self._scheme = "http" if controller_tls is None else "https"
         self._session = session
         self._headers = {} if admin_token is None else {"Authorization": f"Bearer {admin_token}"}
         self._broker_headers = (
@@ -43,12 +49,14 @@ class Prober:
         url: str,
         params: Mapping[str, str] | None = None,
         headers: Mapping[str, str] | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> tuple[int, dict[str, Any] | None]:
         async with self._session.get(
             url,
             params=params,
             headers=self._headers if headers is None else headers,
             timeout=self._timeout,
+            ssl=True if tls is None else tls,
         ) as response:
             try:
                 body = await response.json(content_type=None)
@@ -58,7 +66,9 @@ class Prober:
 
     async def raft(self, controller: ChildRecord) -> dict[str, Any] | None:
         try:
-            status, body = await self._get(f"http://{controller.address}/v1/raft")
+            status, body = await self._get(
+                f"{self._scheme}://{controller.address}/v1/raft", tls=self._controller_tls
+            )
         except (aiohttp.ClientError, TimeoutError, OSError):
             return None
         return body if status == 200 else None
@@ -81,7 +91,9 @@ class Prober:
         last_problem = "no controller answered /v1/replica-info"
         for address in controller_addresses:
             try:
-                status, body = await self._get(f"http://{address}/v1/replica-info", params)
+                status, body = await self._get(
+                    f"{self._scheme}://{address}/v1/replica-info", params, tls=self._controller_tls
+                )
             except (aiohttp.ClientError, TimeoutError, OSError) as exc:
                 last_problem = f"controller {address}: {type(exc).__name__} {exc}".strip()
                 continue

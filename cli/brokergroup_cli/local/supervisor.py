@@ -49,7 +49,7 @@ import aiohttp
 from brokergroup_cli.local import rocketmq_engine
 from brokergroup_cli.local.addresses import AddressPool, AddressPoolExhausted, allocate_host
 from brokergroup_cli.local.backoff import RestartHistory, RestartPolicy, on_exit
-from brokergroup_cli.local.certs import ensure_certificates
+from brokergroup_cli.local.certs import controller_tls, ensure_certificates
 from brokergroup_cli.local.config import LocalConfig
 from brokergroup_cli.local.master_endpoint import MasterForwarder, MasterWatch, RemotingPorts
 from brokergroup_cli.local.plan import (
@@ -425,6 +425,7 @@ class Supervisor:
                 self._config.controller_api_addresses,
                 self._token,
                 request_timeout_s=_REPORT_BUDGET_MS / 1000,
+                tls=controller_tls(self._config, self._layout),
             )
         return self._controller
 
@@ -501,8 +502,13 @@ class Supervisor:
                 session,
                 self._token,
                 broker_token=self._layout.broker_credential_file.read_text().strip(),
+                controller_tls=controller_tls(self._config, self._layout),
             )
-            watch_client = ControllerClient(self._config.controller_api_addresses, self._token)
+            watch_client = ControllerClient(
+                self._config.controller_api_addresses,
+                self._token,
+                tls=controller_tls(self._config, self._layout),
+            )
             watch: asyncio.Task[None] | None = None
             try:
                 await self._forwarder.start(
