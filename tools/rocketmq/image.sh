@@ -52,7 +52,8 @@ fi
 context=$(mktemp -d)
 trap 'rm -rf "$context"' EXIT
 mkdir -p "$context/lib"
-# Every jar fetch.sh resolved for the servers (broker, its dependencies, namesrv and tools).
+# Every jar fetch.sh resolved for the servers (broker, its dependencies, namesrv, tools and the
+# gRPC proxy, which a rocketmq-engine group runs from this image too: rocketmq_proxy.py).
 cp "$home"/server/lib/*.jar "$context/lib/"
 cp broker-image/rocketmq.Dockerfile "$context/Dockerfile"
 echo "docker build $IMAGE (RocketMQ $version, base $BASE_IMAGE)"
