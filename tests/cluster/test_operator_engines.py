@@ -32,7 +32,12 @@ pytestmark = pytest.mark.cluster
 STOCK = {
     "engine": "rocketmq",
     # Small: three JVMs share a 2-core machine with the control plane.
-    "rocketmq": {"heapSize": "256m", "mappedFileSizeCommitLog": 16 << 20},
+    # No stock proxy (a fourth JVM; its objects are unit-tested, test_operator_rocketmq_proxy).
+    "rocketmq": {
+        "heapSize": "256m",
+        "mappedFileSizeCommitLog": 16 << 20,
+        "proxy": {"enabled": False},
+    },
     # A JVM on a loaded 2-core machine can pause longer than the 2 s default; a pod deletion
     # is reported by the operator at once, so the failover does not wait for this timeout.
     "ha": {"minInSyncReplicas": 2, "heartbeatTimeoutMs": 5000},
