@@ -136,12 +136,11 @@ def trusted_cas(
     current: CaFacts, previous: Iterable[CaFacts], now: datetime.datetime
 ) -> tuple[CaFacts, ...]:
     """The trust bundle: the current CA first, then every previous one not yet expired
-    (a leaf a previous CA signed is valid at most until that CA expires), newest first."""
-    kept = sorted(
-        (ca for ca in previous if ca.not_after > now and ca.fingerprint != current.fingerprint),
-        key=lambda ca: ca.not_after,
-        reverse=True,
-    )
+    (a leaf a previous CA signed is valid at most until that CA expires), newest first,
+    each once."""
+    unique = {ca.fingerprint: ca for ca in previous if ca.not_after > now}
+    unique.pop(current.fingerprint, None)
+    kept = sorted(unique.values(), key=lambda ca: ca.not_after, reverse=True)
     return (current, *kept)
 
 

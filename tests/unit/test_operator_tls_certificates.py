@@ -122,7 +122,7 @@ def test_ca_created_kept_and_renewed_within_its_window() -> None:
 
 def test_trust_bundle_is_the_current_ca_then_unexpired_previous_ones_newest_first() -> None:
     current = ca("new", 1800)
-    previous = [ca("old", 100), ca("older", 5), ca("gone", -1), ca("new", 1800)]
+    previous = [ca("old", 100), ca("older", 5), ca("gone", -1), ca("new", 1800), ca("old", 100)]
     assert [c.fingerprint for c in trusted_cas(current, previous, T0)] == ["new", "old", "older"]
 
 

@@ -1,0 +1,339 @@
+"""spec.tls through the operator's passes (tls_material.py, reconcile.py), against the
+recording Kubernetes fake of test_operator_handlers with Secrets it can read back: the
+cluster CA and the group's certificate are made, mounted and recorded; a kept certificate
+changes nothing; a forced renewal rolls the pods through the planner, slaves first; a CA
+rotation rolls twice, trust first; issuers secret and cert-manager; refusals."""
+
+from __future__ import annotations
+
+import copy
+import datetime
+from typing import Any
+
+from cryptography import x509
+
+from brokergroup_operator.containers import TLS_DIR, TRUST_DIR
+from brokergroup_operator.reconcile import reconcile_group
+from brokergroup_operator.release_secret import OperatorSecrets
+from brokergroup_operator.runtime import Runtime
+from brokergroup_operator.settings import OperatorSettings
+from brokergroup_operator.tls_material import FORCE_RENEW_ANNOTATION, fingerprint, split_pems
+from brokergroup_operator.workload import TLS_DIGEST_ANNOTATION
+from brokergroup_remoting.certificates import issue, make_ca, names_of
+from tests.unit.test_operator_handlers import Events, FakeController, FakeKube, info, pod
+
+CA_REF = ("bg-system", "rel-cluster-ca")
+PAIR = '{"accessKey":"bg-admin","secretKey":"s"}'
+
+
+class TlsKube(FakeKube):
+    """FakeKube keeping every applied object (Secrets readable back, as the API server's
+    stringData becomes data), the merged status, and a StatefulSet whose updateRevision
+    moves when its pod template changes (what the StatefulSet controller does)."""
+
+    def __init__(self, pods: list[dict[str, Any]]) -> None:
+        super().__init__(pods, {"spec": {"replicas": 3}, "status": {"updateRevision": "r1"}})
+        self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}
+        self.merged: dict[str, Any] = {}
+        self.certificate_status: dict[str, Any] = {}
+
+    async def apply(self, obj: dict[str, Any]) -> None:
+        meta = obj["metadata"]
+        key = (obj["kind"], meta.get("namespace", ""), meta["name"])
+        if obj["kind"] == "StatefulSet":
+            before = self.objects.get(key)
+            if before is not None and before["spec"]["template"] != obj["spec"]["template"]:
+                revision = self.sts["status"]["updateRevision"]
+                self.sts["status"]["updateRevision"] = f"r{int(revision[1:]) + 1}"
+        self.objects[key] = copy.deepcopy(obj)
+        await super().apply(obj)
+
+    async def read_secret_data(self, namespace: str, name: str) -> dict[str, bytes] | None:
+        found = self.objects.get(("Secret", namespace, name))
+        if found is None:
+            return None
+        return {k: v.encode() for k, v in found["stringData"].items()}
+
+    async def read_certificate(self, namespace: str, name: str) -> dict[str, Any] | None:
+        found = self.objects.get(("Certificate", namespace, name))
+        return None if found is None else {**found, "status": self.certificate_status}
+
+    async def patch_group_status(self, ns: str, name: str, status: dict[str, Any]) -> None:
+        await super().patch_group_status(ns, name, status)
+        self.merged.update(copy.deepcopy(status))
+
+    def obj(self, kind: str, name: str, namespace: str = "ns") -> dict[str, Any]:
+        return self.objects[(kind, namespace, name)]
+
+    def run_pods_of_update_revision(self) -> None:
+        """The kubelet's part of a roll, all at once: every pod on the newest template."""
+        template = self.obj("StatefulSet", "bg")["spec"]["template"]["metadata"]
+        for p in self.pods.values():
+            p["metadata"].pop("deletionTimestamp", None)
+            p["metadata"]["labels"]["controller-revision-hash"] = self.sts["status"][
+                "updateRevision"
+            ]
+            p["metadata"]["annotations"] = dict(template["annotations"])
+
+
+def tls_runtime(kube: TlsKube, controller: FakeController, **settings: Any) -> Runtime:
+    options: dict[str, Any] = {
+        "controller_addresses": ("c:9878",),
+        "image": "img",
+        "cluster_ca_secret": "/".join(CA_REF),
+        "tls_check_s": 0.0,  # every pass checks (the test is the clock)
+        **settings,
+    }
+    secrets = OperatorSecrets("admin-token", "broker-credential-root-0123", "ha-secret", PAIR)
+    rt = Runtime(settings=OperatorSettings(**options), kube=kube, secrets=secrets)  # type: ignore[arg-type]
+    rt.controller = lambda addresses: controller  # type: ignore[method-assign,assignment,return-value]
+    return rt
+
+
+def body(kube: TlsKube, tls: dict[str, Any] | None = None, **annotations: str) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": "bg",
+            "namespace": "ns",
+            "uid": "g1",
+            "generation": 1,
+            "annotations": annotations,
+        },
+        "spec": {"replicas": 3, "ha": {"minInSyncReplicas": 1}, "tls": tls or {}},
+        "status": copy.deepcopy(kube.merged),
+    }
+
+
+def leaf_of(kube: TlsKube) -> x509.Certificate:
+    return x509.load_pem_x509_certificate(
+        kube.obj("Secret", "bg-tls")["stringData"]["tls.crt"].encode()
+    )
+
+
+def template(kube: TlsKube) -> dict[str, Any]:
+    return dict(kube.obj("StatefulSet", "bg")["spec"]["template"])
+
+
+async def test_a_group_with_spec_tls_gets_its_ca_certificate_mounts_and_record() -> None:
+    kube = TlsKube([pod(i) for i in range(3)])
+    events = Events()
+    await reconcile_group(tls_runtime(kube, FakeController(info(1))), body(kube), events)
+    ca = kube.obj("Secret", CA_REF[1], CA_REF[0])["stringData"]
+    ca_cert = x509.load_pem_x509_certificate(ca["ca.crt"].encode())
+    leaf = leaf_of(kube)
+    leaf.verify_directly_issued_by(ca_cert)
+    pem = kube.obj("Secret", "bg-tls")["stringData"]["tls.crt"].encode()
+    assert names_of(pem) == [
+        "bg",
+        "bg.ns",
+        "bg.ns.svc",
+        "bg.ns.svc.cluster.local",
+        "*.bg-headless.ns.svc",
+        "*.bg-headless.ns.svc.cluster.local",
+    ]
+    assert kube.obj("Secret", "bg-tls")["metadata"]["ownerReferences"][0]["uid"] == "g1"
+    assert kube.obj("ConfigMap", "bg-tls-trust")["data"]["ca.crt"] == ca["ca.crt"]
+    tls = kube.merged["tls"]
+    assert (tls["issuer"], tls["mode"], tls["secretName"]) == ("operator", "permissive", "bg-tls")
+    assert tls["fingerprint"] == fingerprint(pem)
+    assert tls["trusted"] == [fingerprint(ca["ca.crt"].encode())]
+    assert tls["notAfter"] == leaf.not_valid_after_utc.strftime("%Y-%m-%dT%H:%M:%SZ")
+    spec = template(kube)
+    assert spec["metadata"]["annotations"][TLS_DIGEST_ANNOTATION] == tls["digest"]
+    command = spec["spec"]["containers"][0]["command"]
+    at = command.index("--remoting-tls-mode")
+    assert command[at : at + 6] == [
+        "--remoting-tls-mode",
+        "permissive",
+        "--tls-cert-file",
+        f"{TLS_DIR}/tls.crt",
+        "--tls-key-file",
+        f"{TLS_DIR}/tls.key",
+    ]
+    assert "--tls-ca-file" not in command  # the name servers do not serve TLS here
+    volumes = {v["name"]: v for v in spec["spec"]["volumes"]}
+    assert volumes["tls"]["secret"]["secretName"] == "bg-tls"
+    assert volumes["tls-trust"]["configMap"]["name"] == "bg-tls-trust"
+    mounts = {m["name"]: m["mountPath"] for m in spec["spec"]["containers"][0]["volumeMounts"]}
+    assert (mounts["tls"], mounts["tls-trust"]) == (TLS_DIR, TRUST_DIR)
+    assert [e[1] for e in events if e[1].startswith(("Cluster", "Certificate"))] == [
+        "ClusterCaRenewed",
+        "CertificateIssued",
+    ]
+
+
+async def test_a_valid_certificate_is_kept_and_nothing_rolls() -> None:
+    kube = TlsKube([pod(i) for i in range(3)])
+    rt = tls_runtime(kube, FakeController(info(1)))
+    await reconcile_group(rt, body(kube), Events())
+    kube.run_pods_of_update_revision()
+    first = dict(kube.merged["tls"])
+    leaf = kube.obj("Secret", "bg-tls")["stringData"]["tls.crt"]
+    rt.groups.clear()  # a fresh operator: it reads the record from the status
+    kube.calls.clear()
+    await reconcile_group(rt, body(kube), Events())
+    assert kube.obj("Secret", "bg-tls")["stringData"]["tls.crt"] == leaf
+    assert kube.merged["tls"] == first
+    assert kube.sts["status"]["updateRevision"] == "r1"
+    assert [c for c in kube.calls if c[0] == "delete"] == []
+
+
+async def test_a_forced_renewal_reissues_and_rolls_slaves_first_then_switches_over() -> None:
+    kube = TlsKube([pod(i) for i in range(3)])
+    controller = FakeController(info(1))  # broker 1 = bg-0 is the master
+    rt = tls_runtime(kube, controller)
+    await reconcile_group(rt, body(kube), Events())
+    kube.run_pods_of_update_revision()
+    old_leaf, old_digest = leaf_of(kube), kube.merged["tls"]["digest"]
+    events = Events()
+    await reconcile_group(rt, body(kube, **{FORCE_RENEW_ANNOTATION: "2027-01-01"}), events)
+    assert leaf_of(kube).serial_number != old_leaf.serial_number
+    assert kube.merged["tls"]["renewedFor"] == "2027-01-01"
+    new_digest = kube.merged["tls"]["digest"]
+    assert new_digest != old_digest
+    assert template(kube)["metadata"]["annotations"][TLS_DIGEST_ANNOTATION] == new_digest
+    assert kube.sts["status"]["updateRevision"] == "r2"
+    deleted = []
+    for _ in range(8):
+        kube.calls.clear()
+        await reconcile_group(rt, body(kube, **{FORCE_RENEW_ANNOTATION: "2027-01-01"}), Events())
+        for call in kube.calls:
+            if call[0] == "delete":
+                deleted.append(call[1])
+                # The pod comes back on the new revision, ready.
+                p = kube.pods[call[1]]
+                p["metadata"].pop("deletionTimestamp")
+                p["metadata"]["labels"]["controller-revision-hash"] = "r2"
+        if controller.calls and controller.calls[-1][0] == "elect":
+            break
+    # Slaves first (highest ordinal), the master only after a switchover.
+    assert deleted == ["bg-2", "bg-1"]
+    assert controller.calls[-1][0] == "elect"
+    assert leaf_of(kube).serial_number != old_leaf.serial_number
+
+
+async def test_a_renewed_ca_is_trusted_by_every_pod_before_a_leaf_of_it_is_issued() -> None:
+    now = datetime.datetime.now(datetime.UTC)
+    kube = TlsKube([pod(i) for i in range(3)])
+    # A cluster CA inside its renewal window (100 days left < 395).
+    old_ca = make_ca("old", now=now, valid_days=100)
+    kube.objects[("Secret", *CA_REF)] = {
+        "stringData": {
+            "ca.crt": old_ca.cert_pem.decode(),
+            "ca.key": old_ca.key_pem.decode(),
+            "ca-bundle.crt": old_ca.cert_pem.decode(),
+        }
+    }
+    rt = tls_runtime(kube, FakeController(info(1)), cluster_ca_managed=False)
+    await reconcile_group(rt, body(kube), Events())  # the user's CA: read, not renewed
+    assert leaf_of(kube).issuer == old_ca.certificate.subject
+    kube.run_pods_of_update_revision()
+    old_leaf = leaf_of(kube)
+    old_fp = fingerprint(old_ca.cert_pem)
+    rt = tls_runtime(kube, FakeController(info(1)))  # now the operator manages the CA
+    events = Events()
+    await reconcile_group(rt, body(kube), events)
+    ca = kube.obj("Secret", CA_REF[1], CA_REF[0])["stringData"]
+    new_fp = fingerprint(ca["ca.crt"].encode())
+    assert new_fp != old_fp
+    assert [fingerprint(p) for p in split_pems(ca["ca-bundle.crt"].encode())] == [new_fp, old_fp]
+    # Phase 1: the pods get the bundle (both CAs) and keep their leaf of the old CA.
+    assert leaf_of(kube).serial_number == old_leaf.serial_number
+    assert kube.merged["tls"]["trusted"] == [new_fp, old_fp]
+    assert kube.obj("ConfigMap", "bg-tls-trust")["data"]["ca.crt"] == ca["ca-bundle.crt"]
+    assert kube.sts["status"]["updateRevision"] == "r2"
+    assert "ClusterCaTrusted" in [e[1] for e in events]
+    # Not before every pod runs it: still the old leaf.
+    await reconcile_group(rt, body(kube), Events())
+    assert leaf_of(kube).serial_number == old_leaf.serial_number
+    # Phase 2: every pod trusts the new CA; the leaf is reissued under it, and rolls.
+    kube.run_pods_of_update_revision()
+    await reconcile_group(rt, body(kube), Events())
+    assert leaf_of(kube).issuer == x509.load_pem_x509_certificate(ca["ca.crt"].encode()).subject
+    assert kube.merged["tls"]["issuerFingerprint"] == new_fp
+    assert kube.merged["tls"]["trusted"] == [new_fp, old_fp]  # the old one until it expires
+    assert kube.sts["status"]["updateRevision"] == "r3"
+
+
+async def test_issuer_cert_manager_writes_a_certificate_and_rolls_on_its_revision() -> None:
+    kube = TlsKube([pod(i) for i in range(3)])
+    rt = tls_runtime(kube, FakeController(info(1)), cluster_ca_secret="")
+    tls = {
+        "issuer": "cert-manager",
+        "certManager": {"issuerRef": {"name": "ca", "kind": "ClusterIssuer"}},
+    }
+    kube.certificate_status = {"revision": 1, "notAfter": "2027-03-01T00:00:00Z"}
+    await reconcile_group(rt, body(kube, tls), Events())
+    certificate = kube.obj("Certificate", "bg-tls")
+    assert certificate["spec"]["secretName"] == "bg-tls"
+    assert certificate["spec"]["issuerRef"] == {
+        "name": "ca",
+        "kind": "ClusterIssuer",
+        "group": "cert-manager.io",
+    }
+    assert certificate["spec"]["dnsNames"][0] == "bg"
+    assert (certificate["spec"]["duration"], certificate["spec"]["renewBefore"]) == (
+        "8760h",
+        "720h",
+    )
+    assert kube.merged["tls"]["notAfter"] == "2027-03-01T00:00:00Z"
+    first = template(kube)["metadata"]["annotations"][TLS_DIGEST_ANNOTATION]
+    volumes = {v["name"]: v for v in template(kube)["spec"]["volumes"]}
+    assert volumes["tls-trust"]["secret"]["secretName"] == "bg-tls"  # cert-manager's ca.crt
+    kube.certificate_status = {"revision": 2, "notAfter": "2028-03-01T00:00:00Z"}
+    await reconcile_group(rt, body(kube, tls), Events())
+    assert template(kube)["metadata"]["annotations"][TLS_DIGEST_ANNOTATION] != first
+    assert kube.sts["status"]["updateRevision"] == "r2"
+
+
+async def test_issuer_secret_mounts_the_users_secret_and_makes_nothing() -> None:
+    kube = TlsKube([pod(i) for i in range(3)])
+    rt = tls_runtime(kube, FakeController(info(1)), cluster_ca_secret="")
+    await reconcile_group(
+        rt, body(kube, {"issuer": "secret", "secretName": "mine", "mode": "enforcing"}), Events()
+    )
+    assert [k for k in kube.objects if k[0] in ("Certificate",) or k[2].endswith("-tls")] == []
+    volumes = {v["name"]: v for v in template(kube)["spec"]["volumes"]}
+    assert volumes["tls"]["secret"]["secretName"] == "mine"
+    command = template(kube)["spec"]["containers"][0]["command"]
+    assert command[command.index("--remoting-tls-mode") + 1] == "enforcing"
+    assert kube.merged["tls"] == {"issuer": "secret", "mode": "enforcing", "secretName": "mine"}
+
+
+async def test_no_cluster_ca_setting_blocks_the_group_with_the_reason() -> None:
+    kube = TlsKube([pod(i) for i in range(3)])
+    events = Events()
+    await reconcile_group(
+        tls_runtime(kube, FakeController(info(1)), cluster_ca_secret=""), body(kube), events
+    )
+    assert ("StatefulSet", "ns", "bg") not in kube.objects
+    assert [e[1] for e in events] == ["TlsUnavailable"]
+    assert "BROKERGROUP_CLUSTER_CA_SECRET" in events[0][2]
+
+
+async def test_a_group_without_spec_tls_is_unchanged() -> None:
+    kube = TlsKube([pod(i) for i in range(3)])
+    b = body(kube)
+    del b["spec"]["tls"]
+    await reconcile_group(tls_runtime(kube, FakeController(info(1))), b, Events())
+    assert [k for k in kube.objects if "tls" in k[2] or k[2] == CA_REF[1]] == []
+    assert TLS_DIGEST_ANNOTATION not in template(kube)["metadata"]["annotations"]
+    assert "--remoting-tls-mode" not in template(kube)["spec"]["containers"][0]["command"]
+
+
+def test_the_issued_leaf_chains_to_the_bundle_after_rotation() -> None:
+    """The bundle the shell writes (new CA first, then the old) verifies leaves of both."""
+    now = datetime.datetime.now(datetime.UTC)
+    old, new = make_ca("old", now=now), make_ca("new", now=now)
+    bundle = split_pems(new.cert_pem + old.cert_pem)
+    for signer in (old, new):
+        leaf = issue(signer, "bg.ns", ["bg.ns.svc"], now=now).certificate
+        assert any(_issued_by(leaf, x509.load_pem_x509_certificate(pem)) for pem in bundle)
+
+
+def _issued_by(leaf: x509.Certificate, ca: x509.Certificate) -> bool:
+    try:
+        leaf.verify_directly_issued_by(ca)
+    except (ValueError, TypeError, Exception):
+        return False
+    return True
