@@ -108,7 +108,7 @@ public class TransactionMode {
                                 acks.flush();
                             }
                         } catch (Exception e) {
-                            System.err.println("send " + id + ": " + e);
+                            System.err.println("send " + id + ": " + e + (e.getCause() != null ? " (" + e.getCause() + ")" : ""));
                         }
                     }
                 }
