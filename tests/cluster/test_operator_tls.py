@@ -1,0 +1,139 @@
+"""spec.tls on a real API server (issue 36 item 2, cluster tier): the operator makes the
+cluster CA and the group's server certificate, the broker pods mount them and serve them on
+their RocketMQ remoting port (enforcing: TLS only), verified for a pod's stable name
+against the trust bundle; a forced renewal (the brokergroup.io/force-renew annotation)
+rolls every pod onto a new certificate through the planner, slaves first and one
+switchover for the master: the master role moves once.
+"""
+
+from __future__ import annotations
+
+import base64
+import socket
+import ssl
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cryptography import x509
+
+from tests.cluster.operator_env import OperatorEnv, apply_crds, wait_for
+
+pytestmark = pytest.mark.cluster
+
+GROUP = "tls"
+REMOTING_PORT = 10914
+FORCE = "brokergroup.io/force-renew"
+DIGEST = "brokergroup.io/tls-digest"
+
+
+class TlsEnv(OperatorEnv):
+    def operator_env(self) -> dict[str, str]:
+        return {
+            **super().operator_env(),
+            "BROKERGROUP_CLUSTER_CA_SECRET": f"{self.namespace}/brokergroup-cluster-ca",
+            "BROKERGROUP_TLS_CHECK_SECONDS": "1",
+        }
+
+
+@pytest.fixture
+def env(k8s_cluster: Any, tmp_path: Path) -> Iterator[OperatorEnv]:
+    """tier_env's namespace, controllers and operator, the operator with a cluster CA."""
+    kubeconfig = str(k8s_cluster.kubeconfig)
+    apply_crds(kubeconfig)
+    namespace = f"tls-{uuid.uuid4().hex[:8]}"
+    e = TlsEnv(kubeconfig, namespace, tmp_path, tuple(k8s_cluster.host_addresses(3)))
+    e.core.create_namespace({"metadata": {"name": namespace}})
+    e.start()
+    try:
+        yield e
+    finally:
+        e.close()
+        e.core.delete_namespace(namespace)
+
+
+def _secret(env: OperatorEnv, name: str) -> dict[str, bytes]:
+    data = env.core.read_namespaced_secret(name, env.namespace).data or {}
+    return {k: base64.b64decode(v) for k, v in data.items()}
+
+
+def _served(env: OperatorEnv, pod: Any, bundle: Path) -> x509.Certificate:
+    """The certificate the pod's remoting port presents, verified against `bundle` for
+    the pod's stable name (the wildcard of the headless Service)."""
+    context = ssl.create_default_context(cafile=str(bundle))
+    host = f"{pod.metadata.name}.{GROUP}-headless.{env.namespace}.svc"
+    with (
+        socket.create_connection((pod.status.pod_ip, REMOTING_PORT), timeout=5) as raw,
+        context.wrap_socket(raw, server_hostname=host) as tls,
+    ):
+        der = tls.getpeercert(binary_form=True)
+    assert der is not None
+    return x509.load_der_x509_certificate(der)
+
+
+def _plaintext_refused(pod: Any) -> bool:
+    """Enforcing: a plaintext remoting frame gets the connection closed, no answer."""
+    with socket.create_connection((pod.status.pod_ip, REMOTING_PORT), timeout=5) as raw:
+        raw.sendall(b"\x00\x00\x00\x10\x00\x00\x00\x0c{}" + b"\x00" * 10)
+        try:
+            return raw.recv(1) == b""
+        except ConnectionResetError:
+            return True
+
+
+def _pods_on(env: OperatorEnv, digest: str) -> bool:
+    pods = [p for p in env.pods(GROUP) if p.metadata.deletion_timestamp is None]
+    return len(pods) == 3 and all(
+        (p.metadata.annotations or {}).get(DIGEST) == digest for p in pods
+    )
+
+
+def test_certificates_made_mounted_served_and_a_forced_renewal_rolls_once(
+    env: OperatorEnv, tmp_path: Path
+) -> None:
+    env.create_group(GROUP, 3, ha={"minInSyncReplicas": 2}, tls={"mode": "enforcing"})
+    env.wait_available(GROUP, 3, 150)
+    status = wait_for("status.tls", lambda: env.group(GROUP)["status"].get("tls"), 30)
+    ca = _secret(env, "brokergroup-cluster-ca")
+    leaf = _secret(env, f"{GROUP}-tls")
+    bundle = tmp_path / "ca.crt"
+    bundle.write_text(
+        env.core.read_namespaced_config_map(f"{GROUP}-tls-trust", env.namespace).data["ca.crt"]
+    )
+    assert bundle.read_bytes() == ca["ca-bundle.crt"]
+    issued = x509.load_pem_x509_certificate(leaf["tls.crt"])
+    issued.verify_directly_issued_by(x509.load_pem_x509_certificate(ca["ca.crt"]))
+    sts = env.apps.read_namespaced_stateful_set(GROUP, env.namespace)
+    volumes = {v.name: v for v in sts.spec.template.spec.volumes}
+    assert volumes["tls"].secret.secret_name == f"{GROUP}-tls"
+    assert sts.spec.template.metadata.annotations[DIGEST] == status["digest"]
+    for pod in env.pods(GROUP):
+        assert _served(env, pod, bundle).serial_number == issued.serial_number
+        assert _plaintext_refused(pod)
+
+    before = env.group(GROUP)["status"]
+    epoch, master = before["masterEpoch"], env.master_pod(GROUP).metadata.name
+    env.patch_group(GROUP, {"metadata": {"annotations": {FORCE: "renew-1"}}})
+    renewed = wait_for(
+        "the renewal recorded",
+        lambda: (
+            (t := env.group(GROUP)["status"].get("tls") or {}).get("renewedFor") == "renew-1" and t
+        ),
+        30,
+    )
+    assert renewed["digest"] != status["digest"]
+    wait_for(
+        "every pod rolled onto the new certificate", lambda: _pods_on(env, renewed["digest"]), 240
+    )
+    after = env.wait_available(GROUP, 3, 120)["status"]
+    new_leaf = x509.load_pem_x509_certificate(_secret(env, f"{GROUP}-tls")["tls.crt"])
+    assert new_leaf.serial_number != issued.serial_number
+    for pod in env.pods(GROUP):
+        assert _served(env, pod, bundle).serial_number == new_leaf.serial_number
+    # One switchover (the planner's, before the old master's restart): the epoch moved once.
+    assert after["masterEpoch"] == epoch + 1, (epoch, after["masterEpoch"], env.group_events(GROUP))
+    assert env.master_pod(GROUP).metadata.name != master
+    reasons = [r for r, _ in env.group_events(GROUP)]
+    assert reasons.count("CertificateIssued") == 2, reasons
