@@ -76,6 +76,9 @@ CONFIG_TYPES: dict[str, tuple[type, float]] = {
     "timerMaxPending": (int, 1),
     # Server-side filters (docs/filters.md): SQL92 subscriptions.
     "enablePropertyFilter": (bool, 0),
+    # POP consumption (docs/pop.md): its bounds.
+    "popMaxInFlightPerGroup": (int, 1),
+    "maxPopPollingSize": (int, 1),
     # Transactional messages (docs/transactions.md): RocketMQ's names, in ms.
     "transactionTimeOut": (int, 0),
     "transactionCheckInterval": (int, 1),

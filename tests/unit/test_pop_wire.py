@@ -129,3 +129,23 @@ async def test_a_fifo_pop_answers_its_order_counts_and_the_order_revive_queue(po
     assert locked.code == ResponseCode.PULL_NOT_FOUND  # f2 waits for f1's ack
     assert (await _ack(port, m, ck)).code == ResponseCode.SUCCESS
     assert [m.body for m, _ in _messages(await _pop(port, 1, order=True))] == [b"f2"]
+
+
+async def test_the_in_flight_bound_is_the_broker_setting(tmp_path: Path) -> None:
+    """popMaxInFlightPerGroup from the broker's config: a group holding that many receipts
+    is refused POLLING_FULL naming the bound; an ack makes room. 0 is refused at start."""
+    with pytest.raises(ValueError, match="popMaxInFlightPerGroup must be > 0"):
+        BrokerConfig(pop_max_in_flight_per_group=0)
+    config = BrokerConfig(auto_create_topic_enable=True, pop_max_in_flight_per_group=2)
+    async for port in _port(tmp_path, config):
+        assert port.broker.parts is not None
+        port.broker.parts.pop.step()
+        for key in ("k1", "k2", "k3"):
+            assert (await port.send({"UNIQ_KEY": key}, queue=0, body=key.encode())).code == 0
+        got = _messages(await _pop(port, 5))
+        assert [m.body for m, _ in got] == [b"k1", b"k2"]  # room for two only
+        full = await _pop(port, 5)
+        assert full.code == ResponseCode.POLLING_FULL
+        assert "popMaxInFlightPerGroup 2" in (full.remark or ""), full.remark
+        assert (await _ack(port, *got[0])).code == ResponseCode.SUCCESS
+        assert [m.body for m, _ in _messages(await _pop(port, 5))] == [b"k3"]

@@ -528,6 +528,8 @@ class Broker:
                 role.master_epoch if role.is_master and role.accepting_writes else None
             ),
             confirm_offset=replication.confirm_offset,
+            max_in_flight_per_group=config.pop_max_in_flight_per_group,
+            max_held_pops=config.max_pop_polling_size,
         )
         self.parts = BrokerParts(
             broker_id, store, session, replication, transitions, produce, peers, schedule, pop

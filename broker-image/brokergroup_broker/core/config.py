@@ -246,6 +246,17 @@ class BrokerConfig:
     consumer then fails at its start; `local up --set enablePropertyFilter=true` or
     spec.broker.config turns it on. Tag filtering needs no setting."""
 
+    pop_max_in_flight_per_group: int = 100_000
+    """popMaxInFlightPerGroup (ours: RocketMQ bounds per queue, and only with
+    enablePopMessageThreshold): POP receipts one consumer group may hold in flight on this
+    broker (popped, neither acked nor revived yet); a pop beyond it is refused POLLING_FULL
+    naming the bound until some are acked. Each costs about 100 bytes of the master's
+    memory and is rebuilt from the revive records after a failover (docs/pop.md)."""
+
+    max_pop_polling_size: int = 10_000
+    """maxPopPollingSize: pops held at once waiting for a message (long polling); one more
+    is answered POLLING_FULL at once (RocketMQ's name; its default is 100,000)."""
+
     def __post_init__(self) -> None:
         for spec in dataclasses.fields(self):
             value = getattr(self, spec.name)
@@ -276,6 +287,8 @@ class BrokerConfig:
             "timer_max_pending",
             "transaction_check_interval",
             "transaction_check_max",
+            "pop_max_in_flight_per_group",
+            "max_pop_polling_size",
         )
         for name in positive:
             if getattr(self, name) <= 0:

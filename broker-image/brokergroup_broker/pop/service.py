@@ -396,7 +396,7 @@ class PopService:
         at a time, not at an event)."""
         if self._held >= self._max_held:
             raise PopError(PopErrorKind.POLLING_FULL,
-                           f"{self._max_held} pops are held on this broker (popMaxHeldPops); "
+                           f"{self._max_held} pops are held on this broker (maxPopPollingSize); "
                            "pop again later")  # fmt: skip
         woken: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
