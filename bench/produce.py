@@ -4,6 +4,7 @@
     .venv/bin/python bench/produce.py                         # 20 s window, + inflight-4 variant
     .venv/bin/python bench/produce.py --producers 2 --batch 64 --inflight 8 --seconds 30
     .venv/bin/python bench/produce.py --profile               # + py-spy of the master
+    .venv/bin/python bench/produce.py --tls                   # plaintext, then TLS
 
 What it does
 ------------
@@ -38,6 +39,13 @@ line one JSON object with msgs_per_s, mb_per_s (1 KiB bodies), p50_ms,
 p99_ms, ceiling_mb_per_s (the smaller of disk/3 and loopback/3: every body
 byte is written by 3 replicas to one shared disk and crosses loopback 3
 times), the disk and loopback ceilings, config and CPU per process.
+
+TLS (`--tls`, issue 36): the same run twice on fresh clusters, plaintext then TLS on the
+data path: the brokers' client protocol and remoting ports enforcing TLS (the producers verify
+the master against a CA made for the run) and HA replication over mutual TLS (every broker
+holds a certificate of that CA). The controllers' API stays HTTP here: it is off the produce
+path (heartbeats and elections only). The comparison (msg/s, p50, p99, CPU per message, both
+ways) goes to bench/results/produce_tls.json, not produce.json.
 
 Every process this script starts is stopped by PID (SIGTERM, then SIGKILL),
 also on failure or Ctrl-C.
@@ -101,10 +109,12 @@ async def _worker(args: argparse.Namespace) -> dict[str, Any]:
     from brokergroup_broker.protocol.client import BrokerConnection, ClientConfig
     from brokergroup_broker.protocol.messages import BrokerError, ProduceMessage
     from brokergroup_remoting.keys import read_key_file
+    from brokergroup_remoting.tls import client_context
 
+    tls = client_context(Path(args.ca_file)) if args.ca_file else None
     conn = await BrokerConnection.connect(
         args.address,
-        ClientConfig(max_in_flight=max(args.inflight, 1)),
+        ClientConfig(max_in_flight=max(args.inflight, 1), tls=tls),
         credentials=read_key_file(args.key_file) if args.key_file else None,
     )
     body = bytes(os.urandom(BODY_BYTES))
@@ -272,6 +282,23 @@ def measure_ceilings(directory: Path, quick: bool) -> dict[str, Any]:
     return {"disk": disk.as_dict(), "loopback": loop.to_json()}
 
 
+def tls_material(directory: Path) -> dict[str, Path]:
+    """A CA and one certificate naming every address of the block (each broker presents it
+    on its ports and its HA link), written under `directory`."""
+    import datetime
+
+    from brokergroup_remoting.certificates import issue, make_ca
+
+    now = datetime.datetime.now(datetime.UTC)
+    ca = make_ca("brokergroup bench CA", now=now)
+    names = [f"127.0.{BLOCK}.{i}" for i in range(1, 64)]
+    directory.mkdir(parents=True, exist_ok=True)
+    files = {name: directory / name for name in ("ca.crt", "ca.key", "server.crt", "server.key")}
+    ca.write(files["ca.crt"], files["ca.key"])
+    issue(ca, "bench-broker", names, now=now).write(files["server.crt"], files["server.key"])
+    return files
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from tests.integration.broker_harness import BrokerGroupHarness
 
@@ -288,7 +315,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         flush=True,
     )
     settings = {**DEFAULT_SETTINGS, "flushDiskType": args.flush}
-    group = BrokerGroupHarness(
+    tls_files = tls_material(base / "tls") if args.tls_on else None
+
+    class Group(BrokerGroupHarness):
+        def command(self, slot: int, extra_settings: Any = None) -> list[str]:
+            cmd = super().command(slot, extra_settings)
+            if tls_files is None:
+                return cmd
+            # Client-facing ports enforce TLS; certificate + CA: HA is mutual TLS.
+            return [*cmd, "--remoting-tls-mode", "enforcing",
+                    "--tls-cert-file", str(tls_files["server.crt"]),
+                    "--tls-key-file", str(tls_files["server.key"]),
+                    "--tls-ca-file", str(tls_files["ca.crt"])]  # fmt: skip
+
+    group = Group(
         base / "group", block=BLOCK, replicas=REPLICAS, settings=settings, client_auth=True
     )
     producers: list[subprocess.Popen[bytes]] = []
@@ -308,6 +348,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 sys.executable, __file__, "--worker",
                 "--address", address,
                 "--key-file", str(group.client_key_file),
+                *(["--ca-file", str(tls_files["ca.crt"])] if tls_files else []),
                 "--batch", str(args.batch),
                 "--inflight", str(args.inflight),
                 "--warmup", str(args.warmup),
@@ -427,6 +468,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "window_s": args.seconds,
             "broker_settings": settings,
             "quick": args.quick,
+            "tls": args.tls_on,
         },
         "cpu": cpu,
         "ceilings": ceilings,
@@ -461,12 +503,19 @@ def main() -> int:
     parser.add_argument("--no-write", action="store_true", help="do not write bench/results")
     parser.add_argument("--profile", action="store_true", help="py-spy record the master")
     parser.add_argument(
+        "--tls",
+        action="store_true",
+        help="run plaintext, then TLS (client port enforcing, HA mutual TLS) on a fresh "
+        "cluster; the comparison goes to bench/results/produce_tls.json",
+    )
+    parser.add_argument(
         "--profile-out", default="/tmp/produce-profile", help="prefix of the py-spy raw files"
     )
     # Internal: a producer process.
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--address", help=argparse.SUPPRESS)
     parser.add_argument("--key-file", help=argparse.SUPPRESS)
+    parser.add_argument("--ca-file", help=argparse.SUPPRESS)
     parser.add_argument("--start-at", type=float, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.seconds is None:
@@ -476,7 +525,8 @@ def main() -> int:
     if args.worker:
         return worker_main(args)
     if args.variant_inflight is None:
-        args.variant_inflight = [] if args.quick else [4]
+        args.variant_inflight = [] if args.quick or args.tls else [4]
+    args.tls_on = False
     result = run(args)
     print(
         f"replicated produce: {result['msgs_per_s']} msgs/s, {result['mb_per_s']} MB/s "
@@ -506,11 +556,47 @@ def main() -> int:
         )
     if variants:
         result["variants"] = variants
+    name = "produce"
+    if args.tls:
+        name, result = "produce_tls", compare_tls(result, run(argparse.Namespace(
+            **{**vars(args), "tls_on": True, "profile": False})))  # fmt: skip
     if not args.no_write:
-        path = write_result("produce", result)
+        path = write_result(name, result)
         print(f"wrote {path}")
     print_last_line(result)
     return 0
+
+
+def compare_tls(plain: dict[str, Any], sealed: dict[str, Any]) -> dict[str, Any]:
+    """The cost of TLS: both runs' headline numbers and the ratios."""
+    keys = ("msgs_per_s", "mb_per_s", "p50_ms", "p99_ms", "cpu_us_per_msg", "errors")
+    both = {"plaintext": {k: plain[k] for k in keys}, "tls": {k: sealed[k] for k in keys}}
+    for side, run_result in (("plaintext", plain), ("tls", sealed)):
+        both[side]["cpu"] = run_result["cpu"]
+    print(
+        f"TLS: {sealed['msgs_per_s']} msgs/s (plaintext {plain['msgs_per_s']}), p99 "
+        f"{sealed['p99_ms']} ms (plaintext {plain['p99_ms']}), CPU/msg {sealed['cpu_us_per_msg']} "
+        f"us (plaintext {plain['cpu_us_per_msg']})"
+    )
+    return {
+        "benchmark": "produce_tls",
+        "msgs_per_s": sealed["msgs_per_s"],
+        "p99_ms": sealed["p99_ms"],
+        "plaintext_msgs_per_s": plain["msgs_per_s"],
+        "plaintext_p99_ms": plain["p99_ms"],
+        "tls_msgs_per_s_ratio": round(sealed["msgs_per_s"] / plain["msgs_per_s"], 3)
+        if plain["msgs_per_s"]
+        else None,
+        "tls_p99_delta_ms": round(sealed["p99_ms"] - plain["p99_ms"], 2)
+        if sealed["p99_ms"] is not None and plain["p99_ms"] is not None
+        else None,
+        "runs": both,
+        "what_tls_covers": "client protocol and remoting ports enforcing TLS (producers verify "
+        "the master against the run's CA), HA replication over mutual TLS; the controllers' "
+        "API stays HTTP (off the produce path)",
+        "config": sealed["config"],
+        "ceilings": plain["ceilings"],
+    }
 
 
 if __name__ == "__main__":
