@@ -87,7 +87,8 @@ class TlsLink:
             try:
                 return self._ssl.read(max_bytes)
             except ssl.SSLWantReadError:
-                await self._flush()  # a post-handshake message may want an answer
+                if self._outgoing.pending:  # a post-handshake message wants an answer
+                    await self._flush()  # (else never wait on the writer's flush)
                 if not await self._fill():
                     return b""
             except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
