@@ -10,6 +10,7 @@ so both views read alike.
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -55,6 +56,9 @@ class GroupStatus:
     current_revision: str | None
     update_revision: str | None
     last_failover: Mapping[str, Any] | None
+    tls: Mapping[str, Any] | None = None
+    """status.tls: the operator's record of the group's certificate (spec.tls), None
+    without TLS."""
 
     def to_json(self) -> dict[str, Any]:
         master = (
@@ -96,6 +100,7 @@ class GroupStatus:
             "currentRevision": self.current_revision,
             "updateRevision": self.update_revision,
             "lastFailover": None if self.last_failover is None else dict(self.last_failover),
+            "tls": None if self.tls is None else dict(self.tls),
         }
 
 
@@ -162,10 +167,36 @@ def group_status(body: Mapping[str, Any]) -> GroupStatus:
         current_revision=status.get("currentRevision") or None,
         update_revision=status.get("updateRevision") or None,
         last_failover=status.get("lastFailover") or None,
+        tls=status.get("tls") if isinstance(status.get("tls"), Mapping) else None,
     )
 
 
-def render_text(s: GroupStatus) -> str:
+def tls_line(tls: Mapping[str, Any], now: datetime.datetime) -> str:
+    """The certificate's mode, issuer, Secret and expiry with the days left (and the
+    cluster CA's), from the operator's record."""
+    text = f"tls: {cell(tls.get('mode'))}, issuer {cell(tls.get('issuer'))}"
+    if tls.get("secretName"):
+        text += f", certificate {tls['secretName']}"
+    for label, key in (("expires", "notAfter"), ("cluster CA expires", "caNotAfter")):
+        if tls.get(key):
+            text += f", {label} {tls[key]}{_days_left(str(tls[key]), now)}"
+    if tls.get("issuer") == "secret":
+        text += " (the user's own: expiry not known to the operator)"
+    return text
+
+
+def _days_left(moment: str, now: datetime.datetime) -> str:
+    try:
+        at = datetime.datetime.fromisoformat(moment.replace("Z", "+00:00"))
+    except ValueError:
+        return ""
+    if at.tzinfo is None:
+        return ""
+    days = (at - now).total_seconds() / 86400
+    return f" (EXPIRED {-days:.0f} days ago)" if days < 0 else f" ({days:.0f} days left)"
+
+
+def render_text(s: GroupStatus, now: datetime.datetime | None = None) -> str:
     where = f"{s.master_pod} ({s.master_address})" if s.master_pod else s.master_address
     lines = [f"BrokerGroup {s.namespace}/{s.name} · ready {cell(s.ready)}"]
     lines += group_lines(
@@ -178,6 +209,8 @@ def render_text(s: GroupStatus) -> str:
     )
     if s.update_revision and s.current_revision != s.update_revision:
         lines.append(f"revision: {cell(s.current_revision)} → {s.update_revision}")
+    if s.tls:
+        lines.append(tls_line(s.tls, now or datetime.datetime.now(datetime.UTC)))
     if s.last_failover:
         f = s.last_failover
         lines.append(
