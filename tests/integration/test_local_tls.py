@@ -225,27 +225,30 @@ async def test_produce_and_consume_over_tls_with_no_body_in_clear(rt: StockRunti
     assert client_tap.to_client[:4] == b"BGH1" and client_tap.to_server[:1] == b"\x16"
 
 
-def test_the_ha_port_is_mutual_tls(rt: StockRuntime) -> None:
-    status = rt.wait_healthy()
+def _ha_hello(host: str, context: ssl.SSLContext) -> bytes:
+    """The first bytes a master's HA port sends inside a TLS session; b"" when none."""
+    try:
+        with (
+            socket.create_connection((host, HA_PORT), timeout=10) as raw,
+            context.wrap_socket(raw, server_hostname=host) as sealed,
+        ):
+            return sealed.recv(4)
+    except (ssl.SSLError, ConnectionError):
+        return b""
+
+
+def _assert_ha_is_mutual_tls(rt: StockRuntime, status: dict[str, Any]) -> None:
     host, ca = _master_host(status), Path(status["caFile"])
     tls_dir = rt.runtime.root / "tls"
-
-    def hello(context: ssl.SSLContext) -> bytes:
-        """The first bytes the master sends inside a session; b"" when it gives none."""
-        try:
-            with (
-                socket.create_connection((host, HA_PORT), timeout=10) as raw,
-                context.wrap_socket(raw, server_hostname=host) as sealed,
-            ):
-                return sealed.recv(4)
-        except (ssl.SSLError, ConnectionError):
-            return b""
-
     # A certificate of the CA: a session, and the HA secret's challenge inside it.
-    assert hello(client_context(ca, cert_file=tls_dir / "server.crt",
-                                key_file=tls_dir / "server.key")) == b"BGH1"  # fmt: skip
+    holder = client_context(ca, cert_file=tls_dir / "server.crt", key_file=tls_dir / "server.key")
+    assert _ha_hello(host, holder) == b"BGH1"
     # No certificate: the master ends the handshake (TLS 1.3 tells the client at its read).
-    assert hello(client_context(ca)) == b""
+    assert _ha_hello(host, client_context(ca)) == b""
+
+
+def test_the_ha_port_is_mutual_tls(rt: StockRuntime) -> None:
+    _assert_ha_is_mutual_tls(rt, rt.wait_healthy())
 
 
 def test_a_master_sigkill_under_tls_fails_over_with_every_acknowledged_message(
@@ -266,6 +269,8 @@ def test_a_master_sigkill_under_tls_fails_over_with_every_acknowledged_message(
     killed = rt.kill_master()
     after = rt.wait_healthy(min_epoch=killed["masterEpoch"] + 1)
     assert after["master"]["address"] != killed["master"]["address"]
+    # The new master replicates to the restarted broker over mutual TLS too.
+    _assert_ha_is_mutual_tls(rt, after)
     produce("after-", 50)
     acked = [json.loads(line) for line in acks.read_text().splitlines()]
     assert len(acked) == 350
