@@ -58,6 +58,15 @@ from stock_client import StockClient, missing  # noqa: E402
 from brokergroup_broker.store.ceiling import measure_disk_ceiling  # noqa: E402
 
 TOPIC = "BenchDelay"
+#: brokergroup: `local up` (built-in brokers); rocketmq: a stock 5.3 group under RocketMQ's
+#: DLedger controller; rocketmq-engine: `local up --engine rocketmq` (stock brokers, their
+#: timer wheel, under this controller).
+SIDES = ("brokergroup", "rocketmq", "rocketmq-engine")
+RESULT_KEYS = {
+    "brokergroup": "brokergroup",
+    "rocketmq": "rocketmq",
+    "rocketmq-engine": "rocketmqEngine",
+}
 BODY_BYTES = 1024
 
 
@@ -165,11 +174,12 @@ def earlier_sides(path: Path, results: dict[str, Any], sides: list[str]) -> dict
     if any(old.get(k) != results[k] for k in ("count", "minutes", "delayS")):
         return {}
     kept = {}
-    for name in ("brokergroup", "rocketmq"):
+    for name in SIDES:
         if name not in sides:
-            for key in (name, f"{name}Ceiling", f"{name}Settings"):
-                if key in old:
-                    kept[key] = old[key]
+            key = RESULT_KEYS[name]
+            for k in (key, f"{key}Ceiling", f"{key}Settings"):
+                if k in old:
+                    kept[k] = old[k]
     return kept
 
 
@@ -180,14 +190,14 @@ def main() -> int:
     parser.add_argument("--minutes", type=float, default=None)
     parser.add_argument("--delay-s", type=float, default=None, help="how long each waits")
     parser.add_argument("--threads", type=int, default=8, help="sending threads")
-    parser.add_argument("--only", choices=("brokergroup", "rocketmq"), action="append")
+    parser.add_argument("--only", choices=SIDES, action="append")
     parser.add_argument("--dir", type=Path, default=None)
     args = parser.parse_args()
     args.count = args.count or (5_000 if args.quick else 100_000)
     args.minutes = args.minutes or (1.0 if args.quick else 5.0)
     args.delay_s = args.delay_s or (15.0 if args.quick else 60.0)
     sides = args.only or ["brokergroup", "rocketmq"]
-    reason = missing(servers="rocketmq" in sides)
+    reason = missing(servers="rocketmq" in sides or "rocketmq-engine" in sides)
     if reason is not None:
         print(reason, file=sys.stderr)
         return 2
@@ -212,15 +222,17 @@ def main() -> int:
         side: Any
         if name == "brokergroup":
             side = BrokergroupSide(work)
+        elif name == "rocketmq-engine":
+            side = BrokergroupSide(work, engine="rocketmq")
         else:
             side = RocketMQSide(work)
             side.group.timer_wheel = True  # said, not left to the default
             results["rocketmqSettings"] = {"timerWheelEnable": True, "timerPrecisionMs": 1000}
         try:
-            results[name] = run_side(side, args, work)
+            results[RESULT_KEYS[name]] = run_side(side, args, work)
         finally:
             side.stop()
-        results[f"{name}Ceiling"] = results["ceiling"]
+        results[f"{RESULT_KEYS[name]}Ceiling"] = results["ceiling"]
     write_result(name_of_result, results)
     print_last_line(results)
     return 0
