@@ -444,3 +444,32 @@ async def test_receive_ack_and_change_invisible_duration_over_pop(tmp_path: Path
         # The old handle of a changed message is stale: INVALID_RECEIPT_HANDLE, the rest OK.
         assert [e.status.code for e in acked.entries] == [convert.OK, convert.OK, 40013]
         assert acked.status.code == convert.MULTIPLE_RESULTS
+
+
+async def test_a_fifo_message_and_an_auto_renew_receive(tmp_path: Path) -> None:
+    """A push consumer's receive (auto_renew, no invisible duration) is served with the
+    proxy's default invisible time; a FIFO message comes back with its message group as a
+    system property and only the sender's own user properties."""
+    async with consuming_front(tmp_path) as front:
+        message = v2_message(message_group="g-7", trace_context="tc-1")
+        sent = await front.stub.SendMessage(
+            service_pb.SendMessageRequest(messages=[message]), metadata=signed()
+        )
+        assert sent.status.code == convert.OK
+        request = service_pb.ReceiveMessageRequest(
+            group=pb.Resource(name="G"),
+            message_queue=pb.MessageQueue(topic=pb.Resource(name="T"), id=-1),
+            filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"),
+            batch_size=32,
+            auto_renew=True,
+            long_polling_timeout=Duration(seconds=0),
+        )
+        answers = [r async for r in front.stub.ReceiveMessage(request, metadata=signed())]
+        assert answers[0].status.code == convert.OK, answers[0].status
+        got = answers[1].message
+        assert dict(got.user_properties) == {"color": "red", "size": "9"}
+        assert (got.system_properties.message_group, got.system_properties.trace_context) == (
+            "g-7",
+            "tc-1",
+        )
+        assert got.system_properties.message_type == pb.FIFO

@@ -4,10 +4,12 @@ the broker's POP service (pop/service.py), as the proxy's consumer activities an
 - ReceiveMessage streams a status (OK, or MESSAGE_NOT_FOUND when the long poll found
   nothing), then one response per message, then the delivery timestamp
   (ReceiveMessageResponseStreamWriter). A message is converted as GrpcConverter.buildMessage
-  does (`to_v2_message`): user properties are those not in MessageConst.STRING_HASH_SET, the
+  does (`to_v2_message`): user properties are those not in MessageConst.STRING_HASH_SET (nor
+  __SHARDINGKEY and TRACE_CONTEXT, which are system properties of a v2 message), the
   topic is the one the consumer subscribed (a retried message's is the retry topic on
   disk), the receipt handle is the POP service's, deliveryAttempt = attempts + 1.
-- The long polling time is the request's, capped by the consumer's default (20 s).
+- The long polling time is the request's, capped by the consumer's default (20 s); a
+  receive with auto_renew (push consumers) is invisible 60 s, not renewed.
 - The POP service's refusals become the proxy's codes (`_code_of`); a broker that is not
   the master answers INTERNAL_SERVER_ERROR, which the SDKs retry (over the stable endpoint,
   to the new master).
@@ -35,6 +37,10 @@ from brokergroup_broker.store.message import StoredMessage
 #: ProxyConfig: grpcClientConsumerMaxLongPollingTimeoutMillis and the invisible-time bounds.
 MAX_LONG_POLLING_MS = 20_000
 MIN_INVISIBLE_MS = 10_000
+#: ProxyConfig.defaultInvisibleTimeMills: a receive with auto_renew (the push consumers') is
+#: invisible this long. The proxy also renews it while the client holds the message; this
+#: front end does not (a listener that runs longer sees the message again).
+DEFAULT_INVISIBLE_MS = 60_000
 MAX_INVISIBLE_MS = 12 * 3600 * 1000
 #: The proxy's NACK when a message could not be written to the stream.
 NACK_INVISIBLE_MS = 1_000
@@ -81,6 +87,16 @@ def _timestamp(ms: int) -> Any:
     return stamp
 
 
+#: Properties a received message does not show as user properties: MessageConst's system
+#: names, and the two the v2 message carries as system properties (message_group,
+#: trace_context), which RocketMQ's proxy would also hand back as user properties (they are
+#: not in STRING_HASH_SET): a FIFO sender would see __SHARDINGKEY appear among its own.
+_NOT_USER_PROPERTIES = convert.SYSTEM_PROPERTY_NAMES | {
+    convert.PROPERTY_SHARDING_KEY,
+    convert.PROPERTY_TRACE_CONTEXT,
+}
+
+
 def to_v2_message(popped: Popped, topic: Any) -> Any:
     """A popped message as GrpcConverter.buildMessage sends it (`topic`: the subscribed
     topic's Resource)."""
@@ -120,7 +136,7 @@ def to_v2_message(popped: Popped, topic: Any) -> Any:
         system.message_group = props[convert.PROPERTY_SHARDING_KEY]
     if convert.PROPERTY_TRACE_CONTEXT in props:
         system.trace_context = props[convert.PROPERTY_TRACE_CONTEXT]
-    user = {k: v for k, v in props.items() if k not in convert.SYSTEM_PROPERTY_NAMES}
+    user = {k: v for k, v in props.items() if k not in _NOT_USER_PROPERTIES}
     return pb.Message(topic=topic, user_properties=user, system_properties=system, body=m.body)
 
 
@@ -147,7 +163,9 @@ class PopConsumption:
                 raise convert.GrpcRefusal(
                     convert.BAD_REQUEST, f"batch size {batch} is not in [1, 32]"
                 )
-            invisible_ms = _ms(request.invisible_duration)
+            invisible_ms = (
+                DEFAULT_INVISIBLE_MS if request.auto_renew else _ms(request.invisible_duration)
+            )
             if not MIN_INVISIBLE_MS <= invisible_ms <= MAX_INVISIBLE_MS:
                 raise convert.GrpcRefusal(
                     ILLEGAL_INVISIBLE_TIME,
