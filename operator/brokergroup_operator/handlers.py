@@ -37,6 +37,7 @@ from brokergroup_operator.role_follower import wait_for_change
 from brokergroup_operator.runtime import PostEvent, Runtime
 from brokergroup_operator.settings import OperatorSettings
 from brokergroup_operator.spec import API_GROUP
+from brokergroup_operator.tls_material import ensure_controller_tls
 
 log = logging.getLogger("brokergroup_operator")
 
@@ -97,6 +98,8 @@ async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> Non
         env_settings = OperatorSettings.from_env(os.environ)
         memo.runtime = Runtime(settings=env_settings, kube=Kube(load_kube_config()))
     await runtime_of(memo).ensure_secrets()  # a problem is retried and reported per group
+    # The controllers' certificate (tls.controllers.mode): they wait for it to start.
+    await ensure_controller_tls(runtime_of(memo))
     settings.persistence.finalizer = FINALIZER
     settings.peering.lifetime = int(getattr(memo, "peering_lifetime_s", 15))
     # Named namespaces need no watch of CRDs and namespaces (cluster-wide reads

@@ -33,7 +33,7 @@ from brokergroup_operator.spec import GroupContext, SpecError
 from brokergroup_operator.status import known_broker_ids
 from brokergroup_operator.status_writer import why_blocked, write_blocked, write_status
 from brokergroup_operator.switchover import user_switchover
-from brokergroup_operator.tls_material import group_tls
+from brokergroup_operator.tls_material import ensure_controller_tls, group_tls
 
 log = logging.getLogger("brokergroup_operator")
 
@@ -41,6 +41,7 @@ log = logging.getLogger("brokergroup_operator")
 async def reconcile_group(rt: Runtime, body: Mapping[str, Any], post: PostEvent) -> None:
     """One pass; passes of one group never overlap (one disruptive step at a time)."""
     await rt.ensure_secrets()
+    await ensure_controller_tls(rt)  # release-wide, when due
     ctx = rt.context(body)
     async with rt.memory((ctx.namespace, ctx.name)).lock:
         await _reconcile(rt, ctx, body, post)

@@ -66,6 +66,8 @@ class Runtime:
     secrets: OperatorSecrets | None = field(default=None, repr=False)
     """The admin token, broker credential root and HA secret (None until loaded)."""
     secrets_problem: str | None = None
+    controller_tls_checked: float | None = None
+    """When (monotonic) the controllers' certificate was last checked (tls_material.py)."""
     """Why they could not be loaded (the groups say so: Ready=False, SecretMissing)."""
 
     async def ensure_secrets(self) -> str | None:

@@ -199,7 +199,6 @@ async def group_tls(
     moment = now or datetime.datetime.now(datetime.UTC)
     previous = dict((body.get("status") or {}).get("tls") or {})
     if tls.issuer is Issuer.OPERATOR:
-        await controller_tls(rt, moment, post)
         status = await _operator_issued(rt, ctx, tls, previous, raw_pods, moment, force, post)
     elif tls.issuer is Issuer.CERT_MANAGER:
         status = await _cert_manager_issued(rt, ctx, tls)
@@ -386,3 +385,25 @@ async def controller_tls(rt: Runtime, now: datetime.datetime, post: PostEvent) -
             },
         }
     )
+
+
+async def ensure_controller_tls(rt: Runtime) -> None:
+    """controller_tls at the operator's start (the controllers wait for their certificate
+    to start) and then once per BROKERGROUP_TLS_CHECK_SECONDS from any group's pass, with
+    or without spec.tls. A problem is logged and retried at the next pass."""
+    if rt.settings.controller_tls_ref() is None:
+        return
+    clock = time.monotonic()
+    last = rt.controller_tls_checked
+    if last is not None and clock - last < rt.settings.tls_check_s:
+        return
+
+    def post(kind: str, reason: str, message: str) -> None:
+        log.info("%s: %s", reason, message)
+
+    try:
+        await controller_tls(rt, datetime.datetime.now(datetime.UTC), post)
+    except Exception as exc:  # the API server unreachable, RBAC: the next pass retries
+        log.warning("the controllers' certificate could not be made yet: %s", exc)
+    else:
+        rt.controller_tls_checked = clock

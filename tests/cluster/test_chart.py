@@ -56,6 +56,12 @@ EXPECTED_RULES = [
         "verbs": ["get", "list", "watch", "create", "patch", "delete"],
     },
     {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create", "patch"]},
+    # spec.tls issuer cert-manager (tls_material.py).
+    {
+        "apiGroups": ["cert-manager.io"],
+        "resources": ["certificates"],
+        "verbs": ["get", "create", "patch"],
+    },
     {
         "apiGroups": ["apps"],
         # Deployments: a rocketmq-engine group's stock proxy (rocketmq_proxy.py).
@@ -123,6 +129,9 @@ NAMESPACED_RULES = [
 RELEASE_RULES = [
     {"apiGroups": [""], "resources": ["secrets"],
      "resourceNames": ["rel-brokergroup-secrets"], "verbs": ["get", "patch"]},
+    {"apiGroups": [""], "resources": ["secrets"],
+     "resourceNames": ["rel-brokergroup-cluster-ca", "rel-brokergroup-controller-tls"],
+     "verbs": ["get", "patch"]},
     {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
     {"apiGroups": ["apps"], "resources": ["deployments"],
      "resourceNames": ["rel-brokergroup-operator"], "verbs": ["get", "delete"]},
@@ -163,7 +172,10 @@ def test_default_render() -> None:
     ]
     assert ("Role", "rel-brokergroup-operator") not in wide
     assert wide[("Role", "rel-brokergroup-release")]["rules"] == RELEASE_RULES
-    brought = _render("secrets.existingSecret=mine")[("Role", "rel-brokergroup-release")]
+    # The release Secret and the cluster CA both brought: nothing for the operator to create.
+    brought = _render("secrets.existingSecret=mine", "tls.clusterCa.existingSecret=myca")[
+        ("Role", "rel-brokergroup-release")
+    ]
     assert {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]} not in brought[
         "rules"
     ]

@@ -137,3 +137,44 @@ def test_certificates_made_mounted_served_and_a_forced_renewal_rolls_once(
     assert env.master_pod(GROUP).metadata.name != master
     reasons = [r for r, _ in env.group_events(GROUP)]
     assert reasons.count("CertificateIssued") == 2, reasons
+
+
+def test_chart_tls_values_render_the_controllers_flags_volume_and_operator_settings() -> None:
+    """`helm template` with tls.controllers.mode enforcing: the controllers serve their
+    certificate Secret, the operator is told where the CA and that Secret live."""
+    from tests.cluster.test_chart import _render
+
+    default = _render()
+    controller = default[("StatefulSet", "rel-brokergroup-controller")]["spec"]["template"]
+    assert "--remoting-tls-mode" not in controller["spec"]["containers"][0]["command"][2]
+    operator = default[("Deployment", "rel-brokergroup-operator")]["spec"]["template"]
+    env = {e["name"]: e.get("value") for e in operator["spec"]["containers"][0]["env"]}
+    assert env["BROKERGROUP_CLUSTER_CA_SECRET"] == "mq/rel-brokergroup-cluster-ca"
+    assert env["BROKERGROUP_CLUSTER_CA_MANAGED"] == "true"
+    assert "BROKERGROUP_CONTROLLER_TLS" not in env
+
+    on = _render("tls.controllers.mode=enforcing", "tls.clusterCa.existingSecret=myca")
+    controller = on[("StatefulSet", "rel-brokergroup-controller")]["spec"]["template"]["spec"]
+    script = controller["containers"][0]["command"][2]
+    assert (
+        "--remoting-tls-mode enforcing --tls-cert-file /etc/brokergroup/tls/tls.crt "
+        "--tls-key-file /etc/brokergroup/tls/tls.key" in script
+    )
+    volumes = {v["name"]: v for v in controller["volumes"]}
+    assert volumes["tls"]["secret"]["secretName"] == "rel-brokergroup-controller-tls"
+    operator = on[("Deployment", "rel-brokergroup-operator")]["spec"]["template"]
+    env = {e["name"]: e.get("value") for e in operator["spec"]["containers"][0]["env"]}
+    assert env["BROKERGROUP_CLUSTER_CA_SECRET"] == "mq/myca"
+    assert env["BROKERGROUP_CLUSTER_CA_MANAGED"] == "false"
+    assert env["BROKERGROUP_CONTROLLER_TLS_SECRET"] == "mq/rel-brokergroup-controller-tls"
+    assert env["BROKERGROUP_CONTROLLER_TLS_NAMES"].split(",")[:2] == [
+        "rel-brokergroup-namesrv",
+        "rel-brokergroup-namesrv.mq",
+    ]
+    release = on[("Role", "rel-brokergroup-release")]["rules"]
+    assert {
+        "apiGroups": [""],
+        "resources": ["secrets"],
+        "resourceNames": ["myca", "rel-brokergroup-controller-tls"],
+        "verbs": ["get", "patch"],
+    } in release

@@ -19,7 +19,7 @@ from brokergroup_operator.runtime import Runtime
 from brokergroup_operator.settings import OperatorSettings
 from brokergroup_operator.tls_material import FORCE_RENEW_ANNOTATION, fingerprint, split_pems
 from brokergroup_operator.workload import TLS_DIGEST_ANNOTATION
-from brokergroup_remoting.certificates import issue, make_ca, names_of
+from brokergroup_remoting.certificates import Issued, issue, make_ca, names_of
 from tests.unit.test_operator_handlers import Events, FakeController, FakeKube, info, pod
 
 CA_REF = ("bg-system", "rel-cluster-ca")
@@ -337,3 +337,51 @@ def _issued_by(leaf: x509.Certificate, ca: x509.Certificate) -> bool:
     except (ValueError, TypeError, Exception):
         return False
     return True
+
+
+async def test_the_controllers_certificate_is_made_renewed_and_brokers_verify_them() -> None:
+    kube = TlsKube([pod(i) for i in range(3)])
+    rt = tls_runtime(
+        kube,
+        FakeController(info(1)),
+        controller_addresses=("ctl-0.ctl.bg-system.svc:9878", "ctl-1.ctl.bg-system.svc:9878"),
+        controller_tls=True,
+        controller_tls_secret="bg-system/rel-controller-tls",
+        controller_tls_names=("rel-namesrv", "rel-namesrv.bg-system.svc"),
+    )
+    await reconcile_group(rt, body(kube), Events())
+    made = kube.obj("Secret", "rel-controller-tls", "bg-system")["stringData"]
+    ca = kube.obj("Secret", CA_REF[1], CA_REF[0])["stringData"]
+    assert names_of(made["tls.crt"].encode()) == [
+        "ctl-0.ctl.bg-system.svc",
+        "ctl-1.ctl.bg-system.svc",
+        "rel-namesrv",
+        "rel-namesrv.bg-system.svc",
+    ]
+    x509.load_pem_x509_certificate(made["tls.crt"].encode()).verify_directly_issued_by(
+        x509.load_pem_x509_certificate(ca["ca.crt"].encode())
+    )
+    assert made["ca.crt"] == ca["ca-bundle.crt"]
+    command = template(kube)["spec"]["containers"][0]["command"]
+    assert command[command.index("--tls-ca-file") + 1] == f"{TRUST_DIR}/ca.crt"
+    # Kept while valid; an expiring one (here: 10 days left) is made again.
+    await reconcile_group(rt, body(kube), Events())
+    assert kube.obj("Secret", "rel-controller-tls", "bg-system")["stringData"] == made
+    signer = Issued(ca["ca.crt"].encode(), ca["ca.key"].encode())
+    short = issue(
+        signer,
+        "c",
+        names_of(made["tls.crt"].encode()),
+        now=datetime.datetime.now(datetime.UTC),
+        valid_days=10,
+    )
+    kube.objects[("Secret", "bg-system", "rel-controller-tls")]["stringData"]["tls.crt"] = (
+        short.cert_pem.decode()
+    )
+    await reconcile_group(rt, body(kube), Events())
+    renewed = kube.obj("Secret", "rel-controller-tls", "bg-system")["stringData"]["tls.crt"]
+    assert renewed not in (made["tls.crt"], short.cert_pem.decode())
+    days = x509.load_pem_x509_certificate(
+        renewed.encode()
+    ).not_valid_after_utc - datetime.datetime.now(datetime.UTC)
+    assert days > datetime.timedelta(days=300)

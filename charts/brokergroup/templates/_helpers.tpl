@@ -18,6 +18,16 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- if .Values.secrets.existingSecret -}}{{ .Values.secrets.existingSecret }}{{- else -}}{{ include "brokergroup.fullname" . }}-secrets{{- end -}}
 {{- end -}}
 
+{{/* The cluster CA Secret (tls.clusterCa): the operator's, or the user's own. */}}
+{{- define "brokergroup.clusterCaSecret" -}}
+{{- if .Values.tls.clusterCa.existingSecret -}}{{ .Values.tls.clusterCa.existingSecret }}{{- else -}}{{ include "brokergroup.fullname" . }}-cluster-ca{{- end -}}
+{{- end -}}
+
+{{/* The controllers' certificate Secret, kept by the operator (tls.controllers.mode). */}}
+{{- define "brokergroup.controllerTlsSecret" -}}
+{{ include "brokergroup.fullname" . }}-controller-tls
+{{- end -}}
+
 {{- define "brokergroup.serviceAccountName" -}}
 {{- if .Values.serviceAccount.name -}}{{ .Values.serviceAccount.name }}{{- else -}}{{ include "brokergroup.fullname" . }}{{- end -}}
 {{- end -}}
@@ -96,6 +106,10 @@ ClusterRole. Secrets: create and (server-side apply) patch each group's
 - apiGroups: [""]
   resources: ["secrets"]
   verbs: ["create", "patch"]
+# spec.tls issuer cert-manager: the group's Certificate, and its status (revision, notAfter).
+- apiGroups: ["cert-manager.io"]
+  resources: ["certificates"]
+  verbs: ["get", "create", "patch"]
 - apiGroups: ["apps"]
   resources: ["statefulsets", "deployments"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
