@@ -50,6 +50,9 @@ class GroupMemory:
     """The group's TLS digest at its last certificate check (tls_material.py)."""
     tls_checked: tuple[float, int, str] | None = None
     """(monotonic time, generation, force-renew token) of that check."""
+    tls_status: dict[str, Any] | None = None
+    """The status.tls this operator last wrote: newer than a body whose watch event has
+    not come yet (the operator is its only writer)."""
 
 
 @dataclass

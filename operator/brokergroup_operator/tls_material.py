@@ -188,7 +188,7 @@ async def group_tls(
     """The group's context with its TLS digest, after making or renewing what is due."""
     tls = ctx.tls
     if tls is None or not tls.enabled:
-        mem.tls_digest, mem.tls_checked = "", None
+        mem.tls_digest, mem.tls_checked, mem.tls_status = "", None, None
         return ctx
     meta = body.get("metadata") or {}
     generation = int(meta.get("generation") or 0)
@@ -197,7 +197,8 @@ async def group_tls(
     if not check_due(mem, clock, generation, force, rt.settings.tls_check_s):
         return dataclasses.replace(ctx, tls_digest=mem.tls_digest)
     moment = now or datetime.datetime.now(datetime.UTC)
-    previous = dict((body.get("status") or {}).get("tls") or {})
+    written = mem.tls_status
+    previous = dict(written if written is not None else (body.get("status") or {}).get("tls") or {})
     if tls.issuer is Issuer.OPERATOR:
         status = await _operator_issued(rt, ctx, tls, previous, raw_pods, moment, force, post)
     elif tls.issuer is Issuer.CERT_MANAGER:
@@ -208,6 +209,7 @@ async def group_tls(
         status = {"issuer": str(tls.issuer), "mode": tls.mode, "secretName": ctx.tls_secret}
     if status != previous:
         await rt.kube.patch_group_status(ctx.namespace, ctx.name, {"tls": status})
+    mem.tls_status = status
     mem.tls_digest = str(status.get("digest") or "user")
     mem.tls_checked = (clock, generation, force)
     return dataclasses.replace(ctx, tls_digest=mem.tls_digest)

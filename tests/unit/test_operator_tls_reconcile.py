@@ -385,3 +385,18 @@ async def test_the_controllers_certificate_is_made_renewed_and_brokers_verify_th
         renewed.encode()
     ).not_valid_after_utc - datetime.datetime.now(datetime.UTC)
     assert days > datetime.timedelta(days=300)
+
+
+async def test_a_stale_body_does_not_issue_a_second_certificate() -> None:
+    """The next pass may see the BrokerGroup before the watch brings the status.tls just
+    written: the operator's own record wins, so one renewal request makes one certificate."""
+    kube = TlsKube([pod(i) for i in range(3)])
+    rt = tls_runtime(kube, FakeController(info(1)))
+    await reconcile_group(rt, body(kube), Events())
+    stale = body(kube, **{FORCE_RENEW_ANNOTATION: "once"})  # status before the renewal
+    await reconcile_group(rt, stale, Events())
+    renewed = leaf_of(kube).serial_number
+    events = Events()
+    await reconcile_group(rt, stale, events)
+    assert leaf_of(kube).serial_number == renewed
+    assert "CertificateIssued" not in [e[1] for e in events]
