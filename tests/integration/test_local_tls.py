@@ -29,7 +29,6 @@ import os
 import socket
 import ssl
 import sys
-import zlib
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -37,6 +36,7 @@ from typing import Any
 
 import pytest
 
+from brokergroup_broker.store.message import body_crc
 from brokergroup_remoting import RequestCode, ResponseCode
 from brokergroup_remoting.command import request
 from brokergroup_remoting.net import Credentials, RemotingClient
@@ -126,9 +126,12 @@ def test_a_plaintext_client_finds_no_route(rt: StockRuntime) -> None:
 
 
 def _env(rt: StockRuntime) -> dict[str, str]:
-    """A user's environment pointed at this runtime (its keys, credential and CA)."""
+    """A user's environment pointed at this runtime (its controllers, keys, credential and
+    CA)."""
     env = {k: v for k, v in os.environ.items() if k != "BROKERGROUP_CA_FILE"}
     env["BROKERGROUP_LOCAL_DIR"] = str(rt.runtime.root)
+    hosts = [c["address"].rsplit(":", 1)[0] for c in rt.status()["controllers"]]
+    env["BROKERGROUP_CONTROLLER_ADDRESSES"] = ",".join(f"{h}:{API_PORT}" for h in hosts)
     return env
 
 
@@ -187,7 +190,7 @@ async def test_produce_and_consume_over_tls_with_no_body_in_clear(rt: StockRunti
         )
         for m in read:
             assert m["body"].startswith(m["key"] + " 0123456789abcdef")
-            assert m["bodyCrc"] == zlib.crc32(m["body"].encode()) & 0xFFFFFFFF
+            assert m["bodyCrc"] == body_crc(m["body"].encode())
         by_queue: dict[int, list[int]] = {}
         for m in read:
             by_queue.setdefault(m["queueId"], []).append(m["queueOffset"])
