@@ -397,6 +397,7 @@ class Broker:
                     parts.schedule.rules, timers_pending=parts.schedule.timers_pending
                 ),
                 consumption=PopConsumption(parts.pop, orderly=orderly_of(front.metadata)),
+                transactions=self._transaction_service(),
             )
             check = (
                 None

@@ -13,8 +13,11 @@ the broker's POP service (pop/service.py), as the proxy's consumer activities an
 - The POP service's refusals become the proxy's codes (`_code_of`); a broker that is not
   the master answers INTERNAL_SERVER_ERROR, which the SDKs retry (over the stable endpoint,
   to the new master).
-- ForwardMessageToDeadLetterQueue: not built yet (NOT_IMPLEMENTED); a message that fails
-  too often reaches %DLQ%<group> through the POP revive (MAX_RECONSUME_TIMES) instead.
+- ForwardMessageToDeadLetterQueue (ProducerProcessor.forwardMessageToDeadLetterQueue): the
+  in-flight message of the receipt handle is put to %DLQ%<group> queue 0 through the one
+  produce path (as CONSUMER_SEND_MSG_BACK with delayLevel -1 stores it: RETRY_TOPIC and
+  ORIGIN_MESSAGE_ID kept or set, reconsume times + 1), and once that is stored the handle is
+  acked. A handle that is not in flight any more stores nothing (INVALID_RECEIPT_HANDLE).
 """
 
 from __future__ import annotations
@@ -31,8 +34,15 @@ from brokergroup_broker.grpc_front import convert
 from brokergroup_broker.grpc_front.definitions import pb, service_pb
 from brokergroup_broker.metadata import BrokerMetadata
 from brokergroup_broker.pop.service import PopError, PopErrorKind, Popped, PopService
-from brokergroup_broker.protocol.messages import BrokerError
+from brokergroup_broker.protocol.messages import BrokerError, SendBatch
 from brokergroup_broker.store.message import StoredMessage
+from brokergroup_remoting import names
+
+#: MessageConst names a dead-lettered message keeps its origin under.
+PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
+PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+#: MessageSysFlag's transaction type bits (cleared on a send-back).
+TRANSACTION_TYPE_MASK = 0x3 << 2
 
 #: ProxyConfig: grpcClientConsumerMaxLongPollingTimeoutMillis and the invisible-time bounds.
 MAX_LONG_POLLING_MS = 20_000
@@ -100,7 +110,19 @@ _NOT_USER_PROPERTIES = convert.SYSTEM_PROPERTY_NAMES | {
 def to_v2_message(popped: Popped, topic: Any) -> Any:
     """A popped message as GrpcConverter.buildMessage sends it (`topic`: the subscribed
     topic's Resource)."""
-    m: StoredMessage = popped.message
+    return stored_to_v2(
+        popped.message,
+        topic,
+        receipt_handle=popped.receipt_handle,
+        delivery_attempt=max(popped.attempts, popped.message.reconsume_times) + 1,
+    )
+
+
+def stored_to_v2(
+    m: StoredMessage, topic: Any, *, receipt_handle: str = "", delivery_attempt: int = 0
+) -> Any:
+    """A stored message as GrpcConverter.buildMessage converts it (`topic`: the Resource it
+    is shown under)."""
     props: Mapping[str, str] = m.properties
     system = pb.SystemProperties(
         message_id=props.get(convert.PROPERTY_UNIQ_KEY, ""),
@@ -109,11 +131,12 @@ def to_v2_message(popped: Popped, topic: Any) -> Any:
         born_timestamp=_timestamp(m.born_timestamp_ms),
         store_timestamp=_timestamp(m.store_timestamp_ms),
         store_host=f"{m.store_host[0]}:{m.store_host[1]}",
-        receipt_handle=popped.receipt_handle,
         queue_id=m.queue_id,
         queue_offset=m.queue_offset,
-        delivery_attempt=max(popped.attempts, m.reconsume_times) + 1,
+        delivery_attempt=delivery_attempt,
     )
+    if receipt_handle:
+        system.receipt_handle = receipt_handle
     if convert.PROPERTY_TAGS in props:
         system.tag = props[convert.PROPERTY_TAGS]
     if convert.PROPERTY_KEYS in props:
@@ -260,14 +283,44 @@ class PopConsumption:
             status=_status(convert.OK), receipt_handle=handle
         )
 
-    async def forward_to_dead_letter_queue(self, request: Any) -> Any:
-        return service_pb.ForwardMessageToDeadLetterQueueResponse(
-            status=_status(
-                convert.NOT_IMPLEMENTED,
-                "ForwardMessageToDeadLetterQueue is not built yet: a message reaches "
-                "%DLQ%<group> after its maximum reconsume times through the POP revive",
-            )
-        )
+    def dead_letter_batch(self, request: Any) -> SendBatch:
+        """The %DLQ%<group> put of a ForwardMessageToDeadLetterQueue; raises GrpcRefusal
+        (nothing stored) when the handle holds no message in flight."""
+        group, topic = request.group.name, request.topic.name
+        try:
+            msg = self._pop.in_flight_message(group, topic, request.receipt_handle)
+        except (PopError, BrokerError) as exc:
+            raise convert.GrpcRefusal(*_code_of(exc)) from exc
+        return dead_letter_batch(msg, group, str(request.message_id))
+
+    async def ack_one(self, request: Any) -> Any:
+        """Ack a forwarded message's handle: its status (OK, or why not)."""
+        try:
+            await self._pop.ack(request.group.name, request.topic.name, request.receipt_handle)
+        except (PopError, BrokerError) as exc:
+            return _status(*_code_of(exc))
+        return _status(convert.OK)
+
+
+def dead_letter_batch(msg: StoredMessage, group: str, origin_message_id: str) -> SendBatch:
+    """SendMessageProcessor's consumer send-back with delayLevel -1: the message to
+    %DLQ%<group> queue 0, its origin kept (pure)."""
+    props = dict(msg.properties)
+    props.setdefault(PROPERTY_RETRY_TOPIC, msg.topic)
+    origin = origin_message_id or props.get(convert.PROPERTY_UNIQ_KEY, "")
+    if origin:
+        props.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, origin)
+    return SendBatch(
+        names.DLQ_GROUP_TOPIC_PREFIX + group,
+        0,
+        [msg.body],
+        [(None, None, props)],
+        flag=msg.flag,
+        sys_flag=msg.sys_flag & ~TRANSACTION_TYPE_MASK,
+        born_timestamp_ms=msg.born_timestamp_ms,
+        born_host=msg.born_host,
+        reconsume_times=msg.reconsume_times + 1,
+    )
 
 
 def orderly_of(metadata: BrokerMetadata) -> Callable[[str], bool]:

@@ -33,6 +33,7 @@ ILLEGAL_MESSAGE_TAG = 40004
 ILLEGAL_MESSAGE_KEY = 40005
 ILLEGAL_MESSAGE_GROUP = 40006
 ILLEGAL_MESSAGE_PROPERTY_KEY = 40007
+INVALID_TRANSACTION_ID = 40008
 ILLEGAL_MESSAGE_ID = 40009
 ILLEGAL_DELIVERY_TIME = 40012
 MESSAGE_CORRUPTED = 40016
@@ -67,6 +68,7 @@ PROPERTY_TRACE_CONTEXT = "TRACE_CONTEXT"
 PROPERTY_BORN_HOST = "__BORNHOST"
 PROPERTY_BORN_TIMESTAMP = "BORN_TIMESTAMP"
 PROPERTY_TRANSACTION_PREPARED = "TRAN_MSG"
+PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS = "CHECK_IMMUNITY_TIME_IN_SECONDS"
 
 #: MessageConst.STRING_HASH_SET (RocketMQ 5.3): a user property may not take these names.
 SYSTEM_PROPERTY_NAMES = frozenset(
@@ -131,6 +133,7 @@ USER_PROPERTY_MAX_NUM = 128
 MAX_USER_PROPERTY_SIZE = 16 * 1024
 MAX_MESSAGE_GROUP_SIZE = 64
 MAX_DELAY_TIME_MS = 24 * 3600 * 1000
+MAX_TRANSACTION_RECOVERY_S = 3600
 
 #: MessageSysFlag bits a send may set.
 COMPRESSED_FLAG = 0x1
@@ -242,6 +245,17 @@ def store_send(message: Any, peer_host: str | None, now_ms: int) -> StoreSend:
     if sysprops.message_type == MESSAGE_TYPE_TRANSACTION:
         sys_flag |= TRANSACTION_PREPARED_TYPE
         props[PROPERTY_TRANSACTION_PREPARED] = "true"
+        if sysprops.HasField("orphaned_transaction_recovery_duration"):
+            # The first check of the half message waits this long (never below
+            # transactionTimeOut: transaction/rules.py).
+            recovery_s = int(sysprops.orphaned_transaction_recovery_duration.seconds)
+            if recovery_s > MAX_TRANSACTION_RECOVERY_S:
+                raise GrpcRefusal(
+                    BAD_REQUEST,
+                    "the max transaction recovery time of message is too large, max is "
+                    f"{MAX_TRANSACTION_RECOVERY_S}",
+                )
+            props[PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS] = str(recovery_s)
     if sysprops.HasField("delivery_timestamp"):
         deliver_ms = _timestamp_ms(sysprops.delivery_timestamp)
         if deliver_ms - now_ms > MAX_DELAY_TIME_MS:

@@ -11,10 +11,14 @@
   answers INTERNAL_SERVER_ERROR, which the SDKs retry.
 - ReceiveMessage / AckMessage / ChangeInvisibleDuration / ForwardMessageToDeadLetterQueue:
   through the broker's POP service (`consumption.PopConsumption`), NOT_IMPLEMENTED without.
-- EndTransaction: NOT_IMPLEMENTED (no transaction service on this broker yet), and a
-  transactional send is refused the same way before anything is stored.
+- A transactional send (MessageType TRANSACTION) is stored as a half message by the
+  transaction package's rules (`transaction.rules.half_send`: RMQ_SYS_TRANS_HALF_TOPIC,
+  REAL_TOPIC / REAL_QID, PGROUP = the topic); EndTransaction ends it through the transaction
+  service's `end_transaction`, the check-back goes over Telemetry (transactions.py).
+  NOT_IMPLEMENTED on a broker without a transaction service.
 - Telemetry: the settings exchange (the client's settings merged with the proxy's defaults,
-  `client_settings`); metrics and other commands from the client are accepted and ignored.
+  `client_settings`) and the server's commands to the client (RecoverOrphanedTransaction-
+  Command); metrics and other commands from the client are accepted and ignored.
 - Heartbeat / NotifyClientTermination: OK (a client's settings are forgotten at its end).
 
 Every RPC needs the x-mq-client-id header (the proxy's CLIENT_ID_REQUIRED); the signature is
@@ -30,9 +34,13 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import grpc
+
 from brokergroup_broker.grpc_front import client_settings, convert
+from brokergroup_broker.grpc_front.consumption import stored_to_v2
 from brokergroup_broker.grpc_front.convert import GrpcRefusal
 from brokergroup_broker.grpc_front.definitions import pb, service_grpc, service_pb
+from brokergroup_broker.grpc_front.transactions import TelemetryChecks, TransactionIds, end_request
 from brokergroup_broker.metadata.configs import PERM_READ, PERM_WRITE
 from brokergroup_broker.protocol.messages import (
     BrokerError,
@@ -44,6 +52,9 @@ from brokergroup_broker.protocol.messages import (
 from brokergroup_broker.remoting_front.topics import DeclaredTopics
 from brokergroup_broker.schedule import rules as schedule_rules
 from brokergroup_broker.schedule.admission import ScheduledSends
+from brokergroup_broker.transaction import rules as tx_rules
+from brokergroup_broker.transaction.service import TransactionService
+from brokergroup_remoting import ResponseCode as RemotingCode
 from brokergroup_remoting import names
 from brokergroup_remoting.fields import RequestRefused
 
@@ -101,6 +112,7 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # type: ignore[m
         *,
         scheduling: ScheduledSends | None = None,
         consumption: Any = None,
+        transactions: TransactionService | None = None,
         wall_ms: Callable[[], int] = _wall_ms,
     ) -> None:
         self._produce = produce
@@ -111,6 +123,16 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # type: ignore[m
         self._wall_ms = wall_ms
         #: Client id → the settings it sent over Telemetry (bounded by the live clients).
         self.client_settings: dict[str, Any] = {}
+        self._transactions = transactions
+        self.transaction_ids = TransactionIds()
+        self.telemetry = TelemetryChecks(
+            ids=self.transaction_ids,
+            settings_of=self.client_settings,
+            to_v2_message=stored_to_v2,
+            now_ms=wall_ms,
+        )
+        if transactions is not None:
+            transactions.attach_checks(self.telemetry)
 
     # ------------------------------------------------------------------ routes
 
@@ -207,12 +229,15 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # type: ignore[m
     async def _send(self, sends: list[convert.StoreSend]) -> list[Any]:
         first = sends[0]
         topic = first.topic
-        if any(s.sys_flag & convert.TRANSACTION_PREPARED_TYPE for s in sends):
+        prepared = any(s.sys_flag & convert.TRANSACTION_PREPARED_TYPE for s in sends)
+        if prepared and self._transactions is None:
             raise GrpcRefusal(
-                convert.NOT_IMPLEMENTED,
-                "transactional messages are not supported by brokergroup's gRPC front end yet "
-                "(docs/rocketmq-compatibility.md)",
+                convert.NOT_IMPLEMENTED, "transactional messages are off on this broker"
             )
+        if prepared and len(sends) > 1:
+            raise GrpcRefusal(convert.BAD_REQUEST, "a batch cannot be a transactional message")
+        if self._transactions is not None and topic in tx_rules.SYSTEM_TOPICS:
+            raise GrpcRefusal(convert.FORBIDDEN, f"Sending message to topic[{topic}] is forbidden.")
         new_topic = not self._topics.known(topic)
         group_topic = topic.startswith(
             (names.RETRY_GROUP_TOPIC_PREFIX, names.DLQ_GROUP_TOPIC_PREFIX)
@@ -227,7 +252,9 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # type: ignore[m
             queue_id = convert.queue_for_group(first.message_group, await self._write_queues(topic))
         props = [s.properties for s in sends]
         store_topic, store_queue = topic, queue_id
-        scheduled = any(schedule_rules.is_scheduled(p) for p in props)
+        sys_flag = first.sys_flag
+        # A half message is not scheduled (the remoting front's rule too).
+        scheduled = not prepared and any(schedule_rules.is_scheduled(p) for p in props)
         if scheduled:
             scheduling = self._scheduling
             if scheduling is None:
@@ -250,12 +277,16 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # type: ignore[m
                     redirect.queue_id,
                     [redirect.properties],
                 )
+        if prepared:
+            half = tx_rules.half_send(topic, queue_id, props[0], sys_flag)
+            store_topic, store_queue, props = half.topic, half.queue_id, [half.properties]
+            sys_flag = half.sys_flag
         batch = SendBatch(
             store_topic,
             store_queue,
             [s.body for s in sends],
             [(None, None, p) for p in props],
-            sys_flag=first.sys_flag,
+            sys_flag=sys_flag,
             born_timestamp_ms=first.born_timestamp_ms,
             reconsume_times=int(first.properties.get(convert.PROPERTY_RECONSUME_TIME, "0")),
         )
@@ -268,11 +299,18 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # type: ignore[m
         if new_topic:
             self._topics.stored_first(topic)
         ok = _status(convert.OK)
+        if prepared:
+            # The proxy's TransactionData: EndTransaction names the half by this id only.
+            self.transaction_ids.add(
+                topic, first.message_id, response.first_queue_offset,
+                response.physical_offsets[0], self._wall_ms(),
+            )  # fmt: skip
         return [
             service_pb.SendResultEntry(
                 status=ok,
                 message_id=s.message_id,
                 offset=response.first_queue_offset + i,
+                transaction_id=s.message_id if prepared else "",
             )
             for i, s in enumerate(sends)
         ]
@@ -298,12 +336,38 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # type: ignore[m
         return await future
 
     async def EndTransaction(self, request: Any, context: Any) -> Any:
-        return service_pb.EndTransactionResponse(
-            status=_status(
-                convert.NOT_IMPLEMENTED,
-                "transactions are not supported by brokergroup's gRPC front end yet",
-            )
-        )
+        """EndTransactionActivity + TransactionProcessor: the half message this front end
+        holds for (topic, transaction id), ended by the transaction service."""
+        try:
+            _require_client_id(context)
+            topic = _topic_name(request.topic)
+            transaction_id = str(request.transaction_id)
+            if not transaction_id.strip():
+                raise GrpcRefusal(convert.INVALID_TRANSACTION_ID, "transaction id cannot be empty")
+            service = self._transactions
+            if service is None:
+                raise GrpcRefusal(convert.NOT_IMPLEMENTED, "transactions are off on this broker")
+            data = self.transaction_ids.take(topic, transaction_id, self._wall_ms())
+            if data is None:
+                raise GrpcRefusal(convert.INTERNAL_SERVER_ERROR, "cannot found transaction data")
+            try:
+                outcome = await service.end_transaction(end_request(request, data))
+            except RequestRefused as exc:
+                self.transaction_ids.put_back(topic, transaction_id, data)
+                raise GrpcRefusal(_end_refusal_code(exc.code), exc.remark or "refused") from exc
+            if outcome is not None and outcome.error is not None:
+                self.transaction_ids.put_back(topic, transaction_id, data)
+                error = outcome.error
+                raise GrpcRefusal(
+                    convert.status_of_broker_code(error.code),
+                    f"end transaction failed: {error.code.name}: {error.message}",
+                )
+            if outcome is None:
+                # TRANSACTION_RESOLUTION_UNSPECIFIED: still open; its check names it again.
+                self.transaction_ids.put_back(topic, transaction_id, data)
+        except GrpcRefusal as exc:
+            return service_pb.EndTransactionResponse(status=_status(exc.code, exc.message))
+        return service_pb.EndTransactionResponse(status=_status(convert.OK))
 
     # ------------------------------------------------------------------ clients
 
@@ -330,6 +394,24 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # type: ignore[m
         except GrpcRefusal as exc:
             yield service_pb.TelemetryCommand(status=_status(exc.code, exc.message))
             return
+        # The client's commands are read by a task of their own, so the server's (a
+        # transaction check) are written between them; None ends the stream.
+        outbox = self.telemetry.open(client_id)
+        reader = asyncio.ensure_future(self._read_telemetry(client_id, request_iterator, outbox))
+        try:
+            while True:
+                command = await outbox.get()
+                if command is None:
+                    break
+                yield command
+        finally:
+            reader.cancel()
+            self.telemetry.close(client_id, outbox)
+            self.client_settings.pop(client_id, None)
+
+    async def _read_telemetry(
+        self, client_id: str, request_iterator: Any, outbox: asyncio.Queue[Any]
+    ) -> None:
         try:
             async for command in request_iterator:
                 if command.HasField("settings"):
@@ -337,10 +419,21 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # type: ignore[m
                         command.settings, self._retry_max_times, self._orderly
                     )
                     self.client_settings[client_id] = merged
-                    yield service_pb.TelemetryCommand(status=_status(convert.OK), settings=merged)
+                    # An answer to the client's own command waits for room; never dropped.
+                    await outbox.put(
+                        service_pb.TelemetryCommand(status=_status(convert.OK), settings=merged)
+                    )
                 # Thread stack traces, verify results, metrics: accepted and ignored.
+        except (grpc.aio.AioRpcError, asyncio.InvalidStateError) as exc:
+            log.debug("telemetry of %s ended: %r", client_id, exc)
         finally:
-            self.client_settings.pop(client_id, None)
+            # Room or not, the end is seen: the writer drains the outbox.
+            while True:
+                try:
+                    outbox.put_nowait(None)
+                    break
+                except asyncio.QueueFull:
+                    outbox.get_nowait()
 
     def _retry_max_times(self, group: str) -> int | None:
         config = self._topics.metadata.groups.get(group)
@@ -394,11 +487,38 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # type: ignore[m
             _group_name(request.group)
             if self._consumption is None:
                 raise GrpcRefusal(convert.NOT_IMPLEMENTED, "POP consumption is not on this broker")
+            # As the proxy: the message to %DLQ%<group> through the one produce path,
+            # then, once it is stored, the receipt handle acked.
+            batch = self._consumption.dead_letter_batch(request)
+            new_topic = not self._topics.known(batch.topic)
+            response = await self._store(batch)
+            if isinstance(response, ErrorResponse):
+                raise GrpcRefusal(
+                    convert.status_of_broker_code(response.code),
+                    f"forward to dead letter queue failed: {response.code.name}: "
+                    f"{response.message}",
+                )
+            if new_topic:
+                self._topics.stored_first(batch.topic)
         except GrpcRefusal as exc:
             return service_pb.ForwardMessageToDeadLetterQueueResponse(
                 status=_status(exc.code, exc.message)
             )
-        return await self._consumption.forward_to_dead_letter_queue(request)
+        return service_pb.ForwardMessageToDeadLetterQueueResponse(
+            status=await self._consumption.ack_one(request)
+        )
+
+
+def _end_refusal_code(code: int) -> int:
+    """The transaction service's refusal of an end as an apache.rocketmq.v2.Code: a broker
+    that is not the master, or a new master still reading, is retryable."""
+    if code == RemotingCode.SLAVE_NOT_AVAILABLE:
+        return convert.INTERNAL_SERVER_ERROR
+    if code == RemotingCode.SYSTEM_BUSY:
+        return convert.TOO_MANY_REQUESTS
+    if code == RemotingCode.ILLEGAL_OPERATION:
+        return convert.FORBIDDEN
+    return convert.BAD_REQUEST
 
 
 def _require_client_id(context: Any) -> str:

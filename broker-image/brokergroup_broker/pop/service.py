@@ -281,6 +281,27 @@ class PopService:
             self.broker_name, receipt.queue_id, receipt.offset,
         ).encode()  # fmt: skip
 
+    def in_flight_message(self, group: str, topic: str, receipt_handle: str) -> StoredMessage:
+        """The message a receipt handle holds while it is in flight (the gRPC front's
+        ForwardMessageToDeadLetterQueue puts it to %DLQ%<group>, then acks the handle)."""
+        self._require_serving()
+        key, receipt = self._key_of(group, topic, receipt_handle)
+        check = self._state.check(key, receipt.offset, receipt.pop_time_ms)
+        if check is not AckCheck.IN_FLIGHT:
+            kind = (
+                PopErrorKind.RECEIPT_INVALID
+                if check is AckCheck.NOT_POPPED
+                else PopErrorKind.RECEIPT_EXPIRED
+            )
+            raise PopError(kind, f"{key[1]} queue {key[2]} offset {receipt.offset}: {check.value}")
+        found = self._store.get_messages(key[1], key[2], receipt.offset, 1, self._confirm_offset())
+        if not found or found[0].queue_offset != receipt.offset:
+            raise PopError(
+                PopErrorKind.RECEIPT_INVALID,
+                f"{key[1]} queue {key[2]} offset {receipt.offset} is gone (retention)",
+            )
+        return found[0]
+
     @staticmethod
     def retry_topic(group: str, topic: str) -> str:
         return rec.retry_topic(group, topic)

@@ -15,8 +15,8 @@ they survive a failover).
   loop step, and the answer waits for both acknowledgements.
 - every transactionCheckInterval a check round: half messages past their immunity with no
   op record get a "c" op record (their check count) and, once it is acknowledged,
-  CHECK_TRANSACTION_STATE to a live producer of their group (`ProducerChecks`, the remoting
-  front's); those checked transactionCheckMax times are stored in TRANS_CHECK_MAX_TIME_TOPIC
+  a check to a live producer of their group (`ProducerChecks`: the remoting front's
+  CHECK_TRANSACTION_STATE, then the gRPC front's RecoverOrphanedTransactionCommand); those checked transactionCheckMax times are stored in TRANS_CHECK_MAX_TIME_TOPIC
   and resolved with a "d" op record.
 - the progress is committed after every tick that moved it.
 """
@@ -81,7 +81,7 @@ class HalfCheck:
 
 
 class ProducerChecks(Protocol):
-    """Sends CHECK_TRANSACTION_STATE to a live producer of a group (the remoting front)."""
+    """Asks a live producer of a group for a half message's state (a front end's)."""
 
     def check_producer(self, check: HalfCheck) -> bool:
         """Start the check; False when no producer of the group is online."""
@@ -142,7 +142,7 @@ class TransactionService:
         self._confirm_offset = confirm_offset
         self._wall_ms = wall_ms
         self._tick_s = tick_s
-        self._checks: ProducerChecks | None = None
+        self._checks: list[ProducerChecks] = []
         self._term: int | None = None
         self._queue = HalfQueue(Progress())
         self._saved: Progress | None = None
@@ -150,8 +150,9 @@ class TransactionService:
         self.counts = TransactionCounts()
 
     def attach_checks(self, checks: ProducerChecks) -> None:
-        """The remoting front's producer connections (it starts after the service)."""
-        self._checks = checks
+        """A front end's producers (fronts start after the service); a check goes to the
+        first front, in attach order, that has a live producer of the group."""
+        self._checks.append(checks)
 
     # -- the loop ---------------------------------------------------------------------------
     async def run(self) -> None:
@@ -463,8 +464,8 @@ class TransactionService:
             return
         group = half.properties.get(tx.PROPERTY_PRODUCER_GROUP, "")
         self.counts.checked += 1
-        checks = self._checks
-        if checks is None or not checks.check_producer(HalfCheck(group, half, times)):
+        check = HalfCheck(group, half, times)
+        if not any(front.check_producer(check) for front in self._checks):
             # As RocketMQ: the check counts even with nobody to ask.
             self.counts.no_producer += 1
             log.info("transactions: no live producer of group %s to check half %d", group, offset)
