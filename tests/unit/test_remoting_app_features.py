@@ -370,3 +370,59 @@ async def test_a_batch_is_bounded_by_its_bytes_not_its_count(
         assert port.parts.store.max_offset == before
     finally:
         await client.close()
+
+
+# ---------------------------------------------------------------- broadcast consumers
+
+
+async def test_a_group_without_consume_broadcast_enable_cannot_pull_in_broadcast_mode(
+    make_port: Callable[..., Awaitable[Port]],
+) -> None:
+    """PullMessageProcessor: a push consumer's pull (no subscription of its own) of a group
+    whose heartbeat says BROADCASTING and whose config says consumeBroadcastEnable=false is
+    NO_PERMISSION with forbiddenType 4; the same group in CLUSTERING mode, or with the
+    default config, pulls."""
+    import json
+
+    port = await make_port(auto_create_topic=True)
+    client = await port.client()
+    try:
+        answer = await client.invoke(
+            request(RequestCode.SEND_MESSAGE_V2, 0, send_v2("Broadcast", {}), b"every one"), 5
+        )
+        assert answer.code == ResponseCode.SUCCESS
+        config = {"groupName": "no-broadcast", "consumeBroadcastEnable": False}
+        answer = await client.invoke(
+            request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, 0, {},
+                    json.dumps(config).encode()), 5,
+        )  # fmt: skip
+        assert answer.code == ResponseCode.SUCCESS, answer
+
+        async def pull_as(group: str, model: str, sys_flag: int = 0x2) -> RemotingCommand:
+            data = {"clientID": f"10.0.0.1@{group}-{model}", "producerDataSet": [],
+                    "consumerDataSet": [{"groupName": group, "consumeType": "CONSUME_PASSIVELY",
+                                         "messageModel": model, "subscriptionDataSet": []}]}  # fmt: skip
+            beat = await client.invoke(
+                request(RequestCode.HEART_BEAT, 0, {}, json.dumps(data).encode()), 5
+            )
+            assert beat.code == ResponseCode.SUCCESS
+            fields = {"consumerGroup": group, "topic": "Broadcast", "queueId": "0",
+                      "queueOffset": "0", "maxMsgNums": "32", "sysFlag": str(sys_flag),
+                      "commitOffset": "0", "suspendTimeoutMillis": "0"}  # fmt: skip
+            return await client.invoke(request(RequestCode.PULL_MESSAGE, 0, fields), 5)
+
+        refused = await pull_as("no-broadcast", "BROADCASTING")
+        assert (refused.code, refused.remark) == (
+            ResponseCode.NO_PERMISSION,
+            "the consumer group[no-broadcast] can not consume by broadcast way",
+        )
+        assert refused.fields()["forbiddenType"] == "4"
+        # A pull that carries its own subscription, the group in CLUSTERING, a group with the
+        # default config (consumeBroadcastEnable true): served.
+        for group, model, flag in [("no-broadcast", "BROADCASTING", 0x2 | 0x4),
+                                   ("no-broadcast", "CLUSTERING", 0x2),
+                                   ("broadcast-ok", "BROADCASTING", 0x2)]:  # fmt: skip
+            served = await pull_as(group, model, flag)
+            assert served.code == ResponseCode.SUCCESS, (group, model, served)
+    finally:
+        await client.close()

@@ -280,6 +280,12 @@ class ConsumerGroups(ClientGroups):
         if old is not None:
             self._data_bytes -= old.size
 
+    def message_model(self, group: str) -> str | None:
+        """The group's messageModel as its latest heartbeat named it (None: not heard, or
+        not named)."""
+        data = self.consumer_data.get(group)
+        return None if data is None else data.message_model
+
     def known(self, group: str) -> bool:
         """Was a consumer heartbeat of `group` heard here (a member now, or one of the
         `heard_groups` most recently heard groups: RocketMQ keeps a group's subscription

@@ -323,10 +323,14 @@ class RemotingFront:
             RequestCode.SEND_MESSAGE: sends.send_message,
             RequestCode.SEND_MESSAGE_V2: sends.send_message,
             RequestCode.SEND_BATCH_MESSAGE: sends.send_message,
-            RequestCode.PULL_MESSAGE: resets.guard(groups.guard_pull(pulls.pull_message)),
+            RequestCode.PULL_MESSAGE: resets.guard(
+                groups.guard_pull(pulls.pull_message, consumers.groups.message_model)
+            ),
             # DefaultLitePullConsumer's pulls (PullSysFlag litePull bit): the same header and
             # answer; RocketMQ's PullMessageProcessor serves both.
-            RequestCode.LITE_PULL_MESSAGE: resets.guard(groups.guard_pull(pulls.pull_message)),
+            RequestCode.LITE_PULL_MESSAGE: resets.guard(
+                groups.guard_pull(pulls.pull_message, consumers.groups.message_model)
+            ),
             RequestCode.QUERY_CONSUMER_OFFSET: consumers.query_consumer_offset,
             RequestCode.UPDATE_CONSUMER_OFFSET: consumers.update_consumer_offset,
             RequestCode.HEART_BEAT: consumers.heart_beat,

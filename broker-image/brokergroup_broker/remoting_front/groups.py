@@ -100,17 +100,51 @@ class GroupAdmin:
             return response_to(cmd, ResponseCode.SYSTEM_ERROR, f"group {group} not deleted: {exc}")
         return response_to(cmd, ResponseCode.SUCCESS)
 
-    def guard_pull(self, pull: PullHandler) -> PullHandler:
+    def guard_pull(
+        self,
+        pull: PullHandler,
+        message_model: Callable[[str], str | None] = lambda _group: None,
+    ) -> PullHandler:
         """`pull` behind the group's consumeEnable: a disabled group's pull is answered
-        NO_PERMISSION ("subscription group no permission, <group>") before it reads."""
+        NO_PERMISSION ("subscription group no permission, <group>") before it reads; and
+        behind its consumeBroadcastEnable: a pull without its own subscription (a push
+        consumer's) of a group whose heartbeat says BROADCASTING (`message_model`) is
+        answered NO_PERMISSION with forbiddenType BROADCASTING_DISABLE_FORBIDDEN, as
+        PullMessageProcessor does."""
 
         async def guarded(cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
-            group = cmd.fields().get("consumerGroup", "")
+            fields = cmd.fields()
+            group = fields.get("consumerGroup", "")
             config = self._metadata.groups.get(group)
             if config is not None and not config.consume_enable:
                 return response_to(
                     cmd, ResponseCode.NO_PERMISSION, f"subscription group no permission, {group}"
                 )
+            if (
+                config is not None
+                and not config.consume_broadcast_enable
+                and not _has_subscription(fields)
+                and message_model(group) == "BROADCASTING"
+            ):
+                return response_to(
+                    cmd,
+                    ResponseCode.NO_PERMISSION,
+                    f"the consumer group[{group}] can not consume by broadcast way",
+                    {"forbiddenType": str(BROADCASTING_DISABLE_FORBIDDEN)},
+                )
             return await pull(cmd, conn)
 
         return guarded
+
+
+#: PullSysFlag.FLAG_SUBSCRIPTION: the pull carries its own subscription expression.
+PULL_FLAG_SUBSCRIPTION = 0x4
+#: ForbiddenType.BROADCASTING_DISABLE_FORBIDDEN.
+BROADCASTING_DISABLE_FORBIDDEN = 4
+
+
+def _has_subscription(fields: dict[str, str]) -> bool:
+    try:
+        return bool(int(fields.get("sysFlag", "0")) & PULL_FLAG_SUBSCRIPTION)
+    except ValueError:
+        return False  # the pull's own decoding answers a bad sysFlag
