@@ -12,7 +12,11 @@ ack takes. A PushConsumer gets every message, and one its listener refuses again
 after the SDK's back-off through ChangeInvisibleDuration). The Java 5.x SDK
 (rocketmq-client-java, tools/rocketmq/GrpcSdkClient.java) sends normal and FIFO messages and
 receives them with its SimpleConsumer, compared the same way (skipped, saying why, without
-Java, Maven or Maven Central). Across a master SIGKILL while a producer sends, every
+Java, Maven or Maven Central). A transactional Producer (with a TransactionChecker): a
+committed message is delivered once, a rolled-back one never, one left open is resolved by
+the broker's check over the producer's Telemetry stream (RecoverOrphanedTransactionCommand,
+answered through EndTransaction from the check); transactionTimeOut 1 s and
+transactionCheckInterval 2 s keep the check quick. Across a master SIGKILL while a producer sends, every
 acknowledged message is consumed. Unsigned, badly signed and undecodable calls are answered
 UNAUTHORIZED and the group keeps serving.
 
@@ -41,10 +45,12 @@ from rocketmq import (
     Producer,
     SimpleConsumer,
 )
+from rocketmq.grpc_protocol import TransactionResolution
 from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as service_pb
 from rocketmq.grpc_protocol import service_pb2_grpc as service_grpc
 from rocketmq.v5.consumer import ConsumeResult, MessageListener, PushConsumer
+from rocketmq.v5.producer import TransactionChecker
 
 from brokergroup_cli.local.procs import send_signal
 from tests.integration.local_harness import Runtime, local_runtime, wait_for
@@ -58,7 +64,13 @@ GRPC_PORT = 20881
 @pytest.fixture(scope="module")
 def rt(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
     root = tmp_path_factory.mktemp("grpc-sdk")
-    with local_runtime(root, (f"local.proxyGrpcPort={GRPC_PORT}",)) as runtime:
+    settings = (
+        f"local.proxyGrpcPort={GRPC_PORT}",
+        # The transaction check comes within seconds (docs/transactions.md).
+        "broker.transactionTimeOut=1000",
+        "broker.transactionCheckInterval=2000",
+    )
+    with local_runtime(root, settings) as runtime:
         result = runtime.up(brokers=3)
         assert result.returncode == 0, result.stderr + runtime.logs()
         wait_for("a master", lambda: runtime.status() if runtime.status().get("master") else None,
@@ -173,6 +185,53 @@ def test_a_delayed_message_comes_at_its_delivery_time(config: ClientConfiguratio
     assert [(x.message_id, content(x)) for x in got] == [(receipt.message_id, content(m))]
     assert got[0].delivery_timestamp == deliver_ms
     assert received_ms >= deliver_ms  # not early
+
+
+class Checker(TransactionChecker):  # type: ignore[misc]
+    """The producer's local transaction state: commit what the message says, as asked."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    def check(self, message: Any) -> Any:
+        self.asked.append(message.message_id)
+        decision = message.properties.get("on-check")
+        return (
+            TransactionResolution.COMMIT if decision == "commit" else TransactionResolution.ROLLBACK
+        )
+
+
+def test_transactions_commit_once_roll_back_never_and_an_open_one_is_checked(
+    config: ClientConfiguration,
+) -> None:
+    checker = Checker()
+    producer = Producer(config, ("GrpcTx",), checker)
+    producer.startup()
+    sent: dict[str, str] = {}
+    try:
+        for name in ("commit", "rollback", "open"):
+            m = message("GrpcTx", len(sent), run=name)
+            m.add_property("on-check", "commit" if name == "open" else "rollback")
+            transaction = producer.begin_transaction()
+            receipt = producer.send(m, transaction)
+            assert receipt.transaction_id == receipt.message_id
+            sent[name] = receipt.message_id
+            if name == "commit":
+                transaction.commit()
+            elif name == "rollback":
+                transaction.rollback()
+        # The committed one and, once the broker checked it, the open one; each once, and
+        # the rolled-back one never (a receive past them finds nothing more).
+        got = receive_all(config, "GrpcTxGroup", "GrpcTx", 2, timeout_s=30)
+        more = receive_all(config, "GrpcTxGroup", "GrpcTx", 1, timeout_s=4)
+    finally:
+        producer.shutdown()
+    assert sorted((m.message_id, m.body) for m in got + more) == sorted(
+        [(sent["commit"], b"commit-body-0"), (sent["open"], b"open-body-2")]
+    )
+    assert {m.message_type for m in got} == {pb.TRANSACTION}
+    # Only the open transaction was checked.
+    assert set(checker.asked) == {sent["open"]}
 
 
 def test_unacked_message_returns_and_a_changed_invisible_time_is_acked(
