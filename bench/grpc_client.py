@@ -1,11 +1,24 @@
-"""The official RocketMQ 5 Python SDK over gRPC against brokergroup (issue 35 item 6).
+"""The official RocketMQ 5 Python SDK over gRPC against brokergroup and against RocketMQ 5.3
+with its own proxy, in one run (issue 35 item 6).
 
-    .venv/bin/python bench/grpc_client.py --quick     # 2 kills, 10 s of load
-    .venv/bin/python bench/grpc_client.py             # 10 kills, 20 s of load
+    .venv/bin/python bench/grpc_client.py --quick     # 2 kills a side, 10 s of load
+    .venv/bin/python bench/grpc_client.py             # 10 kills a side, 20 s of load
+    .venv/bin/python bench/grpc_client.py --only brokergroup   # or --only rocketmq
 
-One program drives `brokergroup local up` (three controllers, three brokers, every setting at
-its default, lane 2 of the local runtime's addresses) through the group's stable gRPC
-endpoint (`local status --json` `grpcEndpoint`), signed with the group's client pair:
+Two sides, one after the other, each driven by the same SDK program:
+
+- brokergroup: `brokergroup local up` (three controllers, three brokers, every setting at its
+  default, lane 2 of the local runtime's addresses) through the group's stable gRPC endpoint
+  (`local status --json` `grpcEndpoint`), signed with the group's client pair.
+- rocketmq: a stock RocketMQ 5.3 controller-mode group (tools/rocketmq/stock_client.py
+  RocketMQGroup: a name server, one DLedger controller, three brokers of one broker set,
+  allAckInSyncStateSet and SYNC_FLUSH, as brokergroup's commit rule) and the stock proxy in
+  cluster mode (`ProxyStartup -pm cluster`, cli/brokergroup_cli/local/rocketmq_stock.py
+  StockProxyConfig, every proxy setting at its default but the pools sized for two cores and
+  no client authentication: the stock group has no users). The SDK talks to the proxy; the
+  killed broker is started again by the bench once the failover is measured.
+
+Per side:
 
 1. load: 16 threads, each with its own Producer (rocketmq-python-client, default settings),
    send 1 KiB bodies for the load time; msg/s and the p50/p99 of a send call.
@@ -16,8 +29,8 @@ endpoint (`local status --json` `grpcEndpoint`), signed with the group's client 
 3. verify: a SimpleConsumer receives both topics; every acknowledged message must come back
    (`ackedLost`), matched by message id and body.
 
-The RocketMQ side of the issue (the same SDK against a RocketMQ 5.3 controller-mode group and
-its proxy) is not run here yet: it needs the stock proxy runtime (issue 35 item 3).
+A kill whose first acknowledged send does not come within FAILOVER_TIMEOUT_S is recorded as
+timed out (`timedOut`, its seconds the timeout) and the run goes on.
 
 Prints the loopback TCP ceiling measured in the same run. Writes bench/results/grpc_client.json
 (bench/results/grpc_client_quick.json with --quick); the last stdout line is one JSON object.
@@ -27,6 +40,7 @@ Run it under `flock /tmp/bg-heavy.lock`.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import shutil
 import signal
@@ -48,7 +62,7 @@ THREADS = 16
 BODY_BYTES = 1024
 LOAD_TOPIC = "GrpcBenchTopic"
 FAILOVER_TOPIC = "GrpcFailoverTopic"
-FAILOVER_TIMEOUT_S = 60.0
+FAILOVER_TIMEOUT_S = 120.0
 HEALTHY_TIMEOUT_S = 240.0
 
 
@@ -72,6 +86,9 @@ def body(run: str, i: int) -> bytes:
 
 
 class Side:
+    name = "brokergroup"
+    description = "brokergroup local up (built-in engine), stable gRPC endpoint"
+
     def __init__(self, work: Path) -> None:
         from brokergroup_cli.chaos.runtime import Addresses, LocalRuntime
 
@@ -122,8 +139,121 @@ class Side:
         self.runtime.signal(self.runtime.broker_on(host), signal.SIGKILL)
         return host
 
+    def after_failover(self, victim: str) -> None:
+        pass  # the local supervisor restarts the killed broker
+
     def stop(self) -> None:
         self.runtime.down()
+
+
+class RocketMQSide:
+    """A stock RocketMQ 5.3 controller-mode group and its stock proxy (cluster mode)."""
+
+    name = "rocketmq"
+    description = (
+        "RocketMQ 5.3 controller-mode group (3 brokers, DLedger controller, "
+        "allAckInSyncStateSet, SYNC_FLUSH) behind its stock proxy (cluster mode)"
+    )
+    GRPC_PORT = 28_481
+    REMOTING_PORT = 28_480
+
+    def __init__(self, work: Path) -> None:
+        sys.path.insert(0, str(ROOT / "tools" / "rocketmq"))
+        from stock_client import RocketMQGroup
+
+        self.work = work
+        self.group = RocketMQGroup(work / "group", host_prefix="127.0.62")
+        self.proxy: subprocess.Popen[bytes] | None = None
+        self.epoch = 0
+
+    def start(self) -> Any:
+        from rocketmq import ClientConfiguration, Credentials
+
+        from brokergroup_cli.local.rocketmq_stock import (
+            StockProxyConfig,
+            find_home,
+            java_env,
+            proxy_missing,
+        )
+
+        home = find_home()
+        if isinstance(home, str):
+            raise RuntimeError(home)
+        why = proxy_missing(home)
+        if why is not None:
+            raise RuntimeError(why)
+        self.group.start()
+        self.healthy()
+        log(f"rocketmq: master {self.state['MasterAddr']} epoch {self.epoch}, 3 in sync")
+        self.group.create_topic(LOAD_TOPIC, 8)
+        self.group.create_topic(FAILOVER_TOPIC, 4)
+        proxy = StockProxyConfig(
+            base_dir=self.work / "proxy",
+            namesrv=self.group.namesrv,
+            # The pair it signs with; the stock group checks none (no ACL, no users).
+            access_key="bench-proxy",
+            secret_key="bench-proxy-secret",
+            grpc_port=self.GRPC_PORT,
+            remoting_port=self.REMOTING_PORT,
+            authenticate=False,
+        )
+        proxy.write()
+        (self.work / "logs").mkdir(parents=True, exist_ok=True)
+        with open(self.work / "logs" / "proxy.out", "ab") as out:
+            self.proxy = subprocess.Popen(
+                proxy.argv(home), stdout=out, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, cwd=self.work, env=java_env(proxy.base_dir),
+            )  # fmt: skip
+        self.endpoint = f"127.0.0.1:{self.GRPC_PORT}"
+        config = ClientConfiguration(self.endpoint, Credentials())
+        wait_for(lambda: self._proxy_serves(config), 180, "the stock proxy serving", 1.0)
+        log(f"rocketmq: stock proxy up; gRPC endpoint {self.endpoint}")
+        return config
+
+    def _proxy_serves(self, config: Any) -> bool:
+        from rocketmq import Message, Producer
+
+        if self.proxy is not None and self.proxy.poll() is not None:
+            raise RuntimeError(f"the stock proxy exited ({self.proxy.returncode}); see logs")
+        producer = Producer(config, (LOAD_TOPIC,))
+        try:
+            producer.startup()
+            m = Message()
+            m.topic = LOAD_TOPIC
+            m.body = body("warmup", 0)
+            producer.send(m)
+            return True
+        except Exception as exc:
+            log(f"rocketmq: proxy not serving yet: {exc!r}"[:200])
+            return False
+        finally:
+            with contextlib.suppress(Exception):
+                producer.shutdown()
+
+    def healthy(self) -> dict[str, Any]:
+        state: dict[str, Any] = self.group.wait_in_sync(3, self.epoch, timeout_s=HEALTHY_TIMEOUT_S)
+        self.epoch = int(state["MasterEpoch"])
+        self.state = state
+        return state
+
+    def kill_master(self) -> str:
+        victim = str(self.group.master_name(self.state))
+        self.group.kill(victim)
+        return victim
+
+    def after_failover(self, victim: str) -> None:
+        self.group.start_broker(victim)
+        self.epoch += 1
+
+    def stop(self) -> None:
+        if self.proxy is not None and self.proxy.poll() is None:
+            self.proxy.send_signal(signal.SIGTERM)
+            try:
+                self.proxy.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proxy.kill()
+                self.proxy.wait(timeout=30)
+        self.group.stop()
 
 
 def load(config: Any, seconds: float) -> tuple[dict[str, Any], dict[str, bytes]]:
@@ -182,7 +312,7 @@ def load(config: Any, seconds: float) -> tuple[dict[str, Any], dict[str, bytes]]
     }, acked
 
 
-def failover(side: Side, config: Any, kills: int) -> tuple[dict[str, Any], dict[str, bytes]]:
+def failover(side: Any, config: Any, kills: int) -> tuple[dict[str, Any], dict[str, bytes]]:
     from rocketmq import Message, Producer
 
     acked: dict[str, bytes] = {}
@@ -226,16 +356,25 @@ def failover(side: Side, config: Any, kills: int) -> tuple[dict[str, Any], dict[
                 later = [done for began, done in list(ok_times) if began > killed_at]
                 return min(later) if later else None
 
-            first = wait_for(after, FAILOVER_TIMEOUT_S, "a send acknowledged after the kill")
-            seconds = first - killed_at
-            per_kill.append({"kill": k + 1, "victim": victim, "seconds": round(seconds, 3)})
-            log(f"kill {k + 1}/{kills}: master {victim}; first acknowledged send {seconds:.3f} s")
+            try:
+                first = wait_for(after, FAILOVER_TIMEOUT_S, "a send acknowledged after the kill")
+                seconds, timed_out = first - killed_at, False
+            except TimeoutError:
+                seconds, timed_out = FAILOVER_TIMEOUT_S, True
+            side.after_failover(victim)
+            entry: dict[str, Any] = {"kill": k + 1, "victim": victim, "seconds": round(seconds, 3)}
+            if timed_out:
+                entry["timedOut"] = True
+            per_kill.append(entry)
+            log(f"{side.name} kill {k + 1}/{kills}: master {victim}; first acknowledged send "
+                f"{seconds:.3f} s{' (timed out)' if timed_out else ''}")  # fmt: skip
     finally:
         stop.set()
         thread.join(60)
         producer.shutdown()
     return {
         "kills": kills,
+        "timedOut": sum(1 for p in per_kill if p.get("timedOut")),
         "seconds": summarize([p["seconds"] for p in per_kill], 3),
         "perKill": per_kill,
         "acked": len(acked),
@@ -266,24 +405,12 @@ def verify(config: Any, topic: str, acked: dict[str, bytes], timeout_s: float) -
     return {"acked": len(acked), "received": len(got), "ackedLost": len(lost)}
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="2 kills, 10 s of load")
-    parser.add_argument("--kills", type=int, default=None)
-    parser.add_argument("--seconds", type=float, default=None)
-    parser.add_argument("--dir", type=Path, default=None)
-    parser.add_argument("--keep", action="store_true")
-    args = parser.parse_args()
-    kills = args.kills if args.kills is not None else (2 if args.quick else 10)
-    seconds = args.seconds if args.seconds is not None else (10.0 if args.quick else 20.0)
-    work = args.dir or Path(tempfile.mkdtemp(prefix="bench-grpc-"))
-    ceiling = loopback_tcp_ceiling()
-    log(f"loopback ceiling: {ceiling.to_json()}")
-    side = Side(work)
+def run_side(side: Any, seconds: float, kills: int) -> dict[str, Any]:
     try:
         config = side.start()
         load_result, load_acked = load(config, seconds)
-        log(f"load: {load_result['msgPerSec']} msg/s, send p99 {load_result['sendMs']['p99']} ms")
+        log(f"{side.name} load: {load_result['msgPerSec']} msg/s, "
+            f"send p99 {load_result['sendMs']['p99']} ms")  # fmt: skip
         failover_result, failover_acked = failover(side, config, kills)
         side.healthy()
         checks = {
@@ -292,19 +419,50 @@ def main() -> int:
         }
     finally:
         side.stop()
+    return {
+        "side": side.description,
+        "load": load_result,
+        "failover": failover_result,
+        "verify": checks,
+        "ackedLost": sum(c["ackedLost"] for c in checks.values()),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="2 kills a side, 10 s of load")
+    parser.add_argument("--kills", type=int, default=None)
+    parser.add_argument("--seconds", type=float, default=None)
+    parser.add_argument("--only", choices=("brokergroup", "rocketmq"), default=None)
+    parser.add_argument("--dir", type=Path, default=None)
+    parser.add_argument("--keep", action="store_true")
+    args = parser.parse_args()
+    kills = args.kills if args.kills is not None else (2 if args.quick else 10)
+    seconds = args.seconds if args.seconds is not None else (10.0 if args.quick else 20.0)
+    work = args.dir or Path(tempfile.mkdtemp(prefix="bench-grpc-"))
+    ceiling = loopback_tcp_ceiling()
+    log(f"loopback ceiling: {ceiling.to_json()}")
+    sides: dict[str, dict[str, Any]] = {}
+    try:
+        makers: dict[str, Callable[[Path], Any]] = {"brokergroup": Side, "rocketmq": RocketMQSide}
+        for side_name, make in makers.items():
+            if args.only not in (None, side_name):
+                continue
+            sides[side_name] = run_side(make(work / side_name), seconds, kills)
+    finally:
         if not args.keep and args.dir is None:
             shutil.rmtree(work, ignore_errors=True)
     result = {
         "benchmark": "grpc_client",
         "client": "rocketmq-python-client 5.1.2 (official Python SDK), default settings",
-        "side": "brokergroup local up (built-in engine), stable gRPC endpoint",
-        "load": load_result,
-        "failover": failover_result,
-        "verify": checks,
-        "ackedLost": sum(c["ackedLost"] for c in checks.values()),
+        "sides": sides,
+        "ackedLost": sum(s["ackedLost"] for s in sides.values()),
         "loopbackCeiling": ceiling.to_json(),
     }
-    write_result("grpc_client_quick" if args.quick else "grpc_client", result)
+    name = "grpc_client_quick" if args.quick else "grpc_client"
+    if args.only is not None:
+        name += f"_{args.only}"
+    write_result(name, result)
     print_last_line(result)
     return 0
 
