@@ -25,6 +25,7 @@ public class BatchMode {
         StockClient.OUT.println("{\"batch\":\"ok\",\"status\":" + StockClient.q(r.getSendStatus().name())
             + ",\"queueId\":" + r.getMessageQueue().getQueueId() + ",\"queueOffset\":" + r.getQueueOffset()
             + ",\"msgIds\":" + r.getMsgId().split(",").length + "}");
+        StockClient.OUT.flush();  // a hung oversized send still shows how far it got
         String outcome = "{\"summary\":\"batch\",\"sent\":" + count;
         if (over > 0) {
             p.setMaxMessageSize(over + (4 << 20));  // the client sends it; the broker decides
