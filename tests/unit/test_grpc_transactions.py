@@ -275,3 +275,27 @@ async def test_forward_to_dead_letter_queue_puts_the_message_to_the_dlq_and_acks
     assert len(port.read("%DLQ%G")) == 1
     assert port.broker.parts is not None
     assert port.broker.parts.pop.counts.acked == 1
+
+
+async def test_a_reconnected_producers_newer_stream_is_asked(port: Port) -> None:
+    settings = pb.Settings(
+        client_type=pb.PRODUCER, publishing=pb.Publishing(topics=[pb.Resource(name="T")])
+    )
+    streams = []
+    for _ in range(2):  # the SDK's stream, then the one it opens after a reconnect
+        call = port.stub.Telemetry(metadata=signed("producer-2"))
+        await call.write(service_pb.TelemetryCommand(settings=settings))
+        assert (await call.read()).status.code == OK
+        streams.append(call)
+    old, new = streams
+    await old.done_writing()
+    assert await old.read() == grpc.aio.EOF
+    await send_half(port, "tx-reconnected", b"ask the new stream")
+    port.clock.advance(port.service.rules.check_interval_ms + 1)
+    port.service.step()
+    # The older stream's end left the client a producer (its settings stay with the newer).
+    assert port.service.counts.no_producer == 0
+    command = await new.read()
+    assert command.recover_orphaned_transaction_command.transaction_id == "tx-reconnected"
+    await new.done_writing()
+    assert await new.read() == grpc.aio.EOF

@@ -406,8 +406,9 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # type: ignore[m
                 yield command
         finally:
             reader.cancel()
-            self.telemetry.close(client_id, outbox)
-            self.client_settings.pop(client_id, None)
+            if self.telemetry.close(client_id, outbox):
+                # A reconnected client's newer stream keeps its settings.
+                self.client_settings.pop(client_id, None)
 
     async def _read_telemetry(
         self, client_id: str, request_iterator: Any, outbox: asyncio.Queue[Any]

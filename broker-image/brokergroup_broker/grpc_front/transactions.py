@@ -150,9 +150,12 @@ class TelemetryChecks:
         self._streams[client_id] = outbox
         return outbox
 
-    def close(self, client_id: str, outbox: asyncio.Queue[Any]) -> None:
-        if self._streams.get(client_id) is outbox:
-            del self._streams[client_id]
+    def close(self, client_id: str, outbox: asyncio.Queue[Any]) -> bool:
+        """The stream ended; False when a newer stream of the client replaced it."""
+        if self._streams.get(client_id) is not outbox:
+            return False
+        del self._streams[client_id]
+        return True
 
     def producers_of(self, group: str) -> list[str]:
         """Clients with a live stream whose settings publish topic `group`."""
