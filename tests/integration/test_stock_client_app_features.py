@@ -99,7 +99,9 @@ def test_request_gets_the_responders_reply(rt: StockRuntime) -> None:
 
 def test_a_batch_is_bounded_by_bytes_and_read_back_in_order(rt: StockRuntime) -> None:
     over = (4 << 20) + 1
-    lines = rt.client.run("batch", topic="AppBatch", run="ab", count=5000, size=32, over_bytes=over)
+    lines = rt.client.run("batch", topic="AppBatch", run="ab", count=5000, size=32,
+                          over_bytes=over, timeout_s=180)  # fmt: skip
+    assert [x for x in lines if x.get("batch") == "failed"] == []
     (ok,) = [x for x in lines if x.get("batch") == "ok"]
     assert (ok["status"], ok["queueOffset"], ok["msgIds"]) == ("SEND_OK", 0, 5000)
     (refused,) = [x for x in lines if x.get("batch") == "over"]
@@ -122,7 +124,7 @@ def test_a_batch_is_bounded_by_bytes_and_read_back_in_order(rt: StockRuntime) ->
 
 def test_every_broadcast_consumer_gets_every_message(rt: StockRuntime) -> None:
     lines = rt.client.run("broadcast", topic="AppBroadcast", group="app-broadcast",
-                          consumers=2, count=20, idle_s=30)  # fmt: skip
+                          consumers=2, count=20, idle_s=30, timeout_s=240)  # fmt: skip
     wanted = {"warm", *(f"broadcast-{i}" for i in range(20))}
     for k in (0, 1):
         bodies = [x["body"] for x in lines if x.get("consumer") == k]

@@ -21,7 +21,19 @@ public class BatchMode {
         DefaultMQProducer p = StockClient.producer("");
         List<Message> batch = new ArrayList<>();
         for (int i = 0; i < count; i++) batch.add(new Message(topic, StockClient.body(run + "-" + i, size)));
-        SendResult r = p.send(batch);
+        // One request of 5,000 messages waits for its replicated, fsynced store: more than the
+        // default 3 s on a loaded machine.
+        p.setSendMsgTimeout(StockClient.intOpt("send_timeout_ms", 30_000));
+        SendResult r;
+        try {
+            r = p.send(batch);
+        } catch (Exception e) {
+            // Answered, not thrown: a mode that throws leaves the client's threads running.
+            StockClient.OUT.println("{\"batch\":\"failed\",\"error\":" + StockClient.q(e.toString()) + "}");
+            p.shutdown();
+            StockClient.OUT.println("{\"summary\":\"batch\",\"sent\":0}");
+            return;
+        }
         StockClient.OUT.println("{\"batch\":\"ok\",\"status\":" + StockClient.q(r.getSendStatus().name())
             + ",\"queueId\":" + r.getMessageQueue().getQueueId() + ",\"queueOffset\":" + r.getQueueOffset()
             + ",\"msgIds\":" + r.getMsgId().split(",").length + "}");
