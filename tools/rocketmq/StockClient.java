@@ -101,17 +101,25 @@ public class StockClient {
             opts.put(args[i].substring(0, eq), args[i].substring(eq + 1));
         }
         String mode = args.length > 0 ? args[0] : "";
-        switch (mode) {
-            case "send": send(); break;
-            case "consume": consume(); break;
-            case "retry": retry(); break;
-            case "load": load(); break;
-            case "failover": failover(); break;
-            case "verify": verify(); break;
-            case "follow": follow(); break;
-            case "delayed": delayed(); break;
-            case "backoff": backoff(); break;
-            default: runModeClass(mode); break;
+        try {
+            switch (mode) {
+                case "send": send(); break;
+                case "consume": consume(); break;
+                case "retry": retry(); break;
+                case "load": load(); break;
+                case "failover": failover(); break;
+                case "verify": verify(); break;
+                case "follow": follow(); break;
+                case "delayed": delayed(); break;
+                case "backoff": backoff(); break;
+                default: runModeClass(mode); break;
+            }
+        } catch (Throwable e) {
+            // A mode that throws must still end the JVM: the client's threads (netty,
+            // rebalance) are not daemons, and the caller would wait out its timeout.
+            OUT.flush();
+            e.printStackTrace();
+            System.exit(1);
         }
         OUT.flush();
         System.exit(0);  // client threads (netty, rebalance) are not daemons
