@@ -12,9 +12,6 @@ RocketMQ proxy serves the RocketMQ 5 SDKs over gRPC with the group's client pair
 - timer messages sent at 40/s through a SIGKILL of the master: every acknowledged one is
   delivered, none before its deliver time; duplicates are counted (at-least-once: a new master
   dequeues from the timer checkpoint its slave last fetched);
-- a stock TransactionMQProducer (TransactionMode): committed half messages delivered once,
-  rolled-back ones never, UNKNOW ones checked back by the stock master (its check service,
-  transactionCheckInterval 2 s from `--set`) and committed by the answer;
 - the official Python SDK (rocketmq-python-client) sends through `grpcEndpoint` (the stock
   proxy, cluster mode, pointed at the nodes' name servers) and a SimpleConsumer receives the
   same bodies, tags, keys and properties and acks them; an SDK with a wrong key pair gets no
@@ -370,76 +367,6 @@ def test_every_acknowledged_timer_is_delivered_across_a_master_kill(
         f"{len(acks)} acknowledged timers, all delivered, none early; {duplicates} "
         f"duplicates; the latest {latest} ms after its time"
     )
-
-
-def test_transactions_commit_roll_back_and_are_checked_back_by_the_stock_master(
-    group: Group, tmp_path: Path
-) -> None:
-    topic = "RmqEngineTx"
-    group.healthy()
-    group.create_topic(topic)
-    gate, stop = tmp_path / "gate", tmp_path / "stop"
-    gate.touch()  # an UNKNOW one is committed at its first check
-    acks_path, checks_path = tmp_path / "acks.tsv", tmp_path / "checks.tsv"
-
-    def acks() -> dict[str, str]:
-        rows = (
-            [x.split("\t") for x in acks_path.read_text().splitlines()]
-            if acks_path.exists()
-            else []
-        )
-        return {r[0]: r[1] for r in rows if len(r) == 5}
-
-    def checked() -> dict[str, str]:
-        rows = (
-            [x.split("\t") for x in checks_path.read_text().splitlines()]
-            if checks_path.exists()
-            else []
-        )
-        return {r[1]: r[3] for r in rows if len(r) == 4}
-
-    producer = group.client.start(
-        "transaction", tmp_path / "producer.log", topic=topic, run="rt", count=5, size=SIZE,
-        acks=acks_path, checks=checks_path, gate=gate, stop=stop, group="rmq-engine-tx",
-    )  # fmt: skip
-    try:
-        wait_until("15 SEND_OKs", lambda: len(acks()) == 15, 120, group.rt)
-        unknown = {i for i, kind in acks().items() if kind == "unknown"}
-        wait_until(
-            "every UNKNOW one checked back and committed",
-            lambda: all(checked().get(i) == "COMMIT_MESSAGE" for i in unknown),
-            90,
-            group.rt,
-        )
-    finally:
-        stop.touch()
-        try:
-            producer.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            producer.kill()
-    sent = acks()
-    assert sorted(set(sent.values())) == ["commit", "rollback", "unknown"], sent
-    committed = {i for i, kind in sent.items() if kind in ("commit", "unknown")}
-    # A stock master checks every half message older than transactionTimeOut (1 s) with no
-    # op yet: under load an END_TRANSACTION (oneway) can come later than that, so a commit or
-    # rollback may be checked too, and is answered as it was decided.
-    answers = checked()
-    assert unknown <= set(answers), "every UNKNOW one is checked back"
-    expected = {"commit": "COMMIT_MESSAGE", "rollback": "ROLLBACK_MESSAGE"}
-    assert all(answers[i] == expected.get(sent[i], "COMMIT_MESSAGE") for i in answers), answers
-    seen: dict[str, int] = {}
-    for attempt in range(3):  # a new group from the first offset reads what the topic holds
-        lines = group.client.run(
-            "consume", kind="lite", topic=topic, group=f"rmq-engine-tx-read-{attempt}",
-            count=100_000, idle_s=6,
-        )  # fmt: skip
-        seen = {}
-        for m in lines[:-1]:
-            seen[str(m["keys"])] = seen.get(str(m["keys"]), 0) + 1
-        if committed <= set(seen):
-            break
-        time.sleep(3)
-    assert seen == {i: 1 for i in committed}, "committed once each, rolled back never"
 
 
 def sdk_roundtrip(
