@@ -140,7 +140,9 @@ async def test_a_delay_level_waits_its_delay_then_reaches_its_real_queue(port: P
     assert answer.fields()["queueId"] == "1"  # the queue asked for, as RocketMQ answers
     assert port.read("Orders", 1) == []
     (held,) = port.read(SCHEDULE_TOPIC, 2)
-    assert held.properties == {"UNIQ_KEY": "U1", "TAGS": "TagA", "DELAY": "3",
+    # The broker's stamps (as SendMessageProcessor adds them) come before the redirect.
+    stamps = {"MSG_REGION": "DefaultRegion", "TRACE_ON": "true", "CLUSTER": "C"}
+    assert held.properties == {"UNIQ_KEY": "U1", "TAGS": "TagA", "DELAY": "3", **stamps,
                                "REAL_TOPIC": "Orders", "REAL_QID": "1"}  # fmt: skip
     clock = Clock(held.store_timestamp_ms + 9_999)
     service = _service(port, clock)
@@ -152,7 +154,7 @@ async def test_a_delay_level_waits_its_delay_then_reaches_its_real_queue(port: P
     (delivered,) = port.read("Orders", 1)
     assert (delivered.body, delivered.properties) == (
         b"later",
-        {"UNIQ_KEY": "U1", "TAGS": "TagA", "REAL_TOPIC": "Orders", "REAL_QID": "1"},
+        {"UNIQ_KEY": "U1", "TAGS": "TagA", **stamps, "REAL_TOPIC": "Orders", "REAL_QID": "1"},
     )
     assert (delivered.born_timestamp_ms, delivered.flag) == (held.born_timestamp_ms, held.flag)
     # The progress is a consumer offset of the system group: a new term starts after it.
