@@ -64,7 +64,10 @@ FAST = ClientConfig(
     retry_max_backoff_ms=20,
     retry_deadline_ms=3_000,
     request_timeout_ms=3_000,
-    connect_timeout_ms=1_000,
+    # A liveness bound on connect + authentication, not a speed expectation: 1 s failed
+    # test_handler_bug_is_system_error once in a unit run beside a load of ~20 (the server
+    # still waiting for the HELLO when the client gave up); nothing here tests this timeout.
+    connect_timeout_ms=10_000,
 )
 
 
