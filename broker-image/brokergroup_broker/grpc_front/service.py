@@ -446,51 +446,46 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # type: ignore[m
 
     # ------------------------------------------------------------------ consumption
 
+    def _consuming(self, context: Any, topic: Any, group: Any) -> tuple[Any, str, str]:
+        """The POP consumption and the checked topic and group names of a consumer's call,
+        or GrpcRefusal (no client id, a bad name, no POP service on this broker)."""
+        _require_client_id(context)
+        topic_name, group_name = _topic_name(topic), _group_name(group)
+        if self._consumption is None:
+            raise GrpcRefusal(convert.NOT_IMPLEMENTED, "POP consumption is not on this broker")
+        return self._consumption, topic_name, group_name
+
     async def ReceiveMessage(self, request: Any, context: Any) -> AsyncIterator[Any]:
         try:
-            _require_client_id(context)
-            topic = _topic_name(request.message_queue.topic)
-            group = _group_name(request.group)
-            if self._consumption is None:
-                raise GrpcRefusal(convert.NOT_IMPLEMENTED, "POP consumption is not on this broker")
+            consumption, topic, group = self._consuming(
+                context, request.message_queue.topic, request.group
+            )
         except GrpcRefusal as exc:
             yield service_pb.ReceiveMessageResponse(status=_status(exc.code, exc.message))
             return
-        async for response in self._consumption.receive(request, group, topic, context):
+        async for response in consumption.receive(request, group, topic, context):
             yield response
 
     async def AckMessage(self, request: Any, context: Any) -> Any:
         try:
-            _require_client_id(context)
-            _topic_name(request.topic)
-            _group_name(request.group)
-            if self._consumption is None:
-                raise GrpcRefusal(convert.NOT_IMPLEMENTED, "POP consumption is not on this broker")
+            consumption, _, _ = self._consuming(context, request.topic, request.group)
         except GrpcRefusal as exc:
             return service_pb.AckMessageResponse(status=_status(exc.code, exc.message))
-        return await self._consumption.ack(request)
+        return await consumption.ack(request)
 
     async def ChangeInvisibleDuration(self, request: Any, context: Any) -> Any:
         try:
-            _require_client_id(context)
-            _topic_name(request.topic)
-            _group_name(request.group)
-            if self._consumption is None:
-                raise GrpcRefusal(convert.NOT_IMPLEMENTED, "POP consumption is not on this broker")
+            consumption, _, _ = self._consuming(context, request.topic, request.group)
         except GrpcRefusal as exc:
             return service_pb.ChangeInvisibleDurationResponse(status=_status(exc.code, exc.message))
-        return await self._consumption.change_invisible_duration(request)
+        return await consumption.change_invisible_duration(request)
 
     async def ForwardMessageToDeadLetterQueue(self, request: Any, context: Any) -> Any:
         try:
-            _require_client_id(context)
-            _topic_name(request.topic)
-            _group_name(request.group)
-            if self._consumption is None:
-                raise GrpcRefusal(convert.NOT_IMPLEMENTED, "POP consumption is not on this broker")
+            consumption, _, _ = self._consuming(context, request.topic, request.group)
             # As the proxy: the message to %DLQ%<group> through the one produce path,
             # then, once it is stored, the receipt handle acked.
-            batch = self._consumption.dead_letter_batch(request)
+            batch = consumption.dead_letter_batch(request)
             new_topic = not self._topics.known(batch.topic)
             response = await self._store(batch)
             if isinstance(response, ErrorResponse):
@@ -506,7 +501,7 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # type: ignore[m
                 status=_status(exc.code, exc.message)
             )
         return service_pb.ForwardMessageToDeadLetterQueueResponse(
-            status=await self._consumption.ack_one(request)
+            status=await consumption.ack_one(request)
         )
 
 
