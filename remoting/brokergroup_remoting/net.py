@@ -65,9 +65,8 @@ from brokergroup_remoting.listener import (
 from brokergroup_remoting.tls import (
     Accept,
     ServerTls,
+    SniffingListener,
     TlsMode,
-    accept_forever,
-    listening_socket,
     open_accepted,
     sniff,
 )
@@ -490,17 +489,14 @@ class RemotingServer:
         self._guard = ListenerGuard(listener)
         self._log_budget = LogBudget(listener.log_lines_per_minute)
         self._server: asyncio.Server | None = None
-        self._listening: socket.socket | None = None
-        self._acceptor: asyncio.Task[None] | None = None
-        self._accepting: set[asyncio.Task[None]] = set()
+        self._sniffing: SniffingListener | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self.connections: set[Connection] = set()
 
     @property
     def port(self) -> int:
-        if self._listening is not None:
-            bound: int = self._listening.getsockname()[1]
-            return bound
+        if self._sniffing is not None:
+            return self._sniffing.port
         if self._server is None or not self._server.sockets:
             raise RuntimeError(f"{self._name} is not listening")
         port: int = self._server.sockets[0].getsockname()[1]
@@ -517,28 +513,20 @@ class RemotingServer:
             # Each connection's first byte is peeked before any stream reads it (tls.py),
             # so this port accepts its sockets itself.
             tls = self._tls
-            self._listening = listening_socket(host, port)
-            self._acceptor = asyncio.create_task(
-                accept_forever(
-                    self._listening,
-                    lambda sock: self._accept_socket(sock, tls),
-                    self._accepting,
-                    lambda exc: self._warn("accept failed: %s", exc),
-                )
+            self._sniffing = SniffingListener()
+            self._sniffing.start(
+                host,
+                port,
+                lambda sock: self._accept_socket(sock, tls),
+                lambda exc: self._warn("accept failed: %s", exc),
             )
         self._sweeper = asyncio.create_task(self._sweep_idle())
 
     async def close(self) -> None:
         if self._sweeper is not None:
             self._sweeper.cancel()
-        if self._acceptor is not None:
-            self._acceptor.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._acceptor
-        if self._listening is not None:
-            self._listening.close()
-        for task in list(self._accepting):
-            task.cancel()
+        if self._sniffing is not None:
+            await self._sniffing.close()
         if self._server is not None:
             self._server.close()
         for conn in list(self.connections):

@@ -25,6 +25,7 @@ false).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import socket
 import ssl
@@ -140,34 +141,70 @@ def _set_done(future: asyncio.Future[None]) -> None:
         future.set_result(None)
 
 
-def listening_socket(host: str, port: int) -> socket.socket:
-    """A non-blocking listening socket for a port that accepts its connections itself (to
-    peek at each one's first byte before any stream reads it)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    listening = socket.create_server((host.strip("[]"), port), family=family, backlog=1024)
-    listening.setblocking(False)
-    return listening
+class SniffingListener:
+    """A listening socket that accepts its connections itself (so each one's first byte is
+    peeked before any stream reads it), each handled in a task of its own: the one accept
+    loop of every TLS port (the remoting transport, the broker's client port, the local
+    master forwarder)."""
 
+    def __init__(self) -> None:
+        self._socket: socket.socket | None = None
+        self._acceptor: asyncio.Task[None] | None = None
+        #: Connections being handled (their first byte, their handshake, or more).
+        self.accepting: set[asyncio.Task[None]] = set()
 
-async def accept_forever(
-    listening: socket.socket,
-    handle: Callable[[socket.socket], Coroutine[Any, Any, None]],
-    tasks: set[asyncio.Task[None]],
-    on_error: Callable[[OSError], None],
-) -> None:
-    """Accept connections until cancelled, each handled in its own task (kept in `tasks`
-    until it ends); an accept error (out of descriptors) is reported and retried."""
-    loop = asyncio.get_running_loop()
-    while True:
-        try:
-            sock, _ = await loop.sock_accept(listening)
-        except OSError as exc:
-            on_error(exc)
-            await asyncio.sleep(0.1)
-            continue
-        task = asyncio.create_task(handle(sock))
-        tasks.add(task)
-        task.add_done_callback(tasks.discard)
+    @property
+    def port(self) -> int:
+        assert self._socket is not None, "not listening"
+        bound: int = self._socket.getsockname()[1]
+        return bound
+
+    def start(
+        self,
+        host: str,
+        port: int,
+        handle: Callable[[socket.socket], Coroutine[Any, Any, None]],
+        on_error: Callable[[OSError], None],
+    ) -> None:
+        """Listen on host:port and hand every accepted socket to `handle`; an accept error
+        (out of descriptors) is reported and retried."""
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        listening = socket.create_server((host.strip("[]"), port), family=family, backlog=1024)
+        listening.setblocking(False)
+        self._socket = listening
+        self._acceptor = asyncio.create_task(self._accept(listening, handle, on_error))
+
+    async def _accept(
+        self,
+        listening: socket.socket,
+        handle: Callable[[socket.socket], Coroutine[Any, Any, None]],
+        on_error: Callable[[OSError], None],
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                sock, _ = await loop.sock_accept(listening)
+            except OSError as exc:
+                on_error(exc)
+                await asyncio.sleep(0.1)
+                continue
+            task = asyncio.create_task(handle(sock))
+            self.accepting.add(task)
+            task.add_done_callback(self.accepting.discard)
+
+    async def close(self, *, cancel: Callable[[asyncio.Task[None]], bool] = lambda _: True) -> None:
+        """Stop accepting and close the socket; cancel the connections `cancel` picks (all
+        by default) that are still being handled."""
+        acceptor, self._acceptor = self._acceptor, None
+        if acceptor is not None:
+            acceptor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await acceptor
+        if self._socket is not None:
+            self._socket.close()
+        for task in list(self.accepting):
+            if cancel(task):
+                task.cancel()
 
 
 async def sniff(sock: socket.socket, tls: ServerTls) -> Accept | None:

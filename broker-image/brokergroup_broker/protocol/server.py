@@ -94,9 +94,8 @@ from brokergroup_remoting.listener import ListenerGuard, ListenerLimits, LogBudg
 from brokergroup_remoting.tls import (
     Accept,
     ServerTls,
+    SniffingListener,
     TlsMode,
-    accept_forever,
-    listening_socket,
     open_accepted,
     sniff,
 )
@@ -184,9 +183,7 @@ class BrokerProtocolServer:
         self._auth = auth
         self._tls = tls if tls is not None and tls.mode is not TlsMode.DISABLED else None
         self._server: asyncio.Server | None = None
-        self._listening: socket.socket | None = None
-        self._acceptor: asyncio.Task[None] | None = None
-        self._accepting: set[asyncio.Task[None]] = set()
+        self._sniffing: SniffingListener | None = None
         self._connections: dict[asyncio.Task[None], _Connection] = {}
         self._guard = ListenerGuard(self._config.listener_limits())
         self._log_budget = LogBudget(self._config.log_lines_per_minute)
@@ -195,8 +192,8 @@ class BrokerProtocolServer:
     @property
     def port(self) -> int:
         """The bound port (useful after `start(host, 0)`)."""
-        if self._listening is not None:
-            return int(self._listening.getsockname()[1])
+        if self._sniffing is not None:
+            return self._sniffing.port
         assert self._server is not None, "server not started"
         return int(self._server.sockets[0].getsockname()[1])
 
@@ -205,7 +202,7 @@ class BrokerProtocolServer:
         return len(self._connections)
 
     async def start(self, bind_host: str, port: int) -> None:
-        assert self._server is None and self._listening is None, "server already started"
+        assert self._server is None and self._sniffing is None, "server already started"
         if self._tls is None:
             self._server = await asyncio.start_server(
                 self._on_connection,
@@ -218,14 +215,12 @@ class BrokerProtocolServer:
             # The client's first byte is peeked before any stream reads it: this port
             # accepts its sockets itself (as the remoting ports do, brokergroup_remoting.tls).
             tls = self._tls
-            self._listening = listening_socket(bind_host, port)
-            self._acceptor = asyncio.create_task(
-                accept_forever(
-                    self._listening,
-                    lambda sock: self._on_socket(sock, tls),
-                    self._accepting,
-                    lambda exc: self._log("accept failed: %s", exc),
-                )
+            self._sniffing = SniffingListener()
+            self._sniffing.start(
+                bind_host,
+                port,
+                lambda sock: self._on_socket(sock, tls),
+                lambda exc: self._log("accept failed: %s", exc),
             )
         self._sweeper = asyncio.create_task(self._close_idle())
 
@@ -251,20 +246,16 @@ class BrokerProtocolServer:
     async def stop(self) -> None:
         """Stop accepting, let open requests finish (bounded), close all."""
         server, self._server = self._server, None
-        acceptor, self._acceptor = self._acceptor, None
-        if server is None and acceptor is None:
+        sniffing, self._sniffing = self._sniffing, None
+        if server is None and sniffing is None:
             return
         if self._sweeper is not None:
             self._sweeper.cancel()
         if server is not None:
             server.close()
-        if acceptor is not None:
-            acceptor.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await acceptor
-            for accepting in list(self._accepting):
-                if accepting not in self._connections:  # still in its first byte or TLS
-                    accepting.cancel()
+        if sniffing is not None:
+            # Those still in their first byte or TLS; served ones get the grace below.
+            await sniffing.close(cancel=lambda task: task not in self._connections)
         tasks = list(self._connections)
         for task, conn in list(self._connections.items()):
             if not conn.draining:
@@ -277,9 +268,6 @@ class BrokerProtocolServer:
                     stuck.abort()
             if pending:
                 await asyncio.wait(pending, timeout=1.0)
-        if self._listening is not None:
-            self._listening.close()
-            self._listening = None
         if server is not None:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(server.wait_closed(), self._config.stop_grace_ms / 1000)

@@ -46,9 +46,8 @@ from brokergroup_controller.errors import ControllerError
 from brokergroup_remoting.tls import (
     Accept,
     ServerTls,
+    SniffingListener,
     TlsMode,
-    accept_forever,
-    listening_socket,
     sniff,
 )
 
@@ -101,9 +100,7 @@ class MasterForwarder:
         # TLS too (a master whose port enforces it).
         self._tls = tls if tls is not None and tls.mode is not TlsMode.DISABLED else None
         self._upstream_tls = upstream_tls
-        self._listening: socket.socket | None = None
-        self._acceptor: asyncio.Task[None] | None = None
-        self._accepting: set[asyncio.Task[None]] = set()
+        self._sniffing: SniffingListener | None = None
         self._hold_s = hold_ms / 1000
         self._target: str | None = None
         self._changed = asyncio.Event()
@@ -124,9 +121,8 @@ class MasterForwarder:
 
     @property
     def port(self) -> int:
-        if self._listening is not None:
-            bound: int = self._listening.getsockname()[1]
-            return bound
+        if self._sniffing is not None:
+            return self._sniffing.port
         assert self._server is not None and self._server.sockets
         port: int = self._server.sockets[0].getsockname()[1]
         return port
@@ -137,14 +133,12 @@ class MasterForwarder:
                 lambda: _ClientEnd(self._attach, self._remoting), host, port
             )
         else:
-            self._listening = listening_socket(host, port)
-            self._acceptor = asyncio.create_task(
-                accept_forever(
-                    self._listening,
-                    self._accept_socket,
-                    self._accepting,
-                    lambda exc: log.warning("%s: accept failed: %s", self._name, exc),
-                )
+            self._sniffing = SniffingListener()
+            self._sniffing.start(
+                host,
+                port,
+                self._accept_socket,
+                lambda exc: log.warning("%s: accept failed: %s", self._name, exc),
             )
         log.info(
             "%s: stable master address %s:%d (TLS %s)",
@@ -177,14 +171,8 @@ class MasterForwarder:
             sock.close()
 
     async def close(self) -> None:
-        if self._acceptor is not None:
-            self._acceptor.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._acceptor
-        if self._listening is not None:
-            self._listening.close()
-        for accepting in list(self._accepting):
-            accepting.cancel()
+        if self._sniffing is not None:
+            await self._sniffing.close()
         if self._server is not None:
             self._server.close()
         for task in list(self._pipes):
