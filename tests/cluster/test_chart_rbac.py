@@ -45,12 +45,14 @@ ALLOWED = [
     ("create", "secrets"),
     ("patch", "secrets"),
     ("patch", "persistentvolumeclaims"),
+    # engine rocketmq: the stock proxy's Deployment per group (rocketmq_proxy.py)
+    ("create", "deployments.apps"),
 ]
 REFUSED = [
     ("get", "secrets"),
     ("list", "secrets"),
     ("list", "nodes"),
-    ("create", "deployments.apps"),
+    ("create", "daemonsets.apps"),
     ("create", "clusterroles.rbac.authorization.k8s.io"),
     ("create", "pods", "--subresource=exec"),
     ("delete", "brokergroups.brokergroup.io"),
