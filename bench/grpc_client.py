@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -382,15 +383,26 @@ def failover(side: Any, config: Any, kills: int) -> tuple[dict[str, Any], dict[s
 
 
 def verify(config: Any, topic: str, acked: dict[str, bytes], timeout_s: float) -> dict[str, Any]:
+    """Receive `topic` with a new SimpleConsumer group until every acknowledged message came
+    back or `timeout_s` passed. When each one first came (seconds after the consumer
+    started) tells a late message from a lost one: `arrivalS` summarizes them, `receivedBy`
+    counts the acknowledged ones received by 30 s steps."""
     from rocketmq import FilterExpression, SimpleConsumer
 
     consumer = SimpleConsumer(config, f"{topic}Verify", {topic: FilterExpression("*")},
                               await_duration=2)  # fmt: skip
     consumer.startup()
     got: dict[str, bytes] = {}
-    deadline = time.monotonic() + timeout_s
+    first_seen_s: dict[str, float] = {}
+    began = time.monotonic()
+    deadline = began + timeout_s
+    next_log = began + 30
     try:
         while time.monotonic() < deadline and not set(acked) <= set(got):
+            if time.monotonic() >= next_log:
+                next_log += 30
+                log(f"verify {topic}: {len(set(acked) & set(got))} of {len(acked)} "
+                    f"acknowledged received after {time.monotonic() - began:.0f} s")  # fmt: skip
             try:
                 batch = consumer.receive(32, 60) or []
             except Exception:
@@ -398,6 +410,7 @@ def verify(config: Any, topic: str, acked: dict[str, bytes], timeout_s: float) -
                 continue
             for m in batch:
                 got[m.message_id] = m.body
+                first_seen_s.setdefault(m.message_id, time.monotonic() - began)
                 # A failed ack (a stock proxy's deadline under load): the message comes
                 # again after its invisible time; it was received all the same.
                 with contextlib.suppress(Exception):
@@ -405,10 +418,26 @@ def verify(config: Any, topic: str, acked: dict[str, bytes], timeout_s: float) -
     finally:
         consumer.shutdown()
     lost = [k for k, v in acked.items() if got.get(k) != v]
-    return {"acked": len(acked), "received": len(got), "ackedLost": len(lost)}
+    arrivals = sorted(first_seen_s[k] for k in acked if k in first_seen_s)
+    steps = range(30, int(timeout_s) + 30, 30)
+    return {
+        "acked": len(acked),
+        "received": len(got),
+        "ackedLost": len(lost),
+        "verifySeconds": timeout_s,
+        "arrivalS": summarize(arrivals, 1),
+        "receivedBy": {f"{t}s": sum(1 for a in arrivals if a <= t) for t in steps},
+        "lostSample": sorted(lost)[:20],
+    }
 
 
-def run_side(side: Any, seconds: float, kills: int) -> dict[str, Any]:
+def run_side(side: Any, seconds: float, kills: int, verify_s: float) -> dict[str, Any]:
+    from _cpu import cpu_window, take_sample
+
+    # This process and its children (the side's servers, JVMs included) against the whole
+    # machine: what other sessions took of the cores while the side ran. A killed process's
+    # ticks leave with it, so `other_busy_cores` is an upper bound.
+    before = take_sample({os.getpid(): "bench"})
     try:
         config = side.start()
         load_result, load_acked = load(config, seconds)
@@ -417,13 +446,21 @@ def run_side(side: Any, seconds: float, kills: int) -> dict[str, Any]:
         failover_result, failover_acked = failover(side, config, kills)
         side.healthy()
         checks = {
-            "load": verify(config, LOAD_TOPIC, load_acked, 180),
-            "failover": verify(config, FAILOVER_TOPIC, failover_acked, 120),
+            "load": verify(config, LOAD_TOPIC, load_acked, max(180, verify_s)),
+            "failover": verify(config, FAILOVER_TOPIC, failover_acked, verify_s),
         }
     finally:
         side.stop()
+    window = cpu_window(before, take_sample({os.getpid(): "bench"}))
+    ours = sum(window.cores().values())
     return {
         "side": side.description,
+        "machine": {
+            "wallS": round(window.wall_s, 1),
+            "machine_busy_cores": round(window.machine_busy_cores, 3),
+            "bench_cores": round(ours, 3),
+            "other_busy_cores": round(window.machine_busy_cores - ours, 3),
+        },
         "load": load_result,
         "failover": failover_result,
         "verify": checks,
@@ -438,6 +475,10 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=None)
     parser.add_argument("--only", choices=("brokergroup", "rocketmq"), default=None)
     parser.add_argument("--dir", type=Path, default=None)
+    parser.add_argument(
+        "--verify-seconds", type=float, default=120.0,
+        help="how long the failover topic's verify waits for every acknowledged message",
+    )  # fmt: skip
     parser.add_argument("--keep", action="store_true")
     args = parser.parse_args()
     kills = args.kills if args.kills is not None else (2 if args.quick else 10)
@@ -451,7 +492,7 @@ def main() -> int:
         for side_name, make in makers.items():
             if args.only not in (None, side_name):
                 continue
-            sides[side_name] = run_side(make(work / side_name), seconds, kills)
+            sides[side_name] = run_side(make(work / side_name), seconds, kills, args.verify_seconds)
             log(f"{side_name}: {json.dumps(sides[side_name])}")  # kept if a later side fails
     finally:
         if not args.keep and args.dir is None:
