@@ -24,8 +24,7 @@ from pathlib import Path
 
 from brokergroup_broker.store.health import DiskSpace
 from brokergroup_cli.chaos import netfault
-from brokergroup_cli.chaos.runtime import LocalRuntime, LocalRuntimeError
-from brokergroup_cli.local.state import ChildKind, ChildRecord
+from brokergroup_cli.chaos.targets.base import Node, NodeKind, Target, TargetError
 
 KILL_MASTER = "kill-master"
 KILL_SLAVE = "kill-slave"
@@ -37,6 +36,15 @@ RESTART_BROKER = "restart-broker-new-address"
 FILL_MASTER_DISK = "fill-master-disk"
 TRUNCATE_TAIL = "truncate-unflushed-tail"
 LAGGING_KILL = "kill-master-and-controller-leader-with-lagging-slaves"
+# OpenChaos's faults (issue 37): a bridge, a majorities ring, a lossy link, a suspended leader.
+PARTITION_BRIDGE = "partition-bridge"
+PARTITION_RING = "partition-majorities-ring"
+LOSSY_LINK = "packet-loss-master-link"
+PAUSE_CONTROLLER_LEADER = "pause-controller-leader"
+#: `<fault>+kill-master`: the master is SIGKILLed `COMPOSE_KILL_AFTER_S` into the
+#: fault, before it heals (negative controls and scenarios: a failover under the fault).
+THEN_KILL_MASTER = "+kill-master"
+COMPOSE_KILL_AFTER_S = 1.5
 
 ALL_FAULTS = (
     KILL_MASTER,
@@ -49,7 +57,15 @@ ALL_FAULTS = (
     FILL_MASTER_DISK,
     TRUNCATE_TAIL,
     LAGGING_KILL,
+    PARTITION_BRIDGE,
+    PARTITION_RING,
+    LOSSY_LINK,
+    PAUSE_CONTROLLER_LEADER,
 )
+#: What LOSSY_LINK does to the master's link to one slave (delay only where netem is).
+LINK_LOSS_PERCENT = 30.0
+LINK_DELAY_MS = 100
+LINK_JITTER_MS = 50
 #: How long the slaves lag (are stopped) before LAGGING_KILL kills the master.
 LAG_S = 1.0
 
@@ -59,9 +75,17 @@ BROKER_DISK_BYTES = 256 * 1024 * 1024
 MAX_TAIL_CUT_BYTES = 64 * 1024
 
 
+def is_known(fault: str) -> bool:
+    base = fault.removesuffix(THEN_KILL_MASTER)
+    return base in ALL_FAULTS
+
+
 def unavailable_reason(fault: str) -> str | None:
-    if fault in (PARTITION_MASTER, LAGGING_KILL):
+    fault = fault.removesuffix(THEN_KILL_MASTER)
+    if fault in (PARTITION_MASTER, LAGGING_KILL, PARTITION_BRIDGE, PARTITION_RING):
         return netfault.unavailable_reason()
+    if fault == LOSSY_LINK:
+        return netfault.loss_unavailable_reason()
     if fault == FILL_MASTER_DISK and os.geteuid() != 0:
         return "filling a disk needs a tmpfs per broker (root)"
     return None
@@ -89,19 +113,41 @@ def _nothing() -> None:
     return None
 
 
-def _master(rt: LocalRuntime) -> ChildRecord:
-    info = rt.replica_info()
-    if info is None or not info.get("masterAlive") or not info.get("masterAddress"):
-        raise LocalRuntimeError("no live master to inject the fault into")
-    return rt.broker_on(str(info["masterAddress"]).rpartition(":")[0])
+def _master(rt: Target) -> Node:
+    master = rt.master()
+    if master is None:
+        raise TargetError("no live master to inject the fault into")
+    return master
 
 
-def _slaves(rt: LocalRuntime, master: ChildRecord) -> list[ChildRecord]:
-    return [c for c in rt.live_children(ChildKind.BROKER) if c.host != master.host]
+def _slaves(rt: Target, master: Node) -> list[Node]:
+    return [c for c in rt.nodes(NodeKind.BROKER) if c.host != master.host]
 
 
-def inject(fault: str, rt: LocalRuntime, rng: random.Random) -> Injected:
-    """Start `fault` now; `heal()` ends it (kills need none: the supervisor restarts)."""
+def _store(node: Node) -> tuple[Path, Path]:
+    """(data dir, commit log dir) of a broker node."""
+    if node.data_dir is None or node.commitlog_dir is None:
+        raise TargetError(f"{node.name}: the target does not say where its store is")
+    return node.data_dir, node.commitlog_dir
+
+
+def inject(fault: str, rt: Target, rng: random.Random) -> Injected:
+    """Start `fault` now; `heal()` ends it (kills need none: the supervisor restarts).
+    `<fault>+kill-master` also kills the master COMPOSE_KILL_AFTER_S in."""
+    if fault.endswith(THEN_KILL_MASTER):
+        master = _master(rt)
+        base = inject(fault.removesuffix(THEN_KILL_MASTER), rt, rng)
+        try:
+            time.sleep(COMPOSE_KILL_AFTER_S)
+            rt.signal(master, signal.SIGKILL)
+        except BaseException:
+            base.heal()
+            raise
+        return Injected(f"{base.note}, then SIGKILL master {master.name} on {master.host}",
+                        base.heal)  # fmt: skip
+    new = _inject_openchaos(fault, rt, rng)
+    if new is not None:
+        return new
     if fault == KILL_MASTER:
         master = _master(rt)
         rt.signal(master, signal.SIGKILL)
@@ -109,14 +155,14 @@ def inject(fault: str, rt: LocalRuntime, rng: random.Random) -> Injected:
     if fault == KILL_SLAVE:
         slaves = _slaves(rt, _master(rt))
         if not slaves:
-            raise LocalRuntimeError("no live slave")
+            raise TargetError("no live slave")
         victim = rng.choice(slaves)
         rt.signal(victim, signal.SIGKILL)
         return Injected(f"SIGKILL slave {victim.name} on {victim.host}", _nothing)
     if fault in (KILL_CONTROLLER_LEADER, KILL_MASTER_AND_CONTROLLER_LEADER):
         leader = rt.controller_leader()
         if leader is None:
-            raise LocalRuntimeError("no controller leader")
+            raise TargetError("no controller leader")
         notes = [f"SIGKILL controller leader {leader.name}"]
         if fault == KILL_MASTER_AND_CONTROLLER_LEADER:
             master = _master(rt)
@@ -163,7 +209,8 @@ def inject(fault: str, rt: LocalRuntime, rng: random.Random) -> Injected:
         return Injected(f"SIGSTOP master {master.name} on {master.host}", resume)
     if fault == PARTITION_MASTER:
         master = _master(rt)
-        others = [*rt.addresses.controller_hosts, *(s.host for s in _slaves(rt, master))]
+        controllers = [c.host for c in rt.nodes(NodeKind.CONTROLLER)]
+        others = [*controllers, *(s.host for s in _slaves(rt, master))]
         partition = netfault.LoopbackPartition()
         partition.cut([master.host], others)
 
@@ -172,27 +219,90 @@ def inject(fault: str, rt: LocalRuntime, rng: random.Random) -> Injected:
 
         return Injected(f"partition master {master.host} from {', '.join(others)}", heal)
     if fault == RESTART_BROKER:
-        victim = rng.choice(rt.live_children(ChildKind.BROKER))
+        victim = rng.choice(rt.nodes(NodeKind.BROKER))
         rt.signal(victim, signal.SIGTERM)  # graceful; the supervisor restarts it elsewhere
         return Injected(f"restart {victim.name} (was {victim.host}) on a new address", _nothing)
     if fault == FILL_MASTER_DISK:
         master = _master(rt)
-        filler = fill_disk(rt.broker_dir(master.index), 0.97)
+        filler = fill_disk(_store(master)[0], 0.97)
 
         def drain() -> None:
             filler.unlink(missing_ok=True)
 
         return Injected(f"fill the disk of master {master.name} to 97%", drain)
     if fault == TRUNCATE_TAIL:
-        victim = rng.choice(rt.live_children(ChildKind.BROKER))
+        victim = rng.choice(rt.nodes(NodeKind.BROKER))
         rt.signal(victim, signal.SIGSTOP)  # freeze its writes, then lose the tail as power would
-        cut = _cut_tail(rt.broker_dir(victim.index), rng)
+        cut = _cut_tail(_store(victim)[1], rng)
         rt.signal(victim, signal.SIGKILL)
-        rt.paused.discard((victim.pid or 0, victim.start_ticks))
         return Injected(
             f"power loss of {victim.name}: commit log tail cut by {cut} bytes", _nothing
         )
     raise ValueError(f"unknown fault {fault!r}; known: {', '.join(ALL_FAULTS)}")
+
+
+def _nodes(rt: Target) -> tuple[Node, list[Node], list[str]]:
+    """The master, its slaves and every controller host: the nodes a partition splits."""
+    master = _master(rt)
+    return master, _slaves(rt, master), [c.host for c in rt.nodes(NodeKind.CONTROLLER)]
+
+
+def _inject_openchaos(fault: str, rt: Target, rng: random.Random) -> Injected | None:
+    if fault == PARTITION_BRIDGE:
+        # The master on one side, its slaves on the other, a controller as the bridge:
+        # the master keeps a controller majority through the bridge while the slaves'
+        # side can elect (the shape of apache/rocketmq#7017's isolated room).
+        master, slaves, controllers = _nodes(rt)
+        bridge = rng.choice(controllers)
+        side_a, side_b = netfault.bridge_sides(
+            [*controllers, master.host, *(s.host for s in slaves)], bridge,
+            pinned_a=[master.host], pinned_b=[s.host for s in slaves],
+        )  # fmt: skip
+        partition = netfault.PairPartition()
+        partition.cut_pairs(netfault.bridge_pairs(side_a, side_b))
+        return Injected(
+            f"bridge {bridge} between {', '.join(side_a)} | {', '.join(side_b)}", partition.heal
+        )
+    if fault == PARTITION_RING:
+        master, slaves, controllers = _nodes(rt)
+        ring = [*controllers, master.host, *(s.host for s in slaves)]
+        rng.shuffle(ring)
+        partition = netfault.PairPartition()
+        pairs = netfault.ring_pairs(ring)
+        partition.cut_pairs(pairs)
+        return Injected(
+            f"majorities ring {' - '.join(ring)} (cut {', '.join(f'{a}/{b}' for a, b in pairs)})",
+            partition.heal,
+        )
+    if fault == LOSSY_LINK:
+        master = _master(rt)
+        slaves = _slaves(rt, master)
+        if not slaves:
+            raise TargetError("no live slave")
+        peer = rng.choice(slaves)
+        link = netfault.LinkImpairment()
+        delay = netfault.netem_unavailable_reason() is None
+        impairment = netfault.Impairment(
+            LINK_LOSS_PERCENT, LINK_DELAY_MS if delay else 0, LINK_JITTER_MS if delay else 0
+        )
+        backend = link.impair(master.host, peer.host, impairment)
+        return Injected(
+            f"{impairment.loss_percent:g}% loss"
+            + (f", {impairment.delay_ms}±{impairment.jitter_ms} ms delay" if delay else "")
+            + f" on master {master.host} <-> slave {peer.host} ({backend})",
+            link.heal,
+        )
+    if fault == PAUSE_CONTROLLER_LEADER:
+        leader = rt.controller_leader()
+        if leader is None:
+            raise TargetError("no controller leader")
+        rt.signal(leader, signal.SIGSTOP)
+
+        def resume() -> None:
+            rt.signal(leader, signal.SIGCONT)
+
+        return Injected(f"SIGSTOP controller leader {leader.name} on {leader.host}", resume)
+    return None
 
 
 def fill_disk(mount_point: Path, used_ratio: float, name: str = "chaos-filler") -> Path:
@@ -205,8 +315,8 @@ def fill_disk(mount_point: Path, used_ratio: float, name: str = "chaos-filler") 
     return filler
 
 
-def _cut_tail(store_dir: Path, rng: random.Random) -> int:
-    segments = sorted((store_dir / "commitlog").glob("[0-9]" * 20))
+def _cut_tail(commitlog_dir: Path, rng: random.Random) -> int:
+    segments = sorted(commitlog_dir.glob("[0-9]" * 20))
     written = [s for s in segments if s.stat().st_size > 0]
     if not written:
         return 0

@@ -18,7 +18,8 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from types import TracebackType
 
 #: Our blackhole rules sit in [_FIRST_PREF, _LOCAL_PREF); the local table moves to _LOCAL_PREF.
@@ -103,3 +104,213 @@ class LoopbackPartition:
         tb: TracebackType | None,
     ) -> None:
         self.heal()
+
+
+# --- OpenChaos's partition shapes (pure: node lists in, cut pairs out) -------------------
+
+
+def bridge_sides(
+    nodes: Sequence[str], bridge: str, pinned_a: Sequence[str] = (), pinned_b: Sequence[str] = ()
+) -> tuple[list[str], list[str]]:
+    """Split `nodes` but `bridge` into two halves (OpenChaos "bridge", Jepsen's
+    `bridge`): `pinned_a` go to side A, `pinned_b` to side B, the rest fill the
+    smaller side in order (ties to B). The bridge sees both; A and B do not see each other."""
+    if bridge not in nodes:
+        raise ValueError(f"bridge {bridge} is not one of the nodes {list(nodes)}")
+    overlap = set(pinned_a) & set(pinned_b)
+    if overlap or bridge in (*pinned_a, *pinned_b):
+        raise ValueError(f"a node pinned to both sides or the bridge pinned: {sorted(overlap)}")
+    side_a, side_b = list(pinned_a), list(pinned_b)
+    for node in nodes:
+        if node == bridge or node in side_a or node in side_b:
+            continue
+        (side_a if len(side_a) < len(side_b) else side_b).append(node)
+    return side_a, side_b
+
+
+def bridge_pairs(side_a: Sequence[str], side_b: Sequence[str]) -> list[tuple[str, str]]:
+    """The (a, b) pairs a bridge partition cuts: every A node from every B node."""
+    return [(a, b) for a in side_a for b in side_b]
+
+
+def ring_reach(n: int) -> int:
+    """How far round the ring a node sees in a majorities ring of `n` nodes: the
+    least k with 2k + 1 >= n // 2 + 1 (itself and k neighbours each way make a
+    majority)."""
+    return max(1, -(-(n // 2) // 2))
+
+
+def ring_pairs(ring: Sequence[str]) -> list[tuple[str, str]]:
+    """The pairs a majorities ring cuts (OpenChaos "partition-majorities-ring"):
+    nodes in `ring` order see those within `ring_reach` steps either way, so each
+    sees a majority, and for n >= 4 no node is seen by all (no common majority)."""
+    n = len(ring)
+    if len(set(ring)) != n:
+        raise ValueError(f"a ring lists each node once: {list(ring)}")
+    k = ring_reach(n)
+    cut = []
+    for i in range(n):
+        for j in range(i + 1, n):
+            if min(j - i, n - (j - i)) > k:
+                cut.append((ring[i], ring[j]))
+    return cut
+
+
+class PairPartition(LoopbackPartition):
+    """A partition given as explicit cut pairs (bridge, ring) rather than two sides."""
+
+    def cut_pairs(self, pairs: Iterable[tuple[str, str]]) -> None:
+        for a, b in pairs:
+            self.cut([a], [b])
+
+
+# --- Packet loss and delay on one link -----------------------------------------------------
+
+#: The prio qdisc's band (1-based minor) the filtered link goes to; bands 1-3 keep prio's
+#: default priomap for every other packet on `lo`.
+_NETEM_BAND = 4
+_PROBE_NS = "bgchaos-probe"
+
+
+def _tc(
+    *args: str, check: bool = True, netns: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    prefix = ["ip", "netns", "exec", netns] if netns else []
+    return subprocess.run([*prefix, "tc", *args], capture_output=True, text=True, check=check)
+
+
+_netem_probe: list[str | None] = []
+
+
+def netem_unavailable_reason() -> str | None:
+    """Why `tc netem` cannot shape a loopback link here (None: it can). Probed once, in a
+    network namespace of its own, so the host's `lo` is never touched by the probe."""
+    if _netem_probe:
+        return _netem_probe[0]
+    reason = unavailable_reason()
+    if reason is None and shutil.which("tc") is None:
+        reason = "packet loss and delay need iproute2's `tc`"
+    if reason is None:
+        made = _ip("netns", "add", _PROBE_NS, check=False)
+        try:
+            done = _tc("qdisc", "add", "dev", "lo", "root", "handle", "1:", "prio", "bands",
+                       str(_NETEM_BAND), check=False, netns=_PROBE_NS)  # fmt: skip
+            if done.returncode == 0:
+                done = _tc("qdisc", "add", "dev", "lo", "parent", f"1:{_NETEM_BAND}", "netem",
+                           "delay", "1ms", check=False, netns=_PROBE_NS)  # fmt: skip
+            if made.returncode != 0 or done.returncode != 0:
+                reason = (
+                    "this kernel has no sch_prio/sch_netem qdisc (tc: "
+                    f"{(done.stderr or made.stderr).strip()})"
+                )
+        finally:
+            _ip("netns", "del", _PROBE_NS, check=False)
+    _netem_probe.append(reason)
+    return reason
+
+
+def loss_unavailable_reason() -> str | None:
+    """Why random packet loss cannot be done here: netem, or else iptables' statistic match."""
+    if netem_unavailable_reason() is None:
+        return None
+    reason = unavailable_reason()
+    if reason is None and shutil.which("iptables") is None:
+        reason = f"no netem ({netem_unavailable_reason()}) and no iptables"
+    return reason
+
+
+@dataclass(frozen=True)
+class Impairment:
+    """What a link suffers: each packet lost with `loss_percent`, the rest delayed
+    `delay_ms` ± `jitter_ms` (delay needs netem)."""
+
+    loss_percent: float
+    delay_ms: int = 0
+    jitter_ms: int = 0
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.loss_percent <= 100 or self.delay_ms < 0 or self.jitter_ms < 0:
+            raise ValueError(f"bad impairment {self}")
+
+    def netem_args(self) -> list[str]:
+        args = []
+        if self.delay_ms:
+            args += ["delay", f"{self.delay_ms}ms"]
+            if self.jitter_ms:
+                args += [f"{self.jitter_ms}ms"]
+        if self.loss_percent:
+            args += ["loss", f"{self.loss_percent:g}%"]
+        return args
+
+
+def u32_filters(a: str, b: str) -> list[list[str]]:
+    """The `tc filter add` argument lists that steer a<->b packets (both ways) into the
+    netem band; nothing else matches."""
+    return [
+        ["filter", "add", "dev", "lo", "parent", "1:", "protocol", "ip", "prio", "1", "u32",
+         "match", "ip", "src", f"{src}/32", "match", "ip", "dst", f"{dst}/32",
+         "flowid", f"1:{_NETEM_BAND}"]
+        for src, dst in ((a, b), (b, a))
+    ]  # fmt: skip
+
+
+def iptables_rules(a: str, b: str, loss_percent: float) -> list[list[str]]:
+    """The iptables rule specs (after -A/-D OUTPUT) that drop a<->b packets at random."""
+    p = f"{loss_percent / 100:.4f}"
+    return [
+        ["OUTPUT", "-s", f"{src}/32", "-d", f"{dst}/32", "-m", "statistic", "--mode", "random",
+         "--probability", p, "-m", "comment", "--comment", "bgchaos", "-j", "DROP"]
+        for src, dst in ((a, b), (b, a))
+    ]  # fmt: skip
+
+
+class LinkImpairment:
+    """Random loss (and delay) on the link between two loopback addresses. With `tc`
+    netem: a prio root qdisc on `lo` (its bands 1-3 keep the default priomap, so all
+    other traffic is untouched), a netem qdisc on band 4 and u32 filters on the two
+    addresses. Without netem (a kernel built without it, as this project's CI VM):
+    iptables' statistic match drops the same share of those packets, and delay is
+    reported unavailable. `heal()` removes exactly what was added."""
+
+    def __init__(self) -> None:
+        self._qdisc = False
+        self._rules: list[list[str]] = []
+        self.backend = ""
+
+    def impair(self, a: str, b: str, impairment: Impairment) -> str:
+        a, b = _host(a), _host(b)
+        if netem_unavailable_reason() is None:
+            existing = _tc("qdisc", "show", "dev", "lo").stdout
+            if "noqueue" not in existing and existing.strip():
+                raise RuntimeError(f"`lo` already has a root qdisc, not touching it: {existing}")
+            _tc("qdisc", "add", "dev", "lo", "root", "handle", "1:", "prio", "bands",
+                str(_NETEM_BAND))  # fmt: skip
+            self._qdisc = True
+            try:
+                _tc("qdisc", "add", "dev", "lo", "parent", f"1:{_NETEM_BAND}", "handle", "40:",
+                    "netem", *impairment.netem_args())  # fmt: skip
+                for args in u32_filters(a, b):
+                    _tc(*args)
+            except BaseException:
+                self.heal()
+                raise
+            self.backend = "tc netem"
+            return self.backend
+        reason = loss_unavailable_reason()
+        if reason is not None:
+            raise RuntimeError(reason)
+        if impairment.delay_ms:
+            raise RuntimeError(f"delay needs netem: {netem_unavailable_reason()}")
+        for spec in iptables_rules(a, b, impairment.loss_percent):
+            subprocess.run(["iptables", "-A", *spec], capture_output=True, text=True, check=True)
+            self._rules.append(spec)
+        self.backend = "iptables statistic"
+        return self.backend
+
+    def heal(self) -> None:
+        if self._qdisc:
+            _tc("qdisc", "del", "dev", "lo", "root", check=False)
+            self._qdisc = False
+        while self._rules:
+            spec = self._rules.pop()
+            subprocess.run(["iptables", "-D", *spec], capture_output=True, check=False)
