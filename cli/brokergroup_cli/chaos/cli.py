@@ -29,7 +29,8 @@ from brokergroup_cli.chaos import faults as fault_kinds
 from brokergroup_cli.chaos.checker import Findings, check
 from brokergroup_cli.chaos.report import summarize, table, write_all
 from brokergroup_cli.chaos.runner import Run, Schedule, run_schedule, write_history
-from brokergroup_cli.chaos.runtime import Addresses, LocalRuntime
+from brokergroup_cli.chaos.runtime import Addresses
+from brokergroup_cli.chaos.targets.local import LocalTarget
 
 DEFAULT_LANE = 0
 
@@ -120,7 +121,7 @@ def run_chaos(
             if runtime_dir
             else Path(tempfile.mkdtemp(prefix="bg-chaos-"))
         )
-        runtime = LocalRuntime(
+        runtime = LocalTarget(
             root, Addresses(lane), settings=phase.settings,
             broker_disk_bytes=phase.broker_disk_bytes,
         )  # fmt: skip

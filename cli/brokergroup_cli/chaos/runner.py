@@ -49,7 +49,8 @@ from brokergroup_cli.chaos.checker import (
     settle,
 )
 from brokergroup_cli.chaos.runtime import BROKER_NAME, CLUSTER, LocalRuntime, LocalRuntimeError
-from brokergroup_cli.local.state import ChildKind
+from brokergroup_cli.chaos.targets.base import Target, TargetError
+from brokergroup_cli.chaos.targets.local import LocalTarget
 from brokergroup_remoting.net import Credentials
 
 TOPIC = "chaos"
@@ -283,36 +284,12 @@ async def _consume(
         await asyncio.sleep(0.05)
 
 
-def _healthy(rt: LocalRuntime, brokers: int) -> bool:
-    """The controller sees a live master and a full SyncStateSet, every broker
-    process (the master's included) is really running (a new controller
-    leader counts unheard brokers alive for a grace period), and every
-    controller is running with a leader among them."""
-    info = rt.replica_info()
-    if info is None or not info.get("masterAlive") or not info.get("masterAddress"):
-        return False
-    running = {c.host for c in rt.live_children(ChildKind.BROKER)}
-    if len(running) < brokers or str(info["masterAddress"]).rpartition(":")[0] not in running:
-        return False
-    # Every controller back too: the next fault must not meet one still in its
-    # restart backoff (a leader kill would then take out a majority).
-    controllers = rt.live_children(ChildKind.CONTROLLER)
-    if len(controllers) < len(rt.addresses.controller_hosts) or rt.controller_leader() is None:
-        return False
-    rows = info.get("brokers")
-    alive = (
-        [b for b in rows if isinstance(b, dict) and b.get("alive")]
-        if isinstance(rows, list)
-        else []
-    )
-    sss = info.get("syncStateSet")
-    return len(alive) >= brokers and isinstance(sss, list) and len(sss) >= brokers
-
-
-async def _wait_healthy(rt: LocalRuntime, brokers: int, timeout_s: float) -> bool:
+async def wait_healthy(target: Target, timeout_s: float) -> bool:
+    """Until `target.healthy()`, reviving what a fault ended for good (`Target.revive`)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if await asyncio.to_thread(_healthy, rt, brokers):
+        await asyncio.to_thread(target.revive)
+        if await asyncio.to_thread(target.healthy):
             return True
         await asyncio.sleep(0.2)
     return False
@@ -425,9 +402,48 @@ async def plant(
         await conn.close()
 
 
-async def run_schedule(
-    rt: LocalRuntime, schedule: Schedule, progress: Callable[[str], None]
-) -> Run:
+async def fault_windows(
+    target: Target,
+    schedule: Schedule,
+    usable: Sequence[str],
+    rng: random.Random,
+    clock: _Clock,
+    run: Run,
+    progress: Callable[[str], None],
+) -> None:
+    """The schedule's windows, whatever the workload: a normal stretch, a fault injected
+    (through `target` only), held `fault_s`, healed, then wait until healthy again."""
+    rt = target
+    order: list[str] = []
+    for index in range(schedule.windows):
+        if not order:
+            order = list(usable)
+            rng.shuffle(order)
+        if not order:
+            break
+        fault = order.pop()
+        await asyncio.sleep(schedule.normal_s)
+        start = clock.now()
+        try:
+            injected = await asyncio.to_thread(fault_kinds.inject, fault, rt, rng)
+        except TargetError as exc:
+            progress(f"window {index + 1}: {fault} not injected: {exc}")
+            continue
+        await asyncio.sleep(schedule.fault_s)
+        await asyncio.to_thread(injected.heal)
+        end = clock.now()
+        run.windows.append(FaultWindow(fault, start, end, injected.note))
+        recovered = await wait_healthy(rt, schedule.healthy_timeout_s)
+        if not recovered:
+            run.not_recovered.append(f"window {index + 1} ({fault})")
+        progress(
+            f"window {index + 1}/{schedule.windows} {fault}: {injected.note}; "
+            f"{'healthy again' if recovered else 'NOT healthy'} at {clock.now():.1f} s; "
+            f"{sum(1 for o in run.operations if o.outcome == OK)} acknowledged so far"
+        )
+
+
+async def run_schedule(rt: LocalTarget, schedule: Schedule, progress: Callable[[str], None]) -> Run:
     rng = random.Random(f"{schedule.seed}/{schedule.client_prefix}")
     # Each phase its own topic: positions (topic, queue, offset) never mix across runtimes.
     topic = f"{TOPIC}-{schedule.client_prefix}" if schedule.client_prefix else TOPIC
@@ -441,7 +457,7 @@ async def run_schedule(
         else:
             run.skipped[fault] = reason
             progress(f"skipping {fault}: {reason}")
-    if not await _wait_healthy(rt, rt.brokers, schedule.healthy_timeout_s):
+    if not await wait_healthy(rt, schedule.healthy_timeout_s):
         raise LocalRuntimeError("the group never became healthy")
     token = rt.client_credential()  # clients read their group only (DESIGN.md §11)
     pair = rt.client_pair()  # and prove the group's client pair to every broker
@@ -485,33 +501,7 @@ async def run_schedule(
         for i, c in enumerate(consumers)
     ]
     try:
-        order: list[str] = []
-        for index in range(schedule.windows):
-            if not order:
-                order = list(usable)
-                rng.shuffle(order)
-            if not order:
-                break
-            fault = order.pop()
-            await asyncio.sleep(schedule.normal_s)
-            start = clock.now()
-            try:
-                injected = await asyncio.to_thread(fault_kinds.inject, fault, rt, rng)
-            except LocalRuntimeError as exc:
-                progress(f"window {index + 1}: {fault} not injected: {exc}")
-                continue
-            await asyncio.sleep(schedule.fault_s)
-            await asyncio.to_thread(injected.heal)
-            end = clock.now()
-            run.windows.append(FaultWindow(fault, start, end, injected.note))
-            recovered = await _wait_healthy(rt, rt.brokers, schedule.healthy_timeout_s)
-            if not recovered:
-                run.not_recovered.append(f"window {index + 1} ({fault})")
-            progress(
-                f"window {index + 1}/{schedule.windows} {fault}: {injected.note}; "
-                f"{'healthy again' if recovered else 'NOT healthy'} at {clock.now():.1f} s; "
-                f"{sum(1 for o in run.operations if o.outcome == OK)} acknowledged so far"
-            )
+        await fault_windows(rt, schedule, usable, rng, clock, run, progress)
         await asyncio.sleep(schedule.recovery_s)
     finally:
         stop.set()
@@ -522,7 +512,7 @@ async def run_schedule(
             await producer.close()
         for consumer in consumers:
             await consumer.close()
-    await _wait_healthy(rt, rt.brokers, schedule.healthy_timeout_s)
+    await wait_healthy(rt, schedule.healthy_timeout_s)
     if schedule.plants:
         await plant(rt, schedule.plants, topic, f"{schedule.client_prefix}planted", run, clock)
     await drain(rt, topic, queues, run, schedule.drain_settle_s)

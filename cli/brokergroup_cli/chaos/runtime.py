@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from brokergroup_cli.chaos.targets.base import Node, TargetError
 from brokergroup_cli.local.procs import is_alive, send_signal
 from brokergroup_cli.local.state import ChildKind, ChildRecord, RuntimeState, read_state
 from brokergroup_remoting.keys import read_key_file
@@ -69,7 +70,7 @@ class Addresses:
         return [f"{h}:{CONTROLLER_API_PORT}" for h in self.controller_hosts]
 
 
-class LocalRuntimeError(RuntimeError):
+class LocalRuntimeError(TargetError):
     pass
 
 
@@ -205,12 +206,12 @@ class LocalRuntime:
             return None
         return body if isinstance(body, dict) else None
 
-    def signal(self, child: ChildRecord, sig: signal.Signals) -> bool:
+    def signal(self, child: ChildRecord | Node, sig: signal.Signals) -> bool:
         process = (child.pid or 0, child.start_ticks)
         if sig is signal.SIGSTOP:
             self.paused.add(process)
         sent = send_signal(child.pid, child.start_ticks, sig)
-        if sig is signal.SIGCONT:
+        if sig in (signal.SIGCONT, signal.SIGKILL):
             self.paused.discard(process)
         return sent
 
