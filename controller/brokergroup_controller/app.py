@@ -61,6 +61,7 @@ from brokergroup_controller.requests import Caller
 from brokergroup_controller.rocketmq_front import ControllerRemoting, start_remoting_front
 from brokergroup_controller.server import ControllerService
 from brokergroup_remoting.net import budgeted_logger
+from brokergroup_remoting.tls import run_reloader
 
 if TYPE_CHECKING:
     from brokergroup_controller.namesrv.server import NameServer
@@ -419,6 +420,8 @@ async def serve(config: ControllerConfig, *, stop: asyncio.Event | None = None) 
     )
     remoting = await _start_remoting(config, app[SERVICE_KEY])
     name_server = await _start_name_server(config, node)
+    # Renewed certificate files are loaded without a restart (tls.py reload_changed).
+    reloader = asyncio.create_task(run_reloader())
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -427,6 +430,7 @@ async def serve(config: ControllerConfig, *, stop: asyncio.Event | None = None) 
     try:
         await stop.wait()
     finally:
+        reloader.cancel()
         if remoting is not None:
             await remoting.close()
         if name_server is not None:

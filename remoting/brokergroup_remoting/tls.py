@@ -20,6 +20,16 @@ library's: `server_context` (optionally asking for a client certificate from `ca
 mutual TLS for internal links), `client_context` (verifying the server against `ca_file`,
 or trusting any server, as RocketMQ's client does by default with `tls.client.authServer`
 false).
+
+Renewal without a restart: every context these functions make is remembered (weakly) with
+its files; `reload_changed` (run every second by `run_reloader` in each server process) loads
+a context's certificate and key again when their files changed (mtime, size or inode: the
+writers replace them by rename). OpenSSL copies a context's certificate into each session
+when the session is made, so connections made afterwards present the new certificate and
+established ones keep theirs: nothing is closed. A CA file that changed is added to the
+verify store (the old CA stays trusted until the process restarts, which is what a CA
+rollover needs). New files are tried in a throwaway context first: a key that does not match
+its certificate, or a half-written file, is logged and the context keeps the old pair.
 """
 
 from __future__ import annotations
@@ -27,12 +37,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import logging
+import os
 import socket
 import ssl
+import weakref
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+log = logging.getLogger(__name__)
+
+#: How often `run_reloader` looks at the certificate files.
+RELOAD_INTERVAL_S = 1.0
 
 #: The first byte of a TLS record carrying a handshake (a ClientHello opens every session).
 TLS_HANDSHAKE_RECORD = 0x16
@@ -83,16 +101,24 @@ class ServerTls:
 
 
 def server_context(
-    cert_file: Path, key_file: Path, *, client_ca_file: Path | None = None
+    cert_file: Path,
+    key_file: Path,
+    *,
+    client_ca_file: Path | None = None,
+    alpn: tuple[str, ...] = (),
 ) -> ssl.SSLContext:
     """A server's context (TLS 1.2 or newer); with `client_ca_file`, a client must present
-    a certificate signed by that CA (mutual TLS)."""
+    a certificate signed by that CA (mutual TLS); `alpn`: the protocols offered (gRPC: h2).
+    Renewed from its files by `reload_changed`."""
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.load_cert_chain(cert_file, key_file)
     if client_ca_file is not None:
         context.load_verify_locations(cafile=client_ca_file)
         context.verify_mode = ssl.CERT_REQUIRED
+    if alpn:
+        context.set_alpn_protocols(list(alpn))
+    _watch(context, cert_file, key_file, client_ca_file)
     return context
 
 
@@ -114,7 +140,87 @@ def client_context(
         context.load_verify_locations(cafile=ca_file)
     if cert_file is not None:
         context.load_cert_chain(cert_file, key_file)
+    _watch(context, cert_file, key_file, ca_file)
     return context
+
+
+#: A file's identity for change detection: (mtime_ns, size, inode), None when missing.
+Stamp = tuple[int, int, int] | None
+
+
+def file_stamp(path: Path | None) -> Stamp:
+    if path is None:
+        return None
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+
+@dataclass
+class _Watched:
+    context: weakref.ref[ssl.SSLContext]
+    cert_file: Path | None
+    key_file: Path | None
+    ca_file: Path | None
+    stamps: tuple[Stamp, Stamp, Stamp]
+
+
+_WATCHED: list[_Watched] = []
+
+
+def _watch(
+    context: ssl.SSLContext, cert_file: Path | None, key_file: Path | None, ca_file: Path | None
+) -> None:
+    if cert_file is None and ca_file is None:
+        return
+    stamps = (file_stamp(cert_file), file_stamp(key_file), file_stamp(ca_file))
+    _WATCHED[:] = [w for w in _WATCHED if w.context() is not None]
+    _WATCHED.append(_Watched(weakref.ref(context), cert_file, key_file, ca_file, stamps))
+
+
+def reload_changed() -> int:
+    """Load again the files of every live context whose files changed (module doc); the
+    number of contexts renewed. Never raises: a bad new file is logged, the old kept."""
+    renewed = 0
+    for watched in list(_WATCHED):
+        context = watched.context()
+        if context is None:
+            _WATCHED.remove(watched)
+            continue
+        stamps = (
+            file_stamp(watched.cert_file),
+            file_stamp(watched.key_file),
+            file_stamp(watched.ca_file),
+        )
+        if stamps == watched.stamps:
+            continue
+        try:
+            if watched.cert_file is not None:
+                trial = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+                trial.load_cert_chain(watched.cert_file, watched.key_file)
+                context.load_cert_chain(watched.cert_file, watched.key_file)
+            if watched.ca_file is not None and stamps[2] != watched.stamps[2]:
+                context.load_verify_locations(cafile=watched.ca_file)
+        except (OSError, ssl.SSLError) as exc:
+            log.warning("TLS: keeping the old certificate: cannot load %s: %s",
+                        watched.cert_file, exc)  # fmt: skip
+            watched.stamps = stamps  # logged once per change, tried again at the next one
+            continue
+        watched.stamps = stamps
+        renewed += 1
+        log.info("TLS: certificate %s loaded again (new connections present it)",
+                 watched.cert_file or watched.ca_file)  # fmt: skip
+    return renewed
+
+
+async def run_reloader(interval_s: float = RELOAD_INTERVAL_S) -> None:
+    """`reload_changed` every `interval_s`, in the loop that serves the contexts' sessions
+    (OpenSSL contexts are not changed under a handshake of another thread)."""
+    while True:
+        await asyncio.sleep(interval_s)
+        reload_changed()
 
 
 async def peek_first_byte(sock: socket.socket, timeout_s: float) -> int | None:
@@ -241,6 +347,7 @@ def load_server_tls(
     key_file: str | Path | None,
     *,
     client_ca_file: str | Path | None = None,
+    alpn: tuple[str, ...] = (),
 ) -> ServerTls:
     """A port's TLS from its settings (`--remoting-tls-mode`, `--tls-cert-file`,
     `--tls-key-file`); ValueError names what is wrong, before the port opens."""
@@ -258,6 +365,7 @@ def load_server_tls(
             Path(cert_file),
             Path(key_file),
             client_ca_file=None if client_ca_file is None else Path(client_ca_file),
+            alpn=alpn,
         )
     except (OSError, ssl.SSLError) as exc:
         raise ValueError(f"cannot load the TLS certificate {cert_file}: {exc}") from exc

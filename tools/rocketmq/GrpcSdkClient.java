@@ -3,6 +3,7 @@
 // and acks. Built by tools/rocketmq/fetch_sdk.sh. Options are key=value arguments:
 //   mode=send|receive endpoint=HOST:PORT ak=.. sk=.. topic=.. group=.. count=N run=..
 //   fifo=true (send: message groups order-0..2) timeoutS=60 (receive)
+//   ssl=true (TLS; the SDK then trusts any server certificate, its own default)
 // One JSON line per message on stdout, then a line containing "summary".
 import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
@@ -69,7 +70,7 @@ public class GrpcSdkClient {
         ClientConfiguration config = ClientConfiguration.newBuilder()
             .setEndpoints(opt("endpoint", "127.0.0.1:8081"))
             .setCredentialProvider(new StaticSessionCredentialsProvider(opt("ak", ""), opt("sk", "")))
-            .enableSsl(false)
+            .enableSsl(Boolean.parseBoolean(opt("ssl", "false")))
             .setRequestTimeout(Duration.ofSeconds(5))
             .build();
         String topic = opt("topic", "GrpcJava");

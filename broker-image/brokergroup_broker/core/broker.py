@@ -135,6 +135,7 @@ from brokergroup_broker.store.identity import IdentityFiles
 from brokergroup_broker.transaction.rules import TransactionRules
 from brokergroup_broker.transaction.service import TransactionService
 from brokergroup_controller.api import BrokerHeartbeat
+from brokergroup_remoting.tls import run_reloader
 
 log = logging.getLogger(__name__)
 
@@ -306,6 +307,7 @@ class Broker:
                 parts.schedule.run(),
                 self._transaction_service().run(),
                 parts.pop.run(),
+                run_reloader(),
             ):
                 self._spawn(coro)
             await self._stopping.wait()
@@ -404,7 +406,7 @@ class Broker:
                 if auth is None
                 else SignatureCheck(auth.secret_for, auth.unknown_key_reason or (lambda _k: None))
             )
-            self._grpc = GrpcFrontServer(service, check)
+            self._grpc = GrpcFrontServer(service, check, tls=s.grpc_tls)
             await self._grpc.start(s.bind_address, s.grpc_port)
             log.info("gRPC port on %s:%d", s.bind_address, s.grpc_port)
         if self._namesrv_link is not None:

@@ -99,6 +99,9 @@ class BrokerSettings:
     client_tls: ServerTls | None = field(default=None, repr=False)
     """The client protocol port's TLS (`--client-tls-mode`, by default the remoting port's
     mode; protocol/server.py); None: plaintext."""
+    grpc_tls: ServerTls | None = field(default=None, repr=False)
+    """The gRPC port's TLS (`--grpc-tls-mode`, by default the remoting port's mode; ALPN h2;
+    grpc_front/tls_front.py); None: plaintext."""
     ha_tls_server: ssl.SSLContext | None = field(default=None, repr=False)
     """Mutual TLS on the HA port as master (certificate, key and CA all given; ha/link.py)."""
     ha_tls_client: ssl.SSLContext | None = field(default=None, repr=False)

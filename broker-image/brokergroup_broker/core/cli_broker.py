@@ -118,6 +118,13 @@ def register(subparsers: Any) -> None:
         help="the same modes for the client protocol port (default: --remoting-tls-mode)",
     )
     parser.add_argument(
+        "--grpc-tls-mode",
+        choices=["disabled", "permissive", "enforcing"],
+        default=None,
+        help="the same modes for the gRPC port (default: --remoting-tls-mode; "
+        "grpc_front/tls_front.py)",
+    )
+    parser.add_argument(
         "--tls-cert-file", help="PEM certificate of this broker's TLS ports and links"
     )
     parser.add_argument("--tls-key-file", help="PEM private key of --tls-cert-file")
@@ -236,6 +243,12 @@ def run_broker_command(args: argparse.Namespace) -> int:
         client_tls = load_server_tls(
             args.client_tls_mode or args.remoting_tls_mode, args.tls_cert_file, args.tls_key_file
         )
+        grpc_tls = load_server_tls(
+            args.grpc_tls_mode or args.remoting_tls_mode,
+            args.tls_cert_file,
+            args.tls_key_file,
+            alpn=("h2",),
+        )
         ha_tls_server, ha_tls_client = _ha_tls(args)
         if args.controller_tls and not (args.tls_ca_file and args.tls_cert_file):
             raise ValueError(
@@ -277,6 +290,7 @@ def run_broker_command(args: argparse.Namespace) -> int:
         remoting_tls=remoting_tls,
         namesrv_tls=namesrv_tls,
         client_tls=client_tls,
+        grpc_tls=grpc_tls,
         ha_tls_server=ha_tls_server,
         ha_tls_client=ha_tls_client,
         controller_tls=controller_tls,

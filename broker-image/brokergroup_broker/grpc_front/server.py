@@ -25,6 +25,8 @@ import grpc
 from brokergroup_broker.grpc_front import auth, convert
 from brokergroup_broker.grpc_front.definitions import SERVICE_NAME, pb, service_grpc, service_pb
 from brokergroup_broker.grpc_front.service import MessagingService
+from brokergroup_broker.grpc_front.tls_front import GrpcTlsFront, private_socket_path
+from brokergroup_remoting.tls import ServerTls, TlsMode
 
 log = logging.getLogger(__name__)
 
@@ -95,13 +97,23 @@ class SignatureCheck(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
 
 class GrpcFrontServer:
-    def __init__(self, service: MessagingService, check: SignatureCheck | None) -> None:
+    def __init__(
+        self,
+        service: MessagingService,
+        check: SignatureCheck | None,
+        *,
+        tls: ServerTls | None = None,
+    ) -> None:
+        """`tls`: the port's TLS mode (permissive/enforcing: grpcio listens on a private
+        Unix socket behind a `GrpcTlsFront` on the port, tls_front.py)."""
         self.service = service
         self.check = check
         self._server: grpc.aio.Server | None = None
         self._address = ""
         self.port = 0
         self._cycling: asyncio.Task[None] | None = None
+        self._tls = tls if tls is not None and tls.mode is not TlsMode.DISABLED else None
+        self.tls_front: GrpcTlsFront | None = None
 
     def _new_server(self) -> grpc.aio.Server:
         server = grpc.aio.server(
@@ -118,6 +130,16 @@ class GrpcFrontServer:
 
     async def start(self, host: str, port: int) -> None:
         self._server = self._new_server()
+        if self._tls is not None:
+            backend = private_socket_path()
+            self._address = f"unix:{backend}"
+            if self._server.add_insecure_port(self._address) == 0:
+                raise OSError(f"gRPC backend socket {backend} could not be bound")
+            await self._server.start()
+            self.tls_front = GrpcTlsFront(self._tls, backend)
+            self.tls_front.start(host, port)
+            self.port = self.tls_front.port
+            return
         self.port = self._server.add_insecure_port(f"{host}:{port}")
         if self.port == 0:
             raise OSError(f"gRPC port {host}:{port} could not be bound")
@@ -147,6 +169,9 @@ class GrpcFrontServer:
     async def close(self) -> None:
         if self._cycling is not None:
             self._cycling.cancel()
+        front, self.tls_front = self.tls_front, None
+        if front is not None:
+            await front.close()
         server, self._server = self._server, None
         if server is not None:
             await server.stop(0.5)
