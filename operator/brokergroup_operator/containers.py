@@ -28,7 +28,7 @@ from brokergroup_operator.model import (
     Engine,
 )
 from brokergroup_operator.release_secret import HA_SECRET_KEY
-from brokergroup_operator.spec import HA_FIELDS, GroupContext
+from brokergroup_operator.spec import HA_FIELDS, GroupContext, SpecError
 from brokergroup_operator.tls_spec import Issuer
 
 SECRETS_DIR = "/etc/brokergroup/secrets"
@@ -142,23 +142,53 @@ def broker_command(ctx: GroupContext) -> list[str]:
 
 
 def tls_flags(ctx: GroupContext) -> list[str]:
-    """spec.tls: the remoting port's mode and certificate; with the release's name servers
-    on TLS (BROKERGROUP_CONTROLLER_TLS) the registrations go over TLS too, verified against
-    the trust bundle (the cluster CA signs the controllers' certificate)."""
+    """spec.tls on every port of the pod (docs/security.md "TLS on Kubernetes"):
+
+    - the remoting port and the client protocol port in the group's mode (permissive by
+      default: plaintext and TLS clients on one port), with the group's certificate;
+    - HA replication in mutual TLS (the trust bundle as the CA: both ends hold the
+      group's certificate), the master verified for the group's Service name, which
+      every leaf of the group carries (a slave dials the master's pod IP, which none does);
+    - the name server registrations over TLS when the release's name servers serve it
+      (BROKERGROUP_CONTROLLER_TLS), else plaintext (`--namesrv-plaintext`);
+    - the controllers' API in mutual TLS when it is HTTPS (BROKERGROUP_CONTROLLER_API_TLS).
+
+    Without spec.tls nothing is added; with the controllers' API on HTTPS that is refused
+    (SpecError): the brokers could not verify the controllers."""
     tls = ctx.tls
     if tls is None or not tls.enabled:
+        if ctx.controller_api_tls:
+            raise SpecError(
+                "the release's controllers serve their API over HTTPS only "
+                "(tls.controllers.httpsApi): the group needs spec.tls so its brokers hold a "
+                "certificate and the cluster CA to reach them"
+            )
         return []
     flags = [
         "--remoting-tls-mode",
+        tls.mode,
+        "--client-tls-mode",
         tls.mode,
         "--tls-cert-file",
         f"{TLS_DIR}/tls.crt",
         "--tls-key-file",
         f"{TLS_DIR}/tls.key",
+        "--tls-ca-file",
+        f"{TRUST_DIR}/ca.crt",
+        "--ha-tls-server-name",
+        ha_server_name(ctx),
     ]
-    if ctx.namesrv_tls:
-        flags += ["--tls-ca-file", f"{TRUST_DIR}/ca.crt"]
+    if not ctx.namesrv_tls:
+        flags.append("--namesrv-plaintext")
+    if ctx.controller_api_tls:
+        flags.append("--controller-tls")
     return flags
+
+
+def ha_server_name(ctx: GroupContext) -> str:
+    """The name a slave verifies its master's certificate for: the group's Service in its
+    namespace, one of certificates.server_names (and of a cert-manager Certificate's)."""
+    return f"{ctx.name}.{ctx.namespace}.svc"
 
 
 def tls_trust_name(ctx: GroupContext) -> str:

@@ -27,6 +27,7 @@ from typing import Any
 import kopf
 
 from brokergroup_operator import metrics
+from brokergroup_operator.controller_link import ensure_controller_link
 from brokergroup_operator.kube import Kube, load_configuration
 from brokergroup_operator.lifecycle import FINALIZER, clean_up, forget, let_go_if_uninstalled
 from brokergroup_operator.model import APP_NAME, LABEL_NAME
@@ -100,6 +101,7 @@ async def configure(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> Non
     await runtime_of(memo).ensure_secrets()  # a problem is retried and reported per group
     # The controllers' certificate (tls.controllers.mode): they wait for it to start.
     await ensure_controller_tls(runtime_of(memo))
+    await ensure_controller_link(runtime_of(memo))  # HTTPS to the controllers' API
     settings.persistence.finalizer = FINALIZER
     settings.peering.lifetime = int(getattr(memo, "peering_lifetime_s", 15))
     # Named namespaces need no watch of CRDs and namespaces (cluster-wide reads

@@ -23,6 +23,7 @@ from typing import Any
 from brokergroup_controller.client import ControllerUnavailable
 from brokergroup_controller.errors import ControllerError
 from brokergroup_operator import metrics
+from brokergroup_operator.controller_link import ensure_controller_link
 from brokergroup_operator.lifecycle import apply_owned
 from brokergroup_operator.model import SWITCHOVER_ANNOTATION, PodFacts, selector_string
 from brokergroup_operator.resize import grow_volumes
@@ -42,6 +43,9 @@ async def reconcile_group(rt: Runtime, body: Mapping[str, Any], post: PostEvent)
     """One pass; passes of one group never overlap (one disruptive step at a time)."""
     await rt.ensure_secrets()
     await ensure_controller_tls(rt)  # release-wide, when due
+    # HTTPS to the controllers' API when the release serves it (a problem is logged; the
+    # pass then fails at its first controller call and the next one retries).
+    await ensure_controller_link(rt)
     ctx = rt.context(body)
     async with rt.memory((ctx.namespace, ctx.name)).lock:
         await _reconcile(rt, ctx, body, post)

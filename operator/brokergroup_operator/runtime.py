@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from brokergroup_controller.client import ControllerClient
+from brokergroup_controller.client import ControllerClient, ControllerUnavailable
 from brokergroup_controller.errors import ControllerError, ErrorCode
 from brokergroup_operator.kube import Kube
 from brokergroup_operator.model import GroupView, PodFacts
@@ -71,6 +72,10 @@ class Runtime:
     secrets_problem: str | None = None
     controller_tls_checked: float | None = None
     """When (monotonic) the controllers' certificate was last checked (tls_material.py)."""
+    controller_link: ssl.SSLContext | None = field(default=None, repr=False)
+    """HTTPS to the controllers' API (BROKERGROUP_CONTROLLER_API_TLS; controller_link.py):
+    the cluster CA verifies them, the operator's own certificate is presented."""
+    controller_link_checked: float | None = None
     """Why they could not be loaded (the groups say so: Ready=False, SecretMissing)."""
 
     async def ensure_secrets(self) -> str | None:
@@ -105,13 +110,33 @@ class Runtime:
         return context_of(body, self.settings, self.secrets)
 
     def controller(self, addresses: tuple[str, ...]) -> ControllerClient:
+        """The client of the controllers at `addresses`; over HTTPS when the release's API
+        is (controller_link.py has made the context: until then every call fails with
+        ControllerUnavailable naming why, and the pass retries)."""
         token = self.secrets.admin_token if self.secrets else None
         key = (addresses, token)
         if key not in self.clients:
+            if self.settings.controller_api_tls and self.controller_link is None:
+                raise ControllerUnavailable(
+                    "the controllers' API is HTTPS only and the operator's TLS context to "
+                    "it is not made yet (the cluster CA Secret unreadable?)"
+                )
             self.clients[key] = ControllerClient(
-                list(addresses), token, request_timeout_s=self.settings.controller_timeout_s
+                list(addresses),
+                token,
+                request_timeout_s=self.settings.controller_timeout_s,
+                tls=self.controller_link if self.settings.controller_api_tls else None,
             )
         return self.clients[key]
+
+    async def set_controller_link(self, context: ssl.SSLContext) -> None:
+        """Use `context` from now on: the clients made with the previous one are closed
+        (the next call makes new ones)."""
+        self.controller_link = context
+        old = list(self.clients.values())
+        self.clients.clear()
+        for c in old:
+            await c.close()
 
     def memory(self, key: BrokerGroupRef) -> GroupMemory:
         if key not in self.groups:
@@ -147,6 +172,7 @@ def context_of(
         secrets=secrets,
         restarted_at=str((meta.get("annotations") or {}).get(RESTARTED_AT_ANNOTATION) or ""),
         namesrv_tls=settings.controller_tls,
+        controller_api_tls=settings.controller_api_tls,
     )
 
 

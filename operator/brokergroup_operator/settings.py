@@ -81,6 +81,12 @@ class OperatorSettings:
     controller_tls: bool = False
     """BROKERGROUP_CONTROLLER_TLS: the release's name servers serve TLS, so brokers of a
     group with spec.tls register over TLS (the chart: tls.controllers.mode)."""
+    controller_api_tls: bool = False
+    """BROKERGROUP_CONTROLLER_API_TLS: the controllers serve their HTTP API over HTTPS only
+    (controller --api-tls; the chart: tls.controllers.httpsApi). The operator verifies them
+    against the cluster CA and presents a client certificate of its own; brokers of groups
+    with spec.tls reach them with --controller-tls (mutual TLS); a group without spec.tls
+    is refused (its brokers hold no certificate to verify the API with)."""
     controller_tls_secret: str = ""
     """BROKERGROUP_CONTROLLER_TLS_SECRET: `namespace/name` of the controllers' certificate
     Secret the operator keeps (tls.crt, tls.key, ca.crt), signed by the cluster CA."""
@@ -122,6 +128,7 @@ class OperatorSettings:
             cluster_ca_managed=env.get("BROKERGROUP_CLUSTER_CA_MANAGED", "true").lower() != "false",
             tls_check_s=_seconds(env, "BROKERGROUP_TLS_CHECK_SECONDS", "3600") or 3600.0,
             controller_tls=env.get("BROKERGROUP_CONTROLLER_TLS", "false").lower() == "true",
+            controller_api_tls=env.get("BROKERGROUP_CONTROLLER_API_TLS", "false").lower() == "true",
             controller_tls_secret=env.get("BROKERGROUP_CONTROLLER_TLS_SECRET", ""),
             controller_tls_names=tuple(
                 n for n in env.get("BROKERGROUP_CONTROLLER_TLS_NAMES", "").split(",") if n

@@ -184,6 +184,10 @@ class GroupContext:
     namesrv_tls: bool = False
     """The release's name servers serve TLS (BROKERGROUP_CONTROLLER_TLS): brokers of a
     group with spec.tls register over TLS, verifying them against the trust bundle."""
+    controller_api_tls: bool = False
+    """The release's controllers serve their API over HTTPS only
+    (BROKERGROUP_CONTROLLER_API_TLS): brokers reach it with mutual TLS, so the group needs
+    spec.tls."""
     tls_digest: str = ""
     """The digest of the group's TLS material now (tls_material.py; "" without spec.tls):
     the pod template carries it, so a renewed certificate rolls the pods."""

@@ -142,15 +142,24 @@ async def test_a_group_with_spec_tls_gets_its_ca_certificate_mounts_and_record()
     assert spec["metadata"]["annotations"][TLS_DIGEST_ANNOTATION] == tls["digest"]
     command = spec["spec"]["containers"][0]["command"]
     at = command.index("--remoting-tls-mode")
-    assert command[at : at + 6] == [
+    # Every port: remoting and client port in the group's mode, HA in mutual TLS against
+    # the trust bundle (the master verified for the group's Service name).
+    assert command[at:] == [
         "--remoting-tls-mode",
+        "permissive",
+        "--client-tls-mode",
         "permissive",
         "--tls-cert-file",
         f"{TLS_DIR}/tls.crt",
         "--tls-key-file",
         f"{TLS_DIR}/tls.key",
+        "--tls-ca-file",
+        f"{TRUST_DIR}/ca.crt",
+        "--ha-tls-server-name",
+        "bg.ns.svc",
+        # The name servers do not serve TLS here; the controllers' API is plain HTTP.
+        "--namesrv-plaintext",
     ]
-    assert "--tls-ca-file" not in command  # the name servers do not serve TLS here
     volumes = {v["name"]: v for v in spec["spec"]["volumes"]}
     assert volumes["tls"]["secret"]["secretName"] == "bg-tls"
     assert volumes["tls-trust"]["configMap"]["name"] == "bg-tls-trust"
@@ -364,6 +373,7 @@ async def test_the_controllers_certificate_is_made_renewed_and_brokers_verify_th
     assert made["ca.crt"] == ca["ca-bundle.crt"]
     command = template(kube)["spec"]["containers"][0]["command"]
     assert command[command.index("--tls-ca-file") + 1] == f"{TRUST_DIR}/ca.crt"
+    assert "--namesrv-plaintext" not in command  # the name servers serve TLS
     # Kept while valid; an expiring one (here: 10 days left) is made again.
     await reconcile_group(rt, body(kube), Events())
     assert kube.obj("Secret", "rel-controller-tls", "bg-system")["stringData"] == made

@@ -194,6 +194,7 @@ class Broker:
             source_host=settings.own_host,
             tls_server=settings.ha_tls_server,
             tls_client=settings.ha_tls_client,
+            tls_server_name=settings.ha_tls_server_name,
         )
         self.store: MessageStore | None = None
         self.metadata: BrokerMetadata | None = None

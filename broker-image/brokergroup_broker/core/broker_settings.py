@@ -106,6 +106,9 @@ class BrokerSettings:
     """Mutual TLS on the HA port as master (certificate, key and CA all given; ha/link.py)."""
     ha_tls_client: ssl.SSLContext | None = field(default=None, repr=False)
     """Mutual TLS to the master's HA port as slave (the same material)."""
+    ha_tls_server_name: str | None = None
+    """`--ha-tls-server-name`: the master's certificate is verified for this name instead
+    of its address."""
     controller_tls: ssl.SSLContext | None = field(default=None, repr=False)
     """HTTPS to the controllers' API (`--controller-tls`), this broker's certificate
     presented; None: plain HTTP."""

@@ -134,6 +134,18 @@ def register(subparsers: Any) -> None:
         "--tls-cert-file/--tls-key-file HA replication runs mutual TLS",
     )
     parser.add_argument(
+        "--ha-tls-server-name",
+        default=None,
+        help="HA's mutual TLS: verify the master's certificate for this name instead of its "
+        "address (Kubernetes: the group's Service name; a pod IP is in no certificate)",
+    )
+    parser.add_argument(
+        "--namesrv-plaintext",
+        action="store_true",
+        help="register with the name servers in plaintext even with --tls-ca-file (their "
+        "TLS mode is disabled; HA and the controllers' API still use the CA)",
+    )
+    parser.add_argument(
         "--controller-tls",
         action="store_true",
         help="reach the controllers' HTTPS API (controller --api-tls), verified against "
@@ -239,7 +251,11 @@ def run_broker_command(args: argparse.Namespace) -> int:
         remoting_tls = load_server_tls(
             args.remoting_tls_mode, args.tls_cert_file, args.tls_key_file
         )
-        namesrv_tls = None if args.tls_ca_file is None else client_context(Path(args.tls_ca_file))
+        namesrv_tls = (
+            None
+            if args.tls_ca_file is None or args.namesrv_plaintext
+            else client_context(Path(args.tls_ca_file))
+        )
         client_tls = load_server_tls(
             args.client_tls_mode or args.remoting_tls_mode, args.tls_cert_file, args.tls_key_file
         )
@@ -293,6 +309,7 @@ def run_broker_command(args: argparse.Namespace) -> int:
         grpc_tls=grpc_tls,
         ha_tls_server=ha_tls_server,
         ha_tls_client=ha_tls_client,
+        ha_tls_server_name=args.ha_tls_server_name,
         controller_tls=controller_tls,
         # Set by whoever started this process (pod uid, local supervisor).
         incarnation=os.environ.get(INCARNATION_ENV) or uuid.uuid4().hex,

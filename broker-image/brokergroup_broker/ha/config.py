@@ -102,6 +102,10 @@ class HAConfig:
     tls_client: ssl.SSLContext | None = field(default=None, repr=False)
     """Slave side: TLS to the master with this context (the master verified against the
     CA, this broker's certificate presented). None: bare TCP."""
+    tls_server_name: str | None = None
+    """Slave side: the name the master's certificate is verified for; None: the master's
+    address (Kubernetes dials a pod IP no certificate names, so the operator passes the
+    group's Service name, which every leaf of the group carries)."""
     source_host: str | None = None
     """Slave side: the local address HA connections leave from (the broker's own
     advertised address), so the master sees the address the controller registered

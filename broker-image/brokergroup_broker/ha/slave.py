@@ -460,7 +460,8 @@ class HASlaveService:
         context = self._config.tls_client
         if context is None:
             return PlainLink(sock)
-        link = TlsLink(sock, context, server_side=False, server_hostname=master_host)
+        name = self._config.tls_server_name or master_host
+        link = TlsLink(sock, context, server_side=False, server_hostname=name)
         try:
             async with asyncio.timeout(self._config.connect_timeout_ms / 1000):
                 await link.handshake()
