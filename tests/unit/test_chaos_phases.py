@@ -11,14 +11,16 @@ from brokergroup_cli.chaos.runner import Schedule
 
 
 def test_every_fault_splits_into_a_default_phase_and_an_async_flush_phase() -> None:
-    schedule = Schedule(faults=faults.ALL_FAULTS, windows=34, seed=1)
+    # 14 faults over 42 windows: the power-loss fault's share is 42 / 14 = 3.
+    assert len(faults.ALL_FAULTS) == 14
+    schedule = Schedule(faults=faults.ALL_FAULTS, windows=42, seed=1)
     first, second = plan_phases(schedule, ())
     assert faults.TRUNCATE_TAIL not in first.schedule.faults
     assert set(first.schedule.faults) == set(faults.ALL_FAULTS) - {faults.TRUNCATE_TAIL}
     assert ASYNC_FLUSH_SETTING not in first.settings
     assert second.schedule.faults == (faults.TRUNCATE_TAIL,)
     assert ASYNC_FLUSH_SETTING in second.settings
-    assert (first.schedule.windows, second.schedule.windows) == (31, 3)
+    assert (first.schedule.windows, second.schedule.windows) == (39, 3)
     # Different clients (so different keys and a different topic) in the second phase.
     assert (first.schedule.client_prefix, second.schedule.client_prefix) == ("", "a")
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from brokergroup_cli.chaos import faults as fault_kinds
+from brokergroup_cli.chaos import scenarios
 from brokergroup_cli.chaos.checker import Findings, check
 from brokergroup_cli.chaos.report import summarize, table, write_all
 from brokergroup_cli.chaos.runner import Run, Schedule, run_schedule, write_history
@@ -108,6 +109,7 @@ def run_chaos(
     settings: tuple[str, ...] = (),
     progress: Any = None,
     keep: bool = False,
+    scenario: scenarios.Scenario | None = None,
 ) -> ChaosResult:
     """The library entry the tests use: run each phase on a fresh runtime,
     check the merged history, write the reports."""
@@ -152,7 +154,12 @@ def run_chaos(
         skipped=run.skipped,
         not_recovered=run.not_recovered,
         reads=run.reads,
+        operations=run.operations,
+        windows_run=run.windows,
+        healthy_s=run.healthy_s,
     )
+    if scenario is not None:
+        summary["scenario"] = scenarios.outcome(scenario, summary)
     summary["phases"] = [
         {"label": p.label, "faults": list(p.schedule.faults), "windows": p.schedule.windows,
          "settings": list(p.settings)}
@@ -176,6 +183,11 @@ def register(subparsers: Any) -> None:
         default=",".join(fault_kinds.ALL_FAULTS),
         help=f"comma-separated (default: all): {', '.join(fault_kinds.ALL_FAULTS)}",
     )
+    parser.add_argument(
+        "--scenario", choices=scenarios.names(), default=None,
+        help="a named schedule reproducing a RocketMQ controller-mode defect's conditions "
+        "(chaos/scenarios.py); replaces --faults/--windows",
+    )  # fmt: skip
     parser.add_argument("--windows", type=int, default=20, help="fault windows (default 20)")
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--out", type=Path, default=Path("chaos-out"), help="report directory")
@@ -198,7 +210,7 @@ def register(subparsers: Any) -> None:
 
 def main(args: argparse.Namespace) -> int:
     chosen = tuple(f.strip() for f in args.faults.split(",") if f.strip())
-    unknown = [f for f in chosen if f not in fault_kinds.ALL_FAULTS]
+    unknown = [f for f in chosen if not fault_kinds.is_known(f)]
     if unknown or not chosen:
         print(
             f"brokergroup chaos: unknown fault(s) {unknown}; known: "
@@ -215,6 +227,11 @@ def main(args: argparse.Namespace) -> int:
         fault_s=args.fault_s,
         producers=args.producers,
     )
+    scenario = scenarios.get(args.scenario) if args.scenario else None
+    settings = tuple(args.set)
+    if scenario is not None:
+        schedule = scenario.schedule(seed, producers=args.producers)
+        settings = (*scenario.settings, *settings)
 
     def progress(line: str) -> None:
         if not args.json:
@@ -224,7 +241,7 @@ def main(args: argparse.Namespace) -> int:
 
     result = run_chaos(
         schedule, args.out, runtime_dir=args.dir, lane=args.lane,
-        settings=tuple(args.set), progress=progress, keep=args.keep,
+        settings=settings, progress=progress, keep=args.keep, scenario=scenario,
     )  # fmt: skip
     if args.json:
         print(table(result.summary), file=sys.stderr)

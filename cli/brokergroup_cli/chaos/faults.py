@@ -62,6 +62,32 @@ ALL_FAULTS = (
     LOSSY_LINK,
     PAUSE_CONTROLLER_LEADER,
 )
+# Faults only the named scenarios use (chaos.scenarios: RocketMQ's controller-mode defects).
+#: The master and one controller cut off from the rest, clients still reaching the master
+#: (apache/rocketmq#7017: one data centre isolated).
+ISOLATE_MASTER_ROOM = "isolate-master-with-a-controller"
+#: The master and one slave cut off together from the controllers and the other slave
+#: (apache/rocketmq#6662: the abnormal master still has a slave acking it).
+ISOLATE_MASTER_AND_SLAVE = "isolate-master-with-a-slave"
+#: The master partitioned away; at heal it rejoins as a slave and truncates its divergent
+#: tail, and is SIGKILLed REJOIN_CRASH_AFTER_S into that (apache/rocketmq#10666).
+REJOIN_CRASH = "partition-master-then-crash-on-rejoin"
+#: Heavy loss on the master's links to both slaves at once (apache/rocketmq#9897:
+#: network delay on two slaves, the SyncStateSet shrink raced).
+LOSSY_SLAVE_LINKS = "packet-loss-both-slave-links"
+#: Loss on the master's links to every controller (apache/rocketmq#9845: heartbeats
+#: under network delay).
+LOSSY_CONTROLLER_LINKS = "packet-loss-master-controller-links"
+SCENARIO_FAULTS = (
+    ISOLATE_MASTER_ROOM,
+    ISOLATE_MASTER_AND_SLAVE,
+    REJOIN_CRASH,
+    LOSSY_SLAVE_LINKS,
+    LOSSY_CONTROLLER_LINKS,
+)
+REJOIN_CRASH_AFTER_S = 0.5
+HEAVY_LOSS_PERCENT = 90.0
+
 #: What LOSSY_LINK does to the master's link to one slave (delay only where netem is).
 LINK_LOSS_PERCENT = 30.0
 LINK_DELAY_MS = 100
@@ -77,14 +103,15 @@ MAX_TAIL_CUT_BYTES = 64 * 1024
 
 def is_known(fault: str) -> bool:
     base = fault.removesuffix(THEN_KILL_MASTER)
-    return base in ALL_FAULTS
+    return base in ALL_FAULTS or base in SCENARIO_FAULTS
 
 
 def unavailable_reason(fault: str) -> str | None:
     fault = fault.removesuffix(THEN_KILL_MASTER)
-    if fault in (PARTITION_MASTER, LAGGING_KILL, PARTITION_BRIDGE, PARTITION_RING):
+    if fault in (PARTITION_MASTER, LAGGING_KILL, PARTITION_BRIDGE, PARTITION_RING,
+                 ISOLATE_MASTER_ROOM, ISOLATE_MASTER_AND_SLAVE, REJOIN_CRASH):  # fmt: skip
         return netfault.unavailable_reason()
-    if fault == LOSSY_LINK:
+    if fault in (LOSSY_LINK, LOSSY_SLAVE_LINKS, LOSSY_CONTROLLER_LINKS):
         return netfault.loss_unavailable_reason()
     if fault == FILL_MASTER_DISK and os.geteuid() != 0:
         return "filling a disk needs a tmpfs per broker (root)"
@@ -292,6 +319,8 @@ def _inject_openchaos(fault: str, rt: Target, rng: random.Random) -> Injected | 
             + f" on master {master.host} <-> slave {peer.host} ({backend})",
             link.heal,
         )
+    if fault in SCENARIO_FAULTS:
+        return _inject_scenario_fault(fault, rt, rng)
     if fault == PAUSE_CONTROLLER_LEADER:
         leader = rt.controller_leader()
         if leader is None:
@@ -303,6 +332,60 @@ def _inject_openchaos(fault: str, rt: Target, rng: random.Random) -> Injected | 
 
         return Injected(f"SIGSTOP controller leader {leader.name} on {leader.host}", resume)
     return None
+
+
+def _lossy(master: Node, peers: list[str], loss_percent: float) -> Injected:
+    links = [netfault.LinkImpairment() for _ in peers]
+
+    def heal() -> None:
+        for link in links:
+            link.heal()
+
+    try:
+        backend = ""
+        for link, peer in zip(links, peers, strict=True):
+            backend = link.impair(master.host, peer, netfault.Impairment(loss_percent))
+    except BaseException:
+        heal()
+        raise
+    return Injected(
+        f"{loss_percent:g}% loss on master {master.host} <-> {', '.join(peers)} ({backend})", heal
+    )
+
+
+def _inject_scenario_fault(fault: str, rt: Target, rng: random.Random) -> Injected:
+    master, slaves, controllers = _nodes(rt)
+    if fault in (ISOLATE_MASTER_ROOM, ISOLATE_MASTER_AND_SLAVE):
+        if fault == ISOLATE_MASTER_ROOM:
+            buddy = rng.choice(controllers)
+        else:
+            if not slaves:
+                raise TargetError("no live slave")
+            buddy = rng.choice(slaves).host
+        room = [master.host, buddy]
+        rest = [h for h in (*controllers, *(s.host for s in slaves)) if h not in room]
+        partition = netfault.LoopbackPartition()
+        partition.cut(room, rest)
+        return Injected(f"isolate {', '.join(room)} from {', '.join(rest)}", partition.heal)
+    if fault == REJOIN_CRASH:
+        partition = netfault.LoopbackPartition()
+        partition.cut([master.host], [*controllers, *(s.host for s in slaves)])
+
+        def heal() -> None:
+            partition.heal()
+            time.sleep(REJOIN_CRASH_AFTER_S)  # it reconnects, handshakes, truncates...
+            rt.signal(master, signal.SIGKILL)  # ...and crashes in the middle of it
+
+        return Injected(
+            f"partition master {master.name} on {master.host}; SIGKILL it "
+            f"{REJOIN_CRASH_AFTER_S} s after the heal (rejoining as a slave)",
+            heal,
+        )
+    if fault == LOSSY_SLAVE_LINKS:
+        return _lossy(master, [s.host for s in slaves], HEAVY_LOSS_PERCENT)
+    if fault == LOSSY_CONTROLLER_LINKS:
+        return _lossy(master, controllers, LINK_LOSS_PERCENT * 2)
+    raise ValueError(f"unknown scenario fault {fault!r}")
 
 
 def fill_disk(mount_point: Path, used_ratio: float, name: str = "chaos-filler") -> Path:

@@ -1,5 +1,14 @@
 """What a chaos run reports: summary.json, a per-fault table, a latency-over-
-time plot (PNG) with the fault windows shaded, and an HTML page with both."""
+time plot (PNG) with the fault windows shaded, and an HTML page with both.
+
+Per window (issue 37): its unavailability (the checker's), its recovery time —
+fault end → the first acknowledged write, and fault end → the group seen healthy
+again with a full SyncStateSet — and what was lost, duplicated or reordered there.
+A lost or duplicated key belongs to the first window that ends after its send
+began (the fault that could have taken it); an order violation to the window of its
+later key. `compare` puts several targets' summaries side by side per fault type
+(`write_compare_html`: one page, inline SVG plots, the seeds that replay a window).
+"""
 
 from __future__ import annotations
 
@@ -15,6 +24,7 @@ from brokergroup_cli.chaos.checker import (
     FAILED,
     INDETERMINATE,
     OK,
+    FaultWindow,
     Findings,
     Operation,
     percentile,
@@ -52,6 +62,79 @@ def _r(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
 
 
+def _owner(windows: Sequence[FaultWindow], at_s: float) -> int | None:
+    """The first window that ends at or after `at_s` (None: after the last one)."""
+    return next((i for i, w in enumerate(windows) if w.end_s >= at_s), None)
+
+
+def window_rows(
+    findings: Findings,
+    operations: Sequence[Operation],
+    windows: Sequence[FaultWindow],
+    healthy_s: Sequence[float | None],
+) -> list[dict[str, Any]]:
+    """One row per fault window: unavailability, recovery times, and the lost,
+    duplicated and reordered keys attributed to it (module docstring)."""
+    unavailable = {(r.window.start_s, r.window.fault): r.unavailable_s for r in findings.faults}
+    by_key = {o.key: o for o in operations}
+    rows: list[dict[str, Any]] = []
+    for i, w in enumerate(windows):
+        first_ack = min(
+            (o.complete_s for o in operations if o.outcome == OK and o.complete_s >= w.end_s),
+            default=None,
+        )
+        healthy = healthy_s[i] if i < len(healthy_s) else None
+        rows.append(
+            {
+                "window": i + 1, "fault": w.fault, "start_s": _r(w.start_s), "end_s": _r(w.end_s),
+                "note": w.note, "unavailable_s": _r(unavailable.get((w.start_s, w.fault), 0.0)),
+                "first_ack_s": _r(None if first_ack is None else first_ack - w.end_s),
+                "sss_full_s": _r(None if healthy is None else max(0.0, healthy - w.end_s)),
+                "lost": [], "duplicated": [], "reordered": [],
+            }
+        )  # fmt: skip
+
+    def attribute(kind: str, key: str) -> None:
+        op = by_key.get(key)
+        at = _owner(windows, op.invoke_s) if op is not None else None
+        if at is not None:
+            rows[at][kind].append(key)
+
+    for key in findings.lost:
+        attribute("lost", key)
+    for key in dict.fromkeys(findings.duplicated):
+        attribute("duplicated", key)
+    for _queue, _first, later in findings.order_violations:
+        attribute("reordered", later)
+    return rows
+
+
+def _per_fault_rows(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Counts and p50/p99 of one target's window rows, per fault type."""
+    grouped: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        grouped[row["fault"]].append(row)
+    out: dict[str, dict[str, Any]] = {}
+    for fault, chosen in sorted(grouped.items()):
+        unavailable = [r["unavailable_s"] for r in chosen if r["unavailable_s"] is not None]
+        first_ack = [r["first_ack_s"] for r in chosen if r["first_ack_s"] is not None]
+        healthy = [r["sss_full_s"] for r in chosen if r["sss_full_s"] is not None]
+        out[fault] = {
+            "windows": len(chosen),
+            "lost": sum(len(r["lost"]) for r in chosen),
+            "duplicated": sum(len(r["duplicated"]) for r in chosen),
+            "reordered": sum(len(r["reordered"]) for r in chosen),
+            "unavailable_p50_s": _r(percentile(unavailable, 50)),
+            "unavailable_p99_s": _r(percentile(unavailable, 99)),
+            "first_ack_p50_s": _r(percentile(first_ack, 50)),
+            "first_ack_p99_s": _r(percentile(first_ack, 99)),
+            "sss_full_p50_s": _r(percentile(healthy, 50)),
+            "sss_full_p99_s": _r(percentile(healthy, 99)),
+            "never_healthy": sum(1 for r in chosen if r["sss_full_s"] is None),
+        }
+    return out
+
+
 def summarize(
     findings: Findings,
     *,
@@ -60,8 +143,15 @@ def summarize(
     skipped: dict[str, str],
     not_recovered: Sequence[str],
     reads: int,
+    operations: Sequence[Operation] = (),
+    windows_run: Sequence[FaultWindow] = (),
+    healthy_s: Sequence[float | None] = (),
 ) -> dict[str, Any]:
     faults = per_fault(findings)
+    rows = window_rows(findings, operations, windows_run, healthy_s)
+    for fault, extra in _per_fault_rows(rows).items():
+        if fault in faults:
+            faults[fault] |= {k: v for k, v in extra.items() if k != "windows"}
     unexpected = findings.unexpected_unavailability
     return {
         "windows": windows,
@@ -84,6 +174,7 @@ def summarize(
             "max_s": _r(max((u.duration_s for u in unexpected), default=0.0)),
         },
         "faults": faults,
+        "recovery": rows,
         "skipped": skipped,
         "not_recovered": list(not_recovered),
         "data_safe": findings.data_safe,
@@ -198,3 +289,200 @@ def write_all(
     png = out_dir / "latency.png"
     plot(operations, findings, png)
     write_html(summary, png, out_dir / "report.html")
+
+
+# --- Several targets side by side (issue 37 item 4) -----------------------------------------
+
+COMPARE_COLUMNS = (
+    ("windows", "windows"),
+    ("lost", "lost"),
+    ("duplicated", "duplicated"),
+    ("reordered", "reordered"),
+    ("unavailable_p50_s", "unavail. p50 s"),
+    ("unavailable_p99_s", "unavail. p99 s"),
+    ("first_ack_p50_s", "→ 1st ack p50 s"),
+    ("first_ack_p99_s", "→ 1st ack p99 s"),
+    ("sss_full_p50_s", "→ SSS full p50 s"),
+    ("sss_full_p99_s", "→ SSS full p99 s"),
+)
+
+
+def compare(runs: dict[str, Sequence[dict[str, Any]]]) -> dict[str, Any]:
+    """Per fault type, per target: counts and percentiles over every window of every
+    run (seed) of that target, plus every window that lost or duplicated something
+    with the target, seed and window number that replay it."""
+    table: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
+    bad_windows: list[dict[str, Any]] = []
+    seeds: dict[str, list[int | None]] = {}
+    for target, summaries in runs.items():
+        rows = []
+        seeds[target] = []
+        for summary in summaries:
+            seed = summary["seeds"][0] if summary.get("seeds") else None
+            seeds[target].append(seed)
+            for row in summary.get("recovery", []):
+                rows.append(row | {"seed": seed})
+                if row["lost"] or row["duplicated"] or row["reordered"]:
+                    bad_windows.append(
+                        {"target": target, "seed": seed, "window": row["window"],
+                         "fault": row["fault"], "lost": len(row["lost"]),
+                         "duplicated": len(row["duplicated"]),
+                         "reordered": len(row["reordered"]), "note": row["note"]}
+                    )  # fmt: skip
+        for fault, cells in _per_fault_rows(rows).items():
+            table[fault][target] = cells
+    return {
+        "targets": list(runs),
+        "seeds": seeds,
+        "faults": {f: table[f] for f in sorted(table)},
+        "bad_windows": bad_windows,
+        "totals": {
+            t: {
+                "windows": sum(
+                    c["windows"] for f in table.values() for tt, c in f.items() if tt == t
+                ),
+                "lost": sum(c["lost"] for f in table.values() for tt, c in f.items() if tt == t),
+            }
+            for t in runs
+        },
+    }
+
+
+def compare_markdown(doc: dict[str, Any]) -> str:
+    """The README table: one row per fault type and target."""
+    head = ["fault", "target", *(label for _, label in COMPARE_COLUMNS)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for fault, cells in doc["faults"].items():
+        for target in doc["targets"]:
+            c = cells.get(target)
+            values = ["-"] * len(COMPARE_COLUMNS) if c is None else [
+                "-" if c[k] is None else str(c[k]) for k, _ in COMPARE_COLUMNS
+            ]  # fmt: skip
+            lines.append("| " + " | ".join([fault, target, *values]) + " |")
+    return "\n".join(lines)
+
+
+_COLOURS = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2")
+
+
+def svg_bars(doc: dict[str, Any], key_p50: str, key_p99: str, title: str, width: int = 900) -> str:
+    """A grouped bar chart (inline SVG): per fault type one bar per target at p50, a
+    whisker up to p99. No scripts, no external files."""
+    faults = list(doc["faults"])
+    targets = list(doc["targets"])
+    values = [
+        v
+        for cells in doc["faults"].values()
+        for c in cells.values()
+        for v in (c.get(key_p50), c.get(key_p99))
+        if v is not None
+    ]
+    top = max(values, default=1.0) or 1.0
+    left, bottom, row_h = 260, 30, 14 * max(1, len(targets)) + 10
+    height = bottom + row_h * max(1, len(faults)) + 30
+    scale = (width - left - 60) / top
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'font-family="sans-serif" font-size="11"><text x="4" y="16" font-size="13">'
+        f"{html.escape(title)} (bar p50, whisker p99, seconds)</text>"
+    ]
+    for fi, fault in enumerate(faults):
+        y0 = bottom + fi * row_h
+        out.append(f'<text x="4" y="{y0 + row_h / 2 + 4}">{html.escape(fault)}</text>')
+        for ti, target in enumerate(targets):
+            c = doc["faults"][fault].get(target)
+            y = y0 + 4 + ti * 14
+            colour = _COLOURS[ti % len(_COLOURS)]
+            if c is None or c.get(key_p50) is None:
+                out.append(f'<text x="{left}" y="{y + 10}" fill="#999">n/a</text>')
+                continue
+            w50 = c[key_p50] * scale
+            out.append(f'<rect x="{left}" y="{y}" width="{w50:.1f}" height="11" fill="{colour}"/>')
+            if c.get(key_p99) is not None:
+                x99 = left + c[key_p99] * scale
+                out.append(
+                    f'<line x1="{left + w50:.1f}" x2="{x99:.1f}" y1="{y + 5.5}" y2="{y + 5.5}" '
+                    f'stroke="#333"/><line x1="{x99:.1f}" x2="{x99:.1f}" y1="{y + 1}" '
+                    f'y2="{y + 10}" stroke="#333"/>'
+                )
+                out.append(f'<text x="{x99 + 4:.1f}" y="{y + 10}">{c[key_p99]}</text>')
+    for ti, target in enumerate(targets):
+        x = left + ti * 140
+        out.append(
+            f'<rect x="{x}" y="{height - 18}" width="10" height="10" '
+            f'fill="{_COLOURS[ti % len(_COLOURS)]}"/><text x="{x + 14}" y="{height - 9}">'
+            f"{html.escape(target)}</text>"
+        )
+    out.append("</svg>")
+    return "".join(out)
+
+
+def write_compare_html(doc: dict[str, Any], path: Path, note: str = "") -> None:
+    """One page: the targets side by side per fault type, the plots, the windows that
+    lost or duplicated something (target, seed, window: what replays it), the seeds."""
+    head = "".join(f"<th>{html.escape(label)}</th>" for _, label in COMPARE_COLUMNS)
+    body_rows = []
+    for fault, cells in doc["faults"].items():
+        for n, target in enumerate(doc["targets"]):
+            c = cells.get(target)
+            first = (
+                f'<td rowspan="{len(doc["targets"])}">{html.escape(fault)}</td>' if n == 0 else ""
+            )
+            tds = "".join(
+                f"<td>{'-' if c is None or c[k] is None else html.escape(str(c[k]))}</td>"
+                for k, _ in COMPARE_COLUMNS
+            )
+            lost = c is not None and c["lost"] > 0
+            style = ' style="background:#fdd"' if lost else ""
+            body_rows.append(f"<tr{style}>{first}<td>{html.escape(target)}</td>{tds}</tr>")
+    bad = "".join(
+        "<tr>"
+        + "".join(
+            f"<td>{html.escape(str(b[k]))}</td>"
+            for k in (
+                "target",
+                "seed",
+                "window",
+                "fault",
+                "lost",
+                "duplicated",
+                "reordered",
+                "note",
+            )
+        )
+        + "</tr>"
+        for b in doc["bad_windows"]
+    )
+    seeds = "".join(
+        f"<li>{html.escape(t)}: seeds {html.escape(str(s))}</li>" for t, s in doc["seeds"].items()
+    )
+    page = (
+        "<!doctype html><meta charset=utf-8><title>brokergroup chaos: targets side by side"
+        "</title><style>body{font-family:sans-serif;margin:2em}td,th{padding:2px 8px;"
+        "text-align:right;border-bottom:1px solid #ddd}td:first-child{text-align:left}"
+        "table{border-collapse:collapse}</style>"
+        "<h1>Chaos: the same faults against each target</h1>"
+        f"<p>{html.escape(note)}</p>"
+        "<h2>Per fault type</h2><table><tr><th>fault</th><th>target</th>"
+        f"{head}</tr>{''.join(body_rows)}</table>"
+        "<h2>Unavailability</h2>"
+        + svg_bars(doc, "unavailable_p50_s", "unavailable_p99_s", "Unavailability per window")
+        + "<h2>Recovery: fault end → first acknowledged write</h2>"
+        + svg_bars(doc, "first_ack_p50_s", "first_ack_p99_s", "Fault end to first ack")
+        + "<h2>Recovery: fault end → SyncStateSet full again</h2>"
+        + svg_bars(doc, "sss_full_p50_s", "sss_full_p99_s", "Fault end to SyncStateSet full")
+        + "<h2>Windows that lost, duplicated or reordered</h2>"
+        + (
+            "<table><tr><th>target</th><th>seed</th><th>window</th><th>fault</th><th>lost</th>"
+            f"<th>duplicated</th><th>reordered</th><th>note</th></tr>{bad}</table>"
+            if bad
+            else "<p>none</p>"
+        )
+        + "<h2>Replay</h2><p>A window replays with its target, seed and schedule: "
+        "<code>brokergroup chaos --target T --seed S --faults F --windows N</code> "
+        "(or <code>--scenario NAME --seed S</code>); the seed fixes the fault order and "
+        "every random choice of the faults (victims, sides, ring order).</p>"
+        f"<ul>{seeds}</ul>"
+        f"<h2>compare.json</h2><pre>{html.escape(json.dumps(doc, indent=1))}</pre>"
+    )
+    path.write_text(page)

@@ -85,6 +85,9 @@ class Schedule:
     drain_settle_s: float = 10.0
     """How long the drain waits for a replica to serve as far as the master does
     (slaves serve up to confirmOffset, which follows the master's by a heartbeat)."""
+    sequence: tuple[tuple[str, float, float], ...] = ()
+    """A named scenario's steps (fault, normal_s before it, fault_s), run in order
+    instead of the shuffled rotation (`chaos.scenarios`)."""
 
 
 #: A second copy of an acknowledged key and body, sent to its queue again.
@@ -118,6 +121,9 @@ class Run:
     not_recovered: list[str] = field(default_factory=list)
     ended_s: float = 0.0
     """The run's clock when it finished (a next phase starts after it)."""
+    healthy_s: list[float | None] = field(default_factory=list)
+    """Per window (as `windows`): when the group was seen healthy again (SyncStateSet
+    full, every process back), None if it never was (recovery time, issue 37)."""
 
     def extend(self, other: Run) -> None:
         """Add a later phase (another runtime, its own clients and keys)."""
@@ -422,18 +428,24 @@ async def fault_windows(
         if not order:
             break
         fault = order.pop()
-        await asyncio.sleep(schedule.normal_s)
+        normal_s, fault_s = schedule.normal_s, schedule.fault_s
+        if schedule.sequence:  # a named scenario: its steps in order, its own timings
+            fault, normal_s, fault_s = schedule.sequence[index % len(schedule.sequence)]
+            if fault in run.skipped:
+                continue
+        await asyncio.sleep(normal_s)
         start = clock.now()
         try:
             injected = await asyncio.to_thread(fault_kinds.inject, fault, rt, rng)
         except TargetError as exc:
             progress(f"window {index + 1}: {fault} not injected: {exc}")
             continue
-        await asyncio.sleep(schedule.fault_s)
+        await asyncio.sleep(fault_s)
         await asyncio.to_thread(injected.heal)
         end = clock.now()
         run.windows.append(FaultWindow(fault, start, end, injected.note))
         recovered = await wait_healthy(rt, schedule.healthy_timeout_s)
+        run.healthy_s.append(clock.now() if recovered else None)
         if not recovered:
             run.not_recovered.append(f"window {index + 1} ({fault})")
         progress(
