@@ -41,8 +41,10 @@ PARTITION_BRIDGE = "partition-bridge"
 PARTITION_RING = "partition-majorities-ring"
 LOSSY_LINK = "packet-loss-master-link"
 PAUSE_CONTROLLER_LEADER = "pause-controller-leader"
-#: `<fault>+kill-master`: the master is SIGKILLed `COMPOSE_KILL_AFTER_S` into the
-#: fault, before it heals (negative controls and scenarios: a failover under the fault).
+#: Composite faults `A+B+...`: each part injected in order and all healed together at the
+#: window's end; a `kill-master` part SIGKILLs the master (as it was when the window
+#: began) `COMPOSE_KILL_AFTER_S` after the parts before it (negative controls and
+#: scenarios: a failover under the fault).
 THEN_KILL_MASTER = "+kill-master"
 COMPOSE_KILL_AFTER_S = 1.5
 
@@ -102,12 +104,13 @@ MAX_TAIL_CUT_BYTES = 64 * 1024
 
 
 def is_known(fault: str) -> bool:
-    base = fault.removesuffix(THEN_KILL_MASTER)
-    return base in ALL_FAULTS or base in SCENARIO_FAULTS
+    return all(part in ALL_FAULTS or part in SCENARIO_FAULTS for part in fault.split("+"))
 
 
 def unavailable_reason(fault: str) -> str | None:
-    fault = fault.removesuffix(THEN_KILL_MASTER)
+    if "+" in fault:
+        reasons = (unavailable_reason(part) for part in fault.split("+"))
+        return next((r for r in reasons if r is not None), None)
     if fault in (PARTITION_MASTER, LAGGING_KILL, PARTITION_BRIDGE, PARTITION_RING,
                  ISOLATE_MASTER_ROOM, ISOLATE_MASTER_AND_SLAVE, REJOIN_CRASH):  # fmt: skip
         return netfault.unavailable_reason()
@@ -161,17 +164,8 @@ def _store(node: Node) -> tuple[Path, Path]:
 def inject(fault: str, rt: Target, rng: random.Random) -> Injected:
     """Start `fault` now; `heal()` ends it (kills need none: the supervisor restarts).
     `<fault>+kill-master` also kills the master COMPOSE_KILL_AFTER_S in."""
-    if fault.endswith(THEN_KILL_MASTER):
-        master = _master(rt)
-        base = inject(fault.removesuffix(THEN_KILL_MASTER), rt, rng)
-        try:
-            time.sleep(COMPOSE_KILL_AFTER_S)
-            rt.signal(master, signal.SIGKILL)
-        except BaseException:
-            base.heal()
-            raise
-        return Injected(f"{base.note}, then SIGKILL master {master.name} on {master.host}",
-                        base.heal)  # fmt: skip
+    if "+" in fault:
+        return _inject_composite(fault.split("+"), rt, rng)
     new = _inject_openchaos(fault, rt, rng)
     if new is not None:
         return new
@@ -266,6 +260,28 @@ def inject(fault: str, rt: Target, rng: random.Random) -> Injected:
             f"power loss of {victim.name}: commit log tail cut by {cut} bytes", _nothing
         )
     raise ValueError(f"unknown fault {fault!r}; known: {', '.join(ALL_FAULTS)}")
+
+
+def _inject_composite(parts: list[str], rt: Target, rng: random.Random) -> Injected:
+    master = _master(rt)  # before a part stops the controllers from answering
+    done: list[Injected] = []
+
+    def heal() -> None:
+        for injected in reversed(done):
+            injected.heal()
+
+    try:
+        for part in parts:
+            if part == KILL_MASTER:
+                time.sleep(COMPOSE_KILL_AFTER_S)
+                rt.signal(master, signal.SIGKILL)
+                done.append(Injected(f"SIGKILL master {master.name} on {master.host}", _nothing))
+            else:
+                done.append(inject(part, rt, rng))
+    except BaseException:
+        heal()
+        raise
+    return Injected("; then ".join(i.note for i in done), heal)
 
 
 def _nodes(rt: Target) -> tuple[Node, list[Node], list[str]]:
