@@ -64,7 +64,8 @@ BROKER_ENDPOINTS = GROUP_READS | frozenset(
         "elect_master",
     }
 )
-ADMIN_ONLY = frozenset({"clean", "groups", "controller_config"})
+USER_ADMIN = frozenset({"put_user", "get_user", "delete_user", "list_users"})
+ADMIN_ONLY = frozenset({"clean", "groups", "controller_config"}) | USER_ADMIN
 OPEN_TO_ANY_PRINCIPAL = frozenset({"raft"})
 
 
@@ -164,6 +165,15 @@ def decide_role(principal: Principal, request: AccessRequest) -> Verdict:
     who = principal.describe()
     if request.endpoint in OPEN_TO_ANY_PRINCIPAL:
         return ALLOW
+    if request.endpoint == "users_snapshot":
+        # The users of a cluster (with SecretKeys) go to its brokers, whatever their group.
+        cluster = None if request.group is None else request.group[0]
+        if principal.role is Role.BROKER and principal.group and principal.group[0] == cluster:
+            return ALLOW
+        return _deny(
+            f"{who} may not read the users of cluster {cluster}: it needs a broker "
+            "credential of that cluster"
+        )
     if request.endpoint in ADMIN_ONLY:
         return _deny(f"{who} may not call {request.endpoint}: it needs the admin credential")
     allowed = GROUP_READS if principal.role is Role.CLIENT else BROKER_ENDPOINTS

@@ -60,6 +60,18 @@ from brokergroup_controller.request_parsing import (
 from brokergroup_controller.requests import Caller
 from brokergroup_controller.rocketmq_front import ControllerRemoting, start_remoting_front
 from brokergroup_controller.server import ControllerService
+from brokergroup_controller.users_endpoints import (
+    delete_user,
+    get_user,
+    list_users,
+    parse_delete_user,
+    parse_list_users,
+    parse_put_user,
+    parse_user,
+    parse_users_snapshot,
+    put_user,
+    users_snapshot,
+)
 from brokergroup_remoting.net import budgeted_logger
 from brokergroup_remoting.tls import run_reloader
 
@@ -135,6 +147,8 @@ class _Endpoint:
     """The service call, its answer as JSON."""
 
 
+_USER_PATH = "/v1/clusters/{cluster}/users/{accessKey}"
+
 _ENDPOINTS = (
     _Endpoint("next_broker_id", "GET", "/v1/next-broker-id", parse_next_broker_id, _next_broker_id),
     _Endpoint("apply_broker_id", "POST", "/v1/brokers/apply-id", parse_apply, _apply_broker_id),
@@ -147,6 +161,18 @@ _ENDPOINTS = (
     _Endpoint("replica_info", "GET", "/v1/replica-info", query_key, _replica_info),
     _Endpoint("groups", "GET", "/v1/groups", parse_none, _groups),
     _Endpoint("watch", "GET", "/v1/watch", parse_watch, _watch),
+    # Users with rights (users_endpoints.py; docs/security.md "Users with rights").
+    _Endpoint("list_users", "GET", "/v1/clusters/{cluster}/users", parse_list_users, list_users),
+    _Endpoint("put_user", "PUT", _USER_PATH, parse_put_user, put_user),
+    _Endpoint("get_user", "GET", _USER_PATH, parse_user, get_user),
+    _Endpoint("delete_user", "DELETE", _USER_PATH, parse_delete_user, delete_user),
+    _Endpoint(
+        "users_snapshot",
+        "GET",
+        "/v1/clusters/{cluster}/users-snapshot",
+        parse_users_snapshot,
+        users_snapshot,
+    ),
 )
 
 
@@ -203,7 +229,7 @@ class _HttpFront:
             async with self._session.request(
                 request.method,
                 url,
-                data=body if request.method == "POST" else None,
+                data=body if request.method in ("POST", "PUT") else None,
                 headers=headers,
                 timeout=ClientTimeout(total=timeout_s),
             ) as upstream:
@@ -264,7 +290,7 @@ def _route(
         try:
             body = b""
             front.auth.authenticate(request)
-            if endpoint.method == "POST":
+            if endpoint.method in ("POST", "PUT"):
                 body = await request.read()
                 try:
                     data = json.loads(body) if body else None
@@ -274,6 +300,7 @@ def _route(
                     raise BadRequest("request body must be a JSON object")
             else:
                 data = dict(request.query)
+            data = {**data, **request.match_info}  # path parameters win over the body's
             parsed = endpoint.parse(data)
             caller = front.auth.caller(request)
             service.endpoints.authorize(caller.roles_only(), parsed)  # before forwarding

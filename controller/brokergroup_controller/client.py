@@ -37,6 +37,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
+from urllib.parse import quote
 
 from aiohttp import ClientConnectorError, ClientError, ClientSession, ClientTimeout, TCPConnector
 
@@ -447,6 +448,59 @@ class ControllerClient:
             extra_timeout_s=max(0, timeout_ms) / 1000,
         )
         return api.ReplicaInfo.from_json(body)
+
+    # -------------------------------------------------------------- users
+
+    @staticmethod
+    def _user_path(cluster_name: str, access_key: str = "") -> str:
+        path = f"/v1/clusters/{quote(cluster_name, safe='')}/users"
+        return f"{path}/{quote(access_key, safe='')}" if access_key else path
+
+    async def put_user(
+        self,
+        cluster_name: str,
+        access_key: str,
+        *,
+        secret_key: str | None,
+        policies: list[dict[str, Any]],
+        enabled: bool = True,
+    ) -> dict[str, Any]:
+        """Create or replace a user (docs/security.md "Users with rights"); `secret_key`
+        None keeps the stored one. The answer's `user`, `created`, `usersVersion`.
+        Idempotent: the same PUT again leaves the same user."""
+        body: dict[str, Any] = {
+            "policies": policies,
+            "userStatus": "enable" if enabled else "disable",
+        }
+        if secret_key is not None:
+            body["secretKey"] = secret_key
+        return await self.request(
+            "PUT", self._user_path(cluster_name, access_key), body=body, idempotent=True
+        )
+
+    async def get_user(self, cluster_name: str, access_key: str) -> dict[str, Any]:
+        body = await self.request("GET", self._user_path(cluster_name, access_key))
+        return dict(body["user"])
+
+    async def delete_user(self, cluster_name: str, access_key: str) -> bool:
+        """True if the user existed (deleting an absent user is not an error)."""
+        body = await self.request(
+            "DELETE", self._user_path(cluster_name, access_key), idempotent=True
+        )
+        return bool(body["deleted"])
+
+    async def list_users(self, cluster_name: str) -> dict[str, Any]:
+        """`usersVersion` and `users` (no SecretKeys)."""
+        return await self.request("GET", self._user_path(cluster_name))
+
+    async def users_snapshot(self, cluster_name: str, since_version: int = -1) -> dict[str, Any]:
+        """A broker's read of its cluster's users with their SecretKeys (`changed` False and
+        no users when `usersVersion` is not above `since_version`)."""
+        return await self.request(
+            "GET",
+            f"/v1/clusters/{quote(cluster_name, safe='')}/users-snapshot",
+            params={"sinceVersion": since_version},
+        )
 
     async def raft_status(self, address: str | None = None) -> dict[str, Any]:
         """`GET /v1/raft` of one node (`address`), or of whichever node answers."""

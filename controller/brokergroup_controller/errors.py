@@ -27,6 +27,8 @@ class ErrorCode(StrEnum):
     ELECT_TARGET_NOT_ELIGIBLE = "ELECT_TARGET_NOT_ELIGIBLE"
     # Admin.
     BROKER_STILL_ALIVE = "BROKER_STILL_ALIVE"
+    # users (docs/security.md "Users with rights")
+    USER_NOT_FOUND = "USER_NOT_FOUND"
     # Transport / service.
     BAD_REQUEST = "BAD_REQUEST"
     UNAUTHORIZED = "UNAUTHORIZED"
@@ -42,6 +44,7 @@ _HTTP_STATUS: dict[ErrorCode, int] = {
     ErrorCode.UNAUTHORIZED: 401,
     ErrorCode.FORBIDDEN: 403,
     ErrorCode.BROKER_SET_NOT_FOUND: 404,
+    ErrorCode.USER_NOT_FOUND: 404,
     ErrorCode.NOT_LEADER: 503,
     ErrorCode.COMMIT_TIMEOUT: 503,
     ErrorCode.INTERNAL_ERROR: 500,

@@ -161,6 +161,57 @@ class Watch:
     timeout_ms: int
 
 
+@dataclass(frozen=True)
+class PutUser:
+    """Create or replace a user of a cluster (admin). `secret_key` None keeps the stored one.
+    `broker_name` is always "": users belong to the cluster, not one group."""
+
+    ENDPOINT: ClassVar[str] = "put_user"
+    cluster_name: str
+    access_key: str
+    secret_key: str | None
+    policies_json: str
+    enabled: bool = True
+    broker_name: str = ""
+
+    def __repr__(self) -> str:  # never log the SecretKey
+        return f"PutUser({self.cluster_name}, {self.access_key})"
+
+
+@dataclass(frozen=True)
+class GetUser:
+    ENDPOINT: ClassVar[str] = "get_user"
+    cluster_name: str
+    access_key: str
+    broker_name: str = ""
+
+
+@dataclass(frozen=True)
+class DeleteUser:
+    ENDPOINT: ClassVar[str] = "delete_user"
+    cluster_name: str
+    access_key: str
+    broker_name: str = ""
+
+
+@dataclass(frozen=True)
+class ListUsers:
+    ENDPOINT: ClassVar[str] = "list_users"
+    cluster_name: str
+    broker_name: str = ""
+
+
+@dataclass(frozen=True)
+class UsersSnapshot:
+    """A broker's read of its cluster's users with their SecretKeys, when newer than
+    `since_version`."""
+
+    ENDPOINT: ClassVar[str] = "users_snapshot"
+    cluster_name: str
+    since_version: int = -1
+    broker_name: str = ""
+
+
 ServiceRequest = (
     GetNextBrokerId
     | ApplyBrokerId
@@ -173,4 +224,9 @@ ServiceRequest = (
     | GetReplicaInfo
     | ListGroups
     | Watch
+    | PutUser
+    | GetUser
+    | DeleteUser
+    | ListUsers
+    | UsersSnapshot
 )

@@ -30,6 +30,7 @@ No I/O, no clocks, no randomness here.
 from __future__ import annotations
 
 import copy
+import json
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -37,6 +38,7 @@ from typing import Any, ClassVar
 from brokergroup_controller.api import BrokerSetKey
 from brokergroup_controller.errors import ErrorCode
 from brokergroup_controller.takeover import Takeover
+from brokergroup_remoting.authorization import PolicyError, check_access_key, entries_from_json
 
 RequestKey = tuple[str, str, str, str]  # (event type, clusterName, brokerName, requestId)
 
@@ -118,6 +120,64 @@ class BrokerSet:
             ),
             takeover=None if takeover is None else Takeover.from_dict(takeover),
         )
+
+
+@dataclass
+class StoredUser:
+    """A user as the replicated state keeps it: the SecretKey sealed (users_seal.py), the
+    policies as canonical JSON, `version` the cluster's usersVersion at its last change."""
+
+    access_key: str
+    sealed_secret_key: str
+    policies_json: str
+    enabled: bool
+    version: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "accessKey": self.access_key,
+            "sealedSecretKey": self.sealed_secret_key,
+            "policies": json.loads(self.policies_json),
+            "enabled": self.enabled,
+            "version": self.version,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> StoredUser:
+        return cls(
+            str(data["accessKey"]),
+            str(data["sealedSecretKey"]),
+            canonical_policies(data["policies"]),
+            bool(data["enabled"]),
+            int(data["version"]),
+        )
+
+
+@dataclass
+class ClusterUsers:
+    """A cluster's users; `version` rises by one on every committed change (brokers refresh
+    by it)."""
+
+    version: int = 0
+    users: dict[str, StoredUser] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "users": [u.to_dict() for _, u in sorted(self.users.items())],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ClusterUsers:
+        users = [StoredUser.from_dict(u) for u in data.get("users", [])]
+        return cls(int(data["version"]), {u.access_key: u for u in users})
+
+
+def canonical_policies(policies: object) -> str:
+    """The policy list as one canonical JSON text (what PutUser carries)."""
+    return json.dumps(
+        [e.to_json() for e in entries_from_json(policies)], sort_keys=True, separators=(",", ":")
+    )
 
 
 # ---------------------------------------------------------------- events
@@ -208,9 +268,36 @@ class CleanBrokerData(Event):
     broker_ids: frozenset[int] | None = None
 
 
+@dataclass(frozen=True)
+class PutUser(Event):
+    """Create or replace a user of cluster `cluster_name` (`broker_name` ""): users span every
+    group of a cluster (docs/security.md "Users with rights"). `sealed_secret_key` None keeps
+    the stored one (an update); `policies_json` is the policy list as canonical JSON."""
+
+    TYPE: ClassVar[str] = "PutUser"
+    access_key: str
+    sealed_secret_key: str | None
+    policies_json: str
+    enabled: bool = True
+
+
+@dataclass(frozen=True)
+class DeleteUser(Event):
+    TYPE: ClassVar[str] = "DeleteUser"
+    access_key: str
+
+
 _EVENT_TYPES: dict[str, type[Event]] = {
     cls.TYPE: cls
-    for cls in (ApplyBrokerId, RegisterBroker, AlterSyncStateSet, ElectMaster, CleanBrokerData)
+    for cls in (
+        ApplyBrokerId,
+        RegisterBroker,
+        AlterSyncStateSet,
+        ElectMaster,
+        CleanBrokerData,
+        PutUser,
+        DeleteUser,
+    )
 }
 
 
@@ -266,7 +353,27 @@ class BrokersCleaned:
     removed: tuple[int, ...]
 
 
-Outcome = BrokerIdApplied | BrokerRegistered | SyncStateSetAltered | MasterElected | BrokersCleaned
+@dataclass(frozen=True)
+class UserPut:
+    created: bool
+    users_version: int
+
+
+@dataclass(frozen=True)
+class UserDeleted:
+    deleted: bool
+    users_version: int
+
+
+Outcome = (
+    BrokerIdApplied
+    | BrokerRegistered
+    | SyncStateSetAltered
+    | MasterElected
+    | BrokersCleaned
+    | UserPut
+    | UserDeleted
+)
 """What an event that took changed, one type per event type."""
 
 
@@ -289,6 +396,10 @@ def _outcome_json(outcome: Outcome | None) -> dict[str, Any]:
             }
         case BrokersCleaned():
             return {"removed": list(outcome.removed)}
+        case UserPut():
+            return {"created": outcome.created, "usersVersion": outcome.users_version}
+        case UserDeleted():
+            return {"deleted": outcome.deleted, "usersVersion": outcome.users_version}
         case _:
             return {}
 
@@ -312,6 +423,10 @@ def _outcome_from_json(event_type: str, data: dict[str, Any]) -> Outcome:
         return BrokersCleaned(tuple(int(x) for x in data["removed"]))
     if event_type == RegisterBroker.TYPE:
         return BrokerRegistered()
+    if event_type == PutUser.TYPE:
+        return UserPut(bool(data["created"]), int(data["usersVersion"]))
+    if event_type == DeleteUser.TYPE:
+        return UserDeleted(bool(data["deleted"]), int(data["usersVersion"]))
     raise ValueError(f"unknown controller event type {event_type!r}")
 
 
@@ -370,8 +485,15 @@ class ControllerState:
         # Global rather than per broker set: it outlives a set's whole-set clean,
         # whose retry must still get "removed", not BROKER_SET_NOT_FOUND.
         self.recent_requests: OrderedDict[RequestKey, ApplyResult] = OrderedDict()
+        # Users per clusterName (docs/security.md "Users with rights").
+        self.users: dict[str, ClusterUsers] = {}
 
     # -- reads
+
+    def cluster_users(self, cluster_name: str) -> ClusterUsers:
+        """A copy of the cluster's users (version 0, none, for an unknown cluster)."""
+        users = self.users.get(cluster_name)
+        return ClusterUsers() if users is None else copy.deepcopy(users)
 
     def get(self, cluster_name: str, broker_name: str) -> BrokerSet | None:
         return self.broker_sets.get((cluster_name, broker_name))
@@ -415,6 +537,10 @@ class ControllerState:
             return self._elect_master(event)
         if isinstance(event, CleanBrokerData):
             return self._clean_broker_data(event)
+        if isinstance(event, PutUser):
+            return self._put_user(event)
+        if isinstance(event, DeleteUser):
+            return self._delete_user(event)
         raise TypeError(f"not a controller event: {event!r}")
 
     def _apply_broker_id(self, e: ApplyBrokerId) -> ApplyResult:
@@ -582,6 +708,39 @@ class ControllerState:
             )
         return _ok(BrokersCleaned(tuple(sorted(ids))))
 
+    def _put_user(self, e: PutUser) -> ApplyResult:
+        try:
+            check_access_key(e.access_key)
+            entries_from_json(json.loads(e.policies_json))
+        except (PolicyError, ValueError) as exc:
+            return _reject(ErrorCode.BAD_REQUEST, f"user {e.access_key}: {exc}")
+        existing = self.users.get(e.cluster_name)
+        old = None if existing is None else existing.users.get(e.access_key)
+        sealed = e.sealed_secret_key
+        if sealed is None:
+            if old is None:  # refused before anything changes (no empty cluster entry)
+                return _reject(
+                    ErrorCode.BAD_REQUEST,
+                    f"user {e.access_key} does not exist in {e.cluster_name}: a new user needs "
+                    "a secretKey",
+                )
+            sealed = old.sealed_secret_key
+        users = self.users.setdefault(e.cluster_name, ClusterUsers())
+        users.version += 1
+        users.users[e.access_key] = StoredUser(
+            e.access_key, sealed, e.policies_json, e.enabled, users.version
+        )
+        return _ok(UserPut(old is None, users.version))
+
+    def _delete_user(self, e: DeleteUser) -> ApplyResult:
+        users = self.users.get(e.cluster_name)
+        if users is None or e.access_key not in users.users:
+            version = 0 if users is None else users.version
+            return _ok(UserDeleted(False, version))
+        del users.users[e.access_key]
+        users.version += 1
+        return _ok(UserDeleted(True, users.version))
+
     # -- persistence (pysyncobj dumps this through the node's replicated attributes)
 
     def to_dict(self) -> dict[str, Any]:
@@ -595,6 +754,11 @@ class ControllerState:
                 {"type": t, "clusterName": c, "brokerName": b, "requestId": r, **result.to_dict()}
                 for (t, c, b, r), result in self.recent_requests.items()
             ],
+            **(
+                {"users": {c: u.to_dict() for c, u in sorted(self.users.items())}}
+                if self.users
+                else {}  # dumps without users keep the format they always had
+            ),
         }
 
     @classmethod
@@ -611,4 +775,6 @@ class ControllerState:
         for raw in data.get("recentRequests", []):  # absent from dumps before request ids
             key = (raw["type"], raw["clusterName"], raw["brokerName"], raw["requestId"])
             state.recent_requests[key] = ApplyResult.from_dict(raw, raw["type"])
+        for cluster, raw in data.get("users", {}).items():
+            state.users[cluster] = ClusterUsers.from_dict(raw)
         return state

@@ -49,6 +49,7 @@ RESPONSE_CODE_OF: Mapping[ErrorCode, ResponseCode] = {
     ErrorCode.MASTER_NOT_AVAILABLE: ResponseCode.CONTROLLER_MASTER_NOT_AVAILABLE,
     ErrorCode.ELECT_TARGET_NOT_ELIGIBLE: ResponseCode.CONTROLLER_ELECT_MASTER_FAILED,
     ErrorCode.BROKER_STILL_ALIVE: ResponseCode.CONTROLLER_INVALID_CLEAN_BROKER_METADATA,
+    ErrorCode.USER_NOT_FOUND: ResponseCode.USER_NOT_EXIST,
     ErrorCode.BAD_REQUEST: ResponseCode.CONTROLLER_INVALID_REQUEST,
     ErrorCode.UNAUTHORIZED: ResponseCode.NO_PERMISSION,
     # A valid credential whose role or group may not do this (access.decide).
