@@ -97,13 +97,17 @@ class ServerAuth:
     that key may not make that request (answered NO_PERMISSION), or None. It sees the
     header's (signed) fields only, never the body. `unknown_key_reason(accessKey)`, when
     set, may say why an AccessKey `secret_for` does not know is not served here (added to
-    the NO_PERMISSION remark; it must name no secret).
+    the NO_PERMISSION remark; it must name no secret). `authorize_from`, when set, replaces
+    `authorize` and also gets the peer's host (a user's sourceIps, RocketMQ's remark "from
+    <ip>"; brokergroup_broker.core.users); it runs after the signature verified, so what it
+    reads of the request (a heartbeat's body) was signed.
     """
 
     secret_for: Callable[[str], str | None]
     exempt_codes: frozenset[int] = frozenset()
     authorize: Callable[[str, RemotingCommand], str | None] | None = None
     unknown_key_reason: Callable[[str], str | None] | None = None
+    authorize_from: Callable[[str, RemotingCommand, str | None], str | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -373,8 +377,12 @@ class Connection:
                 ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                 f"request code {cmd.code} not supported",
             )
-        if self._auth is not None and self._auth.authorize is not None and signer is not None:
-            reason = self._auth.authorize(signer, cmd)
+        if self._auth is not None and signer is not None:
+            reason = None
+            if self._auth.authorize_from is not None:
+                reason = self._auth.authorize_from(signer, cmd, self.peer.rsplit(":", 1)[0])
+            elif self._auth.authorize is not None:
+                reason = self._auth.authorize(signer, cmd)
             if reason is not None:
                 self._log(logging.INFO, "refused code %d from %s: %s", cmd.code, self.peer,
                           quoted(reason, 200))  # fmt: skip

@@ -84,6 +84,11 @@ class ControllerLink:
     async def heartbeat(self, heartbeat: BrokerHeartbeat) -> ReplicaInfo:
         return await _converted(self._client.heartbeat(heartbeat))
 
+    async def users_snapshot(self, cluster_name: str, since_version: int = -1) -> dict[str, Any]:
+        """The cluster's users with their SecretKeys when newer than `since_version`
+        (core/users.py; docs/security.md "Users with rights")."""
+        return await _converted(self._client.users_snapshot(cluster_name, since_version))
+
     async def elect_master(
         self, requester_broker_id: int, *, designate: bool = False
     ) -> ReplicaInfo:
