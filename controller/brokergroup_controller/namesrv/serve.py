@@ -8,6 +8,7 @@ from brokergroup_controller.config import ControllerConfig
 from brokergroup_controller.credentials import RocketMQKeys, Role
 from brokergroup_controller.namesrv import access
 from brokergroup_controller.namesrv.server import NameServer, managed_groups
+from brokergroup_controller.namesrv.users import StateUsers, with_users
 from brokergroup_controller.raft_node import ControllerRaftNode
 from brokergroup_controller.rocketmq_keys import load_rocketmq_keys
 from brokergroup_remoting import RemotingCommand
@@ -30,7 +31,10 @@ async def start_name_server(
         keys = load_rocketmq_keys(
             config.namesrv_key_file, "name server key file", config.broker_credential_root
         )
-        auth: ServerAuth | None = name_server_auth(keys)
+        # The cluster's users may read routes too (namesrv/users.py).
+        auth: ServerAuth | None = with_users(
+            name_server_auth(keys), StateUsers(node.read, config.broker_credential_root)
+        )
     elif config.insecure_no_auth:
         auth = None
     else:
