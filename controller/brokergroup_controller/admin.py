@@ -283,6 +283,10 @@ async def _run(args: argparse.Namespace, out: TextIO) -> int:
             result = [g.to_json() for g in groups]
             if not args.json:
                 _print_sync_state_sets(groups, out)
+        elif command == "user":
+            from brokergroup_controller.admin_users import run_user_command
+
+            result = await run_user_command(client, args, out)
         else:  # argparse restricts the choices
             raise AssertionError(command)
         if args.json:

@@ -169,6 +169,9 @@ def register(subparsers: Any) -> None:
     common(p)
     p = commands.add_parser("groups", help="every broker set")
     common(p)
+    from brokergroup_controller.admin_users import add_user_commands
+
+    add_user_commands(commands, common)
     p = commands.add_parser(
         "events",
         help="record controller events (elections, SyncStateSet changes) as JSON lines",

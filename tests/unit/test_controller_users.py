@@ -257,3 +257,46 @@ def test_sealer() -> None:
     with pytest.raises(SealError, match="does not open"):
         SecretSealer("another-root-of-16-chars").open(sealed, "alice")
     assert SecretSealer(None).open(SecretSealer(None).seal("x-secret-9")) == "x-secret-9"
+
+
+# -- brokergroup admin user (admin_users.py), through the real argument parser
+
+
+async def test_admin_user_cli(api: tuple[Node, str], tmp_path: Path) -> None:
+    import io
+
+    from brokergroup_cli.main import build_parser
+    from brokergroup_controller.admin import _run
+
+    _, address = api
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    base = ["--controller-addresses", address, "--token-file", str(token_file)]
+
+    async def cli(*argv: str) -> tuple[int, str]:
+        out = io.StringIO()
+        args = build_parser().parse_args(["admin", "user", *argv, *base])
+        return await _run(args, out), out.getvalue()
+
+    code, text = await cli("create", "app", "--allow", "Topic:T=Pub,Sub", "--deny", "Topic:T=Get")
+    assert code == 0
+    key_line = json.loads(text.splitlines()[0])
+    assert key_line["accessKey"] == "app" and len(key_line["secretKey"]) == 43
+    assert text.splitlines()[1] == "user app created (usersVersion 1)"
+    code, text = await cli("get", "app")
+    assert text == "app  version 1\n  Allow Topic:T Pub,Sub\n  Deny  Topic:T Get\n"
+    with pytest.raises(ValueError, match="exists"):
+        await cli("create", "app", "--allow", "Topic:T=Pub")
+    with pytest.raises(ValueError, match="unknown action 'Publish'"):
+        await cli("update", "app", "--allow", "Topic:T=Publish")
+    code, text = await cli("update", "app", "--generate-secret")  # keeps the policies
+    rotated = json.loads(text.splitlines()[0])["secretKey"]
+    assert rotated != key_line["secretKey"]
+    code, text = await cli("list")
+    assert text.startswith("app  version 2\n  Allow Topic:T Pub,Sub\n")
+    broker = derive_credential(ROOT, Role.BROKER, C, "broker-a")
+    async with _client(address, broker) as b:
+        snap = await b.users_snapshot(C)
+    assert snap["users"][0]["secretKey"] == rotated
+    code, text = await cli("delete", "app")
+    assert (code, text) == (0, "user app deleted\n")
