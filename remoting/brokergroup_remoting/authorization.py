@@ -418,7 +418,30 @@ def needs_of_fields(code: int, fields: Mapping[str, str]) -> list[Need]:
         return [Need(Resource.topic(topic), frozenset({Action.CREATE, Action.UPDATE}))]
     if code == DELETE_TOPIC_IN_BROKER and topic is not None:
         return [Need(Resource.topic(topic), frozenset({Action.DELETE}))]
+    annotated = _ANNOTATED.get(code)
+    if annotated is not None:  # buildContextByAnnotation: the header's @RocketMQResource fields
+        needs = []
+        if group is not None:
+            needs.append(Need(Resource.group(group), annotated))
+        if topic is not None:
+            resource = Resource.group(topic) if _is_retry(topic) else Resource.topic(topic)
+            needs.append(Need(resource, annotated))
+        return needs
     return []
+
+
+#: Codes decided by their header's @RocketMQAction/@RocketMQResource annotations (5.3): the
+#: action, on the `consumerGroup` (GROUP) and `topic` (TOPIC, a retry topic as its group).
+_ANNOTATED: dict[int, frozenset[Action]] = {
+    RequestCode.GET_MAX_OFFSET: frozenset({Action.GET}),
+    RequestCode.GET_MIN_OFFSET: frozenset({Action.GET}),
+    RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: frozenset({Action.GET}),
+    RequestCode.GET_EARLIEST_MSG_STORETIME: frozenset({Action.GET}),
+    RequestCode.GET_TOPIC_CONFIG: frozenset({Action.GET}),
+    RequestCode.POP_MESSAGE: _SUB,
+    RequestCode.ACK_MESSAGE: _SUB,
+    RequestCode.CHANGE_MESSAGE_INVISIBLETIME: _SUB,
+}
 
 
 def needs_of_subscriptions(groups: Mapping[str, Sequence[str]]) -> list[Need]:

@@ -244,6 +244,12 @@ def test_source_ips_and_disabled_users() -> None:
         (RequestCode.END_TRANSACTION, {"topic": "T"}, [("Topic:T", {"Pub"})]),
         (RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T"}, [("Topic:T", {"Pub", "Sub", "Get"})]),
         (RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": "T"}, [("Topic:T", {"Create", "Update"})]),
+        (RequestCode.GET_MAX_OFFSET, {"topic": "T", "queueId": "0"}, [("Topic:T", {"Get"})]),
+        (
+            RequestCode.POP_MESSAGE,
+            {"topic": "T", "consumerGroup": "G"},
+            [("Group:G", {"Sub"}), ("Topic:T", {"Sub"})],
+        ),
         (RequestCode.GET_BROKER_CLUSTER_INFO, {}, []),
     ],
 )
