@@ -435,7 +435,7 @@ def run_side(side: Any, seconds: float, kills: int, verify_s: float) -> dict[str
     from _cpu import cpu_window, take_sample
 
     # This process and its children (the side's servers, JVMs included) against the whole
-    # machine: what other sessions took of the cores while the side ran. A killed process's
+    # machine: what other sessions took of the cores while the side ran. A killed broker's
     # ticks leave with it, so `other_busy_cores` is an upper bound.
     before = take_sample({os.getpid(): "bench"})
     try:
@@ -449,9 +449,11 @@ def run_side(side: Any, seconds: float, kills: int, verify_s: float) -> dict[str
             "load": verify(config, LOAD_TOPIC, load_acked, max(180, verify_s)),
             "failover": verify(config, FAILOVER_TOPIC, failover_acked, verify_s),
         }
+        # Before the side stops: an exited process's ticks leave with it.
+        after = take_sample({os.getpid(): "bench"})
     finally:
         side.stop()
-    window = cpu_window(before, take_sample({os.getpid(): "bench"}))
+    window = cpu_window(before, after)
     ours = sum(window.cores().values())
     return {
         "side": side.description,
