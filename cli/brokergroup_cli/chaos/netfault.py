@@ -169,7 +169,7 @@ class PairPartition(LoopbackPartition):
 #: The prio qdisc's band (1-based minor) the filtered link goes to; bands 1-3 keep prio's
 #: default priomap for every other packet on `lo`.
 _NETEM_BAND = 4
-_PROBE_NS = "bgchaos-probe"
+_PROBE_NS = f"bgchaos-probe-{os.getpid()}"
 
 
 def _tc(
