@@ -4,6 +4,8 @@
 //   mode=send|receive endpoint=HOST:PORT ak=.. sk=.. topic=.. group=.. count=N run=..
 //   fifo=true (send: message groups order-0..2) timeoutS=60 (receive)
 //   ssl=true (TLS; the SDK then trusts any server certificate, its own default)
+// Without ak=/sk= the pair comes from ROCKETMQ_ACCESS_KEY / ROCKETMQ_SECRET_KEY (a pod maps
+// them from the group's Secret: tests/cluster/test_grpc_sdk_in_cluster.py).
 // One JSON line per message on stdout, then a line containing "summary".
 import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
@@ -30,6 +32,11 @@ public class GrpcSdkClient {
 
     static String opt(String key, String dflt) {
         return OPTS.getOrDefault(key, dflt);
+    }
+
+    static String env(String name) {
+        String value = System.getenv(name);
+        return value == null ? "" : value;
     }
 
     static String json(String s) {
@@ -69,7 +76,8 @@ public class GrpcSdkClient {
         ClientServiceProvider provider = ClientServiceProvider.loadService();
         ClientConfiguration config = ClientConfiguration.newBuilder()
             .setEndpoints(opt("endpoint", "127.0.0.1:8081"))
-            .setCredentialProvider(new StaticSessionCredentialsProvider(opt("ak", ""), opt("sk", "")))
+            .setCredentialProvider(new StaticSessionCredentialsProvider(
+                opt("ak", env("ROCKETMQ_ACCESS_KEY")), opt("sk", env("ROCKETMQ_SECRET_KEY"))))
             .enableSsl(Boolean.parseBoolean(opt("ssl", "false")))
             .setRequestTimeout(Duration.ofSeconds(5))
             .build();
