@@ -126,3 +126,52 @@ def test_scenario_outcome_reports_the_watched_figures() -> None:
     assert out["issues"] == ["apache/rocketmq#7017"]
     assert (out["lost"], out["duplicated"], out["reordered"]) == (1, 0, 0)
     assert out["unavailable_max_s"] == 2.5 and out["unavailable_total_s"] == 3.25
+
+
+class _FakeTarget:
+    """Healthy at the second look after each heal (one revive in between)."""
+
+    def __init__(self) -> None:
+        self.looks = 0
+        self.revived = 0
+
+    def revive(self) -> None:
+        self.revived += 1
+
+    def healthy(self) -> bool:
+        self.looks += 1
+        return self.looks % 2 == 0
+
+
+def test_a_scenario_runs_its_steps_in_order_with_their_timings_and_records_recovery(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import asyncio
+    import random
+
+    from brokergroup_cli.chaos import runner
+    from brokergroup_cli.chaos.faults import Injected
+
+    injected: list[str] = []
+    healed: list[str] = []
+
+    def inject(fault: str, rt: object, rng: random.Random) -> Injected:
+        injected.append(fault)
+        return Injected(f"did {fault}", lambda: healed.append(fault))
+
+    monkeypatch.setattr(faults, "inject", inject)  # what the runner calls
+    steps = (("a", 0.0, 0.01), ("b", 0.0, 0.0), ("c", 0.0, 0.0))
+    schedule = runner.Schedule(faults=("a", "b", "c"), windows=5, seed=1, sequence=steps)
+    run = runner.Run(skipped={"c": "not here"})
+    clock = runner._Clock()
+    asyncio.run(
+        runner.fault_windows(
+            _FakeTarget(), schedule, ["a", "b"], random.Random(1), clock, run, lambda _: None,  # type: ignore[arg-type]
+        )
+    )  # fmt: skip
+    # a, b, (c skipped), a, b: in the scenario's order, never shuffled
+    assert injected == healed == ["a", "b", "a", "b"]
+    assert [w.fault for w in run.windows] == ["a", "b", "a", "b"]
+    assert run.windows[0].end_s - run.windows[0].start_s >= 0.01  # the step's own fault_s
+    assert len(run.healthy_s) == 4 and all(h is not None for h in run.healthy_s)
+    assert all(h >= w.end_s for h, w in zip(run.healthy_s, run.windows, strict=True))  # type: ignore[operator]
