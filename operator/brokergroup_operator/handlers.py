@@ -39,11 +39,14 @@ from brokergroup_operator.runtime import PostEvent, Runtime
 from brokergroup_operator.settings import OperatorSettings
 from brokergroup_operator.spec import API_GROUP
 from brokergroup_operator.tls_material import ensure_controller_tls
+from brokergroup_operator.user_sync import USER_RESYNC_S, reconcile_user, remove_user
+from brokergroup_operator.users import USER_PLURAL
 
 log = logging.getLogger("brokergroup_operator")
 
 registry = kopf.OperatorRegistry()
 GROUP_RESOURCE = (API_GROUP, "v1alpha1", "brokergroups")
+USER_RESOURCE = (API_GROUP, "v1alpha1", USER_PLURAL)
 
 
 def runtime_of(memo: Any) -> Runtime:
@@ -194,3 +197,28 @@ async def pod_event(
 ) -> None:
     """Report a broker inactive the moment its pod goes; wake its group's pass."""
     await pod_changed(runtime_of(memo), str(namespace), str(event.get("type")), body)
+
+
+# ------------------------------------------------------------ BrokerGroupUser (user_sync.py)
+
+
+@kopf.on.create(*USER_RESOURCE, registry=registry)
+@kopf.on.update(*USER_RESOURCE, registry=registry)
+@kopf.on.resume(*USER_RESOURCE, registry=registry)
+async def user_changed(body: kopf.Body, memo: Any, **_: Any) -> None:
+    """Secret, controller registration, status (user_sync.reconcile_user)."""
+    await reconcile_user(runtime_of(memo), body)
+
+
+@kopf.timer(*USER_RESOURCE, registry=registry, interval=USER_RESYNC_S, initial_delay=USER_RESYNC_S)
+async def user_resync(body: kopf.Body, memo: Any, **_: Any) -> None:
+    """The same again, now and then (an idempotent PUT)."""
+    await reconcile_user(runtime_of(memo), body)
+
+
+@kopf.on.delete(*USER_RESOURCE, registry=registry)
+async def user_deleted(body: kopf.Body, memo: Any, runtime: Any, **_: Any) -> None:
+    """The user removed from the controllers (its Secret goes with its owner)."""
+    left = await remove_user(runtime_of(memo), body, runtime.total_seconds())
+    if left is not None:
+        kopf.warn(body, reason="CleanupIncomplete", message=left)

@@ -363,6 +363,18 @@ class Kube:
             {"status": status},
         )
 
+    async def patch_user_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
+        """status of a BrokerGroupUser (users.py)."""
+        await asyncio.to_thread(
+            self.custom.patch_namespaced_custom_object_status,
+            API_GROUP,
+            VERSION,
+            namespace,
+            "brokergroupusers",
+            name,
+            {"status": status},
+        )
+
     async def patch_group_annotations(
         self, namespace: str, name: str, annotations: Mapping[str, str | None]
     ) -> None:

@@ -45,6 +45,17 @@ EXPECTED_RULES = [
         "resources": ["brokergroups/status"],
         "verbs": ["get", "patch"],
     },
+    # BrokerGroupUser (users.py): its Secret, the controllers' users, its status.
+    {
+        "apiGroups": ["brokergroup.io"],
+        "resources": ["brokergroupusers"],
+        "verbs": ["get", "list", "watch", "patch"],
+    },
+    {
+        "apiGroups": ["brokergroup.io"],
+        "resources": ["brokergroupusers/status"],
+        "verbs": ["get", "patch"],
+    },
     {
         "apiGroups": [""],
         "resources": ["pods"],
