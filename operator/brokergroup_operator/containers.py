@@ -81,9 +81,13 @@ def rocketmq_properties(ctx: GroupContext) -> dict[str, str]:
 
 
 def config_data(ctx: GroupContext) -> dict[str, str]:
-    """The ConfigMap's files: broker.json (built-in) or broker.conf (stock RocketMQ)."""
+    """The ConfigMap's files: broker.json (built-in) or broker.conf (stock RocketMQ, and
+    its tls.properties with spec.tls)."""
     if ctx.engine is Engine.ROCKETMQ:
-        return {rmq.CONFIG_KEY: rmq.render(rocketmq_properties(ctx))}
+        files = {rmq.CONFIG_KEY: rmq.render(rocketmq_properties(ctx))}
+        if rocketmq_tls_options(ctx):
+            files[rmq.TLS_CONFIG_KEY] = rmq.render(rmq.tls_properties())
+        return files
     return {"broker.json": json.dumps(broker_config(ctx), sort_keys=True, indent=2) + "\n"}
 
 
@@ -365,6 +369,31 @@ def broker_volumes(ctx: GroupContext) -> list[dict[str, Any]]:
     ]
 
 
+def rocketmq_tls_options(ctx: GroupContext) -> list[str]:
+    """A stock broker's TLS system properties with spec.tls (none without). Enforcing needs
+    the release's name servers and controller remoting port on TLS (tls.controllers.mode):
+    RocketMQ's one `tls.enable` switches every outgoing connection of a JVM at once, so a
+    client of enforcing brokers cannot also reach plaintext name servers; and the group's
+    stock proxy, which reaches the brokers in plaintext still, off. Stock HA replication
+    has no TLS (docs/security.md says so)."""
+    tls = ctx.tls
+    if tls is None or not tls.enabled:
+        return []  # (stock brokers reach the controllers on the remoting port, not the API)
+    if tls.mode == "enforcing" and not ctx.namesrv_tls:
+        raise SpecError(
+            "spec.tls.mode enforcing with spec.engine rocketmq needs the release's controllers "
+            "on TLS (tls.controllers.mode permissive or enforcing): a stock broker's one "
+            "tls.enable switches all its outgoing connections"
+        )
+    if tls.mode == "enforcing" and rmq.RocketMQSettings.from_spec(ctx.spec).proxy.enabled:
+        raise SpecError(
+            "spec.tls.mode enforcing with spec.engine rocketmq and the stock proxy is not wired "
+            "yet (the proxy reaches the brokers in plaintext): use permissive, or "
+            "spec.rocketmq.proxy.enabled false"
+        )
+    return rmq.tls_jvm_options(tls.mode, ctx.namesrv_tls)
+
+
 def rocketmq_container(ctx: GroupContext) -> dict[str, Any]:
     """A stock broker's container: the JVM (rocketmq_config.launch_script), its two ports,
     TCP probes (a stock broker has no HTTP port), its config, key pair and an emptyDir for
@@ -373,7 +402,11 @@ def rocketmq_container(ctx: GroupContext) -> dict[str, Any]:
     return _container(
         ctx,
         {
-            "command": ["sh", "-c", rmq.launch_script(settings.heap_size)],
+            "command": [
+                "sh",
+                "-c",
+                rmq.launch_script(settings.heap_size, rocketmq_tls_options(ctx)),
+            ],
             "env": [
                 {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
                 {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
@@ -400,6 +433,14 @@ def rocketmq_container(ctx: GroupContext) -> dict[str, Any]:
                 {"name": "secrets", "mountPath": rmq.SECRETS_DIR, "readOnly": True},
                 {"name": "client-pair", "mountPath": rmq.CLIENT_DIR, "readOnly": True},
                 {"name": "tmp", "mountPath": rmq.TMP_DIR},
+                *(
+                    [
+                        {"name": "tls", "mountPath": rmq.TLS_DIR, "readOnly": True},
+                        {"name": "tls-trust", "mountPath": rmq.TLS_TRUST_DIR, "readOnly": True},
+                    ]
+                    if tls_volumes(ctx)
+                    else []
+                ),
             ],
         },
     )
@@ -451,4 +492,5 @@ def rocketmq_volumes(ctx: GroupContext) -> list[dict[str, Any]]:
             },
         },
         {"name": "tmp", "emptyDir": {}},
+        *tls_volumes(ctx),
     ]

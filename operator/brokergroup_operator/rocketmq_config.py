@@ -54,6 +54,12 @@ SECRETS_DIR = "/etc/rocketmq/secrets"
 CLIENT_DIR = "/etc/rocketmq/client"
 TMP_DIR = "/tmp"
 CONFIG_KEY = "broker.conf"
+#: spec.tls: the group's certificate (tls.crt, tls.key: PKCS#8, as Netty reads it) and the
+#: CAs trusted (ca.crt), mounted as the built-in engine mounts them.
+TLS_DIR = "/etc/rocketmq/tls"
+TLS_TRUST_DIR = "/etc/rocketmq/tls-trust"
+#: TlsSystemConfig's file (`tls.config.file`), in the group's ConfigMap: paths only.
+TLS_CONFIG_KEY = "tls.properties"
 #: The group Secret's key holding `{"accessKey": …, "secretKey": …}` (one line of JSON): the
 #: group's broker pair (credentials.derive_rocketmq_pair, role broker).
 CREDENTIALS_KEY = "rocketmq-credentials"
@@ -305,13 +311,49 @@ def render(properties: Mapping[str, str]) -> str:
     return "".join(lines)
 
 
-def java_command(heap_size: str, config_path: str) -> list[str]:
-    """The JVM command line of one stock broker (the image's java, its jars, no scripts)."""
+def tls_properties() -> dict[str, str]:
+    """RocketMQ's TlsSystemConfig file (`tls.config.file`) of a stock broker with spec.tls:
+    its remoting port serves the group's certificate (no client certificate asked: stock
+    clients hold none), and its own connections (to the name servers and the controllers'
+    remoting port, with `tls.enable`) verify the server against the trust bundle and present
+    the same certificate. `tls.server.mode` and `tls.enable` are read from system
+    properties only (tls_jvm_options)."""
+    return {
+        "tls.server.certPath": f"{TLS_DIR}/tls.crt",
+        "tls.server.keyPath": f"{TLS_DIR}/tls.key",
+        "tls.server.need.client.auth": "none",
+        "tls.server.authClient": "false",
+        "tls.client.certPath": f"{TLS_DIR}/tls.crt",
+        "tls.client.keyPath": f"{TLS_DIR}/tls.key",
+        "tls.client.trustCertPath": f"{TLS_TRUST_DIR}/ca.crt",
+        "tls.client.authServer": "true",
+    }
+
+
+def tls_jvm_options(mode: str, client_tls: bool) -> list[str]:
+    """The system properties TlsSystemConfig reads: the server mode, no test mode (RocketMQ's
+    default serves a self-signed test certificate), the file above, and `tls.enable` for the
+    broker's own connections when the release's name servers and controller remoting port
+    serve TLS (`client_tls`; with it off they stay plaintext)."""
+    options = [
+        f"-Dtls.server.mode={mode}",
+        "-Dtls.test.mode.enable=false",
+        f"-Dtls.config.file={CONFIG_DIR}/{TLS_CONFIG_KEY}",
+    ]
+    if client_tls:
+        options.append("-Dtls.enable=true")
+    return options
+
+
+def java_command(heap_size: str, config_path: str, extra_options: Sequence[str] = ()) -> list[str]:
+    """The JVM command line of one stock broker (the image's java, its jars, no scripts);
+    `extra_options`: system properties (tls_jvm_options)."""
     return [
         "java",
         f"-Xms{heap_size}",
         f"-Xmx{heap_size}",
         "-XX:+ExitOnOutOfMemoryError",
+        *extra_options,
         # Logs (${user.home}/logs) and temporary files go to the emptyDir: read-only root.
         f"-Duser.home={TMP_DIR}",
         f"-Djava.io.tmpdir={TMP_DIR}",
@@ -352,7 +394,7 @@ def per_pod_lines() -> list[str]:
     ]
 
 
-def launch_script(heap_size: str) -> str:
+def launch_script(heap_size: str, extra_options: Sequence[str] = ()) -> str:
     """`sh -c` text: the shared file plus the pod's lines into the emptyDir, then the JVM."""
     final = f"{TMP_DIR}/{CONFIG_KEY}"
     parts = [f"cat {CONFIG_DIR}/{CONFIG_KEY}", *per_pod_lines()]
@@ -360,5 +402,5 @@ def launch_script(heap_size: str) -> str:
         "set -e; umask 077; { "
         + "; ".join(parts)
         + f"; }} > {final}; exec "
-        + shlex.join(java_command(heap_size, final))
+        + shlex.join(java_command(heap_size, final, extra_options))
     )

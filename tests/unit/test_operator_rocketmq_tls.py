@@ -1,0 +1,84 @@
+"""spec.tls for `spec.engine: rocketmq` (issue 36 item 2/3, containers.py and
+rocketmq_config.py): the stock broker's JVM gets RocketMQ's TlsSystemConfig properties
+(`tls.server.mode`, no test mode, `tls.config.file`, `tls.enable` only with the release's
+name servers on TLS), its ConfigMap the tls.properties file naming the mounted certificate
+and trust bundle (the same Secret and ConfigMap the built-in engine mounts), and the
+combinations that cannot work are refused with the reason."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from brokergroup_operator import rocketmq_config as rmq
+from brokergroup_operator.containers import config_data, engine_container, engine_volumes
+from brokergroup_operator.spec import GroupContext, SpecError
+
+
+def ctx(spec: dict[str, Any], **kw: Any) -> GroupContext:
+    return GroupContext(
+        name="orders",
+        namespace="prod",
+        uid="u1",
+        spec={"engine": "rocketmq", **spec},
+        default_image="bg:dev",
+        default_rocketmq_image="rmq:5.3",
+        controller_addresses=("c-0.c.prod.svc:9878",),
+        **kw,
+    )
+
+
+def _properties(text: str) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in text.splitlines())
+
+
+def test_stock_broker_serves_the_group_certificate() -> None:
+    c = ctx({"tls": {"mode": "permissive"}}, namesrv_tls=True)
+    files = config_data(c)
+    assert _properties(files[rmq.TLS_CONFIG_KEY]) == {
+        "tls.server.certPath": "/etc/rocketmq/tls/tls.crt",
+        "tls.server.keyPath": "/etc/rocketmq/tls/tls.key",
+        "tls.server.need.client.auth": "none",
+        "tls.server.authClient": "false",
+        "tls.client.certPath": "/etc/rocketmq/tls/tls.crt",
+        "tls.client.keyPath": "/etc/rocketmq/tls/tls.key",
+        "tls.client.trustCertPath": "/etc/rocketmq/tls-trust/ca.crt",
+        "tls.client.authServer": "true",
+    }
+    script = engine_container(c)["command"][2]
+    java = script[script.index("exec java") :]
+    assert (
+        "-Dtls.server.mode=permissive -Dtls.test.mode.enable=false "
+        "-Dtls.config.file=/etc/rocketmq/config/tls.properties -Dtls.enable=true " in java
+    )
+    assert java.index("-Dtls.enable=true") < java.index(rmq.MAIN_CLASS)
+    mounts = {m["name"]: m["mountPath"] for m in engine_container(c)["volumeMounts"]}
+    assert (mounts["tls"], mounts["tls-trust"]) == (rmq.TLS_DIR, rmq.TLS_TRUST_DIR)
+    volumes = {v["name"]: v for v in engine_volumes(c)}
+    assert volumes["tls"]["secret"]["secretName"] == "orders-tls"
+    assert volumes["tls-trust"]["configMap"]["name"] == "orders-tls-trust"
+
+
+def test_plaintext_name_servers_keep_tls_enable_off() -> None:
+    script = engine_container(ctx({"tls": {}}))["command"][2]
+    assert "-Dtls.server.mode=permissive" in script
+    assert "-Dtls.enable" not in script
+
+
+def test_without_spec_tls_nothing_changes() -> None:
+    c = ctx({})
+    assert list(config_data(c)) == [rmq.CONFIG_KEY]
+    assert "-Dtls" not in engine_container(c)["command"][2]
+    assert {"tls", "tls-trust"}.isdisjoint(v["name"] for v in engine_volumes(c))
+
+
+def test_enforcing_refusals() -> None:
+    with pytest.raises(SpecError, match=r"tls\.controllers\.mode"):
+        engine_container(ctx({"tls": {"mode": "enforcing"}}))
+    with pytest.raises(SpecError, match="stock proxy"):
+        engine_container(ctx({"tls": {"mode": "enforcing"}}, namesrv_tls=True))
+    quiet = ctx(
+        {"tls": {"mode": "enforcing"}, "rocketmq": {"proxy": {"enabled": False}}}, namesrv_tls=True
+    )
+    assert "-Dtls.server.mode=enforcing" in engine_container(quiet)["command"][2]
