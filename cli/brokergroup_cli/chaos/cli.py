@@ -30,7 +30,14 @@ from brokergroup_cli.chaos import scenarios
 from brokergroup_cli.chaos.checker import Findings, check
 from brokergroup_cli.chaos.report import summarize, table, write_all
 from brokergroup_cli.chaos.runner import Run, Schedule, run_schedule, write_history
-from brokergroup_cli.chaos.runtime import Addresses
+from brokergroup_cli.chaos.stock_run import run_stock_schedule
+from brokergroup_cli.chaos.targets import (
+    TARGETS,
+    WORKLOADS,
+    check_choice,
+    default_workload,
+    make_target,
+)
 from brokergroup_cli.chaos.targets.local import LocalTarget
 
 DEFAULT_LANE = 0
@@ -110,9 +117,17 @@ def run_chaos(
     progress: Any = None,
     keep: bool = False,
     scenario: scenarios.Scenario | None = None,
+    target: str = "local",
+    workload: str | None = None,
 ) -> ChaosResult:
     """The library entry the tests use: run each phase on a fresh runtime,
-    check the merged history, write the reports."""
+    check the merged history, write the reports. `target`: `local` (default),
+    `local-rocketmq` or `rocketmq`; `workload`: `own` or `stock` (default:
+    `own` for `local`, else `stock`)."""
+    workload = workload or default_workload(target)
+    refusal = check_choice(target, workload)
+    if refusal is not None:
+        raise ValueError(refusal)
     say = progress or (lambda line: None)
     started = time.monotonic()
     run = Run()
@@ -123,23 +138,28 @@ def run_chaos(
             if runtime_dir
             else Path(tempfile.mkdtemp(prefix="bg-chaos-"))
         )
-        runtime = LocalTarget(
-            root, Addresses(lane), settings=phase.settings,
+        runtime = make_target(
+            target, root, lane=lane, settings=phase.settings,
             broker_disk_bytes=phase.broker_disk_bytes,
         )  # fmt: skip
         ok = False
         try:
             say(
-                f"phase {n + 1}/{len(phases)} ({phase.label}): local up in {root} (lane {lane}), "
+                f"phase {n + 1}/{len(phases)} ({phase.label}): {target} up in {root} "
+                f"(lane {lane}, {workload} workload), "
                 f"{phase.schedule.windows} windows of {', '.join(phase.schedule.faults)}"
             )
             runtime.up()
             # A later phase's clock continues where the previous one ended (one timeline).
             timed = replace(phase.schedule, start_s=run.ended_s + 1.0 if n else 0.0)
-            run.extend(asyncio.run(run_schedule(runtime, timed, say)))
+            if workload == "stock":
+                run.extend(asyncio.run(run_stock_schedule(runtime, timed, root / "workload", say)))
+            else:
+                assert isinstance(runtime, LocalTarget)
+                run.extend(asyncio.run(run_schedule(runtime, timed, say)))
             ok = True
         finally:
-            say("stopping the runtime (local down)")
+            say(f"stopping the {target} target")
             runtime.down()
             if ok and not keep and runtime_dir is None:
                 shutil.rmtree(root, ignore_errors=True)
@@ -165,6 +185,7 @@ def run_chaos(
          "settings": list(p.settings)}
         for p in phases
     ]  # fmt: skip
+    summary["target"], summary["workload"] = target, workload
     summary["wall_s"] = round(time.monotonic() - started, 1)
     write_history(run, out_dir)
     write_all(out_dir, summary, run.operations, findings)
@@ -205,6 +226,16 @@ def register(subparsers: Any) -> None:
         help="extra `local up --set` (e.g. allAckInSyncStateSet=false)",
     )  # fmt: skip
     parser.add_argument("--keep", action="store_true", help="keep the runtime dir")
+    parser.add_argument(
+        "--target", choices=TARGETS, default="local",
+        help="local (default): `local up`; local-rocketmq: `local up --engine rocketmq`; "
+        "rocketmq: a plain Apache RocketMQ 5.3 controller-mode group",
+    )  # fmt: skip
+    parser.add_argument(
+        "--workload", choices=WORKLOADS, default=None,
+        help="own: brokergroup's clients (local only, its default); stock: the stock "
+        "RocketMQ Java client (the default of the other targets)",
+    )  # fmt: skip
     parser.set_defaults(func=main)
 
 
@@ -217,6 +248,10 @@ def main(args: argparse.Namespace) -> int:
             f"{', '.join(fault_kinds.ALL_FAULTS)}",
             file=sys.stderr,
         )
+        return 2
+    refusal = check_choice(args.target, args.workload or default_workload(args.target))
+    if refusal is not None:
+        print(f"brokergroup chaos: {refusal}", file=sys.stderr)
         return 2
     seed = args.seed if args.seed is not None else random.randrange(1 << 31)
     schedule = Schedule(
@@ -247,6 +282,7 @@ def main(args: argparse.Namespace) -> int:
     result = run_chaos(
         schedule, args.out, runtime_dir=args.dir, lane=args.lane,
         settings=settings, progress=progress, keep=args.keep, scenario=scenario,
+        target=args.target, workload=args.workload,
     )  # fmt: skip
     if args.json:
         print(table(result.summary), file=sys.stderr)

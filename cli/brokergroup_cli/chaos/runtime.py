@@ -86,8 +86,10 @@ class LocalRuntime:
         settings: Sequence[str] = (),
         broker_disk_bytes: int | None = None,
         engine: str = "builtin",
+        up_timeout_s: float = 120.0,
     ) -> None:
         self.root = root
+        self.up_timeout_s = up_timeout_s
         self.engine = engine
         self.addresses = addresses
         self.brokers = brokers
@@ -120,7 +122,7 @@ class LocalRuntime:
             str(self.brokers),
             *(("--engine", self.engine) if self.engine != "builtin" else ()),
             *(x for s in (*self.addresses.settings, *self.settings) for x in ("--set", s)),
-            timeout_s=120,
+            timeout_s=self.up_timeout_s,
         )
         if result.returncode != 0:
             raise LocalRuntimeError(f"local up failed:\n{result.stdout}\n{result.stderr}")
