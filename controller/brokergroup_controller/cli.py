@@ -219,7 +219,6 @@ def _derive_credential(args: argparse.Namespace) -> int:
 
 
 def _run_controller(args: argparse.Namespace) -> int:
-    import asyncio
     import logging
     import sys
 
@@ -258,7 +257,13 @@ def _run_controller(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as exc:
         sys.stderr.write(f"brokergroup controller: invalid configuration: {exc}\n")
         return 2
-    asyncio.run(controller_app.serve(config))
+    from brokergroup_remoting import event_loop
+
+    try:
+        event_loop.run(controller_app.serve(config))
+    except event_loop.EventLoopError as exc:
+        sys.stderr.write(f"brokergroup controller: {exc}\n")
+        return 2
     return 0
 
 

@@ -66,7 +66,7 @@ context=$(mktemp -d)
 trap 'rm -rf "$context"' EXIT
 mkdir -p "$context/wheels" "$context/project" "$context/pip" "$CACHE/wheels"
 # The extras the image installs (pyproject.toml [project.optional-dependencies]).
-if [ "$AUDIT" = 1 ]; then EXTRAS=${IMAGE_EXTRAS:-audit}; else EXTRAS=${IMAGE_EXTRAS:-broker,controller,operator}; fi
+if [ "$AUDIT" = 1 ]; then EXTRAS=${IMAGE_EXTRAS:-audit}; else EXTRAS=${IMAGE_EXTRAS:-broker,controller,operator,fast}; fi
 echo "wheels of brokergroup[$EXTRAS] and its dependencies (cache $CACHE/wheels)"
 "$PYTHON" -m pip wheel -q --wheel-dir "$CACHE/wheels" ".[$EXTRAS]"
 # The dependencies in wheels/ (a cached image layer while they stay the same), the newest

@@ -37,6 +37,7 @@ from brokergroup_cli.local.state import (
 from brokergroup_cli.local.status import StatusSnapshot, render_text
 from brokergroup_cli.local.supervisor import Supervisor, prepare_dir, wall_ms
 from brokergroup_cli.local.targets import TargetError, parse_target, resolve_target
+from brokergroup_remoting import event_loop
 
 _CLEAR = "\x1b[H\x1b[2J"
 
@@ -144,9 +145,10 @@ def cmd_up(args: argparse.Namespace) -> int:
             rocketmq_engine.check_proxy_ports(config)
         prepare_dir(config, layout)
         if args.detach:
+            event_loop.configured()  # a loop that cannot be had fails here, not detached
             return _up_detached(config, layout)
-        return asyncio.run(_foreground(config, layout))
-    except (ConfigError, LocalError) as exc:
+        return event_loop.run(_foreground(config, layout))
+    except (ConfigError, LocalError, event_loop.EventLoopError) as exc:
         return _fail(str(exc))
 
 
@@ -244,7 +246,10 @@ def cmd_supervise(args: argparse.Namespace) -> int:
         loop.add_signal_handler(signal.SIGHUP, lambda: None)
         await Supervisor(config, layout).run(stop)
 
-    asyncio.run(main())
+    try:
+        event_loop.run(main())
+    except event_loop.EventLoopError as exc:
+        return _fail(str(exc))
     return 0
 
 

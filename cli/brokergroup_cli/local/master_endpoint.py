@@ -38,6 +38,7 @@ import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 from brokergroup_cli.local.in_flight import InFlight
 from brokergroup_controller.api import ReplicaInfo
@@ -272,18 +273,25 @@ class _End(asyncio.Protocol):
         self.lost: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         #: Told every chunk this side reads, after it is forwarded.
         self.seen: Callable[[bytes], None] | None = None
-        #: What arrived before a peer was joined: a gRPC server speaks first (its HTTP/2
-        #: SETTINGS), possibly before `_ClientEnd.join`; written to the peer at the join.
+        #: What arrived before a peer was joined, written to the peer at the join: a gRPC
+        #: server speaks first (its HTTP/2 SETTINGS), and a client's first request can come
+        #: before its end is joined (uvloop starts reading after `connection_made` even when
+        #: it paused the transport; the standard loop honours that pause). Reading pauses at
+        #: the first such chunk, so this holds one read's worth at most.
         self.early: list[bytes] = []
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # A stream transport, but no isinstance check: uvloop's transports implement
+        # asyncio.Transport without subclassing it (the check failed every forwarded
+        # connection under uvloop; event_loop.py).
+        self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         peer = self.peer.transport if self.peer is not None else None
         if peer is None:
             self.early.append(data)
+            if self.transport is not None:
+                self.transport.pause_reading()  # until the join resumes it
         elif not peer.is_closing():
             peer.write(data)
         if self.seen is not None:
@@ -313,7 +321,8 @@ class _End(asyncio.Protocol):
 
 class _ClientEnd(_End):
     """The accepted side: reads nothing (the kernel keeps what the client sends) until it
-    is joined to a master."""
+    is joined to a master; under uvloop, whose pause in `connection_made` does not hold,
+    at most its first chunk, kept for the join (`_End.early`)."""
 
     def __init__(self, on_accept: Callable[[_ClientEnd], None], remoting: bool = True) -> None:
         super().__init__()
@@ -331,13 +340,17 @@ class _ClientEnd(_End):
         self.peer, upstream.peer = upstream, self
         if self.in_flight is not None:
             upstream.seen = self.in_flight.from_master
-        assert self.transport is not None
+        assert self.transport is not None and upstream.transport is not None
         early, upstream.early = upstream.early, []
         for chunk in early:
             self.transport.write(chunk)
             if upstream.seen is not None:
                 upstream.seen(chunk)
+        sent_early, self.early = self.early, []  # already seen by in_flight as it came
+        for chunk in sent_early:
+            upstream.transport.write(chunk)
         self.transport.resume_reading()
+        upstream.transport.resume_reading()
 
     def close(self) -> None:
         # Answered before the EOF, on the same socket: the client fails them at once.

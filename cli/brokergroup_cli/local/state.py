@@ -119,6 +119,8 @@ class RuntimeState:
     master_target: str | None = None
     """Where the stable master address forwards new connections now (None: no master)."""
     proxies: tuple[ChildRecord, ...] = ()
+    event_loop: str | None = None
+    """The event loop the supervisor and its children run on (asyncio, uvloop)."""
 
     def children(self) -> tuple[ChildRecord, ...]:
         return (*self.proxies, *self.brokers, *self.controllers)
@@ -153,6 +155,7 @@ class RuntimeState:
             "config": self.config,
             "masterTarget": self.master_target,
             "proxies": [p.to_json() for p in self.proxies],
+            "eventLoop": self.event_loop,
         }
 
     @classmethod
@@ -170,6 +173,7 @@ class RuntimeState:
             config=dict(data.get("config", {})),
             master_target=data.get("masterTarget"),
             proxies=tuple(ChildRecord.from_json(p) for p in data.get("proxies", [])),
+            event_loop=data.get("eventLoop"),
         )
 
 

@@ -81,6 +81,8 @@ class StatusSnapshot:
     problems: tuple[str, ...] = ()
     # The master the controller records while it is not alive (master_broker_id is None then).
     dead_master_broker_id: int | None = None
+    event_loop: str | None = None
+    """The event loop the supervisor runs on and starts its children on (None: unknown)."""
 
     def to_json(self) -> dict[str, Any]:
         master = (
@@ -94,6 +96,7 @@ class StatusSnapshot:
             "brokerName": self.broker_name,
             "takenAtMs": self.taken_at_ms,
             "supervisor": {"pid": self.supervisor_pid, "alive": self.supervisor_alive},
+            "eventLoop": self.event_loop,
             "master": master,
             "deadMasterBrokerId": self.dead_master_broker_id,
             "masterEpoch": self.master_epoch,
@@ -327,6 +330,7 @@ def build_snapshot(
         controllers=tuple(controllers),
         problems=(*problems, *not_alive),
         dead_master_broker_id=None if master_alive else recorded_master,
+        event_loop=state.event_loop,
     )
 
 

@@ -66,6 +66,7 @@ from brokergroup_controller.api import INCARNATION_ENV
 from brokergroup_controller.client import ControllerClient, ControllerUnavailable
 from brokergroup_controller.credentials import derive_credential, derive_rocketmq_pair
 from brokergroup_controller.errors import ControllerError
+from brokergroup_remoting import event_loop
 from brokergroup_remoting.tls import client_context, load_server_tls
 
 log = logging.getLogger(__name__)
@@ -275,6 +276,9 @@ class Supervisor:
             )
         )
         self.latest_snapshot: StatusSnapshot | None = None
+        #: The loop this supervisor runs on (known once `run` starts); every child it starts
+        #: is told to run on the same kind (event_loop.EVENT_LOOP_ENV).
+        self._event_loop: event_loop.LoopKind | None = None
 
     # --- state file ------------------------------------------------------------
 
@@ -291,6 +295,7 @@ class Supervisor:
             config=self._config.to_json(),
             master_target=self._forwarder.target,
             proxies=tuple(s.record() for s in self._proxies),
+            event_loop=None if self._event_loop is None else self._event_loop.value,
         )
 
     def _save(self) -> None:
@@ -325,6 +330,8 @@ class Supervisor:
         argv = self._argv(slot)
         slot.incarnation = secrets.token_hex(8)
         env = dict(os.environ, PYTHONUNBUFFERED="1", **{INCARNATION_ENV: slot.incarnation})
+        if self._event_loop is not None:
+            env[event_loop.EVENT_LOOP_ENV] = self._event_loop.value
         with open(slot.log_file, "ab") as out:
             out.write(
                 f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} supervisor starts {slot.name} "
@@ -490,6 +497,7 @@ class Supervisor:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Run until `stop` is set, then stop every child (see module doc)."""
+        self._event_loop = event_loop.running()
         self._token = self._layout.token_file.read_text().strip()
         self._layout.pid_file.write_text(f"{self._pid}\n")
         controller_tasks: list[asyncio.Task[None]] = []
