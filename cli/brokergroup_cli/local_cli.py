@@ -64,6 +64,13 @@ def register(subparsers: Any) -> None:
     )
     up.add_argument("--brokers", type=int, default=3, help="brokers in the group (default 3)")
     up.add_argument(
+        "--groups",
+        type=int,
+        default=1,
+        help="BrokerGroups of the cluster under the same controllers: broker-a, broker-b, … "
+        "(default 1); a topic spans them, a user (brokergroup admin user) signs for all",
+    )
+    up.add_argument(
         "--engine",
         choices=("builtin", "rocketmq"),
         default="builtin",

@@ -25,6 +25,7 @@ import aiohttp
 from brokergroup_cli.local import rocketmq_engine
 from brokergroup_cli.local.certs import controller_tls
 from brokergroup_cli.local.config import ConfigError, LocalConfig, build_config
+from brokergroup_cli.local.groups_view import groups_json, render_groups
 from brokergroup_cli.local.plan import Layout
 from brokergroup_cli.local.probe import Prober
 from brokergroup_cli.local.procs import is_alive, send_signal, wait_gone
@@ -134,7 +135,11 @@ def cmd_up(args: argparse.Namespace) -> int:
     layout = _layout(args)
     try:
         config = build_config(
-            layout.root, args.brokers, args.set or [], getattr(args, "engine", "builtin")
+            layout.root,
+            args.brokers,
+            args.set or [],
+            getattr(args, "engine", "builtin"),
+            groups=getattr(args, "groups", 1),
         )
         if rocketmq_engine.is_rocketmq(config):
             rocketmq_engine.require_home()
@@ -327,10 +332,19 @@ def cmd_status(args: argparse.Namespace) -> int:
         snapshot = _snapshot(layout)
     except LocalError as exc:
         return _fail(str(exc))
+    config, _ = _load(layout)
+    groups = (
+        None
+        if config.groups == 1
+        else asyncio.run(groups_json(config, layout, _admin_token(layout)))
+    )  # `local up --groups N`: every group (groups_view.py)
     if args.json:
-        print(json.dumps({**snapshot.to_json(), **namesrv_fields(layout)}, indent=2))
+        extra = {} if groups is None else {"groups": groups}
+        print(json.dumps({**snapshot.to_json(), **namesrv_fields(layout), **extra}, indent=2))
     else:
         print(render_text(snapshot))
+        if groups is not None:
+            print(render_groups(groups))
     return 0
 
 

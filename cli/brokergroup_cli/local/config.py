@@ -28,6 +28,9 @@ TLS_MODES = ("disabled", "permissive", "enforcing")
 #: What `--engine` accepts: this project's brokers, or stock RocketMQ 5.3 brokers.
 ENGINES = ("builtin", "rocketmq")
 
+#: `local up --groups`: broker-a … broker-z.
+MAX_GROUPS = 26
+
 #: The local runtime must stay inside this block; tests use 127.0.2.0/24 and above.
 LOCAL_RUNTIME_NETWORK = IPv4Network("127.0.0.0/23")
 
@@ -48,6 +51,12 @@ class LocalConfig:
 
     broker_count: int = 3
     """Brokers in the BrokerGroup (replicas of one broker set)."""
+
+    groups: int = 1
+    """BrokerGroups of the cluster under the one set of controllers (`local up --groups N`):
+    broker-a, broker-b, … (`group_names`), each of `broker_count` brokers with its own
+    derived credentials and key pairs; a topic created on the cluster spans them. The first
+    group is the one the status view, the stable master address and `local kill` follow."""
 
     engine: str = "builtin"
     """Which brokers run: `builtin` (this project's) or `rocketmq` (stock RocketMQ 5.3
@@ -141,6 +150,12 @@ class LocalConfig:
             raise ConfigError(f"engine {self.engine!r} is not one of {', '.join(ENGINES)}")
         if self.broker_count < 1:
             raise ConfigError(f"--brokers must be at least 1, got {self.broker_count}")
+        if not 1 <= self.groups <= MAX_GROUPS:
+            raise ConfigError(f"--groups must be 1 to {MAX_GROUPS}, got {self.groups}")
+        if self.groups > 1 and self.engine != "builtin":
+            raise ConfigError(
+                "--groups above 1 needs --engine builtin (not wired for stock brokers)"
+            )
         if self.tls not in TLS_MODES:
             raise ConfigError(f"local.tls {self.tls!r} is not one of {', '.join(TLS_MODES)}")
         if self.tls != "disabled" and self.engine != "builtin":
@@ -170,10 +185,11 @@ class LocalConfig:
         if last < first:
             raise ConfigError(f"brokerLastHost {last} is below brokerFirstHost {first}")
         pool_size = int(last) - int(first) + 1
-        if pool_size < 2 * self.broker_count:
+        brokers = self.broker_count * self.groups
+        if pool_size < 2 * brokers:
             raise ConfigError(
                 f"the broker address range {first}-{last} has {pool_size} addresses; "
-                f"{self.broker_count} brokers need at least {2 * self.broker_count} so a "
+                f"{brokers} brokers need at least {2 * brokers} so a "
                 "restarted broker can always move to an unused one"
             )
         for host in self.controller_hosts:
@@ -260,12 +276,28 @@ class LocalConfig:
     def broker_http_port(self) -> int:
         return self.broker_client_port + 2
 
+    @property
+    def group_names(self) -> tuple[str, ...]:
+        """The brokerNames of the groups: `broker_name` first, then the next letters
+        (broker-a, broker-b, …; a name not ending in -a gets -b, -c, … appended)."""
+        base, first = self.broker_name, "a"
+        if base.endswith("-a"):
+            base = base[:-2]
+            return tuple(f"{base}-{chr(ord(first) + g)}" for g in range(self.groups))
+        return (base, *(f"{base}-{chr(ord(first) + g)}" for g in range(1, self.groups)))
+
+    def group_of_slot(self, slot: int) -> int:
+        """Broker slots run group by group: slots 0..N-1 the first group, N..2N-1 the next."""
+        return slot // self.broker_count
+
     # --- JSON (DIR/config.json, read by the detached supervisor) ---------------
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
+            if f.name == "groups" and value == 1:
+                continue  # one group: config.json as it always was
             if isinstance(value, Path):
                 value = str(value)
             elif isinstance(value, tuple):
@@ -303,7 +335,14 @@ _SETTABLE: dict[str, dataclasses.Field[Any]] = {
     _camel(f.name): f
     for f in dataclasses.fields(LocalConfig)
     if f.name
-    not in ("root_dir", "broker_count", "engine", "broker_settings", "controller_settings")
+    not in (
+        "root_dir",
+        "broker_count",
+        "groups",
+        "engine",
+        "broker_settings",
+        "controller_settings",
+    )
 }
 
 
@@ -333,7 +372,11 @@ def _parse_field(f: dataclasses.Field[Any], key: str, text: str) -> Any:
 
 
 def build_config(
-    root_dir: Path, broker_count: int, settings: Sequence[str], engine: str = "builtin"
+    root_dir: Path,
+    broker_count: int,
+    settings: Sequence[str],
+    engine: str = "builtin",
+    groups: int = 1,
 ) -> LocalConfig:
     """`local up` arguments → validated `LocalConfig` (prefix routing above)."""
     local_overrides: dict[str, Any] = {}
@@ -358,6 +401,7 @@ def build_config(
     config = LocalConfig(
         root_dir=root_dir.expanduser().resolve(),
         broker_count=broker_count,
+        groups=groups,
         engine=engine,
         broker_settings=tuple(broker_settings),
         controller_settings=tuple(controller_settings),

@@ -120,21 +120,30 @@ class Layout:
         )
 
     def derived_credentials(self, config: LocalConfig) -> dict[Path, tuple[Role, str, str]]:
-        """Files holding the group's derived credentials: path → (role, cluster, broker)."""
-        group = (config.cluster_name, config.broker_name)
-        return {
-            self.broker_credential_file: (Role.BROKER, *group),
-            self.client_credential_file: (Role.CLIENT, *group),
-        }
+        """Files holding the groups' derived credentials: path → (role, cluster, broker)."""
+        out = {}
+        for name in config.group_names:
+            group = (config.cluster_name, name)
+            out[self.group_file(config, name, self.broker_credential_file)] = (Role.BROKER, *group)
+            out[self.group_file(config, name, self.client_credential_file)] = (Role.CLIENT, *group)
+        return out
 
     def derived_key_pairs(self, config: LocalConfig) -> dict[Path, tuple[Role, str, str]]:
-        """Files holding the group's derived RocketMQ key pairs: path → (role, cluster,
+        """Files holding the groups' derived RocketMQ key pairs: path → (role, cluster,
         broker). DESIGN.md §11: a broker signs with its group's pair, never the release's."""
-        group = (config.cluster_name, config.broker_name)
-        return {
-            self.broker_key_file: (Role.BROKER, *group),
-            self.client_key_file: (Role.CLIENT, *group),
-        }
+        out = {}
+        for name in config.group_names:
+            group = (config.cluster_name, name)
+            out[self.group_file(config, name, self.broker_key_file)] = (Role.BROKER, *group)
+            out[self.group_file(config, name, self.client_key_file)] = (Role.CLIENT, *group)
+        return out
+
+    def group_file(self, config: LocalConfig, broker_name: str, first_group_file: Path) -> Path:
+        """A group's copy of a per-group file: the first group's at DIR/<file> (as with one
+        group), another's at DIR/groups/<brokerName>/<file> (`local up --groups`)."""
+        if broker_name == config.group_names[0]:
+            return first_group_file
+        return self.root / "groups" / broker_name / first_group_file.name
 
     @property
     def config_file(self) -> Path:
@@ -209,20 +218,22 @@ def controller_argv(config: LocalConfig, layout: Layout, node_id: int) -> list[s
 
 
 def broker_argv(config: LocalConfig, layout: Layout, slot: int, host: str) -> list[str]:
-    """Broker `slot` bound to and advertising `host` (its current loopback address)."""
+    """Broker `slot` bound to and advertising `host` (its current loopback address); the
+    slot's group (`config.group_of_slot`) names its brokerName, credential and key pairs."""
+    name = config.group_names[config.group_of_slot(slot)]
     argv = [
         *config.launcher,
         "broker",
         "--cluster-name",
         config.cluster_name,
         "--broker-name",
-        config.broker_name,
+        name,
         "--data-dir",
         str(layout.broker_data_dir(slot)),
         "--controller-addresses",
         ",".join(config.controller_api_addresses),
         "--controller-token-file",
-        str(layout.broker_credential_file),
+        str(layout.group_file(config, name, layout.broker_credential_file)),
         "--ha-secret-file",
         str(layout.ha_secret_file),
         "--bind-address",
@@ -235,9 +246,9 @@ def broker_argv(config: LocalConfig, layout: Layout, slot: int, host: str) -> li
         # pairs; the broker pair signs the registrations with every name server. Topics
         # are created on first send locally.
         "--remoting-key-file",
-        str(layout.broker_key_file),
+        str(layout.group_file(config, name, layout.broker_key_file)),
         "--remoting-client-key-file",
-        str(layout.client_key_file),
+        str(layout.group_file(config, name, layout.client_key_file)),
         "--namesrv-addresses",
         config.namesrv_address,
         "--set",

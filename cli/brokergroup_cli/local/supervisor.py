@@ -88,7 +88,7 @@ def prepare_dir(config: LocalConfig, layout: Layout) -> None:
     layout.logs_dir.mkdir(exist_ok=True)
     for node_id in range(1, len(config.controller_hosts) + 1):
         layout.controller_data_dir(node_id).mkdir(parents=True, exist_ok=True)
-    for slot in range(config.broker_count):
+    for slot in range(config.broker_count * config.groups):
         layout.broker_data_dir(slot).mkdir(parents=True, exist_ok=True)
     for secret_file in layout.secret_files:
         if not secret_file.exists():
@@ -98,6 +98,7 @@ def prepare_dir(config: LocalConfig, layout: Layout) -> None:
     # Derived from the root each time: the same value while the root is kept.
     root = layout.broker_credential_root_file.read_text().strip()
     for path, (role, cluster, broker) in layout.derived_credentials(config).items():
+        path.parent.mkdir(parents=True, exist_ok=True)  # DIR/groups/<name>/ (--groups)
         credential = derive_credential(root, role, cluster, broker)
         if not path.exists() or path.read_text().strip() != credential:
             path.unlink(missing_ok=True)
@@ -242,6 +243,13 @@ class Supervisor:
             _Slot(ChildKind.BROKER, slot, "", config.broker_client_port, layout.broker_log(slot))
             for slot in range(config.broker_count)
         ]
+        # `local up --groups N`: the other groups' brokers (slots N.., config.group_of_slot),
+        # started, restarted and stopped like the first group's; the status view, the state
+        # file's broker rows and the stable master address follow the first group.
+        self._other_groups_brokers = [
+            _Slot(ChildKind.BROKER, slot, "", config.broker_client_port, layout.broker_log(slot))
+            for slot in range(config.broker_count, config.broker_count * config.groups)
+        ]
         # Engine rocketmq: the stock proxy, started with the brokers, stopped before them.
         self._proxies = (
             [
@@ -316,7 +324,11 @@ class Supervisor:
                 argv += rocketmq_engine.controller_args(self._config, self._layout)
             return argv
         # Live brokers' addresses, and this slot's old one: a restart always moves.
-        in_use = {s.host for s in self._brokers if s.host and (s is slot or s.alive())}
+        in_use = {
+            s.host
+            for s in (*self._brokers, *self._other_groups_brokers)
+            if s.host and (s is slot or s.alive())
+        }
         allocation = allocate_host(self._pool, self._cursor, in_use)
         self._cursor = allocation.cursor
         if slot.host:
@@ -408,6 +420,7 @@ class Supervisor:
         if not self._config.report_inactive or slot.broker_id is None or not self._token:
             return
         reason = f"local supervisor: broker process on {slot.host} exited (code {code})"
+        broker_name = self._config.group_names[self._config.group_of_slot(slot.index)]
         # The controller leader may have died with the broker: the client re-sends
         # this idempotent report (its one retry policy) while a new one is elected
         # (~0.5 s), or the election would wait out a heartbeat timeout. Bounded by
@@ -415,7 +428,7 @@ class Supervisor:
         try:
             await self._controller_client().report_inactive(
                 self._config.cluster_name,
-                self._config.broker_name,
+                broker_name,
                 slot.broker_id,
                 reason,
                 process_gone=True,  # the supervisor saw the exit status
@@ -533,7 +546,8 @@ class Supervisor:
                 await self._wait_for_controller_leader()
                 if not self._stopping.is_set():
                     broker_tasks = [
-                        asyncio.create_task(self._supervise_slot(s)) for s in self._brokers
+                        asyncio.create_task(self._supervise_slot(s))
+                        for s in (*self._brokers, *self._other_groups_brokers)
                     ]
                     proxy_tasks = [
                         asyncio.create_task(self._supervise_proxy(s)) for s in self._proxies
@@ -557,7 +571,7 @@ class Supervisor:
                 await watch_client.close()
                 log.info("stopping: the proxy and brokers first, then controllers")
                 await self._terminate(self._proxies, proxy_tasks)
-                await self._terminate(self._brokers, broker_tasks)
+                await self._terminate([*self._brokers, *self._other_groups_brokers], broker_tasks)
                 await self._terminate(self._controllers, controller_tasks)
                 stop_watch.cancel()
                 final = self.runtime_state().stopped(wall_ms())

@@ -1,0 +1,85 @@
+"""`local up --groups N` (issue 36 item 3; docs/local.md): N BrokerGroups under one set of
+controllers. Pure checks of the plan: group names, which slot runs which group, each group's
+own derived credential and key pairs (files under DIR/groups/<name>/, derived for that
+group), the first group's argv and files exactly as with one group, validation; and
+prepare_dir writing every group's files."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from brokergroup_cli.local.config import ConfigError, build_config
+from brokergroup_cli.local.plan import Layout, broker_argv
+from brokergroup_cli.local.supervisor import prepare_dir
+from brokergroup_controller.credentials import Role, derive_credential, derive_rocketmq_pair
+
+
+def _argv_value(argv: list[str], flag: str) -> str:
+    return argv[argv.index(flag) + 1]
+
+
+def test_group_names_and_slots(tmp_path: Path) -> None:
+    config = build_config(tmp_path, 3, [], groups=3)
+    assert config.group_names == ("broker-a", "broker-b", "broker-c")
+    assert [config.group_of_slot(s) for s in range(9)] == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+    other = build_config(tmp_path, 1, ["local.brokerName=orders"], groups=2)
+    assert other.group_names == ("orders", "orders-b")
+
+
+def test_each_group_runs_with_its_own_credentials(tmp_path: Path) -> None:
+    one = build_config(tmp_path, 2, [])
+    two = build_config(tmp_path, 2, [], groups=2)
+    layout = Layout(tmp_path)
+    # the first group exactly as with one group
+    assert broker_argv(one, layout, 1, "127.0.0.11") == broker_argv(two, layout, 1, "127.0.0.11")
+    assert "groups" not in one.to_json() and two.to_json()["groups"] == 2
+    argv = broker_argv(two, layout, 2, "127.0.0.12")
+    assert _argv_value(argv, "--broker-name") == "broker-b"
+    group_dir = tmp_path / "groups" / "broker-b"
+    assert _argv_value(argv, "--controller-token-file") == str(group_dir / "broker-credential")
+    assert _argv_value(argv, "--remoting-key-file") == str(group_dir / "broker-keys.json")
+    assert _argv_value(argv, "--remoting-client-key-file") == str(group_dir / "client-keys.json")
+    assert _argv_value(argv, "--data-dir") == str(layout.broker_data_dir(2))
+
+
+def test_prepare_dir_writes_every_groups_derived_files(tmp_path: Path) -> None:
+    config = build_config(tmp_path / "dir", 1, [], groups=2)
+    layout = Layout(config.root_dir)
+    prepare_dir(config, layout)
+    root = layout.broker_credential_root_file.read_text().strip()
+    group_dir = layout.root / "groups" / "broker-b"
+    assert (group_dir / "broker-credential").read_text().strip() == derive_credential(
+        root, Role.BROKER, "DefaultCluster", "broker-b"
+    )
+    pair = json.loads((group_dir / "client-keys.json").read_text())
+    derived = derive_rocketmq_pair(root, Role.CLIENT, "DefaultCluster", "broker-b")
+    assert (pair["accessKey"], pair["secretKey"]) == (derived.access_key, derived.secret_key)
+    assert (group_dir / "client-keys.json").stat().st_mode & 0o077 == 0
+    first = json.loads(layout.client_key_file.read_text())
+    assert first["accessKey"].endswith(".YnJva2VyLWE")  # broker-a's, where it always was
+    assert layout.broker_data_dir(1).is_dir()
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"groups": 0}, "--groups must be 1 to 26"),
+        ({"groups": 27}, "--groups must be 1 to 26"),
+        ({"groups": 2, "engine": "rocketmq"}, "needs --engine builtin"),
+    ],
+)
+def test_bad_groups(tmp_path: Path, kw: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        build_config(tmp_path, 3, [], **kw)  # type: ignore[arg-type]
+
+
+def test_the_address_range_must_hold_every_group(tmp_path: Path) -> None:
+    settings = ["local.brokerFirstHost=127.0.0.10", "local.brokerLastHost=127.0.0.21"]
+    build_config(tmp_path, 3, settings, groups=2)
+    with pytest.raises(ConfigError, match="6 brokers need at least 12"):
+        build_config(tmp_path, 3, [*settings[:1], "local.brokerLastHost=127.0.0.20"], groups=2)
+    assert replace(build_config(tmp_path, 3, []), groups=1).groups == 1
