@@ -355,9 +355,11 @@ def test_every_acknowledged_timer_is_delivered_across_a_master_kill(
     assert group.rt.status()["masterEpoch"] > epoch
     received = received_of(follower.out)
     due = {i: a.deliver_at - 1000 for i, a in acks.items()}  # timerPrecisionMs, as above
-    # No lateness bound here: under a loaded full run the stock push consumer's pulls on some
-    # queues stalled for ~140 s after the kill (the other queues' timers on time, so not the
-    # wheel); how late, on a quieter machine, is bench/delay.py's to say.
+    # No lateness bound here: after the kill the new master may count this one consumer twice
+    # (its direct connection from when the new master was a slave, and the one through the
+    # stable master address), so the client takes only half the queues until the direct one
+    # is closed (~140 s in a loaded run; docs/rocketmq-compatibility.md "A consumer counted
+    # twice after a failover": the name server's fix is open); bench/delay.py measures it.
     check_on_time(acks, received, due, stuck_ms=None)
     every_early = [(i, t) for i in acks for t in received[i] if t < due[i]]
     assert not every_early, every_early
