@@ -10,6 +10,11 @@ What it measures (one process, no servers, no fsync):
    chunks of 1 MiB, 144 KiB (one 128-message produce batch), 16 KiB and 4 KiB on
    ASYNC_FLUSH: process CPU us per message, best of N.
 3. The floor: zlib.crc32 over one 1 KiB body (every scan verifies each body CRC).
+4. The remoting JSON header of each golden frame (tests/fixtures/rocketmq/json-*.bin, a
+   real 5.3.1 client's): header_json's decode and encode, and the parse alone by
+   `json.loads` (what decode calls) and by orjson where installed (the most an orjson path
+   could save; issue 38 item 1), process CPU ns per header, timeit's minimum.
+   `--only-header` runs only this.
 
 To compare two trees, run it with each tree's venv, alternating. Writes
 bench/results/decoder_cpu.json; the last stdout line is one JSON object.
@@ -30,8 +35,11 @@ from typing import Any
 from brokergroup_broker.store import FlushDiskType, MessageInput, MessageStore, StoreConfig
 from brokergroup_broker.store.message_encode import encode_batch
 from brokergroup_broker.store.message_scan import scan_records
+from brokergroup_remoting import header_json
+from brokergroup_remoting.command import RemotingLimits
 
 RESULTS = Path(__file__).resolve().parent / "results"
+GOLDEN = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "rocketmq"
 SEGMENT_BYTES = 1 << 30
 MAX_MESSAGE_BYTES = 4 << 20
 BODY = bytes(1024)
@@ -88,12 +96,64 @@ def slave_us_per_message(count: int, repeat: int) -> dict[str, float]:
     return out
 
 
+def json_header_ns(repeat: int) -> dict[str, dict[str, int]]:
+    """Per golden JSON frame, process CPU ns: header_json's decode and encode, and the parse
+    alone by the standard library (what decode calls) and by orjson (where installed: what
+    an orjson path could save at most). Interleaved per repetition, the minimum."""
+    limits = RemotingLimits()
+    try:
+        import orjson
+
+        orjson_loads: Any = orjson.loads
+    except ImportError:
+        orjson_loads = None
+    out: dict[str, dict[str, int]] = {}
+    for frame in sorted(GOLDEN.glob("json-*.bin")):
+        raw = frame.read_bytes()
+        header_length = int.from_bytes(raw[4:8], "big") & 0xFFFFFF
+        header = raw[8 : 8 + header_length]
+        cmd = header_json.decode_json_header(header, b"", limits)
+        assert header_json.encode_json_header(cmd) == header, frame.name  # the golden decides
+        calls: dict[str, Any] = {
+            "decode": lambda h=header: header_json.decode_json_header(h, b"", limits),
+            "encode": lambda c=cmd: header_json.encode_json_header(c),
+            "parse_json_loads": lambda h=header: json.loads(
+                h.decode(), object_pairs_hook=header_json._Pairs
+            ),
+        }
+        if orjson_loads is not None:
+            calls["parse_orjson_loads"] = lambda h=header: orjson_loads(h)
+        best: dict[str, float] = {}
+        number = 200
+        for _ in range(repeat):
+            for what, call in calls.items():
+                # Process CPU time: a busy machine's preemptions do not count.
+                took = timeit.Timer(call, timer=time.process_time).timeit(number=number) / number
+                best[what] = min(best.get(what, float("inf")), took)
+        out[frame.stem] = {k: round(v * 1e9) for k, v in best.items()}
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer repeats, ~15 s")
     parser.add_argument("--no-write", action="store_true", help="do not write bench/results")
+    parser.add_argument(
+        "--only-header",
+        action="store_true",
+        help="only the remoting JSON headers (section 4); writes decoder_cpu_json_header.json",
+    )
     args = parser.parse_args()
     repeat = 100 if args.quick else 400
+    headers = json_header_ns(20 if args.quick else 60)
+    for frame, ns in headers.items():
+        print(f"JSON header {frame}: {ns} ns")
+    if args.only_header:
+        only = {"benchmark": "decoder_cpu_json_header", "json_header_ns": headers}
+        if not args.no_write:
+            (RESULTS / "decoder_cpu_json_header.json").write_text(json.dumps(only, indent=1) + "\n")
+        print(json.dumps(only))
+        return 0
     crc_ns = min(timeit.repeat(lambda: zlib.crc32(BODY), number=1000, repeat=50)) / 1000 * 1e9
     print(f"floor: zlib.crc32 of a 1 KiB body {crc_ns:.0f} ns")
     result: dict[str, Any] = {
@@ -101,6 +161,7 @@ def main() -> int:
         "scan_records_ns_per_record": scan_ns_per_record(repeat),
         "append_replicated_cpu_us_per_msg": slave_us_per_message(20480, 3 if args.quick else 5),
         "crc32_1KiB_ns": round(crc_ns),
+        "json_header_ns": headers,
         "quick": args.quick,
     }
     print(f"scan_records ns/record: {result['scan_records_ns_per_record']}")
