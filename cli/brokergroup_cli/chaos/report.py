@@ -16,7 +16,7 @@ import base64
 import html
 import json
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -307,7 +307,7 @@ COMPARE_COLUMNS = (
 )
 
 
-def compare(runs: dict[str, Sequence[dict[str, Any]]]) -> dict[str, Any]:
+def compare(runs: Mapping[str, Sequence[dict[str, Any]]]) -> dict[str, Any]:
     """Per fault type, per target: counts and percentiles over every window of every
     run (seed) of that target, plus every window that lost or duplicated something
     with the target, seed and window number that replay it."""
