@@ -103,6 +103,12 @@ def test_compare_puts_targets_side_by_side_and_names_the_losing_window(tmp_path:
     write_compare_html(doc, page, note="3 seeds")
     text = page.read_text()
     assert "<svg" in text and "rocketmq" in text and "seeds [1, 2]" in text
+    assert "no scenario ran" in text
+    scenario = scenarios.get("two-masters-isolated-room")
+    doc["scenarios"] = {scenario.name: {"rocketmq": [scenarios.outcome(scenario, _summary(1, ["p0-2"])) | {"seed": 1}]}}  # fmt: skip
+    write_compare_html(doc, page)
+    row = page.read_text().split("two-masters-isolated-room</td>")[1].split("</tr>")[0]
+    assert row.startswith("<td>apache/rocketmq#7017</td><td>rocketmq</td><td>1</td><td>1</td>")
 
 
 def test_every_scenario_is_a_runnable_schedule_of_known_faults() -> None:

@@ -456,6 +456,29 @@ def write_compare_html(doc: dict[str, Any], path: Path, note: str = "") -> None:
     seeds = "".join(
         f"<li>{html.escape(t)}: seeds {html.escape(str(s))}</li>" for t, s in doc["seeds"].items()
     )
+    scenario_rows = "".join(
+        "<tr>"
+        + "".join(
+            f"<td>{html.escape(str(v))}</td>"
+            for v in (
+                name, ", ".join(o.get("issues", [])), target, o.get("seed"), o.get("lost"),
+                o.get("duplicated"), o.get("reordered"), o.get("unstable_reads"),
+                o.get("replica_mismatches"), o.get("failed_sends"), o.get("unavailable_max_s"),
+                o.get("unavailable_total_s"), len(o.get("not_recovered") or []),
+                o.get("blind_spot", ""),
+            )
+        )
+        + "</tr>"
+        for name, per_target in sorted(doc.get("scenarios", {}).items())
+        for target, outcomes in per_target.items()
+        for o in outcomes
+    )  # fmt: skip
+    scenario_head = "".join(
+        f"<th>{h}</th>"
+        for h in ("scenario", "apache/rocketmq", "target", "seed", "lost", "duplicated",
+                  "reordered", "unstable reads", "replica mismatches", "failed sends",
+                  "unavail. max s", "unavail. total s", "windows not recovered", "blind spot")
+    )  # fmt: skip
     page = (
         "<!doctype html><meta charset=utf-8><title>brokergroup chaos: targets side by side"
         "</title><style>body{font-family:sans-serif;margin:2em}td,th{padding:2px 8px;"
@@ -477,6 +500,12 @@ def write_compare_html(doc: dict[str, Any], path: Path, note: str = "") -> None:
             f"<th>duplicated</th><th>reordered</th><th>note</th></tr>{bad}</table>"
             if bad
             else "<p>none</p>"
+        )
+        + "<h2>RocketMQ's controller-mode defects as scenarios</h2>"
+        + (
+            f"<table><tr>{scenario_head}</tr>{scenario_rows}</table>"
+            if scenario_rows
+            else "<p>no scenario ran</p>"
         )
         + "<h2>Replay</h2><p>A window replays with its target, seed and schedule: "
         "<code>brokergroup chaos --target T --seed S --faults F --windows N</code> "
