@@ -393,6 +393,7 @@ def main() -> int:
     ap.add_argument(
         "--failover-only", action="store_true", help="skip the loads: only the kills and verify"
     )
+    ap.add_argument("--name", default=None, help="result file name (default: by the options)")
     args = ap.parse_args()
     args.kills = args.kills if args.kills is not None else (2 if args.quick else 10)
     args.seconds = args.seconds if args.seconds is not None else (5 if args.quick else 20)
@@ -491,7 +492,7 @@ def main() -> int:
         name += f"_{args.only or 'both'}_{args.engine}" + (
             "_failover" if args.failover_only else "" if args.kills else "_loads"
         )
-    write_result(name, {**summary, "sides": results})
+    write_result(args.name or name, {**summary, "sides": results})
     print_last_line(summary)
     return 0 if not errors else 1
 
