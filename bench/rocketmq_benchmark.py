@@ -7,7 +7,7 @@
 
 The programs are apache/rocketmq's `example/.../benchmark/Producer.java` and `Consumer.java`
 (tag rocketmq-all-5.3.1, unchanged, compiled against the stock 5.3.1 client from Maven
-Central: tools/rocketmq/rocketmq_benchmark.py). The sides are bench/rocketmq_client.py's:
+Central: tools/rocketmq/benchmark_programs.py). The sides are bench/rocketmq_client.py's:
 a stock RocketMQ 5.3 controller-mode group (three brokers, allAckInSyncStateSet, SYNC_FLUSH)
 and `brokergroup local up` (three controllers, three brokers, every setting at its default;
 the programs sign with the runtime's client key pair through their own `-a true -ak -sk`).
@@ -22,6 +22,11 @@ Per side, on topic BenchTopic with 1 KiB bodies (`-s 1024`):
    started first, then Producer again; the same window: Consume TPS and the consumer's
    average born-to-consumed (B2C) and stored-to-consumed (S2C) latency beside Send TPS.
 
+`--profile` (brokergroup side, produce run): py-spy samples the master broker over the
+measured window (100 Hz, `--nonblocking`), and the result names the functions with the most
+samples on top of the stack (self) and anywhere on it (inclusive), as shares of the samples:
+the map of where a message's CPU goes (docs/performance.md).
+
 The programs print means, not percentiles: what is compared is what they print. Each
 result carries `other_busy_cores` (CPU of processes outside both sides' trees: this machine
 is shared) and the event loop brokergroup's processes ran on. Writes
@@ -34,6 +39,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -45,7 +51,7 @@ sys.path.insert(0, str(ROOT / "tools" / "rocketmq"))
 
 from _common import loopback_tcp_ceiling, print_last_line, write_result  # noqa: E402
 from _cpu import Sample, cpu_window, load_report, take_sample  # noqa: E402
-from rocketmq_benchmark import UPSTREAM, BenchmarkProgram, mean_of  # noqa: E402
+from benchmark_programs import UPSTREAM, BenchmarkProgram, mean_of  # noqa: E402
 from rocketmq_client import LOAD_TOPIC, BrokergroupSide, RocketMQSide, log  # noqa: E402
 from stock_client import StockClient, missing  # noqa: E402
 
@@ -63,8 +69,54 @@ def event_loop_of_brokergroup() -> str:
     return event_loop.configured().value
 
 
+def _function(frame: str) -> str:
+    """`name (path/file.py:line)` -> `name (file.py)`: samples add up per function."""
+    name, _, where = frame.partition(" (")
+    if not where:
+        return frame
+    return f"{name} ({where.rstrip(')').rsplit('/', 1)[-1].rsplit(':', 1)[0]})"
+
+
+def top_functions(collapsed: str, count: int = 25) -> dict[str, Any]:
+    """py-spy's raw (collapsed) stacks -> the top functions by self and inclusive samples,
+    as shares of all samples (idle included: a thread waiting in epoll is a sample too)."""
+    self_samples: dict[str, int] = {}
+    inclusive: dict[str, int] = {}
+    total = 0
+    for line in collapsed.splitlines():
+        stack, _, number = line.rpartition(" ")
+        if not stack or not number.isdigit():
+            continue
+        n = int(number)
+        total += n
+        frames = [_function(f) for f in stack.split(";")]
+        self_samples[frames[-1]] = self_samples.get(frames[-1], 0) + n
+        for frame in set(frames):
+            inclusive[frame] = inclusive.get(frame, 0) + n
+
+    def share(table: dict[str, int]) -> list[list[Any]]:
+        ranked = sorted(table.items(), key=lambda kv: -kv[1])[:count]
+        return [[name, round(n / total, 4)] for name, n in ranked]
+
+    return {"samples": total, "self": share(self_samples), "inclusive": share(inclusive)}
+
+
+def start_profile(pid: int, seconds: float, out: Path) -> subprocess.Popen[bytes]:
+    py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    return subprocess.Popen(
+        [py_spy, "record", "--pid", str(pid), "--duration", str(max(1, int(seconds))),
+         "--rate", "100", "--format", "raw", "--nonblocking", "--output", str(out)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
 def produce(
-    side: Any, client: StockClient, work: Path, reports: int, consume: bool
+    side: Any,
+    client: StockClient,
+    work: Path,
+    reports: int,
+    consume: bool,
+    profile: bool = False,
 ) -> dict[str, Any]:
     """One Producer run (with a Consumer beside it when `consume`): its measured reports,
     CPU per message over them."""
@@ -96,8 +148,14 @@ def produce(
         producer.start()
         producer.wait_reports(1, bound_s)  # warm-up: the first report
         samples["measuring"] = take_sample(roles())
+        profiler = None
+        if profile:
+            master_pid = next(p for p, r in side.cpu_roles().items() if r == side.master_role())
+            profiler = start_profile(master_pid, reports * REPORT_MS / 1000, work / "master.txt")
         measured = producer.wait_reports(1 + reports, bound_s)[1:]
         samples["measured"] = take_sample(roles())
+        if profiler is not None:
+            profiler.wait(timeout=120)
         consumed = (
             [r for t, r in consumer.reports if t >= samples["measuring"].at_s]
             if consumer is not None
@@ -128,6 +186,8 @@ def produce(
         }
     # The server's CPU per message counts the consumer's deliveries as the same messages.
     out |= load_report(window, messages)
+    if profile and (work / "master.txt").exists():
+        out["masterProfile"] = top_functions((work / "master.txt").read_text())
     return out
 
 
@@ -135,7 +195,8 @@ def run_side(side: Any, args: argparse.Namespace, work: Path) -> dict[str, Any]:
     client: StockClient = side.start()
     result: dict[str, Any] = {}
     for label, consume in (("produce", False), ("produceConsume", True)):
-        result[label] = produce(side, client, work / label, args.reports, consume)
+        profile = args.profile and side.name == "brokergroup" and not consume
+        result[label] = produce(side, client, work / label, args.reports, consume, profile)
         load = result[label]
         log(
             f"{side.name} {label}: send {load['send_tps']} msg/s avg RT {load['send_avg_rt_ms']}"
@@ -155,6 +216,9 @@ def main() -> int:
     ap.add_argument("--dir", type=Path, default=None, help="where the sides run (a temp dir)")
     ap.add_argument("--keep", action="store_true", help="keep the sides' stores and logs")
     ap.add_argument("--name", default=None, help="result file name (default by --only)")
+    ap.add_argument(
+        "--profile", action="store_true", help="py-spy the brokergroup master (produce run)"
+    )
     args = ap.parse_args()
     reason = missing(servers=args.only != "brokergroup")
     if reason is not None:

@@ -1,4 +1,4 @@
-"""The report lines of RocketMQ's benchmark programs (tools/rocketmq/rocketmq_benchmark.py).
+"""The report lines of RocketMQ's benchmark programs (tools/rocketmq/benchmark_programs.py).
 
 bench/rocketmq_benchmark.py reads Producer's and Consumer's own periodic lines; these are the
 lines their `printf` formats write (example/.../benchmark/Producer.java doPrintStats and
@@ -18,10 +18,10 @@ TOOLS = Path(__file__).resolve().parents[2] / "tools" / "rocketmq"
 
 
 def _module() -> Any:
-    """tools/rocketmq/rocketmq_benchmark.py (stdlib only; not a package)."""
+    """tools/rocketmq/benchmark_programs.py (stdlib only; not a package)."""
     sys.path.insert(0, str(TOOLS))
     try:
-        return importlib.import_module("rocketmq_benchmark")
+        return importlib.import_module("benchmark_programs")
     finally:
         sys.path.remove(str(TOOLS))
 

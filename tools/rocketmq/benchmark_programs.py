@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """RocketMQ's own benchmark producer and consumer (issue 38 item 4), for bench/rocketmq_benchmark.py.
 
-    python tools/rocketmq/rocketmq_benchmark.py build   # compiles; prints the classes directory
+    python tools/rocketmq/benchmark_programs.py build   # compiles; prints the classes directory
 
 The programs are apache/rocketmq's `example/src/main/java/org/apache/rocketmq/example/
 benchmark/{Producer,Consumer,AclClient}.java` at tag rocketmq-all-5.3.1 (commit
