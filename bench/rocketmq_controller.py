@@ -7,8 +7,9 @@ and the same stock producer (FailoverClient: DefaultMQProducer, default settings
 all the time:
 
 - **rocketmq**: RocketMQ's DLedger controller (`ControllerStartup`, three nodes on
-  127.0.50.1-3, default controller settings) and its name server, jars from
-  `tools/rocketmq/fetch.sh server`;
+  127.0.74.1-3, default controller settings) and its name server, jars from
+  `tools/rocketmq/fetch.sh server` (started by `chaos.targets.rocketmq.RocketMQTarget`,
+  the chaos tool's plain RocketMQ group);
 - **brokergroup**: `brokergroup local up --engine rocketmq` (three controller nodes with the
   name server and the remoting port; the supervisor restarts a killed broker on a new
   address and reports the exit to the controller at once, as it does for its own brokers).
@@ -32,7 +33,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -46,19 +46,17 @@ from typing import Any
 
 from _common import print_last_line, summarize, write_result
 
+from brokergroup_cli.chaos.targets.base import NodeKind
+from brokergroup_cli.chaos.targets.rocketmq import RocketMQTarget
 from brokergroup_cli.local.procs import send_signal
 from brokergroup_cli.local.rocketmq_stock import (
-    CONTROLLER_MAIN,
     FAST_FAILOVER_SETTINGS,
-    NAMESRV_MAIN,
     RocketMQHome,
-    StockBrokerConfig,
     cache_home,
     find_home,
-    java_argv,
     java_env,
     mqadmin_argv,
-    namesrv_properties,
+    read_broker_id,
     tools_yml,
 )
 from brokergroup_remoting import RequestCode, ResponseCode, request
@@ -167,25 +165,6 @@ async def wait_replica(
 # -- processes ----------------------------------------------------------------------------
 
 
-def _popen(argv: list[str], cwd: Path, log: Path) -> subprocess.Popen[bytes]:
-    cwd.mkdir(parents=True, exist_ok=True)
-    with open(log, "ab") as out:
-        return subprocess.Popen(
-            argv, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=java_env(cwd),
-        )  # fmt: skip
-
-
-def _stop(process: subprocess.Popen[bytes] | None, sig: int = signal.SIGTERM) -> None:
-    if process is not None and process.poll() is None:
-        os.kill(process.pid, sig)
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.kill(process.pid, signal.SIGKILL)
-            process.wait(timeout=15)
-
-
 @dataclass
 class Tools:
     home: RocketMQHome
@@ -269,103 +248,54 @@ class Load:
 
 class RocketMQSystem:
     """RocketMQ's DLedger controller (ControllerStartup, three nodes), its name server, three
-    stock brokers."""
+    stock brokers: `chaos.targets.rocketmq.RocketMQTarget` (the chaos tool's plain RocketMQ
+    group, lane 2: 127.0.74.x) with this benchmark's broker settings."""
 
     name = "rocketmq"
 
     def __init__(self, home: RocketMQHome, base: Path) -> None:
         self.home = home
         self.base = base
-        self.hosts = [f"127.0.50.{i}" for i in (1, 2, 3)]
-        # RocketMQ's DLedger controller serves the controller protocol on its DLedger peer
-        # port (GET_METADATA_INFO names `n1:127.0.50.2:29090`); listenPort stays unused.
-        self.controllers = [f"{h}:29090" for h in self.hosts]
-        peers = ";".join(f"n{i}-{h}:29090" for i, h in enumerate(self.hosts))
-        self.namesrvs: list[subprocess.Popen[bytes]] = []
-        for i, host in enumerate(self.hosts):
-            work = base / f"controller{i}"
-            work.mkdir(parents=True)
-            conf = work / "controller.conf"
-            conf.write_text(
-                namesrv_properties(
-                    host, 29878,
-                    {
-                        "controllerDLegerGroup": "bench",
-                        "controllerDLegerPeers": peers,
-                        "controllerDLegerSelfId": f"n{i}",
-                        "controllerStorePath": str(work / "store"),
-                    },
-                )
-            )  # fmt: skip
-            argv = java_argv(home, CONTROLLER_MAIN, ["-c", str(conf)], user_home=work)
-            self.namesrvs.append(_popen(argv, work, work / "out.log"))
-        ns = base / "namesrv"
-        ns.mkdir(parents=True)
-        (ns / "namesrv.conf").write_text(namesrv_properties("127.0.50.9", 29876))
-        argv = java_argv(
-            home, NAMESRV_MAIN, ["-c", str(ns / "namesrv.conf")], user_home=ns,
-            extra_cp=str(home.namesrv_jar),
-        )  # fmt: skip
-        self.namesrvs.append(_popen(argv, ns, ns / "out.log"))
-        self.namesrv = "127.0.50.9:29876"
+        settings = (
+            *(f"{k}={v}" for k, v in FAST_FAILOVER_SETTINGS.items()),
+            "flushDiskType=ASYNC_FLUSH",
+        )
+        self.target = RocketMQTarget(base / "group", lane=2, settings=settings, home=home)
+        self.controllers = self.target.controller_addresses
+        self.namesrv = self.target.namesrv
         self.keys = Credentials("benchAccessKey", "bench-secret-key-unused-by-rocketmq")
-        self.brokers = [
-            StockBrokerConfig(
-                base_dir=base / f"broker{i}",
-                host=f"127.0.50.{11 + i}",
-                port=29911,
-                controllers=";".join(self.controllers),
-                namesrv=self.namesrv,
-                access_key=self.keys.access_key,
-                secret_key=self.keys.secret_key,
-                ha_port=29912 + i,  # RocketMQ binds it on every interface
-            )
-            for i in range(3)
-        ]
-        self.procs: list[subprocess.Popen[bytes] | None] = [None, None, None]
         self.tools = Tools(home, base / "tools", self.keys, self.namesrv)
 
-    def start_broker(self, i: int) -> None:
-        b = self.brokers[i]
-        b.base_dir.mkdir(parents=True, exist_ok=True)
-        b.write()
-        self.procs[i] = _popen(b.argv(self.home), b.base_dir, b.base_dir / "out.log")
-
     def start(self) -> None:
-        pass  # the controllers started with the object; brokers once they have a leader
+        self.target.up()  # controllers, a leader among them, then the brokers
 
     def start_brokers(self) -> None:
-        for i in range(3):
-            self.start_broker(i)
+        pass  # up() started them once the controllers had a leader
 
     def broker_addresses(self) -> list[str]:
-        return [b.address for b in self.brokers]
+        t = self.target
+        return [f"{t.broker_host(s)}:{t.broker_port(s)}" for s in range(t.brokers)]
 
     def slot_of(self, broker_id: int) -> int:
-        from brokergroup_cli.local.rocketmq_stock import read_broker_id
-
         return next(
-            i for i, b in enumerate(self.brokers) if read_broker_id(b.store_dir) == broker_id
+            s
+            for s in range(self.target.brokers)
+            if read_broker_id(self.target.broker_dir(s) / "store") == broker_id
         )
 
     def kill(self, broker_id: int) -> int:
         slot = self.slot_of(broker_id)
-        proc = self.procs[slot]
-        assert proc is not None
-        os.kill(proc.pid, signal.SIGKILL)
+        node = next(n for n in self.target.nodes(NodeKind.BROKER) if n.index == slot)
+        if not self.target.signal(node, signal.SIGKILL):
+            raise RuntimeError(f"broker {broker_id} (pid {node.pid}) was not running")
         return slot
 
     def after_kill(self, slot: int) -> None:
-        proc = self.procs[slot]
-        if proc is not None:
-            proc.wait(timeout=15)
-        self.start_broker(slot)
+        self.target.procs[f"broker-{slot}"].wait(timeout=15)
+        self.target.revive()  # the killed broker again, same address and store
 
     def close(self) -> None:
-        for proc in self.procs:
-            _stop(proc, signal.SIGKILL)
-        for proc in self.namesrvs:
-            _stop(proc)
+        self.target.down()
 
 
 class BrokergroupSystem:
