@@ -215,3 +215,26 @@ def test_the_proxy_is_a_child_of_the_state_file(tmp_path: Path) -> None:
     assert again == state
     assert [c.name for c in again.children()] == ["proxy"]  # `local down` stops it too
     assert again.stopped(3).proxies[0].pid is None
+
+
+@pytest.mark.parametrize(
+    ("settings", "expected"),
+    [
+        ((), None),  # RocketMQ's own: 30 s rounds, 3 s op batches
+        ((("transactionCheckInterval", "30000"),), "3000"),
+        ((("transactionCheckInterval", "2000"),), "500"),
+        ((("transactionCheckInterval", "100"),), "100"),
+        ((("transactionCheckInterval", "2000"), ("transactionOpBatchInterval", "50")), "50"),
+    ],
+)
+def test_op_records_are_stored_within_a_quarter_of_a_check_round(
+    settings: tuple[tuple[str, str], ...], expected: str | None
+) -> None:
+    """A stock master buffers END_TRANSACTION op records for transactionOpBatchInterval; a
+    check round that starts before they are stored checks (and a COMMIT answer stores) the
+    same transaction again, so a short transactionCheckInterval brings the batch down."""
+    broker = StockBrokerConfig(
+        base_dir=Path("/x"), host="127.0.0.10", port=10911, controllers="c", namesrv="n",
+        access_key="ak1234", secret_key="sk1234", settings=settings,
+    )  # fmt: skip
+    assert _properties(broker.text()).get("transactionOpBatchInterval") == expected

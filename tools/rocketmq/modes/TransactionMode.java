@@ -22,14 +22,16 @@ import org.apache.rocketmq.common.message.MessageExt;
  *
  *   transaction kinds=commit,rollback,unknown count=N acks=FILE checks=FILE [gate=FILE]
  *               [stop=FILE] [wait_s=S] [rate=R] [done=FILE] [run=ID] [size=1024] [group=G]
- *               [heartbeat_ms=1000]
+ *               [heartbeat_ms=1000] [send_timeout_ms=3000]
  *
  * Sends `count` messages of each kind in turn (sendMessageInTransaction, sync; R a second at
  * most), a line per SEND_OK to acks: bodyId, kind, msgId, the local state answered, sentAtMs;
  * creates the done file after the last send; then keeps the producer (and its check-back
  * listener) running until the stop file exists or wait_s passed.
  * Every check appends "checkAtMs\tbodyId\tTRANSACTION_CHECK_TIMES\tanswer" to checks (flushed).
- * The producer heartbeats every heartbeat_ms, so a new master knows it soon after a failover.
+ * The producer heartbeats every heartbeat_ms, so a new master knows it soon after a failover;
+ * send_timeout_ms is its send timeout (the client's 3 s by default: a loaded machine's first
+ * sends to a new topic may need more).
  */
 public class TransactionMode {
     static String kindOf(String id) {
@@ -55,6 +57,7 @@ public class TransactionMode {
             p.setNamesrvAddr(StockClient.opt("namesrv", "127.0.0.1:9876"));
             p.setInstanceName("stock-client-" + ProcessHandle.current().pid());
             p.setHeartbeatBrokerInterval(StockClient.intOpt("heartbeat_ms", 1000));
+            p.setSendMsgTimeout(StockClient.intOpt("send_timeout_ms", 3000));
             p.setTransactionListener(new TransactionListener() {
                 @Override
                 public LocalTransactionState executeLocalTransaction(Message msg, Object arg) {
