@@ -15,9 +15,10 @@ from typing import Any
 
 from brokergroup_operator import metrics
 from brokergroup_operator.conditions import READY
+from brokergroup_operator.containers import engine_container
 from brokergroup_operator.model import GroupView, PodFacts
 from brokergroup_operator.runtime import GroupMemory, PostEvent, Runtime, now_iso, now_ms
-from brokergroup_operator.spec import GroupContext, SpecError
+from brokergroup_operator.spec import GroupContext
 from brokergroup_operator.status import StatusInput, build_status
 
 
@@ -27,7 +28,10 @@ def why_blocked(rt: Runtime, ctx: GroupContext) -> tuple[str, str] | None:
         return ("SecretMissing", f"{rt.secrets_problem}. Broker pods cannot start")
     try:
         ctx.validate()
-    except SpecError as exc:
+        # What the pods would run: refusals of combinations (a group without spec.tls
+        # under an HTTPS-only controller API, engine rocketmq's enforcing limits).
+        engine_container(ctx)
+    except ValueError as exc:  # SpecError, RocketMQSpecError
         return ("InvalidSpec", str(exc))
     return None
 
