@@ -116,6 +116,7 @@ from brokergroup_broker.core.users import DEFAULT_REFRESH_INTERVAL_S, BrokerUser
 from brokergroup_broker.grpc_front import GrpcFrontServer, GrpcSettings, MessagingService
 from brokergroup_broker.grpc_front.consumption import PopConsumption, orderly_of
 from brokergroup_broker.grpc_front.server import SignatureCheck
+from brokergroup_broker.grpc_front.users import UserAuthorization
 from brokergroup_broker.metadata import BrokerMetadata
 from brokergroup_broker.pop.service import PopService
 from brokergroup_broker.protocol.server import BrokerProtocolServer, ServerConfig
@@ -413,15 +414,16 @@ class Broker:
                 consumption=PopConsumption(parts.pop, orderly=orderly_of(front.metadata)),
                 transactions=self._transaction_service(),
             )
-            # The group's pairs only: users are not authorized on gRPC yet (docs/security.md).
-            check = (
-                None
-                if pairs_auth is None
-                else SignatureCheck(
-                    pairs_auth.secret_for, pairs_auth.unknown_key_reason or (lambda _k: None)
+            # The group's pairs and the cluster's users (signatures before any decode), then
+            # a user's call authorized on its decoded request (grpc_front/users.py).
+            check, users_check = None, None
+            if auth is not None and pairs_auth is not None:
+                check = SignatureCheck(
+                    auth.secret_for, pairs_auth.unknown_key_reason or (lambda _k: None)
                 )
-            )
-            self._grpc = GrpcFrontServer(service, check, tls=s.grpc_tls)
+                pair_secret = pairs_auth.secret_for
+                users_check = UserAuthorization(self.users, lambda k: pair_secret(k) is not None)
+            self._grpc = GrpcFrontServer(service, check, tls=s.grpc_tls, authorization=users_check)
             await self._grpc.start(s.bind_address, s.grpc_port)
             log.info("gRPC port on %s:%d", s.bind_address, s.grpc_port)
         if self._namesrv_link is not None:

@@ -103,11 +103,14 @@ class GrpcFrontServer:
         check: SignatureCheck | None,
         *,
         tls: ServerTls | None = None,
+        authorization: grpc.aio.ServerInterceptor | None = None,
     ) -> None:
         """`tls`: the port's TLS mode (permissive/enforcing: grpcio listens on a private
         Unix socket behind a `GrpcTlsFront` on the port, tls_front.py)."""
         self.service = service
         self.check = check
+        #: After the signature check: a user's call authorized on its request (users.py).
+        self.authorization = authorization
         self._server: grpc.aio.Server | None = None
         self._address = ""
         self.port = 0
@@ -117,7 +120,7 @@ class GrpcFrontServer:
 
     def _new_server(self) -> grpc.aio.Server:
         server = grpc.aio.server(
-            interceptors=() if self.check is None else (self.check,),
+            interceptors=tuple(i for i in (self.check, self.authorization) if i is not None),
             options=(
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
