@@ -79,7 +79,7 @@ class Runtime:
             return
         if state.get("supervisorPid"):
             self.seen.add((state["supervisorPid"], state.get("supervisorStartTicks")))
-        children = ("controllers", "brokers", "proxies")
+        children = ("controllers", "brokers", "proxies", "otherGroupsBrokers")
         for child in [c for kind in children for c in state.get(kind, [])]:
             if child.get("pid"):
                 self.seen.add((child["pid"], child.get("startTicks")))

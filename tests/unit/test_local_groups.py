@@ -83,3 +83,18 @@ def test_the_address_range_must_hold_every_group(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="6 brokers need at least 12"):
         build_config(tmp_path, 3, [*settings[:1], "local.brokerLastHost=127.0.0.20"], groups=2)
     assert replace(build_config(tmp_path, 3, []), groups=1).groups == 1
+
+
+def test_the_state_file_keeps_the_other_groups_brokers(tmp_path: Path) -> None:
+    from brokergroup_cli.local.state import RuntimeState
+    from brokergroup_cli.local.supervisor import Supervisor
+
+    one = Supervisor(build_config(tmp_path, 1, []), Layout(tmp_path)).runtime_state()
+    assert "otherGroupsBrokers" not in one.to_json()
+    supervisor = Supervisor(build_config(tmp_path, 1, [], groups=2), Layout(tmp_path))
+    supervisor._other_groups_brokers[0].host = "127.0.0.12"
+    state = supervisor.runtime_state()
+    assert [(b.index, b.host) for b in state.other_groups_brokers] == [(1, "127.0.0.12")]
+    assert RuntimeState.from_json(json.loads(json.dumps(state.to_json()))) == state
+    assert state.other_groups_brokers[0] in state.children()  # `local down` stops it by pid
+    assert state.stopped(1).other_groups_brokers[0].pid is None

@@ -121,9 +121,13 @@ class RuntimeState:
     proxies: tuple[ChildRecord, ...] = ()
     event_loop: str | None = None
     """The event loop the supervisor and its children run on (asyncio, uvloop)."""
+    other_groups_brokers: tuple[ChildRecord, ...] = ()
+    """`local up --groups N`: the brokers of the groups after the first (slots N..), kept
+    apart from `brokers` (the status view's rows) so `local down` can still stop them by
+    pid when the supervisor is gone."""
 
     def children(self) -> tuple[ChildRecord, ...]:
-        return (*self.proxies, *self.brokers, *self.controllers)
+        return (*self.proxies, *self.brokers, *self.other_groups_brokers, *self.controllers)
 
     def stopped(self, now_ms: int) -> RuntimeState:
         def down(c: ChildRecord) -> ChildRecord:
@@ -138,6 +142,7 @@ class RuntimeState:
             controllers=tuple(down(c) for c in self.controllers),
             brokers=tuple(down(b) for b in self.brokers),
             proxies=tuple(down(p) for p in self.proxies),
+            other_groups_brokers=tuple(down(b) for b in self.other_groups_brokers),
             master_target=None,
         )
 
@@ -156,6 +161,12 @@ class RuntimeState:
             "masterTarget": self.master_target,
             "proxies": [p.to_json() for p in self.proxies],
             "eventLoop": self.event_loop,
+            # One group: the state file as it always was.
+            **(
+                {"otherGroupsBrokers": [b.to_json() for b in self.other_groups_brokers]}
+                if self.other_groups_brokers
+                else {}
+            ),
         }
 
     @classmethod
@@ -174,6 +185,9 @@ class RuntimeState:
             master_target=data.get("masterTarget"),
             proxies=tuple(ChildRecord.from_json(p) for p in data.get("proxies", [])),
             event_loop=data.get("eventLoop"),
+            other_groups_brokers=tuple(
+                ChildRecord.from_json(b) for b in data.get("otherGroupsBrokers", [])
+            ),
         )
 
 

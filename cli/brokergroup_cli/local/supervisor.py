@@ -300,6 +300,7 @@ class Supervisor:
             address_cursor=self._cursor,
             controllers=tuple(s.record() for s in self._controllers),
             brokers=tuple(s.record() for s in self._brokers if s.host),
+            other_groups_brokers=tuple(s.record() for s in self._other_groups_brokers if s.host),
             config=self._config.to_json(),
             master_target=self._forwarder.target,
             proxies=tuple(s.record() for s in self._proxies),
