@@ -98,3 +98,38 @@ def test_the_state_file_keeps_the_other_groups_brokers(tmp_path: Path) -> None:
     assert RuntimeState.from_json(json.loads(json.dumps(state.to_json()))) == state
     assert state.other_groups_brokers[0] in state.children()  # `local down` stops it by pid
     assert state.stopped(1).other_groups_brokers[0].pid is None
+
+
+class _FakeController:
+    """replica_info of broker-b names broker 2 at 127.0.0.12; reports are recorded."""
+
+    def __init__(self) -> None:
+        self.reports: list[tuple[str, str, int]] = []
+
+    async def replica_info(self, cluster: str, name: str) -> object:
+        from brokergroup_controller.api import BrokerLiveness, ReplicaInfo
+
+        brokers = (BrokerLiveness(2, "127.0.0.12:10911", True),)
+        return ReplicaInfo(
+            cluster, name, 2, "127.0.0.12:10911", 1, frozenset({2}), 1, brokers=brokers
+        )
+
+    async def report_inactive(self, cluster: str, name: str, broker_id: int, *_a: object,
+                              **_k: object) -> None:  # fmt: skip
+        self.reports.append((cluster, name, broker_id))
+
+
+async def test_another_groups_broker_exit_is_reported_for_its_group(tmp_path: Path) -> None:
+    from brokergroup_cli.local.supervisor import Supervisor
+
+    supervisor = Supervisor(build_config(tmp_path, 1, [], groups=2), Layout(tmp_path))
+    fake = _FakeController()
+    supervisor._controller_client = lambda: fake  # type: ignore[assignment,method-assign,return-value]
+    supervisor._token = "t"
+    slot = supervisor._other_groups_brokers[0]
+    slot.host = "127.0.0.12"
+    slot.alive = lambda: True  # type: ignore[method-assign]
+    await supervisor._learn_other_groups()
+    assert slot.broker_id == 2
+    await supervisor._report_gone(slot, -9)
+    assert fake.reports == [("DefaultCluster", "broker-b", 2)]

@@ -482,6 +482,22 @@ class Supervisor:
                 slot.broker_id = rocketmq_engine.broker_id(self._layout, slot.index)
             slot.role = row.role if slot.alive() else None
 
+    async def _learn_other_groups(self) -> None:
+        """The BrokerIds of the other groups' live brokers (by their registered host), so
+        their exit is reported at once too (`_report_gone`)."""
+        if not self._other_groups_brokers:
+            return
+        names = self._config.group_names
+        for group, name in enumerate(names[1:], start=1):
+            try:
+                info = await self._controller_client().replica_info(self._config.cluster_name, name)
+            except (ControllerError, ControllerUnavailable):
+                continue
+            by_host = {b.address.rsplit(":", 1)[0]: b.broker_id for b in info.brokers}
+            for slot in self._other_groups_brokers:
+                if self._config.group_of_slot(slot.index) == group and slot.alive():
+                    slot.broker_id = by_host.get(slot.host, slot.broker_id)
+
     async def _poll_once(self) -> None:
         if self._prober is None:
             return
@@ -490,6 +506,7 @@ class Supervisor:
             self.runtime_state(), process_alive=alive, supervisor_alive=True, now_ms=wall_ms()
         )
         self._learn(snapshot)
+        await self._learn_other_groups()
         self.latest_snapshot = snapshot
         self._save()
         if self._on_snapshot is not None:
