@@ -16,9 +16,9 @@ front of grpcio:
 
 Rejected: two ports (a TLS one and a plaintext one) leaves every SDK endpoint setting to
 the user and doubles the stable addresses; grpcio's own `ssl_server_credentials` cannot
-serve permissive. The cost is one more copy of each byte in this process (bench numbers in
-docs/security.md). The SDK's peer address seen by the service is the Unix socket's, so a
-message's bornHost is not filled in under TLS (the proxy fills it from the TCP peer).
+serve permissive. The cost is one more copy of each byte in this process. The peer address
+the service sees is the Unix socket's, so a message's bornHost is not filled in under TLS
+(the proxy fills it from the TCP peer).
 
 A new connection's first byte and handshake are bounded by the port's handshake timeout and
 the number of connections not yet piping by `max_pending` (a ClientHello flood fills that
@@ -43,7 +43,7 @@ log = logging.getLogger(__name__)
 #: Bytes per read of a pipe.
 PIPE_CHUNK_BYTES = 256 << 10
 #: Connections allowed before their first byte / handshake is done (module doc).
-MAX_PENDING_CONNECTIONS = 256
+MAX_PENDING_CONNECTIONS = 1024
 
 
 def private_socket_path() -> Path:

@@ -67,7 +67,7 @@ from brokergroup_controller.client import ControllerClient, ControllerUnavailabl
 from brokergroup_controller.credentials import derive_credential, derive_rocketmq_pair
 from brokergroup_controller.errors import ControllerError
 from brokergroup_remoting import event_loop
-from brokergroup_remoting.tls import client_context, load_server_tls
+from brokergroup_remoting.tls import client_context, load_server_tls, run_reloader
 
 log = logging.getLogger(__name__)
 #: The controller client's budget for a gone broker's inactive report (no leader answering).
@@ -535,6 +535,8 @@ class Supervisor:
         broker_tasks: list[asyncio.Task[None]] = []
         proxy_tasks: list[asyncio.Task[None]] = []
         stop_watch = asyncio.create_task(self._forward_stop(stop))
+        # The stable master address's renewed certificate, without a restart (tls.py).
+        reloader = asyncio.create_task(run_reloader())
         async with aiohttp.ClientSession() as session:
             self._prober = Prober(
                 self._config,
@@ -592,6 +594,7 @@ class Supervisor:
                 await self._terminate([*self._brokers, *self._other_groups_brokers], broker_tasks)
                 await self._terminate(self._controllers, controller_tasks)
                 stop_watch.cancel()
+                reloader.cancel()
                 final = self.runtime_state().stopped(wall_ms())
                 write_state(self._layout.state_file, final)
                 with contextlib.suppress(FileNotFoundError):
