@@ -72,6 +72,14 @@ class Controllers:
     hosts: tuple[str, ...]
     token_file: Path
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    #: More `brokergroup controller` flags (e.g. `--api-tls` and its files).
+    extra_args: tuple[str, ...] = ()
+    #: With an HTTPS API: the CA the test's reads verify the controllers against.
+    ca_file: Path | None = None
+
+    @property
+    def scheme(self) -> str:
+        return "http" if self.ca_file is None else "https"
 
     @property
     def addresses(self) -> str:
@@ -116,6 +124,7 @@ class Controllers:
                         str(self.rocketmq_credentials_file),
                         "--namesrv-key-file",
                         str(self.rocketmq_credentials_file),
+                        *self.extra_args,
                     ],
                     stdout=log,
                     stderr=subprocess.STDOUT,
@@ -145,12 +154,19 @@ class Controllers:
         import urllib.request
 
         headers = {"Authorization": f"Bearer {self.token_file.read_text().strip()}"}
-        return urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=1.0)
+        context = None
+        if self.ca_file is not None:
+            import ssl
+
+            context = ssl.create_default_context(cafile=str(self.ca_file))
+        return urllib.request.urlopen(
+            urllib.request.Request(url, headers=headers), timeout=1.0, context=context
+        )
 
     def raft_leader(self) -> str | None:
         for host in self.hosts:
             try:
-                with self._get(f"http://{host}:9878/v1/raft") as r:
+                with self._get(f"{self.scheme}://{host}:9878/v1/raft") as r:
                     leader = json.loads(r.read()).get("leader")
                     if leader:
                         return str(leader)
@@ -160,7 +176,10 @@ class Controllers:
 
     def replica_info(self, namespace: str, name: str) -> dict[str, Any]:
         for host in self.hosts:
-            url = f"http://{host}:9878/v1/replica-info?clusterName={namespace}&brokerName={name}"
+            url = (
+                f"{self.scheme}://{host}:9878/v1/replica-info"
+                f"?clusterName={namespace}&brokerName={name}"
+            )
             try:
                 with self._get(url) as r:
                     return dict(json.loads(r.read()))

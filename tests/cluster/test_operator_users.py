@@ -4,7 +4,10 @@ the release's controllers through their users API (the policy entries as sent, r
 from the controller), says so on status.conditions Ready, and on delete removes the user
 from the controllers (its finalizer) while the garbage collector takes the Secret. The
 CRD's structural schema refuses a field it does not name (strict field validation, what
-kubectl sends) and a resource that is not Topic:/Group:/*.
+kubectl sends) and a resource that is not Topic:/Group:/*. And the pair works: a broker pod
+of the namespace's BrokerGroup accepts a send signed with it on the allowed topic, refuses
+one on another topic as RocketMQ 5.3 does (NO_PERMISSION, "User:app has no permission to
+access Topic:U …"), and refuses the pair once the user is deleted.
 
 The controller part needs the controllers' users API (`/v1/clusters/<cluster>/users`);
 against controllers without it the test says so and skips that part only.
@@ -12,6 +15,7 @@ against controllers without it the test says so and skips that part only.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import urllib.error
@@ -24,6 +28,9 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from brokergroup_operator.users import derive_secret_key
+from brokergroup_remoting import RequestCode, ResponseCode
+from brokergroup_remoting.command import request
+from brokergroup_remoting.net import Credentials, RemotingClient
 from tests.cluster.operator_env import OperatorEnv, tier_env, wait_for
 
 pytestmark = pytest.mark.cluster
@@ -136,6 +143,72 @@ def test_user_secret_controller_and_delete(env: OperatorEnv) -> None:
         "the Secret collected",
         lambda: _secret(env, "orders-app-rocketmq-user") is None or None,
         60,
+    )
+
+
+REMOTING_PORT = 10914
+
+
+def _send(address: str, pair: tuple[str, str], topic: str) -> tuple[int, str]:
+    """(code, remark) of one SEND_MESSAGE_V2 signed with `pair` (the stock client's fields)."""
+    fields = {
+        "a": "pg", "b": topic, "c": "TBW102", "d": "4", "e": "-1", "f": "0",
+        "g": "1700000000000", "h": "0", "i": "UNIQ_KEY\x01u1\x02", "j": "0",
+        "k": "false", "m": "false", "n": "orders",
+    }  # fmt: skip
+
+    async def once() -> tuple[int, str]:
+        client = await RemotingClient.connect(address, credentials=Credentials(*pair))
+        try:
+            answer = await client.invoke(request(RequestCode.SEND_MESSAGE_V2, 0, fields, b"x"), 10)
+        finally:
+            await client.close()
+        return int(answer.code), str(answer.remark or "")
+
+    return asyncio.run(once())
+
+
+def test_user_pair_signs_on_a_group_pod(env: OperatorEnv) -> None:
+    # The first send creates the topic (as RocketMQ's autoCreateTopicEnable).
+    env.create_group("orders", replicas=1, config={"autoCreateTopicEnable": True})
+    env.wait_available("orders", 1)
+    env.custom.create_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        env.namespace,
+        PLURAL,
+        {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "BrokerGroupUser",
+            "metadata": {"name": "app"},
+            "spec": {"policies": [{"resources": ["Topic:UsersT"], "actions": ["Pub"]}]},
+        },
+    )
+    ready = wait_for("status Ready", lambda: _ready(env, "app"), 60)
+    assert ready["status"] == "True", ready
+    secret = _secret(env, "app-rocketmq-user") or {}
+    pair = (secret["accessKey"], secret["secretKey"])
+    master = env.master_pod("orders")
+    assert master is not None
+    address = f"{master.status.pod_ip}:{REMOTING_PORT}"
+    # The broker reads its cluster's users every second: the first sends may come early.
+    seen: list[tuple[int, str]] = []
+
+    def accepted() -> bool | None:
+        seen.append(_send(address, pair, "UsersT"))
+        return seen[-1][0] == ResponseCode.SUCCESS or None
+
+    assert wait_for("a send signed with the user's pair accepted", accepted, 30), seen[-1:]
+    code, remark = _send(address, pair, "UsersU")
+    assert code == ResponseCode.NO_PERMISSION
+    assert remark.startswith("User:app has no permission to access Topic:UsersU from "), remark
+    assert remark.endswith(", no matched policies."), remark
+
+    env.custom.delete_namespaced_custom_object(GROUP, VERSION, env.namespace, PLURAL, "app")
+    wait_for(
+        "the deleted user's pair refused",
+        lambda: _send(address, pair, "UsersT")[0] != ResponseCode.SUCCESS or None,
+        30,
     )
 
 
