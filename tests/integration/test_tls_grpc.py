@@ -17,6 +17,20 @@ through to the master, whose certificate names that address too.
 - The Java SDK (rocketmq-client-java, `enableSsl(true)`: tools/rocketmq/GrpcSdkClient.java
   ssl=true) sends and receives every message (skipped, saying why, without Java or Maven).
 
+A certificate rotation under load (issue 36 "Must show"): while `brokergroup produce` sends
+over TLS, the runtime's server certificate and key files are replaced by a new certificate
+of the same CA; within seconds, with no process restarted, a new connection to the master's
+remoting port, its gRPC port and a controller's API is handed the new certificate (tls.py
+reload_changed); the producer's established connections go on; every acknowledged message
+is read back whole, and the masterEpoch and master are those of before (no failover).
+
+TLS floods (issue 36 item 6): for ATTACK_SECONDS, half ClientHellos (a handshake record
+header, then silence), slow handshakes (a byte every half second) and plaintext HTTP/2
+connections are thrown at the master's gRPC, remoting and client ports and a controller's
+name server and API; meanwhile a legit TLS client is answered every round (a verified gRPC
+call through the stable endpoint, a TLS session on the master's remoting port), and after
+it the master and masterEpoch are those of before (no election).
+
 Permissive (TLS and plaintext on one port) is shown on a real front and grpcio server in
 tests/unit/test_grpc_tls_front.py. On the code before this front end the broker's gRPC
 port was plaintext only under every mode: the SDK's TLS channel got no session (the runtime
@@ -26,12 +40,16 @@ fixture's TLS send failed) and the plaintext channel was served.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import json
 import os
 import secrets
+import socket
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -42,14 +60,23 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from rocketmq.grpc_protocol import service_pb2 as service_pb
 from rocketmq.grpc_protocol import service_pb2_grpc as service_grpc
 
-from tests.integration.local_harness import Runtime, local_runtime, wait_for
+from brokergroup_remoting.certificates import Issued, issue, names_of
+from brokergroup_remoting.tls import client_context
+from tests.integration.local_harness import Runtime, brokergroup, local_runtime, wait_for
 from tests.unit.socket_tap import SocketTap
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
 GRPC_PORT = 20883
-#: local_harness's client port 20911 + 4.
+#: local_harness's client port 20911 + 4 (gRPC) and + 3 (remoting); its controllers' API.
 BROKER_GRPC_PORT = 20915
+BROKER_REMOTING_PORT = 20914
+API_PORT = 19878
+NAMESRV_PORT = 19876
+CLIENT_PORT = 20911
+#: Sent while the certificate files are replaced (≈ 30 s on a loaded 2-core machine).
+ROTATION_MESSAGES = 20_000
+ATTACK_SECONDS = float(os.environ.get("BROKERGROUP_ATTACK_SECONDS", "15"))
 REPO = Path(__file__).resolve().parents[2]
 
 #: The SDK program: send COUNT messages whose bodies carry MARKER, receive them, print JSON.
@@ -143,6 +170,7 @@ def test_plaintext_grpc_is_refused_and_tls_answered(status: dict[str, Any]) -> N
 def test_a_client_trusting_another_ca_gets_no_session(
     status: dict[str, Any], tmp_path: Path
 ) -> None:
+    import datetime
 
     from brokergroup_remoting.certificates import make_ca
 
@@ -214,3 +242,165 @@ def test_the_java_sdk_sends_and_receives_over_tls(status: dict[str, Any], java_s
     key = lambda m: (m["messageId"], m["body"])  # noqa: E731
     assert sorted(map(key, got)) == sorted(map(key, sent))
     assert len(sent) == 10
+
+
+def _serial_at(host: str, port: int, ca_file: Path) -> int:
+    """The serial number of the certificate a new TLS connection to host:port is handed."""
+    context = client_context(ca_file)
+    with (
+        socket.create_connection((host, port), timeout=10) as raw,
+        context.wrap_socket(raw, server_hostname=host) as sealed,
+    ):
+        der = sealed.getpeercert(binary_form=True)
+    assert der is not None
+    from cryptography import x509
+
+    return int(x509.load_der_x509_certificate(der).serial_number)
+
+
+def _acked_at_least(acks: Path, count: int) -> dict[str, Any] | None:
+    lines = len(acks.read_text().splitlines()) if acks.exists() else 0
+    return {"acked": lines} if lines >= count else None
+
+
+def _env(rt: Runtime) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "BROKERGROUP_CA_FILE"}
+    env["BROKERGROUP_LOCAL_DIR"] = str(rt.root)
+    hosts = [c["address"].rsplit(":", 1)[0] for c in rt.status()["controllers"]]
+    env["BROKERGROUP_CONTROLLER_ADDRESSES"] = ",".join(f"{h}:{API_PORT}" for h in hosts)
+    return env
+
+
+def test_a_certificate_rotation_under_load_loses_nothing_and_elects_no_one(
+    rt: Runtime, tmp_path: Path
+) -> None:
+    before = rt.status()
+    epoch, master = before["masterEpoch"], before["master"]["address"]
+    host = master.rsplit(":", 1)[0]
+    controller_host = before["controllers"][0]["address"].rsplit(":", 1)[0]
+    tls_dir = rt.root / "tls"
+    ca_file = tls_dir / "ca.crt"
+    ports = ((host, BROKER_REMOTING_PORT), (host, BROKER_GRPC_PORT), (controller_host, API_PORT))
+    old = {p: _serial_at(*p, ca_file) for p in ports}
+    acks = tmp_path / "acks.jsonl"
+    producer = subprocess.Popen(
+        [sys.executable, "-m", "brokergroup_cli.main", "produce", "--topic", "TlsRotate",
+         "--count", str(ROTATION_MESSAGES), "--size", "200", "--batch", "5", "--key-prefix", "rot-",
+         "--ack-log", str(acks), "--json"],
+        env=_env(rt), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+
+        def started() -> dict[str, Any] | None:
+            if producer.poll() not in (None, 0):
+                pytest.fail(f"produce failed: {producer.communicate()[1][-3000:]}")
+            return _acked_at_least(acks, 50)
+
+        wait_for("the producer's first acknowledgements", started, 120, rt)
+        ca = Issued(ca_file.read_bytes(), (tls_dir / "ca.key").read_bytes())
+        names = names_of((tls_dir / "server.crt").read_bytes())
+        renewed = issue(ca, "renewed", names, now=datetime.datetime.now(datetime.UTC))
+        renewed.write(tls_dir / "server.crt", tls_dir / "server.key")
+        assert producer.poll() is None, "the producer finished before the rotation: no load"
+        new_serial = renewed.certificate.serial_number
+        deadline = time.monotonic() + 60
+        seen = dict(old)
+        while time.monotonic() < deadline and any(v != new_serial for v in seen.values()):
+            time.sleep(0.5)
+            seen = {p: _serial_at(*p, ca_file) for p in ports}
+        assert all(v == new_serial for v in seen.values()), (seen, new_serial, old)
+        out, err = producer.communicate(timeout=300)
+    finally:
+        if producer.poll() is None:
+            producer.kill()
+            producer.wait()
+    assert producer.returncode == 0, err[-3000:]
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["acked"] == ROTATION_MESSAGES and summary["failed"] == 0, summary
+    after = rt.status()
+    assert (after["masterEpoch"], after["master"]["address"]) == (epoch, master)
+    acked = [json.loads(line) for line in acks.read_text().splitlines()]
+    read = brokergroup(
+        "consume", "--topic", "TlsRotate", "--from-beginning", "--json",
+        "--max-messages", str(len(acked)), env=_env(rt), timeout_s=180,
+    )  # fmt: skip
+    assert read.returncode == 0, read.stderr[-3000:]
+    got = {}
+    for line in read.stdout.splitlines():
+        if line.startswith("{"):
+            m = json.loads(line)
+            got[m["key"]] = m
+    for ack in acked:
+        m = got.get(ack["key"])
+        assert m is not None, f"acknowledged {ack['key']} not read back"
+        assert (m["queueId"], m["queueOffset"], m["bodyCrc"]) == (
+            ack["queueId"], ack["queueOffset"], ack["bodyCrc"],
+        ), ack  # fmt: skip
+
+
+def _attack(targets: list[tuple[str, int]], stop: threading.Event) -> dict[str, int]:
+    """Half ClientHellos and slow handshakes held open, plaintext HTTP/2 prefaces, until
+    `stop`; counts of what was thrown."""
+    held: list[socket.socket] = []
+    thrown = {"half_hello": 0, "slow": 0, "plain": 0}
+    try:
+        for host, port in targets:
+            for i in range(120):
+                with contextlib.suppress(OSError):
+                    sock = socket.create_connection((host, port), timeout=2)
+                    sock.setblocking(False)
+                    with contextlib.suppress(OSError):
+                        sock.send(b"\x16\x03\x01\x02\x00" if i % 2 else b"\x16")
+                    held.append(sock)
+                    thrown["half_hello" if i % 2 else "slow"] += 1
+        while not stop.is_set():
+            for sock in held[1::2]:  # the slow ones: one more byte
+                with contextlib.suppress(OSError):
+                    sock.send(b"\x03")
+            for host, port in targets:
+                with (
+                    contextlib.suppress(OSError),
+                    socket.create_connection((host, port), timeout=2) as plain,
+                ):
+                    plain.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+                    thrown["plain"] += 1
+            stop.wait(0.5)
+    finally:
+        for sock in held:
+            sock.close()
+    return thrown
+
+
+def test_tls_handshake_floods_leave_the_group_serving(rt: Runtime) -> None:
+    before = rt.status()
+    epoch, master = before["masterEpoch"], before["master"]["address"]
+    host = master.rsplit(":", 1)[0]
+    controller_host = before["controllers"][0]["address"].rsplit(":", 1)[0]
+    ca_file = Path(before["caFile"])
+    ca = ca_file.read_bytes()
+    targets = [
+        (host, BROKER_GRPC_PORT), (host, BROKER_REMOTING_PORT), (host, CLIENT_PORT),
+        (controller_host, NAMESRV_PORT), (controller_host, API_PORT),
+    ]  # fmt: skip
+    stop = threading.Event()
+    thrown: dict[str, int] = {}
+    attacker = threading.Thread(target=lambda: thrown.update(_attack(targets, stop)))
+    attacker.start()
+    served = rounds = 0
+    try:
+        deadline = time.monotonic() + ATTACK_SECONDS
+        while time.monotonic() < deadline:
+            rounds += 1
+            answer = _query_route(
+                before["grpcEndpoint"], grpc.ssl_channel_credentials(root_certificates=ca)
+            )
+            _serial_at(host, BROKER_REMOTING_PORT, ca_file)
+            served += answer.status.code == 40100
+            time.sleep(0.5)
+    finally:
+        stop.set()
+        attacker.join(60)
+    assert rounds >= 3 and served == rounds, (served, rounds)
+    assert thrown["half_hello"] >= 100 and thrown["plain"] >= 10, thrown
+    after = rt.status()
+    assert (after["masterEpoch"], after["master"]["address"]) == (epoch, master)
