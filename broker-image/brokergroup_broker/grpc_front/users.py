@@ -17,17 +17,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 
-from brokergroup_broker.core.users import BrokerUsers
 from brokergroup_broker.grpc_front import auth, convert
 from brokergroup_broker.grpc_front.definitions import SERVICE_NAME, pb, service_pb
 from brokergroup_remoting.authorization import (
     Action,
     Need,
     Resource,
+    User,
     authorize,
     refusal_remark,
 )
@@ -38,6 +38,13 @@ _METHODS = service_pb.DESCRIPTOR.services_by_name["MessagingService"].methods_by
 _PUB = frozenset({Action.PUB})
 _SUB = frozenset({Action.SUB})
 _CONSUMERS = ("PUSH_CONSUMER", "SIMPLE_CONSUMER", "PULL_CONSUMER")
+
+
+class UsersLookup(Protocol):
+    """The cluster's users as this broker knows them (core/users.py BrokerUsers): the front
+    end sees only the lookup, so it does not import the core that composes it."""
+
+    def get(self, access_key: str) -> User | None: ...
 
 
 def _sub(group: Any, topic: Any | None = None) -> list[Need]:
@@ -79,7 +86,7 @@ def needs_of_message(method: str, request: Any) -> list[Need]:
 
 
 class UserAuthorization(grpc.aio.ServerInterceptor):  # type: ignore[misc]
-    def __init__(self, users: BrokerUsers, is_pair: Callable[[str], bool]) -> None:
+    def __init__(self, users: UsersLookup, is_pair: Callable[[str], bool]) -> None:
         self._users = users
         self._is_pair = is_pair
         #: Calls refused (read by tests).
