@@ -22,10 +22,7 @@ Stdlib only, like stock_client.py.
 
 from __future__ import annotations
 
-import hashlib
-import os
 import re
-import shutil
 import subprocess
 import sys
 import threading
@@ -38,7 +35,7 @@ from typing import IO
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from stock_client import CLIENT_JVM, StockClientMissing, missing, rocketmq_home  # noqa: E402
+from stock_client import CLIENT_JVM, compile_sources, rocketmq_home  # noqa: E402
 
 SOURCES = HERE / "benchmark"
 PACKAGE = "org.apache.rocketmq.example.benchmark"
@@ -73,29 +70,7 @@ def sources() -> list[Path]:
 
 def build() -> Path:
     """Compile the benchmark programs (when a source changed); the classes directory."""
-    reason = missing()
-    if reason is not None:
-        raise StockClientMissing(reason)
-    home = rocketmq_home()
-    digest_of = hashlib.sha256()
-    for source in sources():
-        digest_of.update(source.name.encode() + b"\0" + source.read_bytes())
-    classes = home / "benchmark" / digest_of.hexdigest()[:16]
-    if not (classes / ".complete").exists():
-        building = classes.with_name(f".{classes.name}.{os.getpid()}.tmp")
-        shutil.rmtree(building, ignore_errors=True)
-        building.mkdir(parents=True)
-        subprocess.run(
-            ["javac", "-nowarn", "-d", str(building), "-cp", f"{home / 'lib'}/*",
-             *map(str, sources())],
-            check=True, timeout=300, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        (building / ".complete").touch()
-        try:
-            building.rename(classes)
-        except OSError:  # another process finished the same build first
-            shutil.rmtree(building, ignore_errors=True)
-    return classes
+    return compile_sources("benchmark", sources(), quiet=True)
 
 
 @dataclass

@@ -77,9 +77,10 @@ def sources() -> list[Path]:
     return [SOURCE, *sorted(MODES.glob("*Mode.java"))]
 
 
-def build() -> Path:
-    """Compile StockClient.java and the mode files (when a source changed); the classes
-    directory."""
+def compile_sources(kind: str, java_sources: list[Path], *, quiet: bool = False) -> Path:
+    """Compile `java_sources` against the cached client jars into
+    `<rocketmq home>/<kind>/<digest of the sources>` (once per source version); that
+    classes directory."""
     reason = missing()
     if reason is not None:
         raise StockClientMissing(reason)
@@ -87,18 +88,18 @@ def build() -> Path:
     # One directory per source version: worktrees with different sources, and a JVM still
     # running from an older build, never see their classes removed under them.
     digest_of = hashlib.sha256()
-    for source in sources():
+    for source in java_sources:
         digest_of.update(source.name.encode() + b"\0" + source.read_bytes())
     digest = digest_of.hexdigest()[:16]
-    classes = home / "stockclient" / digest
+    classes = home / kind / digest
     if not (classes / ".complete").exists():
-        building = home / "stockclient" / f".{digest}.{os.getpid()}.tmp"
+        building = home / kind / f".{digest}.{os.getpid()}.tmp"
         shutil.rmtree(building, ignore_errors=True)
         building.mkdir(parents=True)
         subprocess.run(
             ["javac", "-nowarn", "-d", str(building), "-cp", f"{home / 'lib'}/*",
-             *map(str, sources())],
-            check=True, timeout=300,
+             *map(str, java_sources)],
+            check=True, timeout=300, stderr=subprocess.DEVNULL if quiet else None,
         )  # fmt: skip
         (building / ".complete").touch()
         try:
@@ -106,6 +107,12 @@ def build() -> Path:
         except OSError:  # another process finished the same build first
             shutil.rmtree(building, ignore_errors=True)
     return classes
+
+
+def build() -> Path:
+    """Compile StockClient.java and the mode files (when a source changed); the classes
+    directory."""
+    return compile_sources("stockclient", sources())
 
 
 @dataclass
