@@ -16,7 +16,6 @@ Skips with the reason where Java or the stock jars are missing.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,7 @@ from typing import Any
 import pytest
 
 from tests.cluster.operator_env import OperatorEnv, apply_crds, wait_for
-from tests.cluster.test_operator_scenarios import _blocks, _kubeconfig
+from tests.cluster.test_operator_scenarios import _kubeconfig, operator_env_in_namespace
 from tests.integration.rocketmq_brokers import find_home
 
 pytestmark = pytest.mark.cluster
@@ -51,25 +50,8 @@ def env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[OperatorEnv]
         pytest.skip(home)
     kubeconfig = _kubeconfig(request)
     apply_crds(kubeconfig)
-    from kubernetes import client, config
-
-    core = client.CoreV1Api(config.new_client_from_config(config_file=kubeconfig))
-    namespace = f"eng-{uuid.uuid4().hex[:8]}"
-    core.create_namespace({"metadata": {"name": namespace}})
-    hosts = next(_blocks)
-    cluster = request.getfixturevalue("k8s_cluster")
-    pick = getattr(cluster, "host_addresses", None)
-    if pick is not None:
-        hosts = tuple(pick(3))
-    e = OperatorEnv(
-        kubeconfig, namespace, tmp_path, hosts, crash=getattr(cluster, "crash_pod", None)
-    )
-    e.start()
-    try:
+    with operator_env_in_namespace(request, tmp_path, kubeconfig, "eng") as e:
         yield e
-    finally:
-        e.close()
-        core.delete_namespace(namespace)
 
 
 def _ids(env: OperatorEnv, name: str) -> dict[str, str | None]:

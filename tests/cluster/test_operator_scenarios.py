@@ -24,6 +24,7 @@ not counts:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import threading
@@ -76,10 +77,20 @@ def crds_applied(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 def env(crds_applied: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[OperatorEnv]:
-    namespace = f"op-{uuid.uuid4().hex[:8]}"
+    with operator_env_in_namespace(request, tmp_path, crds_applied, "op") as e:
+        yield e
+
+
+@contextlib.contextmanager
+def operator_env_in_namespace(
+    request: pytest.FixtureRequest, tmp_path: Path, kubeconfig: str, prefix: str
+) -> Iterator[OperatorEnv]:
+    """A controller and operator (OperatorEnv) for a namespace of their own, `prefix-<hex>`,
+    deleted afterwards; the cluster tier's host addresses when it has them."""
+    namespace = f"{prefix}-{uuid.uuid4().hex[:8]}"
     from kubernetes import client, config
 
-    core = client.CoreV1Api(config.new_client_from_config(config_file=crds_applied))
+    core = client.CoreV1Api(config.new_client_from_config(config_file=kubeconfig))
     core.create_namespace({"metadata": {"name": namespace}})
     crash = None
     hosts = next(_blocks)
@@ -93,7 +104,7 @@ def env(crds_applied: str, tmp_path: Path, request: pytest.FixtureRequest) -> It
             hosts = tuple(pick(3))
     except pytest.FixtureLookupError:
         pass
-    e = OperatorEnv(crds_applied, namespace, tmp_path, hosts, crash=crash)
+    e = OperatorEnv(kubeconfig, namespace, tmp_path, hosts, crash=crash)
     e.start()
     try:
         yield e

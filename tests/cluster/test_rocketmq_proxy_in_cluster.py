@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -46,7 +45,7 @@ from brokergroup_cli.local.rocketmq_stock import (
 )
 from tests.cluster.operator_env import OperatorEnv, apply_crds, wait_for
 from tests.cluster.test_grpc_sdk_in_cluster import SdkPods, content
-from tests.cluster.test_operator_scenarios import _blocks, _kubeconfig
+from tests.cluster.test_operator_scenarios import _kubeconfig, operator_env_in_namespace
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 
@@ -73,25 +72,8 @@ def env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[OperatorEnv]
         pytest.skip(why)
     kubeconfig = _kubeconfig(request)
     apply_crds(kubeconfig)
-    from kubernetes import client, config
-
-    core = client.CoreV1Api(config.new_client_from_config(config_file=kubeconfig))
-    namespace = f"rmqp-{uuid.uuid4().hex[:8]}"
-    core.create_namespace({"metadata": {"name": namespace}})
-    hosts = next(_blocks)
-    cluster = request.getfixturevalue("k8s_cluster")
-    pick = getattr(cluster, "host_addresses", None)
-    if pick is not None:
-        hosts = tuple(pick(3))
-    e = OperatorEnv(
-        kubeconfig, namespace, tmp_path, hosts, crash=getattr(cluster, "crash_pod", None)
-    )
-    e.start()
-    try:
+    with operator_env_in_namespace(request, tmp_path, kubeconfig, "rmqp") as e:
         yield e
-    finally:
-        e.close()
-        core.delete_namespace(namespace)
 
 
 def create_topic(env: OperatorEnv, topic: str) -> None:
