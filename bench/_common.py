@@ -19,6 +19,8 @@ interpolation between two.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import math
 import os
@@ -27,7 +29,7 @@ import socket
 import statistics
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -185,3 +187,18 @@ def write_result(name: str, data: Mapping[str, Any], results_dir: Path = RESULTS
 def print_last_line(data: Mapping[str, Any]) -> None:
     """The benchmark's final stdout line: one compact JSON object."""
     print(json.dumps(data, separators=(",", ":")), flush=True)
+
+
+@contextlib.contextmanager
+def holding(lock: Path | None) -> Iterator[None]:
+    """An exclusive flock on `lock` (if given) for one run: a machine shared with other test
+    runs gets its turns between runs instead of waiting out a whole benchmark."""
+    if lock is None:
+        yield
+        return
+    with open(lock, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)

@@ -26,21 +26,18 @@ heartbeat timeout, lease, Raft timeouts and the loopback round trip.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import fcntl
 import json
 import random
 import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import RESULTS_DIR, loopback_tcp_ceiling, print_last_line, write_result
+from _common import RESULTS_DIR, holding, loopback_tcp_ceiling, print_last_line, write_result
 
 from brokergroup_broker.core.config import BrokerConfig
 from brokergroup_cli.chaos import faults as fault_kinds
@@ -98,21 +95,6 @@ def recheck_unavailability(out_root: Path, result: Path) -> int:
     result.write_text(json.dumps(summary, indent=2) + "\n")
     log(table(summary))
     return 0
-
-
-@contextlib.contextmanager
-def holding(lock: Path | None) -> Iterator[None]:
-    """An exclusive flock on `lock` (if given) for one seed's run: a machine shared with
-    other test runs gets its turns between seeds instead of waiting out the whole run."""
-    if lock is None:
-        yield
-        return
-    with open(lock, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def log(line: str) -> None:

@@ -27,8 +27,6 @@ bench/results/chaos_compare.html (report.write_compare_html: one page, inline SV
 from __future__ import annotations
 
 import argparse
-import contextlib
-import fcntl
 import json
 import os
 import random
@@ -36,13 +34,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import RESULTS_DIR, write_result
+from _common import RESULTS_DIR, holding, write_result
 from _cpu import cpu_window, take_sample
 
 from brokergroup_cli.chaos import faults as fault_kinds
@@ -69,20 +66,6 @@ FAULTS = (
 
 def log(line: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {line}", flush=True)
-
-
-@contextlib.contextmanager
-def holding(lock: Path | None) -> Iterator[None]:
-    """An exclusive flock per run, so a shared machine gets turns between runs."""
-    if lock is None:
-        yield
-        return
-    with open(lock, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def chaos_command(target: str, seed: int, out: Path, args: list[str], lane: int) -> list[str]:
@@ -184,6 +167,13 @@ def main() -> int:
     parser.add_argument("--lock", type=Path, default=None, help="flock this file per run")
     parser.add_argument("--out", type=Path, default=None, help="per-run reports")
     parser.add_argument("--lane", type=int, default=0, choices=(0, 1), help="address lane")
+    parser.add_argument(
+        "--workload",
+        choices=("stock", "own", "default"),
+        default="stock",
+        help="the clients of every run: the stock RocketMQ Java client (default: the same "
+        "workload on every target), brokergroup's own (local only), or each target's default",
+    )
     parser.add_argument("--run-timeout-s", type=float, default=3600.0)
     parser.add_argument("--no-write", action="store_true")
     parser.add_argument(
@@ -290,6 +280,8 @@ def main() -> int:
             if scenario
             else ["--faults", ",".join(chosen), "--windows", str(per_fault * len(chosen))]
         )
+        if args.workload != "default":
+            extra = [*extra, "--workload", args.workload]
         command = chaos_command(target, seed, out, extra, args.lane)
         log(f"{label}: {' '.join(command[3:])}")
         done = out / "summary.json"

@@ -43,6 +43,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +54,13 @@ sys.path.insert(0, str(ROOT / "tools" / "rocketmq"))
 from _common import loopback_tcp_ceiling, print_last_line, write_result  # noqa: E402
 from _cpu import Sample, cpu_window, load_report, take_sample  # noqa: E402
 from benchmark_programs import UPSTREAM, BenchmarkProgram, mean_of  # noqa: E402
-from rocketmq_client import LOAD_TOPIC, BrokergroupSide, RocketMQSide, log  # noqa: E402
+from rocketmq_client import (  # noqa: E402
+    LOAD_TOPIC,
+    BrokergroupSide,
+    RocketMQSide,
+    log,
+    run_sides,
+)
 from stock_client import StockClient, missing  # noqa: E402
 
 PRODUCER_THREADS = 16
@@ -235,30 +242,13 @@ def main() -> int:
     log(f"ceiling: loopback TCP {ceiling.to_json()}")
     work = args.dir or Path(tempfile.mkdtemp(prefix="bench-rocketmq-benchmark-"))
     work.mkdir(parents=True, exist_ok=True)
-    results: dict[str, Any] = {}
-    errors: dict[str, str] = {}
-    makers = {"rocketmq": RocketMQSide, "brokergroup": BrokergroupSide}
-    try:
-        for name, make in makers.items():
-            if args.only not in (None, name):
-                continue
-            side_dir = work / name
-            side_dir.mkdir(parents=True, exist_ok=True)
-            side = make(side_dir)
-            try:
-                results[name] = run_side(side, args, side_dir)
-            except Exception as e:  # a side that cannot run is reported, the other still runs
-                errors[name] = f"{type(e).__name__}: {e}"[:2000]
-                log(f"{name} failed: {errors[name]}")
-            finally:
-                side.stop()
-                if name in errors:
-                    log(f"{name}: its stores and logs stay in {side_dir}")
-                elif not args.keep:
-                    shutil.rmtree(side_dir, ignore_errors=True)
-    finally:
-        if not args.keep and args.dir is None:
-            shutil.rmtree(work, ignore_errors=True)
+    makers: list[tuple[str, Callable[[Path], Any]]] = [
+        ("rocketmq", RocketMQSide),
+        ("brokergroup", BrokergroupSide),
+    ]
+    results, errors = run_sides(
+        makers, lambda side, side_dir: run_side(side, args, side_dir), args, work
+    )
 
     def pick(side: str, run: str, key: str) -> Any:
         return results.get(side, {}).get(run, {}).get(key)
@@ -284,7 +274,7 @@ def main() -> int:
         "errors": errors,
         "ceiling": {"loopback": ceiling.to_json()},
     }
-    for side in makers:
+    for side, _ in makers:
         for run in ("produce", "produceConsume"):
             for key in (
                 "send_tps",

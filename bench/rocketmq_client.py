@@ -249,6 +249,41 @@ def cpu_line(side: str, label: str, load: dict[str, Any]) -> str:
     )
 
 
+def run_sides(
+    sides: list[tuple[str, Callable[[Path], Any]]],
+    run: Callable[[Any, Path], dict[str, Any]],
+    args: argparse.Namespace,
+    work: Path,
+) -> tuple[dict[str, Any], dict[str, str]]:
+    """Start each side named by `--only` (all by default) in a directory of its own, `run`
+    it and stop it: (results, errors) by side name. A side that cannot run is reported and
+    the other still runs; its stores and logs stay for a look, the rest go unless --keep."""
+    results: dict[str, Any] = {}
+    errors: dict[str, str] = {}
+    try:
+        for name, make in sides:
+            if args.only not in (None, name):
+                continue
+            side_dir = work / name
+            side_dir.mkdir(parents=True, exist_ok=True)
+            side = make(side_dir)
+            try:
+                results[name] = run(side, side_dir)
+            except Exception as e:
+                errors[name] = f"{type(e).__name__}: {e}"[:2000]
+                log(f"{name} failed: {errors[name]}")
+            finally:
+                side.stop()
+                if name in errors:
+                    log(f"{name}: its stores and logs stay in {side_dir}")
+                elif not args.keep:
+                    shutil.rmtree(side_dir, ignore_errors=True)
+    finally:
+        if not args.keep and args.dir is None:
+            shutil.rmtree(work, ignore_errors=True)
+    return results, errors
+
+
 def run_side(side: Any, args: argparse.Namespace, work: Path) -> dict[str, Any]:
     client: StockClient = side.start()
     out: dict[str, Any] = {}
@@ -406,33 +441,13 @@ def main() -> int:
     log(f"ceiling: loopback TCP {loop.to_json()}")
     work = args.dir or Path(tempfile.mkdtemp(prefix="bench-rocketmq-client-"))
     work.mkdir(parents=True, exist_ok=True)
-    results: dict[str, Any] = {}
-    errors: dict[str, str] = {}
     sides: list[tuple[str, Callable[[Path], Any]]] = [
         ("rocketmq", RocketMQSide),
         ("brokergroup", lambda path: BrokergroupSide(path, str(args.engine))),
     ]
-    try:
-        for name, make in sides:
-            if args.only not in (None, name):
-                continue
-            side_dir = work / name
-            side_dir.mkdir(parents=True, exist_ok=True)
-            side = make(side_dir)
-            try:
-                results[name] = run_side(side, args, side_dir)
-            except Exception as e:  # a side that cannot run is reported, the other still runs
-                errors[name] = f"{type(e).__name__}: {e}"[:2000]
-                log(f"{name} failed: {errors[name]}")
-            finally:
-                side.stop()
-                if name in errors:
-                    log(f"{name}: its stores and logs stay in {side_dir}")
-                elif not args.keep:
-                    shutil.rmtree(side_dir, ignore_errors=True)
-    finally:
-        if not args.keep and args.dir is None:
-            shutil.rmtree(work, ignore_errors=True)
+    results, errors = run_sides(
+        sides, lambda side, side_dir: run_side(side, args, side_dir), args, work
+    )
 
     def pick(side: str, key: str) -> Any:
         return results.get(side, {}).get(key)
