@@ -23,6 +23,7 @@ from brokergroup_broker.core.broker import Broker, BrokerParts
 from brokergroup_broker.core.broker_settings import BrokerSettings, mono_ms, store_config_of
 from brokergroup_broker.core.config import BrokerConfig
 from brokergroup_broker.core.controller_link import ControllerLink
+from brokergroup_broker.core.peer_http import PeerHttp
 from brokergroup_broker.store import MessageStore
 from brokergroup_controller.client import ControllerClient
 
@@ -56,7 +57,7 @@ async def confirmed_master(
     broker.store = store = MessageStore.open(tmp_path / "store", store_config_of(config))
     try:
         async with aiohttp.ClientSession() as http:
-            parts = broker._wire(1, store, http)
+            parts = broker._wire(1, store, PeerHttp(http))
             become_master = roles.BecomeMaster(1, frozenset({1}), 1)
             store.epoch_file.begin_epoch(1, store.max_offset)  # as RoleTransitions does
             await parts.replication.start_master(become_master, store.max_offset, 0)

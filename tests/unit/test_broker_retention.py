@@ -28,6 +28,7 @@ from aiohttp import web
 
 from brokergroup_broker.core.broker import Broker
 from brokergroup_broker.core.config import BrokerConfig
+from brokergroup_broker.core.peer_http import PeerHttp
 from brokergroup_broker.core.retention_service import RetentionService
 from brokergroup_broker.protocol.messages import ProduceMessage
 from brokergroup_broker.remoting_front import FrontSettings, RemotingFront, RemotingFrontServer
@@ -201,7 +202,7 @@ async def test_pre_online_takes_the_highest_floor_its_peers_report(master: Maste
         peers.append(f"127.0.0.1:{http_port - 2}")  # a peer's HTTP port is clientPort + 2
     try:
         async with aiohttp.ClientSession() as http:
-            master.retention._session = http
+            master.retention._session = PeerHttp(http)
             await master.retention.pre_online(peers)
     finally:
         for runner in runners:

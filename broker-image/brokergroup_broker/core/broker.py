@@ -102,6 +102,7 @@ from brokergroup_broker.core.controller_link import (
 from brokergroup_broker.core.controller_session import ControllerSession
 from brokergroup_broker.core.http_status import StatusServer, bearer_header
 from brokergroup_broker.core.lease import MasterLease
+from brokergroup_broker.core.peer_http import PeerHttp
 from brokergroup_broker.core.peer_metadata import PeerMetadata
 from brokergroup_broker.core.peer_offsets import PeerOffsets
 from brokergroup_broker.core.produce import ProducePath
@@ -252,9 +253,10 @@ class Broker:
             self._committer.start()
         # The group's broker credential: peers' /v1/consumer-offsets need it (http_status).
         self._session = aiohttp.ClientSession(headers=bearer_header(s.controller_token))
+        peers = PeerHttp(self._session, s.http_tls_client, s.ha_tls_server_name)
         self._http = StatusServer(self, token=s.controller_token)
         try:
-            await self._http.start(s.bind_address, s.http_port)
+            await self._http.start(s.bind_address, s.http_port, tls=s.http_tls)
             machine = rs.RegisterMachine(s.cluster_name, s.broker_name)
             broker_id, info = await register(
                 machine=machine,
@@ -274,9 +276,9 @@ class Broker:
                 broker_id,
                 s.address,
             )
-            parts = self._wire(broker_id, store, self._session)
+            parts = self._wire(broker_id, store, peers)
             retention = RetentionService(
-                store=store, config=self.config, role=self.role, session=self._session
+                store=store, config=self.config, role=self.role, session=peers
             )
             parts.peers.floor_pre_online = retention.pre_online
             self._server = BrokerProtocolServer(
@@ -451,9 +453,7 @@ class Broker:
         if self._namesrv_link is not None:
             self._namesrv_link.register_now()
 
-    def _wire(
-        self, broker_id: int, store: MessageStore, http: aiohttp.ClientSession
-    ) -> BrokerParts:
+    def _wire(self, broker_id: int, store: MessageStore, http: PeerHttp) -> BrokerParts:
         """Make the components of a registered broker and connect them, once."""
         s, config = self.settings, self.config
         self.role.broker_id = broker_id

@@ -112,6 +112,12 @@ class BrokerSettings:
     controller_tls: ssl.SSLContext | None = field(default=None, repr=False)
     """HTTPS to the controllers' API (`--controller-tls`), this broker's certificate
     presented; None: plain HTTP."""
+    http_tls: ssl.SSLContext | None = field(default=None, repr=False)
+    """`--http-tls`: the HTTP port (probes, status, metrics) serves HTTPS only, with this
+    broker's certificate; None: plain HTTP (the default)."""
+    http_tls_client: ssl.SSLContext | None = field(default=None, repr=False)
+    """`--http-tls`: how this broker reads its peers' HTTP ports (peer_http.py): verified
+    against the CA, its own certificate presented."""
     incarnation: str = ""
     """Which start of this broker this is, sent in every heartbeat: the pod's
     uid in Kubernetes, the local supervisor's per-start token, else a random

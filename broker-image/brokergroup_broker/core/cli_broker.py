@@ -152,6 +152,13 @@ def register(subparsers: Any) -> None:
         "--tls-ca-file, presenting --tls-cert-file",
     )
     parser.add_argument(
+        "--http-tls",
+        action="store_true",
+        help="serve the HTTP port (probes, /v1/status, /metrics) over HTTPS only with "
+        "--tls-cert-file, and read the peers' HTTP ports over HTTPS verified against "
+        "--tls-ca-file (every broker of the group the same; off by default)",
+    )
+    parser.add_argument(
         "--namesrv-addresses",
         default="",
         help="name servers to register the remoting port with (host:9876, ';' or ',' separated)",
@@ -275,6 +282,7 @@ def run_broker_command(args: argparse.Namespace) -> int:
             if args.controller_tls
             else None
         )
+        http_tls, http_tls_client = _http_tls(args)
     except (OSError, ssl.SSLError, ValueError) as exc:
         print(f"brokergroup broker: {exc}", file=sys.stderr)
         return 2
@@ -311,6 +319,8 @@ def run_broker_command(args: argparse.Namespace) -> int:
         ha_tls_client=ha_tls_client,
         ha_tls_server_name=args.ha_tls_server_name,
         controller_tls=controller_tls,
+        http_tls=http_tls,
+        http_tls_client=http_tls_client,
         # Set by whoever started this process (pod uid, local supervisor).
         incarnation=os.environ.get(INCARNATION_ENV) or uuid.uuid4().hex,
     )
@@ -340,6 +350,18 @@ def _ha_tls(args: argparse.Namespace) -> tuple[Any, Any]:
         server_context(cert, key, client_ca_file=ca),
         client_context(ca, cert_file=cert, key_file=key),
     )
+
+
+def _http_tls(args: argparse.Namespace) -> tuple[Any, Any]:
+    """(server, peer client) contexts of `--http-tls`; (None, None) without it."""
+    from brokergroup_remoting.tls import client_context, server_context
+
+    if not args.http_tls:
+        return None, None
+    if not (args.tls_cert_file and args.tls_key_file and args.tls_ca_file):
+        raise ValueError("--http-tls needs --tls-cert-file, --tls-key-file and --tls-ca-file")
+    cert, key, ca = Path(args.tls_cert_file), Path(args.tls_key_file), Path(args.tls_ca_file)
+    return server_context(cert, key), client_context(ca, cert_file=cert, key_file=key)
 
 
 def _remoting_pairs(args: argparse.Namespace) -> tuple[Any, Any] | str:

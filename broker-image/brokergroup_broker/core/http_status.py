@@ -23,11 +23,16 @@ holds (`--controller-token-file`) and compares in constant time, before any hand
 Its readers hold it too: the group's other brokers (consumer offsets), the local runtime's
 supervisor and status view. A missing or wrong one is 401. A broker without a token (a
 controller run with `--insecure-no-auth`) serves these paths open.
+
+TLS (`--http-tls`, off by default; docs/security.md): HTTPS only on the whole port, with the
+broker's certificate; no client certificate is asked for (the kubelet's probes and a
+Prometheus scraper hold none), the bearer credential inside decides as above.
 """
 
 from __future__ import annotations
 
 import hmac
+import ssl
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
@@ -84,7 +89,8 @@ class StatusServer:
         )
         return web.json_response({"error": "UNAUTHORIZED", "message": reason}, status=401)
 
-    async def start(self, host: str, port: int) -> None:
+    async def start(self, host: str, port: int, *, tls: ssl.SSLContext | None = None) -> None:
+        """`tls`: serve HTTPS only (`--http-tls`); None: plain HTTP."""
         app = web.Application(middlewares=[self._authenticate])
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
@@ -99,7 +105,7 @@ class StatusServer:
             logger=budgeted_logger("brokergroup_broker.http"),
         )
         await runner.setup()
-        site = web.TCPSite(runner, host, port, reuse_address=True)
+        site = web.TCPSite(runner, host, port, reuse_address=True, ssl_context=tls)
         await site.start()
         self._runner = runner
 

@@ -21,13 +21,11 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 
-import aiohttp
-
 from brokergroup_broker.core import role as roles
 from brokergroup_broker.core.broker_settings import (
     CONSUMER_OFFSET_SYNC_MS,
 )
-from brokergroup_broker.core.peer_http import peer_json
+from brokergroup_broker.core.peer_http import PeerHttp, peer_json
 from brokergroup_broker.core.role_core import RoleCore
 from brokergroup_broker.metadata import BrokerMetadata, MetadataError
 from brokergroup_broker.metadata.store import Tables
@@ -47,7 +45,7 @@ class PeerMetadata:
         self,
         *,
         broker_id: int,
-        session: aiohttp.ClientSession,
+        session: PeerHttp,
         metadata: BrokerMetadata,
         role: RoleCore,
         store_topics: Callable[[], Mapping[str, int]],

@@ -10,13 +10,11 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-import aiohttp
-
 from brokergroup_broker.core import role as roles
 from brokergroup_broker.core.broker_settings import (
     CONSUMER_OFFSET_SYNC_MS,
 )
-from brokergroup_broker.core.peer_http import peer_json
+from brokergroup_broker.core.peer_http import PeerHttp, peer_json
 from brokergroup_broker.core.peer_metadata import PeerMetadata
 from brokergroup_broker.core.role_core import RoleCore
 from brokergroup_broker.store.consumer_offsets import ConsumerOffsetSnapshot, ConsumerOffsetStore
@@ -30,7 +28,7 @@ class PeerOffsets:
         self,
         *,
         broker_id: int,
-        session: aiohttp.ClientSession,
+        session: PeerHttp,
         offsets: ConsumerOffsetStore,
         role: RoleCore,
         metadata: PeerMetadata | None = None,

@@ -18,15 +18,13 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import aiohttp
-
 from brokergroup_broker.core import role as roles
 from brokergroup_broker.core.broker_settings import (
     CONSUMER_OFFSET_SYNC_MS,
     wall_ms,
 )
 from brokergroup_broker.core.config import BrokerConfig
-from brokergroup_broker.core.peer_http import peer_json
+from brokergroup_broker.core.peer_http import PeerHttp, peer_json
 from brokergroup_broker.core.role_core import RoleCore
 from brokergroup_broker.store import MessageStore, StoreError
 from brokergroup_broker.store.retention import SegmentRemoved
@@ -59,7 +57,7 @@ class RetentionService:
         store: MessageStore,
         config: BrokerConfig,
         role: RoleCore,
-        session: aiohttp.ClientSession | None,
+        session: PeerHttp | None,
         clock_ms: Callable[[], int] = wall_ms,
         hour_of: Callable[[int], int] = local_hour,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,

@@ -68,6 +68,14 @@ def controller_tls(config: LocalConfig, layout: Layout) -> ssl.SSLContext | None
     )
 
 
+def broker_http_tls(config: LocalConfig, layout: Layout) -> ssl.SSLContext | None:
+    """How the supervisor's prober and `local status` read the brokers' HTTPS ports
+    (local.tlsHttp): verified against the CA; None while they are plain HTTP."""
+    if not config.tls_http:
+        return None
+    return client_context(layout.ca_file)
+
+
 def _read(cert_file: Path, key_file: Path) -> Issued | None:
     if not cert_file.exists() or not key_file.exists():
         return None

@@ -23,7 +23,7 @@ from pathlib import Path
 import aiohttp
 
 from brokergroup_cli.local import rocketmq_engine
-from brokergroup_cli.local.certs import controller_tls
+from brokergroup_cli.local.certs import broker_http_tls, controller_tls
 from brokergroup_cli.local.config import ConfigError, LocalConfig, build_config
 from brokergroup_cli.local.groups_view import groups_json, render_groups
 from brokergroup_cli.local.plan import Layout
@@ -289,6 +289,7 @@ def _snapshot(layout: Layout) -> StatusSnapshot:
                 _admin_token(layout),
                 broker_token=_broker_token(layout),
                 controller_tls=controller_tls(config, layout),
+                broker_tls=broker_http_tls(config, layout),
             )
             return await prober.snapshot(
                 state, process_alive=alive, supervisor_alive=supervisor_alive, now_ms=wall_ms()

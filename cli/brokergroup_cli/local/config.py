@@ -142,6 +142,12 @@ class LocalConfig:
     `up` then makes a CA and a server certificate under DIR/tls/ (`local status --json`
     caFile; docs/local.md "TLS"). Engine builtin only, for now."""
 
+    tls_http: bool = False
+    """`--set local.tlsHttp=true`: the brokers' HTTP ports (probes, `/v1/status`, `/metrics`)
+    serve HTTPS only (`brokergroup broker --http-tls`), read by the supervisor and `local
+    status` verifying the CA. Needs local.tls other than disabled (the certificates); off by
+    default (docs/security.md)."""
+
     broker_settings: tuple[tuple[str, str], ...] = ()
     controller_settings: tuple[tuple[str, str], ...] = ()
 
@@ -161,6 +167,10 @@ class LocalConfig:
         if self.tls != "disabled" and self.engine != "builtin":
             raise ConfigError(
                 "local.tls needs --engine builtin (the stock brokers' TLS is not wired yet)"
+            )
+        if self.tls_http and self.tls == "disabled":
+            raise ConfigError(
+                "local.tlsHttp needs local.tls=permissive or enforcing (its certificates)"
             )
         if len(self.controller_hosts) < 1:
             raise ConfigError("controllerHosts must name at least one address")

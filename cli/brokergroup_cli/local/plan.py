@@ -75,7 +75,9 @@ class Layout:
             return []
         argv = ["--remoting-tls-mode", config.tls, "--tls-cert-file", str(self.tls_cert_file),
                 "--tls-key-file", str(self.tls_key_file), "--tls-ca-file", str(self.ca_file)]  # fmt: skip
-        return argv + (["--controller-tls"] if broker else ["--api-tls"])
+        if not broker:
+            return [*argv, "--api-tls"]
+        return [*argv, "--controller-tls", *(["--http-tls"] if config.tls_http else [])]
 
     @property
     def broker_credential_root_file(self) -> Path:

@@ -28,15 +28,19 @@ class Prober:
         *,
         broker_token: str | None = None,
         controller_tls: ssl.SSLContext | None = None,
+        broker_tls: ssl.SSLContext | None = None,
     ) -> None:
         """`admin_token`: the runtime's admin credential (controller reads need one);
         `broker_token`: the group's broker credential, which a broker's HTTP port asks of
         every path but its probes (brokergroup_broker.core.http_status);
         `controller_tls`: the controllers' API is HTTPS, verified with this context
-        (local.tls; certs.controller_tls)."""
+        (local.tls; certs.controller_tls); `broker_tls`: the brokers' HTTP ports are HTTPS
+        (local.tlsHttp; certs.broker_http_tls)."""
         self._config = config
         self._controller_tls = controller_tls
         self._scheme = "http" if controller_tls is None else "https"
+        self._broker_tls = broker_tls
+        self._broker_scheme = "http" if broker_tls is None else "https"
         self._session = session
         self._headers = {} if admin_token is None else {"Authorization": f"Bearer {admin_token}"}
         self._broker_headers = (
@@ -76,9 +80,10 @@ class Prober:
     async def broker_status(self, broker: ChildRecord) -> dict[str, Any] | None:
         if self._config.engine == "rocketmq":
             return None  # a stock broker has no /v1/status: the controller's view stands
-        url = f"http://{broker.host}:{self._config.broker_http_port()}/v1/status"
+        port = self._config.broker_http_port()
+        url = f"{self._broker_scheme}://{broker.host}:{port}/v1/status"
         try:
-            status, body = await self._get(url, headers=self._broker_headers)
+            status, body = await self._get(url, headers=self._broker_headers, tls=self._broker_tls)
         except (aiohttp.ClientError, TimeoutError, OSError):
             return None
         return body if status == 200 else None
