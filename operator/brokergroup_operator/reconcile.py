@@ -33,6 +33,7 @@ from brokergroup_operator.runtime import PostEvent, Runtime, read_view
 from brokergroup_operator.spec import GroupContext, SpecError
 from brokergroup_operator.status import known_broker_ids
 from brokergroup_operator.status_writer import why_blocked, write_blocked, write_status
+from brokergroup_operator.stock_users_sync import sync_for_pass
 from brokergroup_operator.switchover import user_switchover
 from brokergroup_operator.tls_material import ensure_controller_tls, group_tls
 
@@ -86,6 +87,9 @@ async def _reconcile(
 
     if view is not None:
         await follow_roles(rt, ctx, mem, pods, view)
+        # spec.rocketmq.aclEnabled: the stock brokers' users follow the controllers'.
+        live = [b.address for b in view.brokers if b.alive and b.address]
+        await sync_for_pass(ctx, controller, live, time.monotonic())
 
     acted = False
     annotations = (body.get("metadata") or {}).get("annotations") or {}

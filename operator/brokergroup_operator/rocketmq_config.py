@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from brokergroup_controller.config import DEFAULT_REMOTING_PORT
+from brokergroup_remoting.stock_users import ACL_PROPERTIES
 
 #: The name server port of every controller node (brokergroup_controller.namesrv).
 NAMESRV_PORT = 9876
@@ -115,6 +116,11 @@ class RocketMQSettings:
     positive: tuple[tuple[str, int], ...] = ()
     """The POSITIVE_SETTINGS the spec sets, by RocketMQ's names, in that order."""
     proxy: ProxySettings = field(default_factory=lambda: ProxySettings())
+    acl_enabled: bool = False
+    """ACL 2.0 on the stock brokers (docs/security.md "Users on the stock brokers"): every
+    request signed by a known user and authorized by its ACL; the group's pairs are Super
+    users, the cluster's users are written to each broker by the operator
+    (stock_users_sync.py). Off by default: a stock client that signs nothing keeps working."""
 
     @classmethod
     def from_spec(cls, spec: Mapping[str, Any]) -> RocketMQSettings:
@@ -129,6 +135,7 @@ class RocketMQSettings:
             message_delay_level=raw.get("messageDelayLevel"),
             positive=tuple((k, raw[k]) for k in POSITIVE_SETTINGS if k in raw),
             proxy=ProxySettings.from_spec(raw.get("proxy") or {}),
+            acl_enabled=raw.get("aclEnabled", False),
         )
         settings.validate()
         return settings
@@ -162,6 +169,8 @@ class RocketMQSettings:
         queues = self.topic_queue_nums
         if isinstance(queues, bool) or not isinstance(queues, int) or not 1 <= queues <= 1024:
             raise RocketMQSpecError(f"spec.rocketmq.topicQueueNums must be 1..1024, got {queues!r}")
+        if not isinstance(self.acl_enabled, bool):
+            raise RocketMQSpecError("spec.rocketmq.aclEnabled must be true or false")
         if not isinstance(self.timer_wheel_enable, bool):
             raise RocketMQSpecError("spec.rocketmq.timerWheelEnable must be true or false")
         levels = self.message_delay_level
@@ -282,6 +291,10 @@ def broker_properties(
         "syncControllerMetadataPeriod": "2000",
         "authenticationMetadataProvider": AUTH_PROVIDER,
     }
+    if settings.acl_enabled:
+        # The group's client pair (initAuthenticationUser) and broker pair (the inner
+        # credentials) are Super users, so they keep working; the users come from the sync.
+        properties.update(ACL_PROPERTIES)
     if settings.message_delay_level is not None:
         properties["messageDelayLevel"] = settings.message_delay_level
     for key, value in settings.positive:

@@ -117,6 +117,7 @@ def test_every_mapped_ha_field_is_a_field_of_spec_ha() -> None:
         "heapSize": defaults.heap_size,
         "topicQueueNums": defaults.topic_queue_nums,
         "timerWheelEnable": defaults.timer_wheel_enable,
+        "aclEnabled": defaults.acl_enabled,
     }
 
 

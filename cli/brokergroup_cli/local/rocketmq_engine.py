@@ -16,6 +16,10 @@ engine matters (`is_rocketmq`):
 - the status view reads a stock broker through the controller (a stock broker has no
   `/v1/status`): BrokerId and address from the broker set, role from the master.
 
+- with ACL 2.0 on (`--set authenticationEnabled=true --set authorizationEnabled=true`,
+  `users_enabled`) the supervisor keeps every stock broker's users in step with the
+  controllers' (`stock_users_sync`): `brokergroup admin user create` reaches the stock brokers
+  within about a second, and a restarted broker is synced again;
 - the stock RocketMQ proxy (`ProxyStartup -pm cluster`, DIR/proxy/rmq-proxy.json) serves the
   RocketMQ 5 SDKs over gRPC (`local status --json` grpcEndpoint) and remoting clients; it finds
   the brokers through the nodes' name servers, signs with the group's client pair and takes
@@ -48,6 +52,7 @@ from brokergroup_cli.local.rocketmq_stock import (
     proxy_missing,
     read_broker_id,
 )
+from brokergroup_remoting.stock_users import acl_enabled
 
 ENGINE = "rocketmq"
 #: A stock broker's HA port is brokerClientPort + this + slot (11011, 11012, …): RocketMQ binds
@@ -200,3 +205,8 @@ def broker_id(layout: Layout, slot: int) -> int | None:
 
 def broker_store(layout: Layout, slot: int) -> Path:
     return layout.broker_data_dir(slot) / "store"
+
+
+def users_enabled(config: LocalConfig) -> bool:
+    """Engine rocketmq with ACL 2.0 on in the brokers' settings: the supervisor syncs users."""
+    return is_rocketmq(config) and acl_enabled(config.broker_settings)

@@ -26,6 +26,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+# ACL 2.0 on a stock broker: RocketMQ's own switches (`--set authenticationEnabled=true
+# --set authorizationEnabled=true`), off by default; the properties either one brings.
+from brokergroup_remoting.stock_users import ACL_PROPERTIES, acl_enabled
+
 #: The cache directory's version (tools/rocketmq/fetch.sh); server/VERSION names the servers'.
 VERSION = "5.3.1"
 JVM_OPTIONS = ("-Xms128m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xss512k")
@@ -267,6 +271,10 @@ class StockBrokerConfig:
         }
         if self.client_pair is not None:
             values["initAuthenticationUser"] = user_json(*self.client_pair)
+        if acl_enabled(self.settings):
+            # The group's pairs stay Super users (initAuthenticationUser and the inner
+            # credentials): they keep working with rights on everything.
+            values.update(ACL_PROPERTIES)
         values.update(dict(self.settings))
         check_interval = values.get("transactionCheckInterval", "")
         if "transactionOpBatchInterval" not in values and check_interval.isdigit():

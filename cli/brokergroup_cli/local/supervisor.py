@@ -49,7 +49,7 @@ import aiohttp
 from brokergroup_cli.local import rocketmq_engine
 from brokergroup_cli.local.addresses import AddressPool, AddressPoolExhausted, allocate_host
 from brokergroup_cli.local.backoff import RestartHistory, RestartPolicy, on_exit
-from brokergroup_cli.local.certs import broker_http_tls, controller_tls, ensure_certificates
+from brokergroup_cli.local.certs import controller_tls, ensure_certificates
 from brokergroup_cli.local.config import LocalConfig
 from brokergroup_cli.local.master_endpoint import MasterForwarder, MasterWatch, RemotingPorts
 from brokergroup_cli.local.plan import (
@@ -62,6 +62,7 @@ from brokergroup_cli.local.probe import Prober
 from brokergroup_cli.local.procs import process_start_ticks
 from brokergroup_cli.local.state import ChildKind, ChildRecord, Phase, RuntimeState, write_state
 from brokergroup_cli.local.status import StatusSnapshot
+from brokergroup_cli.local.stock_users_sync import BrokerProcess, StockUsersSync
 from brokergroup_controller.api import INCARNATION_ENV
 from brokergroup_controller.client import ControllerClient, ControllerUnavailable
 from brokergroup_controller.credentials import derive_credential, derive_rocketmq_pair
@@ -544,7 +545,6 @@ class Supervisor:
                 self._token,
                 broker_token=self._layout.broker_credential_file.read_text().strip(),
                 controller_tls=controller_tls(self._config, self._layout),
-                broker_tls=broker_http_tls(self._config, self._layout),
             )
             watch_client = ControllerClient(
                 self._config.controller_api_addresses,
@@ -552,6 +552,7 @@ class Supervisor:
                 tls=controller_tls(self._config, self._layout),
             )
             watch: asyncio.Task[None] | None = None
+            users_sync: asyncio.Task[None] | None = None
             try:
                 await self._forwarder.start(
                     self._config.master_endpoint_host, self._config.master_endpoint_port
@@ -573,6 +574,8 @@ class Supervisor:
                     proxy_tasks = [
                         asyncio.create_task(self._supervise_proxy(s)) for s in self._proxies
                     ]
+                    if rocketmq_engine.users_enabled(self._config):
+                        users_sync = asyncio.create_task(self._sync_stock_users())
                 while not self._stopping.is_set():
                     try:
                         await self._poll_once()
@@ -586,6 +589,8 @@ class Supervisor:
                 self._stopping.set()
                 if watch is not None:
                     watch.cancel()
+                if users_sync is not None:
+                    users_sync.cancel()
                 await self._forwarder.close()
                 if self._grpc_forwarder is not None:
                     await self._grpc_forwarder.close()
@@ -602,6 +607,29 @@ class Supervisor:
                     self._layout.pid_file.unlink()
                 await self._close_controller_client()
                 log.info("stopped")
+
+    async def _sync_stock_users(self) -> None:
+        """Engine rocketmq with ACL 2.0 on: the stock brokers' users follow the controllers'."""
+        config, layout = self._config, self._layout
+        client = ControllerClient(
+            config.controller_api_addresses,
+            layout.broker_credential_file.read_text().strip(),
+            tls=controller_tls(config, layout),
+        )
+
+        def brokers() -> list[BrokerProcess]:
+            port = config.broker_client_port
+            return [
+                BrokerProcess(f"{s.host}:{port}", s.proc.pid)
+                for s in self._brokers
+                if s.alive() and s.proc is not None and s.host
+            ]
+
+        sync = StockUsersSync(client, config.cluster_name, layout.broker_key_file, brokers)
+        try:
+            await sync.run(self._stopping)
+        finally:
+            await client.close()
 
     async def _watch_master(self, client: ControllerClient) -> None:
         """Keep the stable master address on the current master (logged if it ever fails)."""

@@ -1,0 +1,176 @@
+"""The operator's side of users on stock brokers (`spec.engine: rocketmq`,
+`spec.rocketmq.aclEnabled`; docs/security.md "Users on the stock brokers"):
+
+- the rendered broker.conf: ACL 2.0's switches, providers and the role-change whitelist only
+  with aclEnabled, the group's pairs still Super users, a non-boolean refused naming the field,
+  and the CRD (and its chart copy) carrying the field with the same default;
+- `due`: which brokers a pass syncs (a new usersVersion, a new address, a stale last sync);
+- `sync_group_users` against brokers modelled as RocketMQ 5.3.1's AdminBrokerProcessor
+  (tests/unit/test_stock_users.py's `_Broker`): the requests, their signatures with the
+  group's derived broker pair, and a broker that refuses is retried at the next pass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from brokergroup_controller.credentials import Role, derive_rocketmq_pair
+from brokergroup_operator.rocketmq_config import (
+    RocketMQSpecError,
+    broker_properties,
+    per_pod_lines,
+)
+from brokergroup_operator.stock_users_sync import GroupUsersMemory, due, sync_group_users
+from brokergroup_remoting import RequestCode
+from brokergroup_remoting.acl import ACCESS_KEY, verify
+from brokergroup_remoting.command import RemotingCommand
+from brokergroup_remoting.stock_users import ACL_PROPERTIES, SyncResult
+from tests.unit.test_stock_users import SUPERS, _Broker
+
+ROOT = Path(__file__).resolve().parents[2]
+APIS = ("c-0.c.ns.svc:9878", "c-1.c.ns.svc:9878", "c-2.c.ns.svc:9878")
+PAIR = derive_rocketmq_pair("root-secret", Role.BROKER, "ns", "orders")
+
+
+def _props(rocketmq: dict[str, Any]) -> dict[str, str]:
+    return broker_properties(
+        cluster_name="ns",
+        broker_name="orders",
+        spec={"engine": "rocketmq", "rocketmq": rocketmq},
+        controller_addresses=APIS,
+    )
+
+
+def test_acl_properties_only_with_acl_enabled() -> None:
+    off = _props({})
+    assert not {"authenticationEnabled", "authorizationEnabled", "authorizationProvider"} & set(off)
+    on = _props({"aclEnabled": True})
+    assert {k: on[k] for k in ACL_PROPERTIES} == ACL_PROPERTIES
+    assert on["authenticationEnabled"] == on["authorizationEnabled"] == "true"
+    assert on["authenticationWhitelist"] == str(RequestCode.NOTIFY_BROKER_ROLE_CHANGED)
+    # everything else is the same file
+    assert {k: v for k, v in on.items() if k not in ACL_PROPERTIES} == {
+        k: v for k, v in off.items() if k not in ACL_PROPERTIES
+    }
+    # the group's pairs stay the broker's Super users (written per pod from the Secret)
+    script = "\n".join(per_pod_lines())
+    assert "innerClientAuthenticationCredentials" in script
+    assert "initAuthenticationUser" in script
+
+
+def test_a_non_boolean_acl_enabled_is_refused_naming_the_field() -> None:
+    with pytest.raises(RocketMQSpecError, match=r"spec\.rocketmq\.aclEnabled"):
+        _props({"aclEnabled": "yes"})
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "crds/brokergroup.io_brokergroups.yaml",
+        "charts/brokergroup/crds/brokergroup.io_brokergroups.yaml",
+    ],
+)
+def test_the_crd_has_acl_enabled_off_by_default(path: str) -> None:
+    crd = yaml.safe_load((ROOT / path).read_text())
+    spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    field = spec["properties"]["rocketmq"]["properties"]["aclEnabled"]
+    assert (field["type"], field["default"]) == ("boolean", False)
+
+
+def test_due_syncs_new_versions_new_addresses_and_stale_brokers() -> None:
+    memory = GroupUsersMemory()
+    a, b = "10.0.0.1:10911", "10.0.0.2:10911"
+    assert due([b, a], 3, memory, now_s=0) == [a, b]
+    memory.synced = {a: (3, 0.0), b: (3, 0.0)}
+    assert due([a, b], 3, memory, now_s=10) == []
+    assert due([a, b], 4, memory, now_s=10) == [a, b]  # a new usersVersion
+    c = "10.0.0.3:10911"  # b rescheduled on a new IP
+    assert due([a, c], 3, memory, now_s=10) == [c]
+    assert set(memory.synced) == {a}  # b forgotten
+    assert due([a], 3, memory, now_s=60) == [a]  # a container restart on the same IP
+
+
+class _Client:
+    def __init__(self, broker: _Broker, seen: list[str | None]) -> None:
+        self._broker = broker
+        self._seen = seen
+        self.closed = False
+
+    async def invoke(self, cmd: RemotingCommand, timeout_s: float = 3.0) -> RemotingCommand:
+        check = verify(cmd, lambda key: PAIR.secret_key if key == PAIR.access_key else None)
+        assert check.fault is None, check
+        self._seen.append(cmd.fields().get(ACCESS_KEY))
+        return self._broker.handle(cmd)
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+class _Controller:
+    def __init__(self, snapshot: dict[str, Any]) -> None:
+        self.snapshot = snapshot
+        self.reads: list[tuple[str, int]] = []
+
+    async def users_snapshot(self, cluster: str, since_version: int = -1) -> dict[str, Any]:
+        self.reads.append((cluster, since_version))
+        return self.snapshot
+
+
+SNAPSHOT = {
+    "code": "SUCCESS",
+    "usersVersion": 5,
+    "changed": True,
+    "users": [
+        {"accessKey": "app", "secretKey": "app-secret-1", "userStatus": "enable", "version": 5,
+         "policies": [{"resource": "Topic:T", "actions": ["Pub"], "decision": "Allow",
+                       "sourceIps": []}]},
+    ],
+}  # fmt: skip
+
+
+def test_sync_group_users_writes_each_due_broker_signed_with_the_broker_pair() -> None:
+    brokers = {a: _Broker(list(SUPERS)) for a in ("10.0.0.1:10911", "10.0.0.2:10911")}
+    seen: list[str | None] = []
+    clients: list[_Client] = []
+
+    refused: list[str] = []
+
+    async def connect(address: str) -> Any:
+        if address == "10.0.0.2:10911" and not refused:
+            refused.append(address)  # its first try: the JVM is still starting
+            raise ConnectionRefusedError("starting")
+        clients.append(_Client(brokers[address], seen))
+        return clients[-1]
+
+    controller = _Controller(SNAPSHOT)
+    memory = GroupUsersMemory()
+    pair = (PAIR.access_key, PAIR.secret_key)
+
+    async def one_pass(now_s: float) -> dict[str, SyncResult | str]:
+        return await sync_group_users(
+            controller,  # type: ignore[arg-type]
+            "ns", pair, list(brokers), memory, now_s, connect=connect,
+        )  # fmt: skip
+
+    first = asyncio.run(one_pass(0))
+    assert first["10.0.0.1:10911"] == SyncResult(("create user app", "create acl app"))
+    # A broker not reachable yet is reported and retried at the next pass.
+    assert str(first["10.0.0.2:10911"]).startswith("not reachable")
+    second = asyncio.run(one_pass(1))
+    assert list(second) == ["10.0.0.2:10911"]
+    assert set(brokers["10.0.0.2:10911"].users) == {"app", *(s.username for s in SUPERS)}
+    assert asyncio.run(one_pass(2)) == {}  # in step: nothing due
+    assert controller.reads == [("ns", -1)] * 3
+    assert set(seen) == {PAIR.access_key}
+    assert all(c.closed for c in clients)
+    # a user removed from the controllers goes at the next version
+    controller.snapshot = {**SNAPSHOT, "usersVersion": 6, "users": []}
+    third = asyncio.run(one_pass(3))
+    assert third == {a: SyncResult(("delete user app",)) for a in brokers}
+    assert all("app" not in b.users for b in brokers.values())
+    assert [b.requests.count(RequestCode.AUTH_DELETE_USER) for b in brokers.values()] == [1, 1]
