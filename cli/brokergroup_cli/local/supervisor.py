@@ -49,7 +49,7 @@ import aiohttp
 from brokergroup_cli.local import rocketmq_engine
 from brokergroup_cli.local.addresses import AddressPool, AddressPoolExhausted, allocate_host
 from brokergroup_cli.local.backoff import RestartHistory, RestartPolicy, on_exit
-from brokergroup_cli.local.certs import controller_tls, ensure_certificates
+from brokergroup_cli.local.certs import broker_http_tls, controller_tls, ensure_certificates
 from brokergroup_cli.local.config import LocalConfig
 from brokergroup_cli.local.master_endpoint import MasterForwarder, MasterWatch, RemotingPorts
 from brokergroup_cli.local.plan import (
@@ -545,6 +545,7 @@ class Supervisor:
                 self._token,
                 broker_token=self._layout.broker_credential_file.read_text().strip(),
                 controller_tls=controller_tls(self._config, self._layout),
+                broker_tls=broker_http_tls(self._config, self._layout),
             )
             watch_client = ControllerClient(
                 self._config.controller_api_addresses,
