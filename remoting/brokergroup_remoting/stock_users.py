@@ -166,9 +166,10 @@ def plan(desired: Sequence[StockUser], held: Sequence[StockUser]) -> list[Op]:
 #: RocketMQ's own switches; either one `true` in a stock broker's settings turns ACL 2.0 on
 #: (the local runtime's `--set`, the operator's spec.rocketmq.aclEnabled). Off by default.
 ACL_SWITCHES = ("authenticationEnabled", "authorizationEnabled")
-#: What a stock broker needs besides the switch. RocketMQ 5.3 leaves the providers blank, and a
-#: blank provider checks nothing (AbstractAuthenticationStrategy.doEvaluate returns), so they
-#: are named here. The caller writes its own settings after these (an explicit
+#: What a stock broker needs besides the switch. RocketMQ 5.3 leaves the metadata providers
+#: blank, and a blank one is none (AuthorizationFactory.getMetadataProvider returns null: the
+#: ACLs would have nowhere to live); the providers are RocketMQ's defaults, named so the file
+#: says what runs. The caller writes its own settings after these (an explicit
 #: `authenticationEnabled=false` wins).
 ACL_PROPERTIES: dict[str, str] = {
     # Authorization needs an authenticated user: either switch on turns authentication on.

@@ -6,7 +6,7 @@ import org.apache.rocketmq.client.producer.SendResult;
 import org.apache.rocketmq.common.message.Message;
 
 /**
- * Mode `aclSend`: topic=T count=N (ak/sk: the signer). N synchronous sends, each answered by a
+ * Mode `aclSend`: topic=T count=N [send_timeout_ms=3000] (ak/sk: the signer). N synchronous sends, each answered by a
  * line: {"ok":true,"body":..,"brokerName":..,"queueId":..,"queueOffset":..} or, when the
  * broker refuses, {"ok":false,"body":..,"code":<response code>,"remark":<its remark>} (the
  * send is not retried by the client for a refusal: retryAnotherBrokerWhenNotStoreOK off and
@@ -18,6 +18,8 @@ public class AclSendMode {
         int count = StockClient.intOpt("count", 8);
         DefaultMQProducer p = StockClient.producer("");
         p.setRetryTimesWhenSendFailed(0);
+        // send_timeout_ms: the client's own budget per send (RocketMQ's 3 s by default).
+        p.setSendMsgTimeout(StockClient.intOpt("send_timeout_ms", 3000));
         int ok = 0, refused = 0;
         try {
             for (int i = 0; i < count; i++) {
