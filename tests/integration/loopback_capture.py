@@ -105,6 +105,8 @@ class LoopbackCapture:
         wanted = None if hosts is None else set(hosts)
         out = []
         for (src, sport, dst, dport), data in list(self.streams.items()):
-            if (dport == port and (wanted is None or dst in wanted)) or (sport == port and (wanted is None or src in wanted)):
+            if (dport == port and (wanted is None or dst in wanted)) or (
+                sport == port and (wanted is None or src in wanted)
+            ):
                 out.append(bytes(data))
         return out
