@@ -43,7 +43,8 @@ ROOT_PACKAGES = [
     "brokergroup_operator",
     "brokergroup_audit",
 ]
-IMAGE_EXTRAS = ("broker", "controller", "operator")
+#: tools/image/build.sh installs these (fast: uvloop, which every server process takes where it imports).
+IMAGE_EXTRAS = ("broker", "controller", "operator", "fast")
 
 
 def resolve(extras: tuple[str, ...]) -> set[str]:
