@@ -138,7 +138,7 @@ def rebuild(out_root: Path, results: Path) -> int:
             "scenarios": scenario_runs,
             "windows_run": windows_run,
             "seconds_per_window": {t: round(wall[t] / n, 1) for t, n in windows_run.items() if n},
-            "rebuilt": f"from {out_root} at {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}",
+            "rebuilt": f"from {out_root.name} at {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}",
         }
     )
     write_result(results.stem, out, results.parent)
@@ -249,7 +249,7 @@ def main() -> int:
             "tree; the detached `local up` supervisors and their children count as other, so "
             "this is an upper bound",
             "loadavg": os.getloadavg(),
-            "out": str(out_root),
+            "out": out_root.name,  # the run directory by name: no machine path in results
         }
         if not args.no_write:
             write_result("chaos_compare", doc)
