@@ -729,6 +729,7 @@ def test_engine_is_immutable_and_rocketmq_settings_default(crds_applied: str) ->
             "heapSize": "1g",
             "topicQueueNums": 8,
             "timerWheelEnable": True,
+            "aclEnabled": False,
         }
         plain = custom.create_namespaced_custom_object(
             "brokergroup.io", "v1alpha1", "default", "brokergroups",
