@@ -207,18 +207,18 @@ async def pod_event(
 @kopf.on.resume(*USER_RESOURCE, registry=registry)
 async def user_changed(body: kopf.Body, memo: Any, **_: Any) -> None:
     """Secret, controller registration, status (user_sync.reconcile_user)."""
-    await reconcile_user(runtime_of(memo), body)
+    await reconcile_user(runtime_of(memo), body, kopf_poster)
 
 
 @kopf.timer(*USER_RESOURCE, registry=registry, interval=USER_RESYNC_S, initial_delay=USER_RESYNC_S)
 async def user_resync(body: kopf.Body, memo: Any, **_: Any) -> None:
     """The same again, now and then (an idempotent PUT)."""
-    await reconcile_user(runtime_of(memo), body)
+    await reconcile_user(runtime_of(memo), body, kopf_poster)
 
 
 @kopf.on.delete(*USER_RESOURCE, registry=registry)
 async def user_deleted(body: kopf.Body, memo: Any, runtime: Any, **_: Any) -> None:
     """The user removed from the controllers (its Secret goes with its owner)."""
-    left = await remove_user(runtime_of(memo), body, runtime.total_seconds())
+    left = await remove_user(runtime_of(memo), body, runtime.total_seconds(), kopf_poster)
     if left is not None:
         kopf.warn(body, reason="CleanupIncomplete", message=left)

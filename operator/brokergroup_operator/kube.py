@@ -292,6 +292,17 @@ class Kube:
 
         return await asyncio.to_thread(call)
 
+    async def list_users(self, namespace: str) -> list[dict[str, Any]]:
+        """The namespace's BrokerGroupUsers (users.access_key_holder decides over them)."""
+
+        def call() -> list[dict[str, Any]]:
+            found: Any = self.custom.list_namespaced_custom_object(
+                API_GROUP, VERSION, namespace, "brokergroupusers"
+            )
+            return [dict(u) for u in found.get("items") or []]
+
+        return await asyncio.to_thread(call)
+
     async def remove_group_finalizer(self, group: Mapping[str, Any], finalizer: str) -> bool:
         """Remove one finalizer, only from the version read (JSON patch `test`)."""
         meta = group.get("metadata") or {}

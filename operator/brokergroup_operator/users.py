@@ -17,8 +17,17 @@ created again (the old key stops working with the deletion), and a new value of
 `brokergroup.io/rotate-secret-key` rotates it.
 
 `plan_user` turns the object into what to write: the Secret, the controller's request
-body, the status; or a refusal naming the field. The kopf handlers (user_handlers.py) do
+body, the status; or a refusal naming the field. The kopf handlers (user_sync.py) do
 the I/O.
+
+One AccessKey, one holder. The controllers keep one user per (cluster, accessKey), so two
+BrokerGroupUsers of one namespace naming the same accessKey would overwrite each other's
+SecretKey and policies at every resync, and deleting either would delete the user of both.
+`access_key_holder` decides who holds a key: the first of the objects that name it and are
+not being deleted, by (creationTimestamp, name) — the order Kubernetes gives them and never
+changes, so every pass of every operator replica picks the same one. The others are refused
+(Ready=False AccessKeyInUse, an Event) and never written; deleting one of them leaves the
+holder's user alone, and deleting the holder hands the key to the next in that order.
 """
 
 from __future__ import annotations
@@ -27,8 +36,9 @@ import base64
 import hashlib
 import hmac
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
@@ -53,6 +63,10 @@ CREDENTIALS_KEY = "rocketmq-credentials"
 SPEC_FIELDS = ("clusterName", "accessKey", "userStatus", "secretName", "policies")
 ENTRY_FIELDS = ("resources", "actions", "decision", "sourceIps")
 _LABEL = b"brokergroup user key v1"
+
+
+#: Ready=False reason of a BrokerGroupUser whose accessKey another one of its namespace holds.
+KEY_IN_USE = "AccessKeyInUse"
 
 
 class UserSpecError(ValueError):
@@ -233,3 +247,66 @@ def ready_condition(
         "observedGeneration": generation,
         "lastTransitionTime": since,
     }
+
+
+@dataclass(frozen=True)
+class KeyClaim:
+    """One BrokerGroupUser naming an accessKey: the order it holds it in, and who."""
+
+    access_key: str
+    created: str
+    """metadata.creationTimestamp as the API server wrote it (RFC 3339, seconds)."""
+    name: str
+
+    def order(self) -> tuple[datetime, str]:
+        try:
+            created = datetime.fromisoformat(self.created)
+        except ValueError:  # never from an API server; sorts last rather than first
+            return (datetime.max, self.name)
+        if created.tzinfo is not None:
+            created = created.astimezone(UTC).replace(tzinfo=None)
+        return (created, self.name)
+
+
+def key_claim(body: Mapping[str, Any], *, even_if_deleted: bool = False) -> KeyClaim | None:
+    """The accessKey a BrokerGroupUser claims; None when it claims none: being deleted
+    (deletionTimestamp set: its finalizer is releasing the key; `even_if_deleted` asks what
+    it claimed before), or an accessKey or clusterName the operator refuses anyway. The rest
+    of the spec does not matter: an object whose policies are wrong still holds its key
+    (fixing them must not take the key from a later object that meanwhile registered it)."""
+    meta = body.get("metadata") or {}
+    if meta.get("deletionTimestamp") and not even_if_deleted:
+        return None
+    namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+    spec = body.get("spec") or {}
+    if not isinstance(spec, Mapping) or str(spec.get("clusterName") or namespace) != namespace:
+        return None
+    try:
+        access_key = check_access_key(str(spec.get("accessKey") or name))
+    except PolicyError:
+        return None
+    return KeyClaim(access_key, str(meta.get("creationTimestamp") or ""), name)
+
+
+def access_key_holder(
+    access_key: str, users: Iterable[Mapping[str, Any]], *, leaving: str = ""
+) -> KeyClaim | None:
+    """Which of a namespace's BrokerGroupUsers holds `access_key`: the first by
+    (creationTimestamp, name) of those claiming it (`key_claim`), `leaving` (a name being
+    deleted) left out; None when none does (pure)."""
+    claims = [
+        c
+        for c in (key_claim(u) for u in users)
+        if c is not None and c.access_key == access_key and c.name != leaving
+    ]
+    return min(claims, key=KeyClaim.order, default=None)
+
+
+def key_in_use_message(access_key: str, holder: KeyClaim) -> str:
+    """Ready=False AccessKeyInUse's message: who holds the key, since when, what to do."""
+    return (
+        f"accessKey {access_key} is held by BrokerGroupUser {holder.name} (created "
+        f"{holder.created or 'earlier'}): the users of one cluster cannot share an AccessKey, so "
+        f"this one is not registered and has no Secret; create it again with another "
+        f"spec.accessKey, or delete {holder.name} and this one takes the key over"
+    )

@@ -9,6 +9,11 @@ of the namespace's BrokerGroup accepts a send signed with it on the allowed topi
 one on another topic as RocketMQ 5.3 does (NO_PERMISSION, "User:app has no permission to
 access Topic:U …"), and refuses the pair once the user is deleted.
 
+Two BrokerGroupUsers naming one accessKey: the second (created later) is Ready=False
+AccessKeyInUse with a Warning Event and no Secret, the controllers keep the first one's
+policies, deleting the second leaves the user, deleting the first hands the key to the second
+(its policies at the controllers, Ready, its Secret), deleting that removes the user.
+
 The controller part needs the controllers' users API (`/v1/clusters/<cluster>/users`);
 against controllers without it the test says so and skips that part only.
 """
@@ -210,6 +215,86 @@ def test_user_pair_signs_on_a_group_pod(env: OperatorEnv) -> None:
         lambda: _send(address, pair, "UsersT")[0] != ResponseCode.SUCCESS or None,
         30,
     )
+
+
+def _create_user(env: OperatorEnv, name: str, spec: dict[str, Any]) -> None:
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "BrokerGroupUser",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+    env.custom.create_namespaced_custom_object(GROUP, VERSION, env.namespace, PLURAL, body)
+
+
+def _events(env: OperatorEnv, name: str) -> list[tuple[str, str]]:
+    found = env.core.list_namespaced_event(
+        env.namespace, field_selector=f"involvedObject.name={name}"
+    )
+    return [
+        (str(e.type), str(e.reason))
+        for e in found.items
+        if e.involved_object.kind == "BrokerGroupUser"
+    ]
+
+
+def _controller_resources(env: OperatorEnv, access_key: str) -> list[str] | int:
+    status, answer = _controller_user(env, access_key)
+    if status != 200:
+        return status
+    return [p["resource"] for p in answer["user"]["policies"]]
+
+
+def test_two_users_with_one_access_key(env: OperatorEnv) -> None:
+    first = [{"resources": ["Topic:first"], "actions": ["Pub"]}]
+    second = [{"resources": ["Topic:second"], "actions": ["Sub"]}]
+    _create_user(env, "dup-first", {"accessKey": "dup_key", "policies": first})
+    ready = wait_for("the first user Ready", lambda: _ready(env, "dup-first"), 60)
+    if ready["status"] != "True" and _controller_user(env, "dup_key")[0] == 404:
+        pytest.skip(f"the controllers have no users API yet: Ready={ready}")
+    assert ready["reason"] == "Registered", ready
+    _create_user(env, "dup-second", {"accessKey": "dup_key", "policies": second})
+    refused = wait_for("the second user's Ready", lambda: _ready(env, "dup-second"), 60)
+    assert (refused["status"], refused["reason"]) == ("False", "AccessKeyInUse"), refused
+    assert refused["message"].startswith("accessKey dup_key is held by BrokerGroupUser dup-first")
+    wait_for(
+        "the Warning Event",
+        lambda: ("Warning", "AccessKeyInUse") in _events(env, "dup-second") or None,
+        30,
+    )
+    assert _secret(env, "dup-second-rocketmq-user") is None
+    assert _controller_resources(env, "dup_key") == ["Topic:first"]
+
+    env.custom.delete_namespaced_custom_object(GROUP, VERSION, env.namespace, PLURAL, "dup-second")
+    wait_for("the second user gone", lambda: _user(env, "dup-second") is None or None, 60)
+    assert _controller_resources(env, "dup_key") == ["Topic:first"]
+
+    _create_user(env, "dup-second", {"accessKey": "dup_key", "policies": second})
+    wait_for(
+        "the second user refused again",
+        lambda: (_ready(env, "dup-second") or {}).get("reason") == "AccessKeyInUse" or None,
+        60,
+    )
+    env.custom.delete_namespaced_custom_object(GROUP, VERSION, env.namespace, PLURAL, "dup-first")
+    wait_for("the first user gone", lambda: _user(env, "dup-first") is None or None, 60)
+    taken = wait_for(
+        "the second user Registered",
+        lambda: (_ready(env, "dup-second") or {}).get("reason") == "Registered" or None,
+        30,
+    )
+    assert taken
+    assert _controller_resources(env, "dup_key") == ["Topic:second"]
+    wait_for(
+        "the Normal Event",
+        lambda: ("Normal", "AccessKeyTakenOver") in _events(env, "dup-second") or None,
+        30,
+    )
+    secret = wait_for("its Secret", lambda: _secret(env, "dup-second-rocketmq-user"), 30)
+    assert secret["accessKey"] == "dup_key"
+
+    env.custom.delete_namespaced_custom_object(GROUP, VERSION, env.namespace, PLURAL, "dup-second")
+    wait_for("the second user gone", lambda: _user(env, "dup-second") is None or None, 60)
+    assert _controller_user(env, "dup_key")[0] == 404
 
 
 def test_schema_refuses_unknown_fields_and_bad_resources(env: OperatorEnv) -> None:
