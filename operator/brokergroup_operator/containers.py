@@ -155,7 +155,9 @@ def tls_flags(ctx: GroupContext) -> list[str]:
       every leaf of the group carries (a slave dials the master's pod IP, which none does);
     - the name server registrations over TLS when the release's name servers serve it
       (BROKERGROUP_CONTROLLER_TLS), else plaintext (`--namesrv-plaintext`);
-    - the controllers' API in mutual TLS when it is HTTPS (BROKERGROUP_CONTROLLER_API_TLS).
+    - the controllers' API in mutual TLS when it is HTTPS (BROKERGROUP_CONTROLLER_API_TLS);
+    - with spec.tls.httpPort the HTTP port HTTPS only (`--http-tls`): the peers read it
+      verified against the bundle for the group's Service name (`--ha-tls-server-name`).
 
     Without spec.tls nothing is added; with the controllers' API on HTTPS that is refused
     (SpecError): the brokers could not verify the controllers."""
@@ -186,6 +188,8 @@ def tls_flags(ctx: GroupContext) -> list[str]:
         flags.append("--namesrv-plaintext")
     if ctx.controller_api_tls:
         flags.append("--controller-tls")
+    if tls.http_port:
+        flags.append("--http-tls")
     return flags
 
 
@@ -287,7 +291,7 @@ def broker_container(ctx: GroupContext) -> dict[str, Any]:
             "ports": [
                 {"name": "client", "containerPort": CLIENT_PORT, "protocol": "TCP"},
                 {"name": "ha", "containerPort": HA_PORT, "protocol": "TCP"},
-                {"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"},
+                {"name": http_port_name(ctx), "containerPort": HTTP_PORT, "protocol": "TCP"},
                 *(
                     [{"name": "remoting", "containerPort": REMOTING_PORT, "protocol": "TCP"}]
                     if ctx.remoting_on
@@ -295,12 +299,12 @@ def broker_container(ctx: GroupContext) -> dict[str, Any]:
                 ),
             ],
             "readinessProbe": {
-                "httpGet": {"path": "/readyz", "port": HTTP_PORT},
+                "httpGet": _probe_get(ctx, "/readyz"),
                 "periodSeconds": 1,
                 "failureThreshold": 2,
             },
             "livenessProbe": {
-                "httpGet": {"path": "/healthz", "port": HTTP_PORT},
+                "httpGet": _probe_get(ctx, "/healthz"),
                 "initialDelaySeconds": 10,
                 "periodSeconds": 5,
                 "failureThreshold": 3,
@@ -318,6 +322,30 @@ def broker_container(ctx: GroupContext) -> dict[str, Any]:
             ],
         },
     )
+
+
+def http_tls_on(ctx: GroupContext) -> bool:
+    """spec.tls.httpPort: the built-in broker's HTTP port (probes, status, `/metrics`)
+    serves HTTPS only (`--http-tls`, with the group's certificate). Off by default."""
+    tls = ctx.tls
+    return ctx.engine is Engine.BROKERGROUP and tls is not None and tls.enabled and tls.http_port
+
+
+def http_port_name(ctx: GroupContext) -> str:
+    """The HTTP port's name on the pod and the headless Service: `https` when it serves
+    HTTPS, so a scraper picks its scheme by the name (the chart's monitors have one
+    endpoint per name) and a group's plain and TLS pods are never scraped the wrong way."""
+    return "https" if http_tls_on(ctx) else "http"
+
+
+def _probe_get(ctx: GroupContext, path: str) -> dict[str, Any]:
+    """A probe's httpGet on the HTTP port; `scheme: HTTPS` when the port is HTTPS only (the
+    kubelet does not verify the certificate: the probe proves the process answers, and
+    the certificate names no pod IP)."""
+    get: dict[str, Any] = {"path": path, "port": HTTP_PORT}
+    if http_tls_on(ctx):
+        get["scheme"] = "HTTPS"
+    return get
 
 
 def broker_volumes(ctx: GroupContext) -> list[dict[str, Any]]:
@@ -379,6 +407,11 @@ def rocketmq_tls_options(ctx: GroupContext) -> list[str]:
     tls = ctx.tls
     if tls is None or not tls.enabled:
         return []  # (stock brokers reach the controllers on the remoting port, not the API)
+    if tls.http_port:
+        raise SpecError(
+            "spec.tls.httpPort is the built-in broker's HTTP port: stock RocketMQ brokers "
+            "(spec.engine rocketmq) have none"
+        )
     if tls.mode == "enforcing" and not ctx.namesrv_tls:
         raise SpecError(
             "spec.tls.mode enforcing with spec.engine rocketmq needs the release's controllers "

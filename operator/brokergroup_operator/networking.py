@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from brokergroup_operator.containers import http_port_name
 from brokergroup_operator.model import (
     CLIENT_PORT,
     GRPC_PORT,
@@ -33,7 +34,13 @@ OBSOLETE_SERVICES = ("{group}-read",)
 
 
 def _ports(names: Sequence[str]) -> list[dict[str, Any]]:
-    numbers = {"client": CLIENT_PORT, "ha": HA_PORT, "http": HTTP_PORT, "remoting": REMOTING_PORT}
+    numbers = {
+        "client": CLIENT_PORT,
+        "ha": HA_PORT,
+        "http": HTTP_PORT,
+        "https": HTTP_PORT,
+        "remoting": REMOTING_PORT,
+    }
     return [
         {"name": n, "port": numbers[n], "targetPort": numbers[n], "protocol": "TCP"} for n in names
     ]
@@ -64,8 +71,12 @@ def services(ctx: GroupContext) -> list[dict[str, Any]]:
                 "clusterIP": "None",
                 "publishNotReadyAddresses": True,
                 "selector": selector,
+                # The HTTP port is named `https` when it serves HTTPS (spec.tls.httpPort),
+                # as on the pod: the chart's monitors pick the scheme by the name.
                 "ports": _ports(
-                    ["client", "ha"] if ctx.engine is Engine.ROCKETMQ else ["client", "ha", "http"]
+                    ["client", "ha"]
+                    if ctx.engine is Engine.ROCKETMQ
+                    else ["client", "ha", http_port_name(ctx)]
                 ),
             },
         },

@@ -13,6 +13,10 @@ mounted). Present, `mode` is RocketMQ's `tls.server.mode` of the brokers' remoti
 - `cert-manager`: the operator writes a cert-manager `Certificate` for the group's names
   (its `issuerRef`, renewal `renewalDays` before expiry) into the Secret `<bg>-tls`, and
   rolls the pods when cert-manager renews it (the Certificate's status.revision).
+
+`httpPort` (default false, so no existing group changes): the brokers' HTTP port (probes,
+status, `/metrics`) serves HTTPS only with the same certificate (`brokergroup broker
+--http-tls`); it needs a mode other than disabled (the certificate is mounted only then).
 """
 
 from __future__ import annotations
@@ -24,7 +28,15 @@ from typing import Any
 
 from brokergroup_operator.certificates import RenewalPolicy
 
-FIELDS = ("mode", "issuer", "renewalDays", "validityDays", "secretName", "certManager")
+FIELDS = (
+    "mode",
+    "issuer",
+    "renewalDays",
+    "validityDays",
+    "secretName",
+    "certManager",
+    "httpPort",
+)
 ISSUER_REF_KINDS = ("Issuer", "ClusterIssuer")
 
 
@@ -57,6 +69,8 @@ class TlsSpec:
     policy: RenewalPolicy
     secret_name: str | None = None
     issuer_ref: IssuerRef | None = None
+    http_port: bool = False
+    """spec.tls.httpPort: the brokers' HTTP port over HTTPS only (`--http-tls`)."""
 
     @property
     def enabled(self) -> bool:
@@ -100,8 +114,21 @@ class TlsSpec:
         if issuer is not Issuer.SECRET and secret_name:
             raise TlsSpecError("spec.tls.secretName is read only with spec.tls.issuer secret")
         issuer_ref = _issuer_ref(raw.get("certManager"), issuer)
+        http_port = raw.get("httpPort", False)
+        if not isinstance(http_port, bool):
+            raise TlsSpecError(f"spec.tls.httpPort must be true or false, got {http_port!r}")
+        if http_port and mode == "disabled":
+            raise TlsSpecError(
+                "spec.tls.httpPort needs spec.tls.mode permissive or enforcing: with disabled "
+                "the brokers get no certificate to serve it with"
+            )
         return cls(
-            mode, issuer, policy, None if secret_name is None else str(secret_name), issuer_ref
+            mode,
+            issuer,
+            policy,
+            None if secret_name is None else str(secret_name),
+            issuer_ref,
+            http_port,
         )
 
 

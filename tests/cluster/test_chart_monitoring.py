@@ -1,24 +1,50 @@
 """The chart's broker and controller monitors (templates/broker-monitoring.yaml): rendered
 only when metrics.serviceMonitor/podMonitor are enabled, scraping the brokers' port named
 "http" (the name the operator gives it on the broker pods and the headless Service) in the
-watched namespaces and the controller's "api"; the scrape NetworkPolicy and the Grafana
-dashboard ConfigMap only on request. `helm template`, no cluster."""
+watched namespaces and the controller's "api"; the port named "https" (a group with
+spec.tls.httpPort) with scheme https, the cluster CA's bundle and the target's address
+rewritten to the pod's stable name, which the group's certificate names (checked by
+applying the rendered relabeling to a target's labels and matching the result against
+certificates.server_names); the scrape NetworkPolicy and the Grafana dashboard ConfigMap
+only on request. `helm template`, no cluster."""
 
 from __future__ import annotations
 
+import fnmatch
 import json
+import re
 from typing import Any
 
 import pytest
 
+from brokergroup_operator.certificates import server_names
 from brokergroup_operator.model import HTTP_PORT
 from brokergroup_operator.networking import services
 from brokergroup_operator.objects import owned_objects
 from brokergroup_operator.spec import GroupContext
 from tests.cluster.test_chart import CHART, _render
-from tests.unit.test_operator_owned_objects_golden import APIS, NO_PAIR
+from tests.unit.test_operator_owned_objects_golden import APIS, NO_PAIR, WITH_PAIR
 
 MONITOR_KINDS = ("ServiceMonitor", "PodMonitor")
+#: What the https endpoint adds to the http one (templates/broker-monitoring.yaml).
+HTTPS_SCRAPE: dict[str, Any] = {
+    "scheme": "https",
+    "tlsConfig": {"ca": {"secret": {"name": "rel-brokergroup-cluster-ca", "key": "ca-bundle.crt"}}},
+    "relabelings": [
+        {
+            "sourceLabels": [
+                "__meta_kubernetes_pod_name",
+                "__meta_kubernetes_pod_label_brokergroup_io_group",
+                "__meta_kubernetes_namespace",
+                "__address__",
+            ],
+            "separator": ";",
+            "regex": "(.+);(.+);(.+);.*:([0-9]+)",
+            "targetLabel": "__address__",
+            "replacement": "$1.$2-headless.$3.svc:$4",
+        }
+    ],
+}
 
 
 def _of_kind(objs: dict[tuple[str, str], dict[str, Any]], *kinds: str) -> list[tuple[str, str]]:
@@ -42,7 +68,10 @@ def test_service_monitors_scrape_brokers_http_and_controller_api() -> None:
     brokers = objs[("ServiceMonitor", "rel-brokergroup-brokers")]["spec"]
     assert brokers["namespaceSelector"] == {"matchNames": ["a", "b"]}
     assert brokers["selector"] == {"matchLabels": {"app.kubernetes.io/name": "brokergroup"}}
-    assert brokers["endpoints"] == [{"port": "http", "path": "/metrics", "interval": "30s"}]
+    assert brokers["endpoints"] == [
+        {"port": "http", "path": "/metrics", "interval": "30s"},
+        {"port": "https", "path": "/metrics", "interval": "30s", **HTTPS_SCRAPE},
+    ]
     assert brokers["podTargetLabels"] == [
         "brokergroup.io/group", "brokergroup.io/role", "brokergroup.io/broker-id",
     ]  # fmt: skip
@@ -64,8 +93,60 @@ def test_pod_monitors_only_when_enabled() -> None:
     brokers = objs[("PodMonitor", "rel-brokergroup-brokers")]["spec"]
     assert brokers["namespaceSelector"] == {"matchNames": ["mq"]}
     assert brokers["podMetricsEndpoints"] == [
-        {"port": "http", "path": "/metrics", "interval": "30s"}
+        {"port": "http", "path": "/metrics", "interval": "30s"},
+        {"port": "https", "path": "/metrics", "interval": "30s", **HTTPS_SCRAPE},
     ]
+
+
+def test_the_https_scrape_verifies_each_pod_for_a_name_its_certificate_carries() -> None:
+    """Prometheus's relabeling (regex fully anchored, `$n` groups) applied to a target of
+    the headless Service: the address becomes the pod's stable name with the port kept,
+    and the group's certificate names it (its wildcard), so verifying against the CA
+    bundle needs no per-group serverName. Another CA Secret by value."""
+    relabel = HTTPS_SCRAPE["relabelings"][0]
+    labels = {
+        "__meta_kubernetes_pod_name": "orders-1",
+        "__meta_kubernetes_pod_label_brokergroup_io_group": "orders",
+        "__meta_kubernetes_namespace": "prod",
+        "__address__": f"10.0.3.7:{HTTP_PORT}",
+    }
+    value = relabel["separator"].join(labels[k] for k in relabel["sourceLabels"])
+    match = re.fullmatch(relabel["regex"], value)
+    assert match is not None
+    address = re.sub(r"\$(\d)", lambda m: match.group(int(m.group(1))), relabel["replacement"])
+    assert address == f"orders-1.orders-headless.prod.svc:{HTTP_PORT}"
+    host = address.rpartition(":")[0]
+    names = server_names("orders", "prod")
+    assert any(fnmatch.fnmatchcase(host, n) and n.count(".") == host.count(".") for n in names)
+    assert not any(
+        fnmatch.fnmatchcase(host, n) and n.count(".") == host.count(".")
+        for n in server_names("billing", "prod")
+    )
+    own = _render(
+        "metrics.podMonitor.enabled=true",
+        "metrics.brokerTls.caSecret=my-ca",
+        "metrics.brokerTls.caKey=ca.crt",
+    )
+    endpoint = own[("PodMonitor", "rel-brokergroup-brokers")]["spec"]["podMetricsEndpoints"][1]
+    assert endpoint["tlsConfig"] == {"ca": {"secret": {"name": "my-ca", "key": "ca.crt"}}}
+
+
+def test_https_port_of_a_group_with_spec_tls_http_port() -> None:
+    """The operator names the HTTP port "https" on the pods and the headless Service of a
+    group with spec.tls.httpPort, the name the monitors' https endpoint scrapes."""
+    ctx = GroupContext(
+        "orders",
+        "prod",
+        "uid-1",
+        {"engine": "brokergroup", "tls": {"httpPort": True}},
+        "brokergroup:dev",
+        APIS,
+        WITH_PAIR,
+    )
+    assert {"name": "https", "port": HTTP_PORT} in [
+        {"name": p["name"], "port": p["port"]} for p in services(ctx)[0]["spec"]["ports"]
+    ]
+    assert {"name": "https", "containerPort": HTTP_PORT, "protocol": "TCP"} in ctx_pod_ports(ctx)
 
 
 def test_the_monitored_port_and_labels_are_the_operators() -> None:
@@ -98,7 +179,7 @@ def test_scrape_policy_and_dashboard_on_request() -> None:
     assert policy["spec"]["ingress"] == [
         {
             "from": [{"namespaceSelector": {"matchLabels": {"team": "monitoring"}}}],
-            "ports": [{"port": "http", "protocol": "TCP"}],
+            "ports": [{"port": "http", "protocol": "TCP"}, {"port": "https", "protocol": "TCP"}],
         }
     ]
     dashboard = objs[("ConfigMap", "rel-brokergroup-dashboard")]

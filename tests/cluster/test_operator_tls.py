@@ -4,6 +4,13 @@ their RocketMQ remoting port (enforcing: TLS only), verified for a pod's stable 
 against the trust bundle; a forced renewal (the brokergroup.io/force-renew annotation)
 rolls every pod onto a new certificate through the planner, slaves first and one
 switchover for the master: the master role moves once.
+
+The group also runs with `spec.tls.httpPort`: every pod runs the operator's command with
+`--http-tls`, the process kubelet's readiness and liveness probes reach /readyz and
+/healthz with `scheme: HTTPS` (so Available itself says they answer over HTTPS), the port
+answers HTTPS verified against the bundle for the pod's stable name, and a plaintext
+request on it gets no HTTP answer; after the renewal's roll the port serves the new
+certificate.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ pytestmark = pytest.mark.cluster
 
 GROUP = "tls"
 REMOTING_PORT = 10914
+HTTP_PORT = 10913
 FORCE = "brokergroup.io/force-renew"
 DIGEST = "brokergroup.io/tls-digest"
 
@@ -59,18 +67,51 @@ def _secret(env: OperatorEnv, name: str) -> dict[str, bytes]:
     return {k: base64.b64decode(v) for k, v in data.items()}
 
 
-def _served(env: OperatorEnv, pod: Any, bundle: Path) -> x509.Certificate:
-    """The certificate the pod's remoting port presents, verified against `bundle` for
-    the pod's stable name (the wildcard of the headless Service)."""
+def _served(
+    env: OperatorEnv, pod: Any, bundle: Path, port: int = REMOTING_PORT
+) -> x509.Certificate:
+    """The certificate the pod's `port` presents, verified against `bundle` for the pod's
+    stable name (the wildcard of the headless Service)."""
     context = ssl.create_default_context(cafile=str(bundle))
     host = f"{pod.metadata.name}.{GROUP}-headless.{env.namespace}.svc"
     with (
-        socket.create_connection((pod.status.pod_ip, REMOTING_PORT), timeout=5) as raw,
+        socket.create_connection((pod.status.pod_ip, port), timeout=5) as raw,
         context.wrap_socket(raw, server_hostname=host) as tls,
     ):
         der = tls.getpeercert(binary_form=True)
     assert der is not None
     return x509.load_der_x509_certificate(der)
+
+
+def _https_get(env: OperatorEnv, pod: Any, bundle: Path, path: str) -> tuple[int, bytes]:
+    """GET `path` on the pod's HTTP port over HTTPS, verified against `bundle` for the
+    pod's stable name: (status, body)."""
+    context = ssl.create_default_context(cafile=str(bundle))
+    host = f"{pod.metadata.name}.{GROUP}-headless.{env.namespace}.svc"
+    with (
+        socket.create_connection((pod.status.pod_ip, HTTP_PORT), timeout=5) as raw,
+        context.wrap_socket(raw, server_hostname=host) as tls,
+    ):
+        tls.sendall(f"GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+        answer = b""
+        while chunk := tls.recv(65536):
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    return int(head.split(b" ")[1]), body
+
+
+def _plain_http_unanswered(pod: Any) -> bool:
+    """HTTPS only: a plaintext request on the HTTP port gets no HTTP answer (the TLS
+    server reads it as a bad handshake and closes, perhaps after an alert record)."""
+    with socket.create_connection((pod.status.pod_ip, HTTP_PORT), timeout=5) as raw:
+        raw.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        answer = b""
+        try:
+            while chunk := raw.recv(65536):
+                answer += chunk
+        except ConnectionResetError:
+            pass
+    return not answer.startswith(b"HTTP/")
 
 
 def _plaintext_refused(pod: Any) -> bool:
@@ -93,7 +134,9 @@ def _pods_on(env: OperatorEnv, digest: str) -> bool:
 def test_certificates_made_mounted_served_and_a_forced_renewal_rolls_once(
     env: OperatorEnv, tmp_path: Path
 ) -> None:
-    env.create_group(GROUP, 3, ha={"minInSyncReplicas": 2}, tls={"mode": "enforcing"})
+    env.create_group(
+        GROUP, 3, ha={"minInSyncReplicas": 2}, tls={"mode": "enforcing", "httpPort": True}
+    )
     env.wait_available(GROUP, 3, 150)
     status = wait_for("status.tls", lambda: env.group(GROUP)["status"].get("tls"), 30)
     ca = _secret(env, "brokergroup-cluster-ca")
@@ -109,9 +152,17 @@ def test_certificates_made_mounted_served_and_a_forced_renewal_rolls_once(
     volumes = {v.name: v for v in sts.spec.template.spec.volumes}
     assert volumes["tls"].secret.secret_name == f"{GROUP}-tls"
     assert sts.spec.template.metadata.annotations[DIGEST] == status["digest"]
+    broker = sts.spec.template.spec.containers[0]
+    assert "--http-tls" in broker.command
+    assert broker.readiness_probe.http_get.scheme == "HTTPS"
     for pod in env.pods(GROUP):
         assert _served(env, pod, bundle).serial_number == issued.serial_number
         assert _plaintext_refused(pod)
+        assert _served(env, pod, bundle, HTTP_PORT).serial_number == issued.serial_number
+        assert _https_get(env, pod, bundle, "/readyz")[0] == 200
+        code, metrics = _https_get(env, pod, bundle, "/metrics")
+        assert code == 200 and b"brokergroup_broker" in metrics
+        assert _plain_http_unanswered(pod)
 
     before = env.group(GROUP)["status"]
     epoch, master = before["masterEpoch"], env.master_pod(GROUP).metadata.name
@@ -132,6 +183,7 @@ def test_certificates_made_mounted_served_and_a_forced_renewal_rolls_once(
     assert new_leaf.serial_number != issued.serial_number
     for pod in env.pods(GROUP):
         assert _served(env, pod, bundle).serial_number == new_leaf.serial_number
+        assert _served(env, pod, bundle, HTTP_PORT).serial_number == new_leaf.serial_number
     # One switchover (the planner's, before the old master's restart): the epoch moved once.
     assert after["masterEpoch"] == epoch + 1, (epoch, after["masterEpoch"], env.group_events(GROUP))
     assert env.master_pod(GROUP).metadata.name != master

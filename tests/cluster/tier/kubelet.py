@@ -30,9 +30,9 @@ installation, not an image:
   Service;
 - env: values, fieldRef (podIP, name, namespace, uid, nodeName, hostIP),
   configMapKeyRef/secretKeyRef; `$(VAR)` expanded in command and args;
-- probes: httpGet, tcpSocket and exec readiness and liveness probes with the
-  spec's periods and thresholds; a failed liveness probe restarts the
-  container;
+- probes: httpGet (scheme HTTP or HTTPS; HTTPS unverified, as a kubelet's),
+  tcpSocket and exec readiness and liveness probes with the spec's periods and
+  thresholds; a failed liveness probe restarts the container;
 - restartPolicy Always/OnFailure/Never with a short backoff (0.2 s doubling to
   5 s; a real kubelet starts at 10 s);
 - deletion: SIGTERM, the pod's grace period, SIGKILL, then DELETE with grace
@@ -64,6 +64,7 @@ import re
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import threading
 import time
@@ -986,8 +987,11 @@ def _run_probe(probe: Any, ip: str, c: _Container, exec_argv: Any) -> bool:
     try:
         if probe.http_get is not None:
             port = _port_of(probe.http_get.port, c.spec)
-            url = f"http://{ip}:{port}{probe.http_get.path or '/'}"
-            with urllib.request.urlopen(url, timeout=timeout) as response:
+            https = str(probe.http_get.scheme or "HTTP").upper() == "HTTPS"
+            url = f"{'https' if https else 'http'}://{ip}:{port}{probe.http_get.path or '/'}"
+            # A kubelet's HTTPS probe does not verify the certificate (InsecureSkipVerify).
+            unverified = ssl._create_unverified_context() if https else None
+            with urllib.request.urlopen(url, timeout=timeout, context=unverified) as response:
                 return 200 <= int(response.status) < 400
         if probe.tcp_socket is not None:
             port = _port_of(probe.tcp_socket.port, c.spec)
