@@ -48,7 +48,7 @@ from brokergroup_broker.broker_stats import BrokerStats
 from brokergroup_broker.metadata import PERM_READ, PERM_WRITE, BrokerMetadata, TopicConfig
 from brokergroup_broker.pop.service import PopService
 from brokergroup_broker.protocol.messages import BrokerError, RecordPull, Response, SendBatch
-from brokergroup_broker.remoting_front import wire
+from brokergroup_broker.remoting_front import acl_admin, wire
 from brokergroup_broker.remoting_front.admin_queries import AdminQueries
 from brokergroup_broker.remoting_front.assignments import Assignments
 from brokergroup_broker.remoting_front.broker_status import BrokerStatus
@@ -383,6 +383,8 @@ class RemotingFront:
                 ).table()
             )
         self.handlers: dict[int, Handler] = {int(code): h for code, h in table.items()}
+        # mqadmin createUser … listAcl: refused with the way that works (acl_admin.py).
+        self.handlers.update(acl_admin.table())
         if transactions is not None:  # END_TRANSACTION; checks over producer connections
             self.handlers[int(RequestCode.END_TRANSACTION)] = Transactions(
                 transactions
