@@ -202,7 +202,7 @@ class Checker(TransactionChecker):  # type: ignore[misc]
 
 
 def test_transactions_commit_once_roll_back_never_and_an_open_one_is_checked(
-    config: ClientConfiguration,
+    config: ClientConfiguration, rt: Runtime
 ) -> None:
     checker = Checker()
     producer = Producer(config, ("GrpcTx",), checker)
@@ -226,9 +226,10 @@ def test_transactions_commit_once_roll_back_never_and_an_open_one_is_checked(
         more = receive_all(config, "GrpcTxGroup", "GrpcTx", 1, timeout_s=4)
     finally:
         producer.shutdown()
-    assert sorted((m.message_id, m.body) for m in got + more) == sorted(
-        [(sent["commit"], b"commit-body-0"), (sent["open"], b"open-body-2")]
-    )
+    received = sorted((m.message_id, m.body) for m in got + more)
+    expected = sorted([(sent["commit"], b"commit-body-0"), (sent["open"], b"open-body-2")])
+    # What the brokers saw, for a failure here (CI once missed the open one's check).
+    assert received == expected, (checker.asked, rt.status(), rt.logs())
     assert {m.message_type for m in got} == {pb.TRANSACTION}
     # Only the open transaction was checked.
     assert set(checker.asked) == {sent["open"]}

@@ -366,6 +366,7 @@ class MessagingService(service_grpc.MessagingServiceServicer):  # type: ignore[m
                 # TRANSACTION_RESOLUTION_UNSPECIFIED: still open; its check names it again.
                 self.transaction_ids.put_back(topic, transaction_id, data)
         except GrpcRefusal as exc:
+            log.info("EndTransaction of %s refused: %s", request.transaction_id, exc.message)
             return service_pb.EndTransactionResponse(status=_status(exc.code, exc.message))
         return service_pb.EndTransactionResponse(status=_status(convert.OK))
 

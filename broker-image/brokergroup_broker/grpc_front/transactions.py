@@ -189,6 +189,10 @@ class TelemetryChecks:
         except asyncio.QueueFull:
             log.info("transactions: telemetry stream of %s is full; check not sent", client_id)
             return False
+        log.info(
+            "transactions: check %d of %s (%s) sent to gRPC producer %s",
+            check.check_times, transaction_id, real_topic, client_id,
+        )  # fmt: skip
         # The answer (EndTransaction, source SERVER_CHECK) names it by transaction id.
         self._ids.add(
             check.producer_group, transaction_id, half.queue_offset, half.physical_offset,
