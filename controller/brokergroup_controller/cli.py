@@ -72,6 +72,12 @@ def register(subparsers: Any) -> None:
         help="fixed master address of one group in routes (repeatable; ahead of the template)",
     )
     controller.add_argument(
+        "--namesrv-master-only-routes",
+        action="store_true",
+        help="topic routes name a group with a stable master address by it alone, no slaves "
+        "(stock RocketMQ brokers: a client is never counted twice after a failover)",
+    )
+    controller.add_argument(
         "--insecure-no-auth",
         action="store_true",
         help="dev only: no API token and an unauthenticated Raft port",
@@ -248,6 +254,7 @@ def _run_controller(args: argparse.Namespace) -> int:
             namesrv_port=args.namesrv_port,
             namesrv_master_address_template=args.namesrv_master_address_template,
             namesrv_master_addresses=args.namesrv_master_addresses,
+            namesrv_master_only_routes=args.namesrv_master_only_routes,
             remoting_tls_mode=args.remoting_tls_mode,
             tls_cert_file=args.tls_cert_file,
             tls_key_file=args.tls_key_file,

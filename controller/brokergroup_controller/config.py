@@ -96,6 +96,11 @@ class ControllerConfig:
     master's own address, which clients follow only at their 30 s route refresh."""
     namesrv_master_addresses: tuple[str, ...] = ()
     """`CLUSTER/BROKER=HOST:PORT` fixed master addresses, ahead of the template."""
+    namesrv_master_only_routes: bool = False
+    """Topic routes name a group with a stable master address by that address alone, no
+    slaves (namesrv/routes.py `client_broker_addrs`): a stock RocketMQ 5.3 broker then never
+    counts one client twice after a failover, at the cost of reads from slaves. Needs a
+    template or fixed address; `local up --engine rocketmq` sets it."""
     remoting_tls_mode: str = "disabled"
     """RocketMQ's `tls.server.mode` of the name server and the remoting port: disabled,
     permissive (plaintext and TLS clients on one port) or enforcing (docs/security.md
@@ -151,7 +156,11 @@ class ControllerConfig:
             raise ValueError(f"cannot load the API's TLS files: {exc}") from exc
 
     def master_address_policy(self) -> MasterAddressPolicy:
-        return load_policy(self.namesrv_master_address_template, self.namesrv_master_addresses)
+        return load_policy(
+            self.namesrv_master_address_template,
+            self.namesrv_master_addresses,
+            self.namesrv_master_only_routes,
+        )
 
     @property
     def self_address(self) -> str:
@@ -333,6 +342,7 @@ def load_config(
     namesrv_port: int | None = None,
     namesrv_master_address_template: str | None = None,
     namesrv_master_addresses: list[str] | None = None,
+    namesrv_master_only_routes: bool = False,
     remoting_tls_mode: str | None = None,
     tls_cert_file: str | None = None,
     tls_key_file: str | None = None,
@@ -377,6 +387,7 @@ def load_config(
             "namesrv_port": namesrv_port,
             "namesrv_master_address_template": namesrv_master_address_template,
             "namesrv_master_addresses": namesrv_master_addresses or None,
+            "namesrv_master_only_routes": namesrv_master_only_routes or None,
             "remoting_tls_mode": remoting_tls_mode,
             "tls_cert_file": tls_cert_file and os.path.abspath(tls_cert_file),
             "tls_key_file": tls_key_file and os.path.abspath(tls_key_file),

@@ -14,6 +14,12 @@ The policy, loaded once at start-up (`--namesrv-master-address CLUSTER/BROKER=HO
   registered remoting address) filled in;
 - else the master's own address, as RocketMQ routes it.
 
+`--namesrv-master-only-routes` (`master_only`): a group with a stable address is routed to
+clients by that address alone (brokerId 0), its slaves left out of topic routes
+(`routes.client_broker_addrs` says why: a stock client heartbeats every address a route
+names, and RocketMQ 5.3 counts a client once per connection). Only the local runtime's
+`--engine rocketmq` turns it on; it needs a stable address to mean anything.
+
 Every failure is a `ValueError` at load: unknown placeholders, an empty host, a bad port.
 """
 
@@ -65,12 +71,23 @@ class MasterAddressPolicy:
     """`{cluster}`, `{broker}`, `{port}` filled in, e.g. `{broker}-master.ns.svc:{port}`."""
     fixed: Mapping[BrokerSetKey, str] = field(default_factory=dict)
     """(clusterName, brokerName) → `host:port`, ahead of the template."""
+    master_only: bool = False
+    """Topic routes name only the stable address of a group that has one (no slaves)."""
 
     def __post_init__(self) -> None:
+        if self.master_only and self.template is None and not self.fixed:
+            raise ValueError(
+                "master-only routes need a stable master address "
+                "(--namesrv-master-address or --namesrv-master-address-template)"
+            )
         if self.template is not None:
             _check_template(self.template)
         for (cluster, broker), address in self.fixed.items():
             parse_host_port(address, f"master address of {cluster}/{broker}")
+
+    def stable(self, group: BrokerSetKey) -> bool:
+        """Whether `group`'s master is served at a stable address (not its own)."""
+        return self.template is not None or group in self.fixed
 
     def address(self, group: BrokerSetKey, master_addr: str) -> str:
         """The brokerId 0 address of `group` whose master registered as `master_addr`."""
@@ -99,9 +116,13 @@ def parse_fixed(entries: Iterable[str]) -> dict[BrokerSetKey, str]:
     return fixed
 
 
-def load_policy(template: str | None, fixed_entries: Iterable[str]) -> MasterAddressPolicy:
+def load_policy(
+    template: str | None, fixed_entries: Iterable[str], master_only: bool = False
+) -> MasterAddressPolicy:
     """The policy from the controller's flags (ValueError says what is wrong)."""
-    return MasterAddressPolicy(template=template or None, fixed=parse_fixed(fixed_entries))
+    return MasterAddressPolicy(
+        template=template or None, fixed=parse_fixed(fixed_entries), master_only=master_only
+    )
 
 
 #: No policy: routes name the master's own registered address (RocketMQ's behaviour).

@@ -1,5 +1,6 @@
 """The name server's master address policy (master_address.py) and its start-up
-contract: `--namesrv-master-address-template` and `--namesrv-master-address`.
+contract: `--namesrv-master-address-template`, `--namesrv-master-address` and
+`--namesrv-master-only-routes`.
 
 Checks which address a managed group's master gets (fixed ahead of template ahead of the
 master's own), and that a bad template or address stops the controller at load with a
@@ -100,3 +101,28 @@ def test_the_controller_cli_stops_on_a_bad_flag_with_the_reason(
     assert "C/b" in capsys.readouterr().err
     assert cli.main([*argv, "--namesrv-master-address-template", "{host}:{port}"]) == 2
     assert "unknown placeholder {host}" in capsys.readouterr().err
+
+
+def test_master_only_routes_need_a_stable_address_and_reach_the_policy(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(ValueError, match="need a stable master address"):
+        load_policy(None, [], master_only=True)
+    with pytest.raises(ValueError, match="need a stable master address"):
+        config_from_sources({"namesrvMasterOnlyRoutes": True}, _base(tmp_path))
+    with pytest.raises(ValueError, match="namesrvMasterOnlyRoutes must be bool"):
+        config_from_sources({"namesrvMasterOnlyRoutes": "yes"}, _base(tmp_path))
+    policy = config_from_sources(
+        {"namesrvMasterOnlyRoutes": True, "namesrvMasterAddresses": ["C/b=127.0.0.1:20911"]},
+        _base(tmp_path),
+    ).master_address_policy()
+    assert (policy.master_only, policy.stable(("C", "b")), policy.stable(("C", "x"))) == (
+        True,
+        True,
+        False,
+    )
+    assert load_policy("{broker}:{port}", [], master_only=True).stable(("C", "x"))
+    argv = ["controller", "--node-id", "1", "--peers", "127.0.0.1:1", "--data-dir"]
+    argv += [str(tmp_path), "--insecure-no-auth", "--namesrv-master-only-routes"]
+    assert cli.main(argv) == 2
+    assert "need a stable master address" in capsys.readouterr().err

@@ -5,7 +5,10 @@ group's route names exactly the controller's master as brokerId 0 (MixAll.MASTER
 every other member by its persistent id, whatever ids the brokers claimed; that a route
 never lists an address twice or an id twice; that expired registrations never appear; and
 with examples, the RocketMQ shapes of TopicRouteData, ClusterInfo, the topic list and the
-RegisterBrokerResult, and the registration table's merge, expiry and bounds.
+RegisterBrokerResult, and the registration table's merge, expiry and bounds. Master-only
+routes (`client_broker_addrs`, engine rocketmq): a group with a stable master address is
+given to clients by that address alone and left out of topic routes while it has no master,
+cluster info keeping every member; groups without a stable address keep RocketMQ's routes.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from brokergroup_controller.namesrv.routes import (
     BrokerRegistration,
     ManagedGroup,
     TopicConfig,
+    client_broker_addrs,
     cluster_info,
     group_routes,
     persistent_id,
@@ -240,6 +244,110 @@ def test_the_policy_changes_only_the_address_of_id_0(
         assert stable[0].master_registered_addr == expected[MASTER_ID] == ADDRS[master or 0]
         expected[MASTER_ID] = STABLE if kind == "fixed" else "broker-a.DefaultCluster:10911"
     assert stable[0].broker_addrs == expected
+
+
+# --- master-only routes (issue 34: a consumer counted twice after a failover) -------------
+
+MASTER_ONLY = MasterAddressPolicy(fixed={KEY: STABLE}, master_only=True)
+
+
+def _broker_datas(route: dict[str, object]) -> list[dict[str, object]]:
+    datas = route["brokerDatas"]
+    assert isinstance(datas, list)
+    return datas
+
+
+def test_the_client_route_decision_for_each_kind_of_group() -> None:
+    members = {0: ADDRS[1], 2: ADDRS[2], 3: ADDRS[3]}
+    slaves = {2: ADDRS[2], 3: ADDRS[3]}
+    # No stable address: RocketMQ's route, master_only or not.
+    assert client_broker_addrs(members, None, master_only=True) == members
+    assert client_broker_addrs(slaves, None, master_only=True) == slaves
+    # A stable address: id 0 named by it; slaves only without master_only.
+    assert client_broker_addrs(members, STABLE, master_only=False) == {**members, 0: STABLE}
+    assert client_broker_addrs(members, STABLE, master_only=True) == {0: STABLE}
+    # No master registered: nothing for clients under master_only (they keep the stable
+    # address from their last route), the slaves otherwise.
+    assert client_broker_addrs(slaves, STABLE, master_only=False) == slaves
+    assert client_broker_addrs(slaves, STABLE, master_only=True) == {}
+    assert client_broker_addrs({}, STABLE, master_only=True) == {}
+
+
+def test_master_only_topic_routes_name_the_stable_address_alone_across_an_election() -> None:
+    regs = [reg(ADDRS[1], 0), reg(ADDRS[2], 2), reg(ADDRS[3], 3)]
+    for master, slaves in (
+        (1, {"2": ADDRS[2], "3": ADDRS[3]}),
+        (2, {"1": ADDRS[1], "3": ADDRS[3]}),
+    ):
+        routes = group_routes(regs, managed(master, ADDRS), 0, MASTER_ONLY)
+        route = topic_route("orders", routes)
+        assert route is not None
+        assert route["brokerDatas"] == [
+            {
+                "brokerAddrs": {"0": STABLE},
+                "brokerName": "broker-a",
+                "cluster": "DefaultCluster",
+                "enableActingMaster": False,
+            }
+        ]
+        assert route["queueDatas"] == [
+            {"brokerName": "broker-a", "perm": 6, "readQueueNums": 4, "topicSysFlag": 0,
+             "writeQueueNums": 4}
+        ]  # fmt: skip
+        # mqadmin clusterList still sees every member, and slaves replicate from the master.
+        table = cluster_info(routes)["brokerAddrTable"]
+        assert isinstance(table, dict)
+        assert table["broker-a"]["brokerAddrs"] == {"0": STABLE, **slaves}
+        slave = next(r for r in regs if r.broker_addr != ADDRS[master])
+        assert register_answer(slave, routes, regs)[0] == ADDRS[master]
+
+
+def test_master_only_leaves_a_masterless_group_out_of_topic_routes_only() -> None:
+    regs = [reg(ADDRS[2], 2), reg(ADDRS[3], 3)]
+    routes = group_routes(regs, managed(None, ADDRS), 0, MASTER_ONLY)
+    assert topic_route("orders", routes) is None  # TOPIC_NOT_EXIST: the client keeps its own
+    table = cluster_info(routes)["brokerAddrTable"]
+    assert isinstance(table, dict)
+    assert table["broker-a"]["brokerAddrs"] == {"2": ADDRS[2], "3": ADDRS[3]}
+    assert topic_list(routes) == ["orders"]
+    # Another group with a master still serves the topic.
+    other = [*regs, reg("127.0.0.20:10911", 0, name="broker-b")]
+    route = topic_route("orders", group_routes(other, managed(None, ADDRS), 0, MASTER_ONLY))
+    assert route is not None
+    assert [d["brokerName"] for d in _broker_datas(route)] == ["broker-b"]
+
+
+def test_master_only_keeps_rocketmq_routes_for_groups_without_a_stable_address() -> None:
+    regs = [reg(ADDRS[1], 0), reg(ADDRS[2], 2), reg("127.0.0.1:1", 0, name="broker-b"),
+            reg("127.0.0.1:2", 1, name="broker-b")]  # fmt: skip
+    # broker-b is unmanaged; broker-a managed but without a fixed address under this policy.
+    policy = MasterAddressPolicy(fixed={("DefaultCluster", "broker-c"): STABLE}, master_only=True)
+    route = topic_route("orders", group_routes(regs, managed(1, ADDRS), 0, policy))
+    assert route is not None
+    assert [d["brokerAddrs"] for d in _broker_datas(route)] == [
+        {"0": ADDRS[1], "2": ADDRS[2]},
+        {"0": "127.0.0.1:1", "1": "127.0.0.1:2"},
+    ]
+
+
+@given(
+    st.lists(st.integers(1, 3), min_size=1, max_size=3, unique=True),
+    st.one_of(st.none(), st.integers(1, 3)),
+)
+def test_master_only_changes_topic_routes_and_nothing_else(
+    registered: list[int], master: int | None
+) -> None:
+    regs = [reg(ADDRS[i], 0 if i == 1 else i) for i in registered]
+    full = group_routes(regs, managed(master, ADDRS), 0, MasterAddressPolicy(fixed={KEY: STABLE}))
+    only = group_routes(regs, managed(master, ADDRS), 0, MASTER_ONLY)
+    assert cluster_info(only) == cluster_info(full)
+    assert [r.broker_addrs for r in only] == [r.broker_addrs for r in full]
+    route = topic_route("orders", only)
+    if MASTER_ID in full[0].broker_addrs:
+        assert route is not None
+        assert route["brokerDatas"][0]["brokerAddrs"] == {"0": STABLE}  # type: ignore[index]
+    else:
+        assert route is None
 
 
 # --- properties ---------------------------------------------------------------------------

@@ -128,12 +128,16 @@ def check_proxy_ports(config: LocalConfig) -> None:
 
 def controller_args(config: LocalConfig, layout: Layout) -> list[str]:
     """What a controller node adds: the remoting port, with the release pair as its admin pair
-    (the derived pairs it checks against the root it already has)."""
+    (the derived pairs it checks against the root it already has); and topic routes that name
+    the group by its forwarder alone (a stock broker lists a client once per connection: one
+    held straight to a slave that is then elected would count the client twice,
+    docs/rocketmq-compatibility.md "A consumer counted twice after a failover")."""
     return [
         "--remoting-port",
         str(config.controller_remoting_port),
         "--remoting-credentials-file",
         str(layout.namesrv_key_file),
+        "--namesrv-master-only-routes",
     ]
 
 

@@ -27,6 +27,21 @@ forwarder) or, without a policy, the master's own. Everything a client or mqadmi
 (topic routes, cluster info, system topics) takes it from `GroupRoute.broker_addrs`;
 only the answer to a broker's own registration uses the master's registered address.
 
+What a *client* is given differs from that in one case (`client_broker_addrs`): with the
+policy's `master_only` (`--namesrv-master-only-routes`, set by `local up --engine rocketmq`),
+a group whose master is served at a stable address is named in topic routes by that address
+alone, as brokerId 0, and not at all while it has no master (the client keeps the route it
+had, which names the stable address). A stock client heartbeats every address its topic
+routes name and keeps those connections; had it held one to a slave, the slave's election
+would leave the new master with two connections for one client (that one and the one
+through the stable address), and RocketMQ 5.3 lists a client once per connection
+(`ConsumerGroupInfo.getAllClientId`), so the group's rebalance gave the client half the
+queues until the direct connection idled out (docs/rocketmq-compatibility.md "A consumer
+counted twice after a failover"). The cost: such a group's clients never read from a slave
+(`slaveReadEnable` / suggested brokerId 1), which engine rocketmq does not turn on. Cluster
+info (GET_BROKER_CLUSTER_INFO, mqadmin clusterList) keeps every member. The built-in broker
+keeps its full routes: it lists a client once however many connections it has.
+
 Two registrations under one route id (a broker back on a new address before its old entry
 expired): the latest refresh wins. The queue data of a group comes from the registration
 routed as id 0, else from the one with the smallest id (RocketMQ's "prime slave").
@@ -133,10 +148,18 @@ class GroupRoute:
     """The controller's masterEpoch for a managed group; None for an unmanaged one."""
     master_registered_addr: str | None = None
     """The master's own registered remoting address (brokerId 0 may name a stable one)."""
+    client_addrs: Mapping[int, str] | None = None
+    """What topic routes name (`client_broker_addrs`); None = `broker_addrs`."""
 
-    def broker_data(self) -> dict[str, object]:
+    def routed_addrs(self) -> Mapping[int, str]:
+        """The addresses a topic route names (empty: the group is left out of them)."""
+        return self.broker_addrs if self.client_addrs is None else self.client_addrs
+
+    def broker_data(self, for_clients: bool = False) -> dict[str, object]:
+        """BrokerData: every member (cluster info), or what topic routes name."""
+        addrs = self.routed_addrs() if for_clients else self.broker_addrs
         data: dict[str, object] = {
-            "brokerAddrs": {str(k): v for k, v in sorted(self.broker_addrs.items())},
+            "brokerAddrs": {str(k): v for k, v in sorted(addrs.items())},
             "brokerName": self.broker_name,
             "cluster": self.cluster_name,
             "enableActingMaster": self.enable_acting_master,
@@ -188,6 +211,26 @@ def _route_ids(
     return {rid: reg for rid, reg in chosen.items() if by_addr[reg.broker_addr] == rid}
 
 
+def client_broker_addrs(
+    registered: Mapping[int, str], stable_address: str | None, master_only: bool
+) -> dict[int, str]:
+    """The addresses a topic route names for one group (module doc).
+
+    `registered`: route id → the broker's own registered address (id 0 = the controller's
+    master, when it is registered); `stable_address`: where the group's master is served for
+    clients (the master Service, the local forwarder), None when the group has none;
+    `master_only`: name only that address. Without a stable address the route is RocketMQ's
+    (every member by its own address); with one, id 0 is the stable address and, unless
+    `master_only`, the slaves follow by their own addresses; with `master_only` and no
+    master registered, nothing (a client keeps its last route: the stable address)."""
+    if stable_address is None:
+        return dict(registered)
+    has_master = MASTER_ID in registered
+    if master_only:
+        return {MASTER_ID: stable_address} if has_master else {}
+    return {**registered, MASTER_ID: stable_address} if has_master else dict(registered)
+
+
 def group_routes(
     registrations: Iterable[BrokerRegistration],
     managed: Mapping[BrokerSetKey, ManagedGroup],
@@ -209,10 +252,15 @@ def group_routes(
         if not ids:
             continue
         source = ids[min(ids)]
-        addrs = {rid: reg.broker_addr for rid, reg in ids.items()}
+        registered = {rid: reg.broker_addr for rid, reg in ids.items()}
         master = ids.get(MASTER_ID)
-        if group is not None and master is not None:
-            addrs[MASTER_ID] = policy.address(key, master.broker_addr)
+        stable = None
+        if group is not None and policy.stable(key):
+            # The template's {port} is the master's; without a master, any member's (the
+            # address is then not named: client_broker_addrs).
+            stable = policy.address(key, (master or source).broker_addr)
+        addrs = client_broker_addrs(registered, stable, master_only=False)
+        client = client_broker_addrs(registered, stable, master_only=policy.master_only)
         routes.append(
             GroupRoute(
                 cluster_name=key[0],
@@ -223,6 +271,7 @@ def group_routes(
                 topics={**(group_topics or {}).get(key, {}), **source.topics},
                 master_epoch=None if group is None else group.master_epoch,
                 master_registered_addr=None if master is None else master.broker_addr,
+                client_addrs=None if client == addrs else client,
             )
         )
     return routes
@@ -247,11 +296,11 @@ def topic_route(topic: str, routes: Iterable[GroupRoute]) -> dict[str, object] |
     seen: set[str] = set()
     for route in routes:
         config = route.topics.get(topic)
-        if config is None or route.broker_name in seen:
+        if config is None or route.broker_name in seen or not route.routed_addrs():
             continue
         seen.add(route.broker_name)
         queue_datas.append(_queue_data(route, config))
-        broker_datas.append(route.broker_data())
+        broker_datas.append(route.broker_data(for_clients=True))
     if not queue_datas:
         return None
     return {"brokerDatas": broker_datas, "filterServerTable": {}, "queueDatas": queue_datas}
