@@ -79,7 +79,7 @@ cluster-down: $(STAMP)
 # (unit, integration, chaos, pipeline and the cluster tier on a real kube-apiserver), in
 # parallel on $(WORKERS) workers.
 test: lint k8s-tools rocketmq-client rocketmq-servers s3-server
-	$(BIN)/pytest -q -p no:cacheprovider $(XDIST) tests
+	$(BIN)/pytest -q -p no:cacheprovider --durations=25 $(XDIST) tests
 
 # The project image (broker-image/Dockerfile) where a container engine answers;
 # OFFLINE_BASE=1 builds its Debian base here (no registry). tools/image/.
