@@ -99,6 +99,50 @@ def test_higher_epoch_without_master_fences_a_master() -> None:
     assert apply(s, d[0]).role is Role.FENCED
 
 
+def test_paused_master_fenced_by_a_stale_answer_follows_the_new_master() -> None:
+    """Issue 37, `brokergroup chaos --seed 3703` window 2 (pause-master): the master
+    (here ME) is SIGSTOPped; broker 3 is elected at masterEpoch 2. On SIGCONT the first
+    answer it reads is the one a long-poll watch took from a controller that had lost
+    leadership: epoch 2, master 3 recorded but not alive in that node's stale liveness
+    view. It fences at epoch 2 (right: it must not write at an epoch the controller
+    moved past). Every later answer, from the leader, names master 3 alive at the same
+    epoch 2: the broker must follow it as a slave. Before the fix it stayed FENCED until
+    the next election (49 s in the run), so the SyncStateSet never became full again."""
+    s = RoleState(Role.MASTER, 1, sync_state_set_epoch=3)
+    stale = GroupView(3, "127.0.1.112:10911", 2, frozenset({3, 1}), 4, frozenset(), False)
+    s, d = run(s, stale)
+    assert s.role is Role.FENCED and s.master_epoch == 2
+    assert isinstance(d[0], Fence) and d[1:] == [RequestElection()]
+    leader = GroupView(3, "127.0.1.112:10911", 2, frozenset({3}), 5, frozenset({1, 2, 3}))
+    s, d = run(s, leader)
+    assert d == [BecomeSlave(2, 3, "127.0.1.112:10911")]
+    assert (s.role, s.master_epoch, s.master_broker_id) == (Role.SLAVE, 2, 3)
+    s, d = run(s, leader)
+    assert d == [] and s.role is Role.SLAVE  # and it stays there
+
+
+def test_fenced_broker_takes_the_master_role_the_controller_gave_it_at_that_epoch() -> None:
+    """The same stale answer when the controller elected *this* master again at epoch 2
+    (a designated election, e.g. after a restart at the same epoch): it fences at 2
+    (the answer says the master is not alive), then the leader's answers name it
+    master, alive, at epoch 2 — it becomes master at 2 (it never wrote under epoch 2;
+    the driver begins it at the log end)."""
+    s = RoleState(Role.MASTER, 1)
+    s, d = run(s, GroupView(ME, "127.0.0.2:10911", 2, frozenset({ME}), 2, frozenset(), False))
+    assert s.role is Role.FENCED and s.master_epoch == 2
+    s, d = run(s, group(ME, 2, sss=frozenset({ME}), set_epoch=2))
+    assert d == [BecomeMaster(2, frozenset({ME}), 2)] and s.role is Role.MASTER
+
+
+def test_fenced_after_a_failed_move_retries_on_the_next_answer_at_the_same_epoch() -> None:
+    """A slave whose same-epoch move (master restarted elsewhere) failed is fenced at
+    that epoch by the driver (`RoleCore.fence`); the next answer retries the move."""
+    s = RoleState(Role.FENCED, 5)
+    assert decide(s, group(1, 5, address="127.0.0.9:10911"), ME) == [
+        BecomeSlave(5, 1, "127.0.0.9:10911")
+    ]
+
+
 def test_master_not_alive_at_same_epoch_keeps_role_but_loses_lease_renewal() -> None:
     s = RoleState(Role.MASTER, 5)
     view = group(None, 5, alive=frozenset({1, 3}))
@@ -138,8 +182,15 @@ def test_epochs_never_go_back_and_roles_change_only_on_higher_epochs(
         before = s
         s, decisions = run(s, group(master, epoch, alive=alive))
         assert s.master_epoch >= before.master_epoch
-        if s.role != before.role:
-            assert s.master_epoch > before.master_epoch
+        if s.role != before.role and s.master_epoch == before.master_epoch:
+            # At the same epoch only a fenced broker takes a role: the one the
+            # controller's answer names (issue 37: fenced by a stale answer).
+            assert before.role is Role.FENCED and master is not None
+            assert s.role is (Role.MASTER if master == ME else Role.SLAVE)
+        if epoch >= max(1, before.master_epoch) and master is not None:
+            # Liveness: an answer naming a live master at an epoch not older than
+            # ours leaves no broker fenced (issue 37: one stayed out 49 s).
+            assert s.role is not Role.FENCED
         if epoch < before.master_epoch:
             assert decisions == [] and s == before  # stale answers change nothing
         elif s.acting_master:

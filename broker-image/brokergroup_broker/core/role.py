@@ -14,7 +14,10 @@ Rules
   lower epoch (a stale leader, a reordered reply) are ignored. At the same
   epoch only the details may move: a slave follows its master's new
   address (the master restarted elsewhere), a master adopts a newer
-  SyncStateSet. A restarted broker starts at masterEpoch 0, so the
+  SyncStateSet — and a FENCED broker (no role) takes the role an answer at
+  its own epoch names with a live master: it was fenced at that epoch by an
+  answer that showed no live master (a stale view) or by a transition that
+  failed, and would otherwise wait for the next election (issue 37). A restarted broker starts at masterEpoch 0, so the
   controller's current epoch is "higher" and it resumes its role, master
   included (the controller never saw it gone).
 - A higher masterEpoch with no master (the controller found no candidate)
@@ -162,7 +165,23 @@ def decide(
                 )
             )
     elif master is not None:
-        if current.role is Role.MASTER and master == broker_id:
+        if current.role is Role.FENCED:
+            # Same epoch, a live master named, and we hold no role: we were fenced at
+            # this epoch, either by an answer that showed it without a live master (a
+            # long-poll watch answered by a controller that had lost leadership reads
+            # every broker as dead: issue 37, a paused master stayed out 49 s) or by a
+            # transition that failed. Take the role the controller gave this epoch.
+            # Never a master role we already wrote under: the driver asks for a new
+            # epoch when the store's last epoch is this one (restart rule).
+            if master == broker_id:
+                decisions.append(
+                    BecomeMaster(
+                        group.master_epoch, group.sync_state_set, group.sync_state_set_epoch
+                    )
+                )
+            elif group.master_address:
+                decisions.append(BecomeSlave(group.master_epoch, master, group.master_address))
+        elif current.role is Role.MASTER and master == broker_id:
             if group.sync_state_set_epoch > current.sync_state_set_epoch:
                 decisions.append(
                     SyncStateSetChanged(group.sync_state_set, group.sync_state_set_epoch)
