@@ -30,6 +30,7 @@ import json
 import subprocess
 import threading
 import time
+import urllib.request
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
@@ -187,6 +188,21 @@ def test_a_delayed_message_comes_at_its_delivery_time(config: ClientConfiguratio
     assert received_ms >= deliver_ms  # not early
 
 
+def _transactions(rt: Runtime) -> dict[str, Any]:
+    """Each broker's transaction service status (GET /v1/status, the broker credential)."""
+    token = (rt.root / "broker-credential").read_text().strip()
+    seen: dict[str, Any] = {}
+    for broker in rt.state()["brokers"]:
+        url = f"http://{broker['host']}:{broker['port'] + 2}/v1/status"
+        request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+        try:
+            with urllib.request.urlopen(request, timeout=5) as response:
+                seen[broker["address"]] = json.loads(response.read()).get("transactions")
+        except (OSError, ValueError) as exc:
+            seen[broker["address"]] = repr(exc)
+    return seen
+
+
 class Checker(TransactionChecker):  # type: ignore[misc]
     """The producer's local transaction state: commit what the message says, as asked."""
 
@@ -229,7 +245,7 @@ def test_transactions_commit_once_roll_back_never_and_an_open_one_is_checked(
     received = sorted((m.message_id, m.body) for m in got + more)
     expected = sorted([(sent["commit"], b"commit-body-0"), (sent["open"], b"open-body-2")])
     # What the brokers saw, for a failure here (CI once missed the open one's check).
-    assert received == expected, (checker.asked, rt.status(), rt.logs())
+    assert received == expected, (checker.asked, _transactions(rt), rt.status(), rt.logs())
     assert {m.message_type for m in got} == {pb.TRANSACTION}
     # Only the open transaction was checked.
     assert set(checker.asked) == {sent["open"]}
