@@ -73,7 +73,8 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Awaitable, Coroutine
+import os
+from collections.abc import Awaitable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -93,7 +94,7 @@ from brokergroup_broker.core.broker_settings import (
     wall_ms,
 )
 from brokergroup_broker.core.commit_rule import AckOutcome
-from brokergroup_broker.core.config import BrokerConfig
+from brokergroup_broker.core.config import BrokerConfig, BrokerConfigError
 from brokergroup_broker.core.controller_link import (
     ControllerLink,
     ControllerRefused,
@@ -141,6 +142,20 @@ from brokergroup_controller.api import BrokerHeartbeat
 from brokergroup_remoting.tls import run_reloader
 
 log = logging.getLogger(__name__)
+
+#: Environment switch for the periodic flush off the event loop (off by default until
+#: the chaos evidence for it is in: docs/performance.md "The periodic flush").
+FLUSH_OFF_LOOP_ENV = "BROKERGROUP_FLUSH_OFF_LOOP"
+
+
+def flush_off_loop_from_env(environ: Mapping[str, str] = os.environ) -> bool:
+    """BROKERGROUP_FLUSH_OFF_LOOP: 1/true on, 0/false/unset off; anything else refused."""
+    value = environ.get(FLUSH_OFF_LOOP_ENV, "").strip().lower()
+    if value in ("", "0", "false"):
+        return False
+    if value in ("1", "true"):
+        return True
+    raise BrokerConfigError(f"{FLUSH_OFF_LOOP_ENV} must be 1, true, 0 or false, not {value!r}")
 
 
 def schedule_rules_of(config: BrokerConfig) -> ScheduleRules:
@@ -209,6 +224,11 @@ class Broker:
         #: A loop died: the process exits non-zero so a supervisor restarts it.
         self.failed = False
         self._tasks: list[asyncio.Task[None]] = []
+        #: The periodic flush's fdatasyncs in a worker thread instead of on the loop
+        #: (issue 38; docs/performance.md "The periodic flush"): BROKERGROUP_FLUSH_OFF_LOOP=1.
+        self._flush_off_loop = flush_off_loop_from_env()
+        #: The worker-thread half of a periodic flush still running.
+        self._flush_in_thread: asyncio.Future[int] | None = None
         self._server: BrokerProtocolServer | None = None
         self._http: StatusServer | None = None
         self._remoting: RemotingFrontServer | None = None
@@ -626,6 +646,10 @@ class Broker:
             await self._session.close()
         with contextlib.suppress(Exception):
             await self.controller.close()
+        finishing, self._flush_in_thread = self._flush_in_thread, None
+        if finishing is not None:
+            with contextlib.suppress(Exception):
+                await finishing  # a periodic flush's thread still syncing
         if self._committer is not None:
             await asyncio.to_thread(self._committer.stop)
         if self.store is not None:
@@ -642,7 +666,18 @@ class Broker:
             try:
                 # Also persists consume queues, the checkpoint (confirmOffset)
                 # and dirty consumer offsets.
-                store.flush()
+                if not self._flush_off_loop:
+                    store.flush()
+                    continue
+                # The fdatasyncs in a worker thread (store/durability.py): the loop keeps
+                # serving meanwhile. Shielded, and awaited again before the store closes,
+                # so a cancelled loop never leaves a sync running into close().
+                finishing = asyncio.ensure_future(
+                    asyncio.to_thread(store.finish_flush, store.begin_flush())
+                )
+                self._flush_in_thread = finishing
+                await asyncio.shield(finishing)
+                store.flush_consumer_offsets()
             except (StoreError, OSError) as exc:
                 log.error("flush failed: %s", exc)
                 self.faults.record(exc)

@@ -317,6 +317,22 @@ class ConsumeQueue:
                 os.fdatasync(self._fd(file_index, create=False))
             self._unsynced.discard(file_index)
 
+    def capture_unsynced(self) -> list[int]:
+        """Duplicated descriptors of the files `sync` would fdatasync, now marked clean:
+        the caller fdatasyncs and closes them (off the event loop); a write after this
+        marks its file again."""
+        fds: list[int] = []
+        try:
+            for file_index in sorted(self._unsynced):
+                if file_index in self._files:
+                    fds.append(os.dup(self._fd(file_index, create=False)))
+        except BaseException:
+            for fd in fds:
+                os.close(fd)
+            raise
+        self._unsynced.clear()
+        return fds
+
     def close(self) -> None:
         for file_index in self._files:
             self._pool.discard((self._owner, file_index))
@@ -518,6 +534,18 @@ class ConsumeQueueSet:
     def sync(self) -> None:
         for cq in self.queues.values():
             cq.sync()
+
+    def capture_unsynced(self) -> list[int]:
+        """`ConsumeQueue.capture_unsynced` of every queue (see there)."""
+        fds: list[int] = []
+        try:
+            for cq in self.queues.values():
+                fds.extend(cq.capture_unsynced())
+        except BaseException:
+            for fd in fds:
+                os.close(fd)
+            raise
+        return fds
 
     def destroy(self) -> None:
         """Remove every consume queue (full rebuild)."""

@@ -2,12 +2,27 @@
 the one owner of `flushed_offset`. fdatasync of the commit log (group commit: one
 fdatasync serves every writer waiting), the periodic `flush` (log, consume queues,
 checkpoint, consumer offsets) and the page-cache hint behind the flushed end.
-A failed fdatasync is fatal for the data it covered (`StoreHealth.io_failed`)."""
+A failed fdatasync is fatal for the data it covered (`StoreHealth.io_failed`).
+
+The periodic flush in two halves (issue 38 item 2): `flush` does it all in the caller,
+which on a broker is the event loop; each of its fdatasyncs (the log, one per dirty
+consume-queue file, the checkpoint's temp file and directory) stalls every connection,
+HA stream and ack of the broker (measured 8-40 ms per flush on a busy shared disk).
+`begin_flush` (the loop's share, no fdatasync: duplicates the descriptors of the dirty
+consume-queue files and marks them clean, under the write lock) and `finish_flush` (a
+worker thread: the log's group-commit sync, those fdatasyncs on the duplicates, then the
+checkpoint under the flush lock) do the same work with the waits off the loop. The
+checkpoint claims no more than before: recoverOffset is at most the record end read in
+`begin_flush` and the flushed end, and every consume-queue entry of a record below it was
+written before `begin_flush` marked its file, so it is among the files synced before the
+checkpoint is written. A file dirtied after `begin_flush` stays marked for the next one.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import os
+from dataclasses import dataclass, field
 
 from .checkpoint import StoreCheckpoint
 from .commitlog import CommitLog
@@ -16,6 +31,15 @@ from .consume_queue import ConsumeQueueSet
 from .consumer_offsets import ConsumerOffsetStore
 from .health import StoreHealth
 from .locks import StoreLocks
+
+
+@dataclass
+class FlushTicket:
+    """What `begin_flush` captured for `finish_flush` (which closes `queue_fds`)."""
+
+    recover_offset: int
+    log_end: int
+    queue_fds: list[int] = field(default_factory=list)
 
 
 class Durability:
@@ -110,6 +134,44 @@ class Durability:
             if self._consumer_offsets.dirty:
                 self._consumer_offsets.persist()
         return self._flushed
+
+    def begin_flush(self, recover_offset: int) -> FlushTicket:
+        """The event loop's share of a periodic flush (no fdatasync): duplicates of the
+        dirty consume-queue files' descriptors, which are marked clean; `finish_flush`
+        (any thread) syncs them. `recover_offset`: the last whole record end, read before."""
+        with self._locks.write:
+            self._health.check_open()
+            return FlushTicket(
+                recover_offset, self._commitlog.max_offset, self._queues.capture_unsynced()
+            )
+
+    def finish_flush(self, ticket: FlushTicket) -> int:
+        """The waiting share of a periodic flush, off the event loop: the log up to the
+        ticket's end, the captured consume-queue files, then the checkpoint; returns
+        flushed_offset. Consumer offsets are left to the caller's `flush` (their table
+        changes on the loop)."""
+        fds = ticket.queue_fds
+        try:
+            self.sync_to(ticket.log_end)
+            try:
+                while fds:
+                    os.fdatasync(fds[-1])
+                    os.close(fds.pop())
+            except OSError as exc:
+                raise self._health.io_failed(
+                    "fdatasync of the consume queues", exc, 0, fsync=True
+                ) from exc
+            with self._locks.flush:
+                self._health.check_open()
+                self._checkpoint.recover_offset = min(ticket.recover_offset, self._flushed)
+                state = (self._checkpoint.recover_offset, self._checkpoint.confirm_offset)
+                if state != self._saved_checkpoint:
+                    self._save_checkpoint()
+            return self._flushed
+        finally:
+            for fd in fds:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
 
     # -- truncation (callers hold both locks) ---------------------------------------------
     def cut_to(self, offset: int) -> None:

@@ -60,6 +60,7 @@ from .commitlog import CommitLog
 from .config import StoreConfig
 from .consume_queue import ConsumeQueueSet
 from .consumer_offsets import ConsumerOffsetStore
+from .durability import FlushTicket
 from .epoch_file import EpochFile
 from .identity import IdentityFiles
 from .opening import StoreParts, close_store, open_store
@@ -128,6 +129,21 @@ class MessageStore:
         """fdatasync the log, then consume queues, then write the checkpoint; returns
         flushed_offset. Call every flush_interval_ms in both flush modes."""
         return self._durability.flush(self._appender.record_end_checked())
+
+    def begin_flush(self) -> FlushTicket:
+        """`flush` in two halves: this one on the event loop (no fdatasync), then
+        `finish_flush(ticket)` in a worker thread, then `flush_consumer_offsets()` on the
+        loop (durability.py)."""
+        return self._durability.begin_flush(self._appender.record_end_checked())
+
+    def finish_flush(self, ticket: FlushTicket) -> int:
+        """The fdatasyncs and the checkpoint of `begin_flush`'s ticket; any thread."""
+        return self._durability.finish_flush(ticket)
+
+    def flush_consumer_offsets(self) -> None:
+        """Persist the consumer offsets if they changed (the last part of `flush`)."""
+        if self.consumer_offsets.dirty:
+            self.consumer_offsets.persist()
 
     # -- offsets --------------------------------------------------------------------------
     @property
