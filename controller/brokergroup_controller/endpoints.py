@@ -102,6 +102,10 @@ class LeaderService(Protocol):
         """Notified whenever the replicated state changes (watchers wait on it)."""
         ...
 
+    def is_leader(self) -> bool:
+        """This node is the Raft leader now (liveness lives only on the leader)."""
+        ...
+
 
 class Endpoints:
     def __init__(self, service: LeaderService) -> None:
@@ -420,4 +424,13 @@ class Endpoints:
                     break
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(changed.wait(), remaining)
+        if not self.service.is_leader():
+            # The watch began while this node led and outlived its leadership: a
+            # follower's liveness is stale (every broker reads dead), and an answer
+            # built on it once fenced a resumed master that then sat out 49 s
+            # (issue 37). The client asks again, at the leader.
+            raise ControllerError(
+                ErrorCode.NOT_LEADER,
+                f"this node lost leadership during the watch of {cluster}/{name}; ask the leader",
+            )
         return self.service.replica_info(broker_set)

@@ -235,3 +235,20 @@ def test_the_service_imports_no_front_end() -> None:
             or (m.startswith("brokergroup_controller.") and m.split(".")[1] in front_ends)
         )
         assert edges == [], (module, edges)
+
+
+async def test_a_watch_that_outlived_leadership_refuses_to_answer(
+    service: ControllerService, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 37: a long-poll watch begun while this node led, answered after it lost
+    leadership, would carry this node's stale liveness (every broker dead: masterAlive
+    false at the new epoch), which fenced a resumed master. It answers NOT_LEADER
+    instead (the client asks the leader); while it leads, the same watch answers."""
+    e = service.endpoints
+    await _group_of_two(service)
+    answered = await e.watch(rq.Watch(C, B, 0, 0, 1000), ANYONE)
+    assert answered.master_epoch == 1 and answered.master_alive
+    monkeypatch.setattr(service, "is_leader", lambda: False)
+    with pytest.raises(ControllerError) as lost:
+        await e.watch(rq.Watch(C, B, 0, 0, 1000), ANYONE)
+    assert lost.value.code is ErrorCode.NOT_LEADER
