@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from brokergroup_controller.config import DEFAULT_REMOTING_PORT
+from brokergroup_remoting import stock_tls
 from brokergroup_remoting.stock_users import ACL_PROPERTIES
 
 #: The name server port of every controller node (brokergroup_controller.namesrv).
@@ -325,37 +326,21 @@ def render(properties: Mapping[str, str]) -> str:
 
 
 def tls_properties() -> dict[str, str]:
-    """RocketMQ's TlsSystemConfig file (`tls.config.file`) of a stock broker with spec.tls:
-    its remoting port serves the group's certificate (no client certificate asked: stock
-    clients hold none), and its own connections (to the name servers and the controllers'
-    remoting port, with `tls.enable`) verify the server against the trust bundle and present
-    the same certificate. `tls.server.mode` and `tls.enable` are read from system
-    properties only (tls_jvm_options)."""
-    return {
-        "tls.server.certPath": f"{TLS_DIR}/tls.crt",
-        "tls.server.keyPath": f"{TLS_DIR}/tls.key",
-        "tls.server.need.client.auth": "none",
-        "tls.server.authClient": "false",
-        "tls.client.certPath": f"{TLS_DIR}/tls.crt",
-        "tls.client.keyPath": f"{TLS_DIR}/tls.key",
-        "tls.client.trustCertPath": f"{TLS_TRUST_DIR}/ca.crt",
-        "tls.client.authServer": "true",
-    }
+    """RocketMQ's TlsSystemConfig file (`tls.config.file`) of a stock broker with spec.tls
+    (stock_tls.tls_properties): the group's certificate served on its remoting port and
+    presented on its own connections, which verify the server against the trust bundle.
+    `tls.server.mode` and `tls.enable` are read from system properties only
+    (tls_jvm_options)."""
+    return stock_tls.tls_properties(
+        f"{TLS_DIR}/tls.crt", f"{TLS_DIR}/tls.key", f"{TLS_TRUST_DIR}/ca.crt"
+    )
 
 
 def tls_jvm_options(mode: str, client_tls: bool) -> list[str]:
-    """The system properties TlsSystemConfig reads: the server mode, no test mode (RocketMQ's
-    default serves a self-signed test certificate), the file above, and `tls.enable` for the
-    broker's own connections when the release's name servers and controller remoting port
-    serve TLS (`client_tls`; with it off they stay plaintext)."""
-    options = [
-        f"-Dtls.server.mode={mode}",
-        "-Dtls.test.mode.enable=false",
-        f"-Dtls.config.file={CONFIG_DIR}/{TLS_CONFIG_KEY}",
-    ]
-    if client_tls:
-        options.append("-Dtls.enable=true")
-    return options
+    """The system properties TlsSystemConfig reads (stock_tls.tls_jvm_options), with the file
+    above from the group's ConfigMap, and `tls.enable` for the broker's own connections when
+    the release's name servers and controller remoting port serve TLS (`client_tls`)."""
+    return stock_tls.tls_jvm_options(mode, f"{CONFIG_DIR}/{TLS_CONFIG_KEY}", client_tls)
 
 
 def java_command(heap_size: str, config_path: str, extra_options: Sequence[str] = ()) -> list[str]:

@@ -1,7 +1,7 @@
 """The local runtime's TLS setting (`--set local.tls=...`, cli/brokergroup_cli/local: config,
 plan, certs, supervisor.prepare_dir, status).
 
-A mode that is not RocketMQ's, or TLS with the stock engine, is refused before anything
+A mode that is not RocketMQ's, or HTTPS broker ports with the stock engine, is refused before anything
 starts; with TLS on, every controller and broker gets the mode, the certificate and the key
 (a broker also the CA, to reach the name servers over TLS), `up` makes a CA and a server
 certificate naming every address the runtime is dialled at, keeps them across `up`s, and
@@ -30,7 +30,11 @@ NOW = datetime.datetime(2026, 11, 28, 12, 0, tzinfo=datetime.UTC)
     ("settings", "engine", "reason"),
     [
         (["local.tls=strict"], "builtin", "local.tls 'strict' is not one of disabled"),
-        (["local.tls=enforcing"], "rocketmq", "local.tls needs --engine builtin"),
+        (
+            ["local.tls=enforcing", "local.tlsHttp=true"],
+            "rocketmq",
+            "local.tlsHttp needs --engine builtin",
+        ),
     ],
 )
 def test_a_tls_setting_that_cannot_work_is_refused_before_anything_starts(

@@ -140,7 +140,8 @@ class LocalConfig:
     the controllers' remoting port, the stable master address, the brokers' remoting
     ports): disabled, permissive (plaintext and TLS clients on one port) or enforcing;
     `up` then makes a CA and a server certificate under DIR/tls/ (`local status --json`
-    caFile; docs/local.md "TLS"). Engine builtin only, for now."""
+    caFile; docs/local.md "TLS"). Under --engine rocketmq: the stock brokers' remoting ports
+    and the stock proxy's ports (rocketmq_engine.stock_tls)."""
 
     tls_http: bool = False
     """`--set local.tlsHttp=true`: the brokers' HTTP ports (probes, `/v1/status`, `/metrics`)
@@ -164,9 +165,10 @@ class LocalConfig:
             )
         if self.tls not in TLS_MODES:
             raise ConfigError(f"local.tls {self.tls!r} is not one of {', '.join(TLS_MODES)}")
-        if self.tls != "disabled" and self.engine != "builtin":
+        if self.tls_http and self.engine != "builtin":
             raise ConfigError(
-                "local.tls needs --engine builtin (the stock brokers' TLS is not wired yet)"
+                "local.tlsHttp needs --engine builtin: stock RocketMQ brokers have no HTTP "
+                "port (local.tls alone covers their remoting ports and the stock proxy)"
             )
         if self.tls_http and self.tls == "disabled":
             raise ConfigError(

@@ -48,6 +48,7 @@ from brokergroup_cli.local.rocketmq_stock import (
     RocketMQHome,
     StockBrokerConfig,
     StockProxyConfig,
+    StockTls,
     find_home,
     proxy_missing,
     read_broker_id,
@@ -126,6 +127,20 @@ def check_proxy_ports(config: LocalConfig) -> None:
                 ) from exc
 
 
+def stock_tls(config: LocalConfig, layout: Layout) -> StockTls | None:
+    """The stock brokers' and proxy's TLS under `--set local.tls=permissive|enforcing`
+    (docs/security.md "engine rocketmq, locally"): their remoting ports (and the proxy's gRPC
+    port) in the runtime's mode with the runtime's server certificate (DIR/tls/, the local CA),
+    and `tls.enable` on every connection they open — to the controllers' name servers and
+    remoting port, the stable master address and other brokers — verifying the server
+    against the CA: every one of those serves TLS in both modes, so permissive encrypts them
+    too. None while local.tls is disabled (RocketMQ's defaults). HA replication stays
+    plaintext: RocketMQ 5.3 has no TLS there."""
+    if config.tls == "disabled":
+        return None
+    return StockTls(config.tls, layout.tls_cert_file, layout.tls_key_file, layout.ca_file)
+
+
 def controller_args(config: LocalConfig, layout: Layout) -> list[str]:
     """What a controller node adds: the remoting port, with the release pair as its admin pair
     (the derived pairs it checks against the root it already has); and topic routes that name
@@ -162,6 +177,7 @@ def broker_config(config: LocalConfig, layout: Layout, slot: int, host: str) -> 
         settings=config.broker_settings,
         client_pair=(str(client["accessKey"]), str(client["secretKey"])),
         ha_port=config.broker_client_port + HA_PORT_OFFSET + slot,
+        tls=stock_tls(config, layout),
     )
 
 
@@ -184,6 +200,7 @@ def proxy_config(config: LocalConfig, layout: Layout) -> StockProxyConfig:
         grpc_port=config.proxy_grpc_port,
         remoting_port=config.proxy_remoting_port,
         cluster=config.cluster_name,
+        tls=stock_tls(config, layout),
     )
 
 

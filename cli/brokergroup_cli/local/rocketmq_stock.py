@@ -28,6 +28,7 @@ from pathlib import Path
 
 # ACL 2.0 on a stock broker: RocketMQ's own switches (`--set authenticationEnabled=true
 # --set authorizationEnabled=true`), off by default; the properties either one brings.
+from brokergroup_remoting import stock_tls
 from brokergroup_remoting.stock_users import ACL_PROPERTIES, acl_enabled
 
 #: The cache directory's version (tools/rocketmq/fetch.sh); server/VERSION names the servers'.
@@ -200,6 +201,29 @@ def op_batch_interval_ms(check_interval_ms: int) -> int:
     return max(MIN_OP_BATCH_INTERVAL_MS, min(ROCKETMQ_OP_BATCH_INTERVAL_MS, check_interval_ms // 4))
 
 
+#: A stock process's TlsSystemConfig file, next to its broker.conf or rmq-proxy.json.
+TLS_CONFIG_FILE = "tls.properties"
+
+
+@dataclass(frozen=True)
+class StockTls:
+    """A stock process's TLS (brokergroup_remoting.stock_tls): its remoting (and the proxy's
+    gRPC) port in `mode` with `cert_file`/`key_file` (PKCS#8), and its own connections over
+    TLS verifying the servers against `ca_file` when `client_tls`."""
+
+    mode: str
+    cert_file: Path
+    key_file: Path
+    ca_file: Path
+    client_tls: bool = True
+
+    def properties(self) -> dict[str, str]:
+        return stock_tls.tls_properties(str(self.cert_file), str(self.key_file), str(self.ca_file))
+
+    def jvm_options(self, config_file: Path) -> list[str]:
+        return stock_tls.tls_jvm_options(self.mode, str(config_file), self.client_tls)
+
+
 @dataclass(frozen=True)
 class StockBrokerConfig:
     """One stock broker in controller mode (brokerId=-1: the controller assigns its id)."""
@@ -223,6 +247,9 @@ class StockBrokerConfig:
     """`haListenPort` (0: port + 1). RocketMQ binds it on every interface (DefaultHAService
     ignores bindAddress), so brokers sharing a machine need different HA ports even on
     different loopback addresses."""
+    tls: StockTls | None = None
+    """The remoting port's TLS and the broker's own connections' (None: RocketMQ's defaults,
+    permissive with its self-signed test certificate). HA replication stays plaintext."""
 
     @property
     def store_dir(self) -> Path:
@@ -231,6 +258,10 @@ class StockBrokerConfig:
     @property
     def conf_path(self) -> Path:
         return self.base_dir / "broker.conf"
+
+    @property
+    def tls_config_path(self) -> Path:
+        return self.base_dir / TLS_CONFIG_FILE
 
     @property
     def address(self) -> str:
@@ -287,11 +318,20 @@ class StockBrokerConfig:
     def write(self) -> Path:
         """Write broker.conf readable by its owner only: it holds the group's broker pair
         (innerClientAuthenticationCredentials)."""
+        if self.tls is not None:
+            write_owner_only(self.tls_config_path, properties_text(self.tls.properties()))
         write_owner_only(self.conf_path, self.text())
         return self.conf_path
 
     def argv(self, home: RocketMQHome) -> list[str]:
-        return java_argv(home, BROKER_MAIN, ["-c", str(self.conf_path)], user_home=self.base_dir)
+        tls = () if self.tls is None else tuple(self.tls.jvm_options(self.tls_config_path))
+        return java_argv(
+            home,
+            BROKER_MAIN,
+            ["-c", str(self.conf_path)],
+            user_home=self.base_dir,
+            jvm_options=(*JVM_OPTIONS, *tls),
+        )
 
 
 @dataclass(frozen=True)
@@ -313,10 +353,17 @@ class StockProxyConfig:
     remoting_port: int = 8080
     cluster: str = "DefaultCluster"
     authenticate: bool = True
+    tls: StockTls | None = None
+    """Its gRPC and remoting ports' TLS and its connections to the name servers and brokers'
+    (None: RocketMQ's defaults, permissive with a self-signed test certificate)."""
 
     @property
     def conf_path(self) -> Path:
         return self.base_dir / PROXY_CONFIG_FILE
+
+    @property
+    def tls_config_path(self) -> Path:
+        return self.base_dir / TLS_CONFIG_FILE
 
     def settings(self) -> dict[str, object]:
         return {
@@ -343,6 +390,11 @@ class StockProxyConfig:
             "grpcThreadPoolNums": 8,
             "rocketmqMQClientNum": 2,
             "enablePrintJstack": False,
+            **(
+                {}
+                if self.tls is None
+                else stock_tls.proxy_settings(str(self.tls.cert_file), str(self.tls.key_file))
+            ),
         }
 
     def text(self) -> str:
@@ -351,12 +403,16 @@ class StockProxyConfig:
     def write(self) -> Path:
         """rmq-proxy.json, readable by its owner only: it holds the group's client pair."""
         self.base_dir.mkdir(parents=True, exist_ok=True)
+        if self.tls is not None:
+            write_owner_only(self.tls_config_path, properties_text(self.tls.properties()))
         write_owner_only(self.conf_path, self.text())
         return self.conf_path
 
     def argv(self, home: RocketMQHome) -> list[str]:
-        # RMQ_PROXY_HOME: where the proxy looks for conf/ (TLS files it never reads here).
-        options = (*JVM_OPTIONS, f"-DRMQ_PROXY_HOME={self.base_dir}")
+        # RMQ_PROXY_HOME: where the proxy looks for conf/ (its TLS files come from
+        # rmq-proxy.json and tls.properties instead).
+        tls = () if self.tls is None else tuple(self.tls.jvm_options(self.tls_config_path))
+        options = (*JVM_OPTIONS, *tls, f"-DRMQ_PROXY_HOME={self.base_dir}")
         return java_argv(
             home,
             PROXY_MAIN,

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import ssl
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +51,10 @@ class StockUsersSync:
     """The group's broker pair (a Super user of each stock broker)."""
     brokers: Callable[[], Sequence[BrokerProcess]]
     interval_s: float = 1.0
+    tls: ssl.SSLContext | None = None
+    """Under local.tls: reach the brokers' remoting ports over TLS, verified against the local
+    CA (an enforcing broker refuses plaintext; permissive keeps the users' SecretKeys off the
+    wire in clear too)."""
     _synced: dict[BrokerProcess, int] = field(default_factory=dict)
     _version: int = -1
     _desired: list[StockUser] = field(default_factory=list)
@@ -69,7 +74,9 @@ class StockUsersSync:
             if self._synced.get(broker) == self._version:
                 continue
             try:
-                client = await RemotingClient.connect(broker.address, name="stock-users-sync")
+                client = await RemotingClient.connect(
+                    broker.address, name="stock-users-sync", tls=self.tls
+                )
             except (OSError, TimeoutError) as exc:
                 log.debug("stock broker %s not reachable yet: %s", broker.address, exc)
                 continue

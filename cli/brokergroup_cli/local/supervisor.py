@@ -626,7 +626,13 @@ class Supervisor:
                 if s.alive() and s.proc is not None and s.host
             ]
 
-        sync = StockUsersSync(client, config.cluster_name, layout.broker_key_file, brokers)
+        sync = StockUsersSync(
+            client,
+            config.cluster_name,
+            layout.broker_key_file,
+            brokers,
+            tls=None if config.tls == "disabled" else client_context(layout.ca_file),
+        )
         try:
             await sync.run(self._stopping)
         finally:
