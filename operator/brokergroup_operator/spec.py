@@ -319,12 +319,10 @@ class GroupContext:
             if problem is not None:
                 raise SpecError(problem)
         tls = self.tls
-        if tls is not None and self.engine is Engine.ROCKETMQ:
-            raise SpecError(
-                "spec.tls is wired for the built-in broker only so far: stock RocketMQ brokers "
-                "(spec.engine rocketmq) run without it"
-            )
-        if tls is not None and tls.enabled and not self.remoting_on:
+        # Engine rocketmq's limits on spec.tls are the stock container's to refuse
+        # (containers.rocketmq_tls_options): its remoting port needs no key pair.
+        builtin = self.engine is not Engine.ROCKETMQ
+        if builtin and tls is not None and tls.enabled and not self.remoting_on:
             raise SpecError(
                 "spec.tls encrypts the brokers' RocketMQ remoting port, which opens only with a "
                 "RocketMQ key pair: the release Secret's rocketmq-credentials or "
