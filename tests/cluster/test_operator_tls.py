@@ -27,11 +27,14 @@ import pytest
 from cryptography import x509
 
 from tests.cluster.operator_env import OperatorEnv, apply_crds, wait_for
+from tests.integration.rocketmq_brokers import find_home
 
 pytestmark = pytest.mark.cluster
 
 GROUP = "tls"
 REMOTING_PORT = 10914
+#: A stock broker's listenPort (its only client port).
+STOCK_REMOTING_PORT = 10911
 HTTP_PORT = 10913
 FORCE = "brokergroup.io/force-renew"
 DIGEST = "brokergroup.io/tls-digest"
@@ -189,6 +192,41 @@ def test_certificates_made_mounted_served_and_a_forced_renewal_rolls_once(
     assert env.master_pod(GROUP).metadata.name != master
     reasons = [r for r, _ in env.group_events(GROUP)]
     assert reasons.count("CertificateIssued") == 2, reasons
+
+
+def test_a_stock_rocketmq_group_serves_its_certificate(env: OperatorEnv, tmp_path: Path) -> None:
+    """spec.engine rocketmq with spec.tls permissive: the operator issues the group's
+    certificate and the stock RocketMQ 5.3 broker (a JVM the process kubelet runs from the
+    cached jars) serves it on its remoting port through RocketMQ's TlsSystemConfig, verified
+    for the pod's stable name. (Until 5ef7638 the operator refused every such group as
+    InvalidSpec.)"""
+    home = find_home()
+    if isinstance(home, str):
+        pytest.skip(home)
+    name = "stock-tls"
+    env.create_group(
+        name, 1, engine="rocketmq", tls={"mode": "permissive"},
+        rocketmq={"heapSize": "256m", "mappedFileSizeCommitLog": 16 << 20,
+                  "proxy": {"enabled": False}},
+        ha={"minInSyncReplicas": 1, "heartbeatTimeoutMs": 5000},
+    )  # fmt: skip
+    env.wait_available(name, 1, 180)
+    leaf = _secret(env, f"{name}-tls")
+    bundle = tmp_path / "stock-ca.crt"
+    bundle.write_text(
+        env.core.read_namespaced_config_map(f"{name}-tls-trust", env.namespace).data["ca.crt"]
+    )
+    issued = x509.load_pem_x509_certificate(leaf["tls.crt"])
+    (pod,) = env.pods(name)
+    context = ssl.create_default_context(cafile=str(bundle))
+    host = f"{pod.metadata.name}.{name}-headless.{env.namespace}.svc"
+    with (
+        socket.create_connection((pod.status.pod_ip, STOCK_REMOTING_PORT), timeout=10) as raw,
+        context.wrap_socket(raw, server_hostname=host) as tls,
+    ):
+        der = tls.getpeercert(binary_form=True)
+    assert der is not None
+    assert x509.load_der_x509_certificate(der).serial_number == issued.serial_number
 
 
 def test_chart_tls_values_render_the_controllers_flags_volume_and_operator_settings() -> None:

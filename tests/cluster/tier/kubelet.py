@@ -113,8 +113,10 @@ def image_env(home: Path) -> dict[str, str]:
 
 
 _VAR = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
-#: Mounts the container must see at their real path (fixed paths in client libraries).
-_BIND_PREFIXES = ("/var/run/secrets/", "/run/secrets/")
+#: Mounts the container must see at their real path: fixed paths in client libraries, and
+#: a stock RocketMQ broker's (its tls.properties, a ConfigMap file no rewrite reaches, names
+#: the mounted certificate by its path in the pod).
+_BIND_PREFIXES = ("/var/run/secrets/", "/run/secrets/", "/etc/rocketmq/")
 #: A pod that could not start (e.g. its Secret does not exist yet) is tried again after this.
 POD_START_RETRY_S = 2.0
 
