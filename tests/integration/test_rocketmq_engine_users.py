@@ -127,16 +127,22 @@ async def _heartbeat(address: str, pair: tuple[str, str]) -> tuple[int, str]:
         await client.close()
 
 
-def _every_broker_knows(runtime: Runtime, pair: tuple[str, str], known: bool) -> None:
-    def answer(address: str) -> tuple[int, str]:
+def _answers(runtime: Runtime, pair: tuple[str, str]) -> dict[str, tuple[int, str]] | None:
+    """Every broker's answer to a heartbeat signed with `pair`; None while a broker's port
+    is not open yet (just started or restarted: no answer)."""
+    answers = {}
+    for address in _broker_addresses(runtime):
         try:
-            return asyncio.run(_heartbeat(address, pair))
-        except OSError as exc:  # a restarted broker's port not open yet: no answer
-            return -1, str(exc)
+            answers[address] = asyncio.run(_heartbeat(address, pair))
+        except OSError:
+            return None
+    return answers
 
+
+def _every_broker_knows(runtime: Runtime, pair: tuple[str, str], known: bool) -> None:
     def check() -> dict[str, Any] | None:
-        answers = {a: answer(a) for a in _broker_addresses(runtime)}
-        if any(code == -1 for code, _ in answers.values()):
+        answers = _answers(runtime, pair)
+        if answers is None:
             return None
         if all((code == ResponseCode.SUCCESS) == known for code, _ in answers.values()):
             return {"answers": answers}
@@ -177,9 +183,10 @@ def test_a_user_sends_where_allowed_and_is_refused_elsewhere_by_the_stock_broker
     runtime = rt.runtime
     status = runtime.status()
     group_pair = (str(status["accessKey"]), str(status["secretKey"]))
-    # An unknown signer is refused by the stock brokers: ACL 2.0 is on.
-    for address in _broker_addresses(runtime):
-        code, remark = asyncio.run(_heartbeat(address, APP))
+    # An unknown signer is refused by the stock brokers: ACL 2.0 is on. (Waited for: a
+    # broker's port may not be open yet on a loaded machine, which once refused the connection.)
+    answered = wait_for("every broker answering", lambda: _answers(runtime, APP), 60, runtime)
+    for address, (code, remark) in answered.items():
         assert code == ResponseCode.NO_PERMISSION, (address, code, remark)
 
     secret = rt.work / "app.secret"
