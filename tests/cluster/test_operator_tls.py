@@ -71,12 +71,12 @@ def _secret(env: OperatorEnv, name: str) -> dict[str, bytes]:
 
 
 def _served(
-    env: OperatorEnv, pod: Any, bundle: Path, port: int = REMOTING_PORT
+    env: OperatorEnv, pod: Any, bundle: Path, port: int = REMOTING_PORT, group: str = GROUP
 ) -> x509.Certificate:
     """The certificate the pod's `port` presents, verified against `bundle` for the pod's
     stable name (the wildcard of the headless Service)."""
     context = ssl.create_default_context(cafile=str(bundle))
-    host = f"{pod.metadata.name}.{GROUP}-headless.{env.namespace}.svc"
+    host = f"{pod.metadata.name}.{group}-headless.{env.namespace}.svc"
     with (
         socket.create_connection((pod.status.pod_ip, port), timeout=5) as raw,
         context.wrap_socket(raw, server_hostname=host) as tls,
@@ -218,15 +218,8 @@ def test_a_stock_rocketmq_group_serves_its_certificate(env: OperatorEnv, tmp_pat
     )
     issued = x509.load_pem_x509_certificate(leaf["tls.crt"])
     (pod,) = env.pods(name)
-    context = ssl.create_default_context(cafile=str(bundle))
-    host = f"{pod.metadata.name}.{name}-headless.{env.namespace}.svc"
-    with (
-        socket.create_connection((pod.status.pod_ip, STOCK_REMOTING_PORT), timeout=10) as raw,
-        context.wrap_socket(raw, server_hostname=host) as tls,
-    ):
-        der = tls.getpeercert(binary_form=True)
-    assert der is not None
-    assert x509.load_der_x509_certificate(der).serial_number == issued.serial_number
+    served = _served(env, pod, bundle, STOCK_REMOTING_PORT, group=name)
+    assert served.serial_number == issued.serial_number
 
 
 def test_chart_tls_values_render_the_controllers_flags_volume_and_operator_settings() -> None:
