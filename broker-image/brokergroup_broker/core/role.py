@@ -17,9 +17,10 @@ Rules
   SyncStateSet — and a FENCED broker (no role) takes the role an answer at
   its own epoch names with a live master: it was fenced at that epoch by an
   answer that showed no live master (a stale view) or by a transition that
-  failed, and would otherwise wait for the next election (issue 37). A restarted broker starts at masterEpoch 0, so the
-  controller's current epoch is "higher" and it resumes its role, master
-  included (the controller never saw it gone).
+  failed, and would otherwise wait for the next election (issue 37). A
+  restarted broker starts at masterEpoch 0, so the controller's current
+  epoch is "higher" and it resumes its role, master included (the
+  controller never saw it gone).
 - A higher masterEpoch with no master (the controller found no candidate)
   demotes a master to FENCED: it has been replaced by nobody, and must
   not keep writing at an epoch the controller moved past.
