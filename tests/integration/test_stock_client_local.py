@@ -182,6 +182,18 @@ def test_mqadmin_update_topic(rt: StockRuntime) -> None:
     assert '"readQueueNums":3' in out.replace(" ", ""), out
 
 
+def test_mqadmin_create_user_is_refused_with_the_way_that_works(rt: StockRuntime) -> None:
+    """mqadmin 5.3's ACL commands reach the broker (AUTH_CREATE_USER 3001, AUTH_LIST_USER
+    3005) and are answered REQUEST_CODE_NOT_SUPPORTED with the command that does it here
+    (remoting_front/acl_admin.py); before, the remark said only that 3001 is not supported."""
+    broker = rt.status()["masterAddress"]
+    out = rt.mqadmin("createUser", "-b", broker, "-u", "mallory", "-p", "mallory-secret")
+    assert "mqadmin createUser (request code 3001) is not served" in out, out
+    assert "brokergroup admin user create" in out, out
+    out = rt.mqadmin("listUser", "-b", broker)
+    assert "mqadmin listUser (request code 3005) is not served" in out, out
+
+
 def test_mqadmin_consumer_progress(rt: StockRuntime, sent: list[dict[str, Any]]) -> None:
     """GET_CONSUME_STATS (and GET_TOPIC_CONFIG, which consumerProgress asks per topic)."""
     rt.client.run("consume", kind="orderly", topic="StockSends", group="stock-progress", count=80)
