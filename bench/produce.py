@@ -59,6 +59,7 @@ import json
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -513,6 +514,15 @@ def main() -> int:
         "cluster; the comparison goes to bench/results/produce_tls.json",
     )
     parser.add_argument(
+        "--flush-off-loop-ab",
+        type=int,
+        default=0,
+        metavar="PAIRS",
+        help="PAIRS pairs of runs, the broker's periodic flush on the event loop and off it "
+        "(BROKERGROUP_FLUSH_OFF_LOOP=0/1), alternating which goes first; every run's numbers "
+        "and ceilings and each side's medians go to bench/results/produce_flush_off_loop.json",
+    )
+    parser.add_argument(
         "--profile-out", default="/tmp/produce-profile", help="prefix of the py-spy raw files"
     )
     # Internal: a producer process.
@@ -531,6 +541,8 @@ def main() -> int:
     if args.variant_inflight is None:
         args.variant_inflight = [] if args.quick or args.tls else [4]
     args.tls_on = False
+    if args.flush_off_loop_ab:
+        return flush_off_loop_ab(args)
     result = run(args)
     print(
         f"replicated produce: {result['msgs_per_s']} msgs/s, {result['mb_per_s']} MB/s "
@@ -568,6 +580,55 @@ def main() -> int:
         path = write_result(name, result)
         print(f"wrote {path}")
     print_last_line(result)
+    return 0
+
+
+#: The broker's switch for its periodic flush (brokergroup_broker.core.broker).
+FLUSH_OFF_LOOP_ENV = "BROKERGROUP_FLUSH_OFF_LOOP"
+
+
+def flush_off_loop_ab(args: argparse.Namespace) -> int:
+    """Alternating pairs, flush on the loop ("0") and off it ("1"), one fresh group each;
+    the brokers inherit the switch from this process's environment (broker_harness)."""
+    keys = ("msgs_per_s", "mb_per_s", "p50_ms", "p99_ms", "cpu_us_per_msg", "errors")
+    runs: list[dict[str, Any]] = []
+    one = argparse.Namespace(**{**vars(args), "variant_inflight": [], "profile": False})
+    try:
+        for pair in range(args.flush_off_loop_ab):
+            for off in (False, True) if pair % 2 == 0 else (True, False):
+                os.environ[FLUSH_OFF_LOOP_ENV] = "1" if off else "0"
+                r = run(one)
+                runs.append(
+                    {"pair": pair + 1, "flush_off_loop": off}
+                    | {k: r[k] for k in keys}
+                    | {"cpu": r["cpu"], "ceilings": r["ceilings"]}
+                )
+                print(
+                    f"pair {pair + 1} flush {'off' if off else 'on'} the loop: "
+                    f"{r['msgs_per_s']} msgs/s, p99 {r['p99_ms']} ms",
+                    flush=True,
+                )
+    finally:
+        os.environ.pop(FLUSH_OFF_LOOP_ENV, None)
+
+    def median_of(off: bool, key: str) -> float | None:
+        values = [r[key] for r in runs if r["flush_off_loop"] is off and r[key] is not None]
+        return statistics.median(values) if values else None
+
+    result = {
+        "benchmark": "produce_flush_off_loop",
+        "command": "bench/produce.py"
+        + (" --quick" if args.quick else "")
+        + f" --flush-off-loop-ab {args.flush_off_loop_ab}",
+        "median": {
+            side: {k: median_of(off, k) for k in ("msgs_per_s", "p99_ms", "cpu_us_per_msg")}
+            for side, off in (("flush_on_loop", False), ("flush_off_loop", True))
+        },
+        "runs": runs,
+    }
+    if not args.no_write:
+        print(f"wrote {write_result('produce_flush_off_loop', result)}")
+    print(json.dumps(result["median"]))
     return 0
 
 
