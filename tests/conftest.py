@@ -30,6 +30,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 
 import pytest
@@ -47,6 +48,17 @@ _CLONE_NEWNET = 0x40000000
 NETWORK_ENV = "BROKERGROUP_TEST_WORKER_NETWORK"
 #: Modules that share a session fixture run as one work unit: {module path: group}.
 SHARED: dict[str, str] = {}
+#: Where the commands look for a user's credentials and CA when no flag names them: a test
+#: must never find the machine's own (a `brokergroup local up` run before the suite left
+#: ~/.brokergroup/local/client-keys.json, and a unit test's client presented its key pair
+#: to a fake broker that expected none: UNAUTHENTICATED in CI).
+USER_ENV = (
+    "BROKERGROUP_TOKEN",
+    "BROKERGROUP_CA_FILE",
+    "BROKERGROUP_KEY_FILE",
+    "BROKERGROUP_CONTROLLER_TOKEN",
+)
+LOCAL_DIR_ENV = "BROKERGROUP_LOCAL_DIR"
 
 
 def _unshare_network() -> str | None:
@@ -74,13 +86,30 @@ def _workers_can_have_own_network() -> bool:
     return subprocess.run([sys.executable, "-c", probe], check=False).returncode == 0
 
 
+def _isolate_from_user_files(config: pytest.Config) -> None:
+    """The default local runtime directory becomes an empty one of this run, and the user's
+    credential variables are dropped; workers and every process a test starts inherit it.
+    A test that wants a runtime's files names its directory, as a user would."""
+    for name in USER_ENV:
+        os.environ.pop(name, None)
+    local_dir = tempfile.mkdtemp(prefix="brokergroup-test-local-")
+    os.environ[LOCAL_DIR_ENV] = local_dir
+    config.add_cleanup(lambda: shutil.rmtree(local_dir, ignore_errors=True))
+
+
 def pytest_configure(config: pytest.Config) -> None:
     if os.environ.get("PYTEST_XDIST_WORKER") is not None:
         if os.environ.get(NETWORK_ENV) == "own":
             reason = _unshare_network()
             if reason is not None:  # the controller's probe said it could: never share
                 raise pytest.UsageError(f"worker's own network namespace: {reason}")
-    elif config.getoption("numprocesses", None):
+        # The controller isolated the environment; each worker gets a directory of its own.
+        inherited = os.environ.get(LOCAL_DIR_ENV)
+        if inherited:
+            os.environ[LOCAL_DIR_ENV] = os.path.join(inherited, os.environ["PYTEST_XDIST_WORKER"])
+        return
+    _isolate_from_user_files(config)
+    if config.getoption("numprocesses", None):
         os.environ[NETWORK_ENV] = "own" if _workers_can_have_own_network() else "host"
 
 
