@@ -401,9 +401,9 @@ def rocketmq_tls_options(ctx: GroupContext) -> list[str]:
     """A stock broker's TLS system properties with spec.tls (none without). Enforcing needs
     the release's name servers and controller remoting port on TLS (tls.controllers.mode):
     RocketMQ's one `tls.enable` switches every outgoing connection of a JVM at once, so a
-    client of enforcing brokers cannot also reach plaintext name servers; and the group's
-    stock proxy, which reaches the brokers in plaintext still, off. Stock HA replication
-    has no TLS (docs/security.md says so)."""
+    client of enforcing brokers cannot also reach plaintext name servers (the group's stock
+    proxy dials them and the brokers the same way, rocketmq_proxy.tls_jvm_options). Stock HA
+    replication has no TLS (docs/security.md says so)."""
     tls = ctx.tls
     if tls is None or not tls.enabled:
         return []  # (stock brokers reach the controllers on the remoting port, not the API)
@@ -417,12 +417,6 @@ def rocketmq_tls_options(ctx: GroupContext) -> list[str]:
             "spec.tls.mode enforcing with spec.engine rocketmq needs the release's controllers "
             "on TLS (tls.controllers.mode permissive or enforcing): a stock broker's one "
             "tls.enable switches all its outgoing connections"
-        )
-    if tls.mode == "enforcing" and rmq.RocketMQSettings.from_spec(ctx.spec).proxy.enabled:
-        raise SpecError(
-            "spec.tls.mode enforcing with spec.engine rocketmq and the stock proxy is not wired "
-            "yet (the proxy reaches the brokers in plaintext): use permissive, or "
-            "spec.rocketmq.proxy.enabled false"
         )
     return rmq.tls_jvm_options(tls.mode, ctx.namesrv_tls)
 

@@ -15,6 +15,12 @@ serves gRPC (8081) and remoting (8080). One per group, owned by it:
   Secret) to the file in an emptyDir and execs the JVM; non-root, read-only root, TCP probes;
 - Service `<bg>-proxy`: the gRPC endpoint (`<bg>-proxy.<ns>.svc:8081`) and the remoting port.
 
+With spec.tls the proxy serves the group's certificate (which then names the proxy's Service
+too, `proxy_server_names`) on both ports in the group's mode, and, when the release's name
+servers serve TLS, dials them and the brokers over TLS verified against the group's trust
+bundle: RocketMQ's TlsSystemConfig (`tls.server.mode`, `tls.enable`, `tls.config.file`:
+brokergroup_remoting.stock_tls, as the group's brokers and the local runtime's proxy).
+
 The proxy's pods carry the group's name and instance labels but not its group label, so the
 group's selectors (headless Service, PDB, NetworkPolicy, the operator's pod lists and role
 labels) never see them.
@@ -27,8 +33,10 @@ import shlex
 from typing import Any
 
 from brokergroup_operator import rocketmq_config as rmq
+from brokergroup_operator.containers import tls_volumes
 from brokergroup_operator.model import APP_NAME, LABEL_INSTANCE, LABEL_NAME, Engine
 from brokergroup_operator.spec import GroupContext
+from brokergroup_remoting import stock_tls
 
 MAIN_CLASS = "org.apache.rocketmq.proxy.ProxyStartup"
 GRPC_PORT = 8081
@@ -44,6 +52,23 @@ AUTH_METADATA_PROVIDER = "org.apache.rocketmq.proxy.auth.ProxyAuthenticationMeta
 
 def proxy_name(ctx: GroupContext) -> str:
     return f"{ctx.name}-proxy"
+
+
+def proxy_enabled(ctx: GroupContext) -> bool:
+    return ctx.engine is Engine.ROCKETMQ and rmq.RocketMQSettings.from_spec(ctx.spec).proxy.enabled
+
+
+def proxy_server_names(ctx: GroupContext) -> tuple[str, ...]:
+    """The names the SDKs dial the proxy at (its Service), for the group's certificate; none
+    without a proxy. gRPC clients always verify the host name."""
+    if not proxy_enabled(ctx):
+        return ()
+    service = proxy_name(ctx)
+    return (service, f"{service}.{ctx.namespace}", f"{service}.{ctx.namespace}.svc")
+
+
+def _tls_on(ctx: GroupContext) -> bool:
+    return ctx.tls is not None and ctx.tls.enabled
 
 
 def proxy_labels(ctx: GroupContext) -> dict[str, str]:
@@ -69,6 +94,11 @@ def proxy_settings(ctx: GroupContext) -> dict[str, Any]:
         "authenticationProvider": AUTH_PROVIDER,
         "authenticationMetadataProvider": AUTH_METADATA_PROVIDER,
         "enablePrintJstack": False,
+        **(
+            stock_tls.proxy_settings(f"{rmq.TLS_DIR}/tls.crt", f"{rmq.TLS_DIR}/tls.key")
+            if _tls_on(ctx)
+            else {}
+        ),
     }
 
 
@@ -77,7 +107,18 @@ def render(settings: dict[str, Any]) -> str:
     return json.dumps(settings, indent=1) + "\n"
 
 
-def launch_script(heap_size: str) -> str:
+def tls_jvm_options(ctx: GroupContext) -> list[str]:
+    """TlsSystemConfig's system properties (none without spec.tls): the group's mode on the
+    proxy's ports, its file from the proxy's ConfigMap, and `tls.enable` for its own
+    connections when the release's name servers serve TLS (as the group's brokers)."""
+    if ctx.tls is None or not _tls_on(ctx):
+        return []
+    return stock_tls.tls_jvm_options(
+        ctx.tls.mode, f"{CONFIG_DIR}/{rmq.TLS_CONFIG_KEY}", ctx.namesrv_tls
+    )
+
+
+def launch_script(heap_size: str, jvm_options: list[str] | None = None) -> str:
     """`sh -c` text: the ConfigMap's JSON with the client pair added (as a JSON string, its
     quotes escaped), owner-only in the emptyDir, then the JVM."""
     final = f"{rmq.TMP_DIR}/{CONFIG_KEY}"
@@ -92,16 +133,17 @@ def launch_script(heap_size: str) -> str:
         "set -e; umask 077; { "
         + "; ".join(parts)
         + f"; }} > {final}; exec "
-        + shlex.join(java_command(heap_size, final))
+        + shlex.join(java_command(heap_size, final, jvm_options or []))
     )
 
 
-def java_command(heap_size: str, config_path: str) -> list[str]:
+def java_command(heap_size: str, config_path: str, jvm_options: list[str]) -> list[str]:
     return [
         "java",
         f"-Xms{heap_size}",
         f"-Xmx{heap_size}",
         "-XX:+ExitOnOutOfMemoryError",
+        *jvm_options,
         f"-Duser.home={rmq.TMP_DIR}",
         f"-Djava.io.tmpdir={rmq.TMP_DIR}",
         f"-Drocketmq.home.dir={rmq.ROCKETMQ_HOME}",
@@ -127,7 +169,10 @@ def config_map(ctx: GroupContext) -> dict[str, Any]:
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": _meta(ctx),
-        "data": {CONFIG_KEY: render(proxy_settings(ctx))},
+        "data": {
+            CONFIG_KEY: render(proxy_settings(ctx)),
+            **({rmq.TLS_CONFIG_KEY: rmq.render(rmq.tls_properties())} if _tls_on(ctx) else {}),
+        },
     }
 
 
@@ -138,7 +183,7 @@ def deployment(ctx: GroupContext) -> dict[str, Any]:
         "name": CONTAINER,
         "image": ctx.image,
         "imagePullPolicy": ctx.spec.get("imagePullPolicy", "IfNotPresent"),
-        "command": ["sh", "-c", launch_script(settings.heap_size)],
+        "command": ["sh", "-c", launch_script(settings.heap_size, tls_jvm_options(ctx))],
         "ports": [
             {"name": "grpc", "containerPort": GRPC_PORT, "protocol": "TCP"},
             {"name": "remoting", "containerPort": REMOTING_PORT, "protocol": "TCP"},
@@ -154,6 +199,14 @@ def deployment(ctx: GroupContext) -> dict[str, Any]:
             {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
             {"name": "client-pair", "mountPath": rmq.CLIENT_DIR, "readOnly": True},
             {"name": "tmp", "mountPath": rmq.TMP_DIR},
+            *(
+                [
+                    {"name": "tls", "mountPath": rmq.TLS_DIR, "readOnly": True},
+                    {"name": "tls-trust", "mountPath": rmq.TLS_TRUST_DIR, "readOnly": True},
+                ]
+                if _tls_on(ctx)
+                else []
+            ),
         ],
         "securityContext": {
             "runAsNonRoot": True,
@@ -191,6 +244,7 @@ def deployment(ctx: GroupContext) -> dict[str, Any]:
                             },
                         },
                         {"name": "tmp", "emptyDir": {}},
+                        *tls_volumes(ctx),
                     ],
                 },
             },
@@ -220,8 +274,6 @@ def service(ctx: GroupContext) -> dict[str, Any]:
 
 def proxy_objects(ctx: GroupContext) -> list[dict[str, Any]]:
     """The proxy's objects in apply order, or none (the built-in engine; proxy disabled)."""
-    if ctx.engine is not Engine.ROCKETMQ:
-        return []
-    if not rmq.RocketMQSettings.from_spec(ctx.spec).proxy.enabled:
+    if not proxy_enabled(ctx):
         return []
     return [config_map(ctx), service(ctx), deployment(ctx)]

@@ -45,6 +45,7 @@ from brokergroup_operator.certificates import (
     trusted_cas,
 )
 from brokergroup_operator.containers import tls_trust_name
+from brokergroup_operator.rocketmq_proxy import proxy_server_names
 from brokergroup_operator.runtime import GroupMemory, PostEvent, Runtime
 from brokergroup_operator.spec import GroupContext, SpecError
 from brokergroup_operator.tls_spec import Issuer, TlsSpec
@@ -59,6 +60,13 @@ FORCE_RENEW_ANNOTATION = "brokergroup.io/force-renew"
 #: The cluster CA is renewed this long before it expires: more than a leaf lives, so no
 #: leaf signed by it is cut short and the trust-first roll has a year to happen.
 CA_POLICY = RenewalPolicy(renewal_days=395, validity_days=CA_VALIDITY_DAYS)
+
+
+def group_server_names(ctx: GroupContext) -> tuple[str, ...]:
+    """The group's certificate names: its brokers' (certificates.server_names) and, for an
+    engine rocketmq group with its stock proxy, the proxy Service's (turning the proxy on
+    or off reissues the leaf, and the group rolls onto it once)."""
+    return server_names(ctx.name, ctx.namespace) + proxy_server_names(ctx)
 
 
 @dataclass(frozen=True)
@@ -231,7 +239,7 @@ async def _operator_issued(
     trusted_by_pods = ca.facts.fingerprint in trusted_before and pods_run(
         raw_pods, str(previous.get("digest") or ""), ctx.replicas
     )
-    names = server_names(ctx.name, ctx.namespace)
+    names = group_server_names(ctx)
     decision = plan_leaf(
         record,
         wanted_names=names,
@@ -310,7 +318,7 @@ def certificate_object(ctx: GroupContext, tls: TlsSpec) -> dict[str, Any]:
         "spec": {
             "secretName": ctx.tls_secret,
             "commonName": f"{ctx.name}.{ctx.namespace}",
-            "dnsNames": list(server_names(ctx.name, ctx.namespace)),
+            "dnsNames": list(group_server_names(ctx)),
             "duration": f"{tls.policy.validity_days * 24}h",
             "renewBefore": f"{tls.policy.renewal_days * 24}h",
             "issuerRef": {"name": ref.name, "kind": ref.kind, "group": ref.group},

@@ -7,17 +7,20 @@ combinations that cannot work are refused with the reason."""
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
 
 from brokergroup_operator import rocketmq_config as rmq
+from brokergroup_operator import rocketmq_proxy as proxy
 from brokergroup_operator.containers import config_data, engine_container, engine_volumes
 from brokergroup_operator.release_secret import OperatorSecrets
 from brokergroup_operator.runtime import Runtime
 from brokergroup_operator.spec import GroupContext, SpecError
 from brokergroup_operator.status_writer import why_blocked
+from brokergroup_operator.tls_material import group_server_names
 
 
 def ctx(spec: dict[str, Any], **kw: Any) -> GroupContext:
@@ -80,12 +83,65 @@ def test_without_spec_tls_nothing_changes() -> None:
 def test_enforcing_refusals() -> None:
     with pytest.raises(SpecError, match=r"tls\.controllers\.mode"):
         engine_container(ctx({"tls": {"mode": "enforcing"}}))
-    with pytest.raises(SpecError, match="stock proxy"):
-        engine_container(ctx({"tls": {"mode": "enforcing"}}, namesrv_tls=True))
     quiet = ctx(
         {"tls": {"mode": "enforcing"}, "rocketmq": {"proxy": {"enabled": False}}}, namesrv_tls=True
     )
     assert "-Dtls.server.mode=enforcing" in engine_container(quiet)["command"][2]
+
+
+def _proxy(c: GroupContext) -> tuple[dict[str, str], dict[str, Any]]:
+    objects = {o["kind"]: o for o in proxy.proxy_objects(c)}
+    return objects["ConfigMap"]["data"], objects["Deployment"]["spec"]["template"]["spec"]
+
+
+def test_the_stock_proxy_of_an_enforcing_group_serves_and_dials_tls() -> None:
+    """Until this change an enforcing engine rocketmq group with its proxy was refused ("the
+    stock proxy is not wired yet"): the proxy dialled the brokers in plaintext. Now it
+    serves the group's certificate in the group's mode and dials the name servers and
+    brokers over TLS, verified against the group's trust bundle, as the brokers do."""
+    c = ctx({"tls": {"mode": "enforcing"}}, namesrv_tls=True)
+    engine_container(c)  # no refusal
+    data, pod = _proxy(c)
+    assert _properties(data[rmq.TLS_CONFIG_KEY]) == _properties(config_data(c)[rmq.TLS_CONFIG_KEY])
+    settings = json.loads(data[proxy.CONFIG_KEY])
+    assert (settings["tlsTestModeEnable"], settings["tlsCertPath"], settings["tlsKeyPath"]) == (
+        False,
+        "/etc/rocketmq/tls/tls.crt",
+        "/etc/rocketmq/tls/tls.key",
+    )
+    (container,) = pod["containers"]
+    java = container["command"][2]
+    java = java[java.index("exec java") :]
+    assert (
+        "-Dtls.server.mode=enforcing -Dtls.test.mode.enable=false "
+        "-Dtls.config.file=/etc/rocketmq/proxy/tls.properties -Dtls.enable=true " in java
+    )
+    assert java.index("-Dtls.enable=true") < java.index(proxy.MAIN_CLASS)
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert (mounts["tls"], mounts["tls-trust"]) == (rmq.TLS_DIR, rmq.TLS_TRUST_DIR)
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["tls"] == {v["name"]: v for v in engine_volumes(c)}["tls"]
+    assert volumes["tls-trust"]["configMap"]["name"] == "orders-tls-trust"
+    # The SDKs verify the host name they dial: the group's certificate names the proxy.
+    names = group_server_names(c)
+    assert names[-3:] == ("orders-proxy", "orders-proxy.prod", "orders-proxy.prod.svc")
+    off = ctx({"tls": {"mode": "enforcing"}, "rocketmq": {"proxy": {"enabled": False}}})
+    assert not any("proxy" in n for n in group_server_names(off))
+
+
+def test_a_permissive_proxy_beside_plaintext_name_servers_dials_plaintext() -> None:
+    data, pod = _proxy(ctx({"tls": {"mode": "permissive"}}))
+    java = pod["containers"][0]["command"][2]
+    assert "-Dtls.server.mode=permissive" in java and "-Dtls.enable" not in java
+    assert rmq.TLS_CONFIG_KEY in data
+
+
+def test_a_proxy_without_spec_tls_is_unchanged() -> None:
+    data, pod = _proxy(ctx({}))
+    assert list(data) == [proxy.CONFIG_KEY]
+    assert "tlsCertPath" not in json.loads(data[proxy.CONFIG_KEY])
+    assert "-Dtls" not in pod["containers"][0]["command"][2]
+    assert {"tls", "tls-trust"}.isdisjoint(v["name"] for v in pod["volumes"])
 
 
 def _blocked(spec: dict[str, Any], **kw: Any) -> tuple[str, str] | None:
@@ -106,7 +162,6 @@ def test_the_operator_runs_an_engine_rocketmq_group_with_tls() -> None:
     # The stock container's own refusals still hold, with their reasons.
     reason, message = _blocked({"tls": {"mode": "enforcing"}, **no_proxy}) or ("", "")
     assert reason == "InvalidSpec" and "needs the release's controllers on TLS" in message
-    reason, message = _blocked({"tls": {"mode": "enforcing"}}, namesrv_tls=True) or ("", "")
-    assert reason == "InvalidSpec" and "the stock proxy is not wired yet" in message
+    assert _blocked({"tls": {"mode": "enforcing"}}, namesrv_tls=True) is None  # with its proxy
     reason, message = _blocked({"tls": {"mode": "permissive", "httpPort": True}}) or ("", "")
     assert reason == "InvalidSpec" and "have none" in message
