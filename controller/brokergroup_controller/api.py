@@ -5,12 +5,24 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 BrokerSetKey = tuple[str, str]
 """(clusterName, brokerName): the one key of a broker set (a BrokerGroup's replica group,
 RocketMQ's brokerName) in the controller's state, liveness, name server and front ends.
 Not the operator's Kubernetes key of a BrokerGroup object, (namespace, name)."""
+
+
+class RegistrationProtocol(StrEnum):
+    """Which of the controller's front ends a broker applied for its id or registered
+    through: what tells a stock RocketMQ 5 broker from brokergroup's built-in one."""
+
+    BROKERGROUP = "brokergroup"
+    """The HTTP API (`/v1/brokers/apply-id`, `/v1/brokers/register`): the built-in broker."""
+    ROCKETMQ = "rocketmq"
+    """The RocketMQ remoting port (CONTROLLER_APPLY_BROKER_ID, CONTROLLER_REGISTER_BROKER):
+    a stock RocketMQ 5 broker in controller mode (ReplicasManager)."""
 
 
 @dataclass(frozen=True)

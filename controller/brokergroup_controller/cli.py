@@ -73,9 +73,14 @@ def register(subparsers: Any) -> None:
     )
     controller.add_argument(
         "--namesrv-master-only-routes",
-        action="store_true",
-        help="topic routes name a group with a stable master address by it alone, no slaves "
-        "(stock RocketMQ brokers: a client is never counted twice after a failover)",
+        nargs="?",
+        const="all",
+        choices=["stock", "all", "none"],
+        metavar="{stock,all,none}",
+        help="which groups with a stable master address topic routes name by it alone, no "
+        "slaves: stock (default) the groups of stock RocketMQ brokers (a client is then never "
+        "counted twice after a failover; built-in groups keep their slaves), all (also the "
+        "bare flag), none",
     )
     controller.add_argument(
         "--insecure-no-auth",

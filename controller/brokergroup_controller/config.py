@@ -13,7 +13,11 @@ from pathlib import Path
 from typing import Any
 
 from brokergroup_controller.credentials import CredentialKeys
-from brokergroup_controller.master_address import MasterAddressPolicy, load_policy
+from brokergroup_controller.master_address import (
+    MasterAddressPolicy,
+    load_policy,
+    parse_master_only_routes,
+)
 from brokergroup_controller.raft_settings import RaftSettings, parse_peers
 from brokergroup_remoting.tls import ServerTls, client_context, load_server_tls, server_context
 
@@ -96,11 +100,12 @@ class ControllerConfig:
     master's own address, which clients follow only at their 30 s route refresh."""
     namesrv_master_addresses: tuple[str, ...] = ()
     """`CLUSTER/BROKER=HOST:PORT` fixed master addresses, ahead of the template."""
-    namesrv_master_only_routes: bool = False
-    """Topic routes name a group with a stable master address by that address alone, no
-    slaves (namesrv/routes.py `client_broker_addrs`): a stock RocketMQ 5.3 broker then never
-    counts one client twice after a failover, at the cost of reads from slaves. Needs a
-    template or fixed address; `local up --engine rocketmq` sets it."""
+    namesrv_master_only_routes: str = "stock"
+    """Which groups with a stable master address topic routes name by that address alone,
+    no slaves (namesrv/routes.py `master_only_for`): `stock` the groups of stock RocketMQ
+    brokers (registered through the remoting port), which then never count one client twice
+    after a failover, at the cost of reads from slaves; `all` every group (needs a template
+    or fixed address); `none` no group. controller.json's true/false read as all/none."""
     remoting_tls_mode: str = "disabled"
     """RocketMQ's `tls.server.mode` of the name server and the remoting port: disabled,
     permissive (plaintext and TLS clients on one port) or enforcing (docs/security.md
@@ -284,6 +289,10 @@ def config_from_sources(
     values.update({k: v for k, v in overrides.items() if v is not None})
     if "peers" in values:
         values["peers"] = parse_peers(values["peers"])
+    if "namesrv_master_only_routes" in values:  # true/false (its first form) or a mode
+        values["namesrv_master_only_routes"] = parse_master_only_routes(
+            values["namesrv_master_only_routes"]
+        ).value
     addresses = values.get("namesrv_master_addresses")
     if addresses is not None:
         if not isinstance(addresses, list | tuple) or not all(
@@ -342,7 +351,7 @@ def load_config(
     namesrv_port: int | None = None,
     namesrv_master_address_template: str | None = None,
     namesrv_master_addresses: list[str] | None = None,
-    namesrv_master_only_routes: bool = False,
+    namesrv_master_only_routes: str | None = None,
     remoting_tls_mode: str | None = None,
     tls_cert_file: str | None = None,
     tls_key_file: str | None = None,
@@ -387,7 +396,7 @@ def load_config(
             "namesrv_port": namesrv_port,
             "namesrv_master_address_template": namesrv_master_address_template,
             "namesrv_master_addresses": namesrv_master_addresses or None,
-            "namesrv_master_only_routes": namesrv_master_only_routes or None,
+            "namesrv_master_only_routes": namesrv_master_only_routes,
             "remoting_tls_mode": remoting_tls_mode,
             "tls_cert_file": tls_cert_file and os.path.abspath(tls_cert_file),
             "tls_key_file": tls_key_file and os.path.abspath(tls_key_file),

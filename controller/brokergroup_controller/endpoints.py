@@ -156,6 +156,7 @@ class Endpoints:
             request.broker_id,
             request.register_code,
             request.address,
+            request.protocol.value,
             request_id=request.request_id,
         )
         applied = await self.service.once(
@@ -173,12 +174,18 @@ class Endpoints:
             request.broker_id,
             request.address,
         )
-        event = RegisterBroker(cluster, name, broker_id, address, request_id=request.request_id)
+        protocol = request.protocol
+        event = RegisterBroker(
+            cluster, name, broker_id, address, protocol.value, request_id=request.request_id
+        )
 
         async def register() -> BrokerRegistered:
             broker_set = self.service.require_registered(cluster, name, broker_id)
-            if broker_set.brokers[broker_id].address == address:
-                return BrokerRegistered()  # only an address change is worth a commit (§5.1)
+            record = broker_set.brokers[broker_id]
+            if record.address == address and record.protocol is protocol:
+                # Only an address change is worth a commit (§5.1), or the first record of
+                # the protocol (a broker applied before the record had it, or it changed).
+                return BrokerRegistered()
             return await self.service.propose(event, BrokerRegistered)
 
         await self.service.once(event.request_key, BrokerRegistered, register)

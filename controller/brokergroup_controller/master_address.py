@@ -14,11 +14,13 @@ The policy, loaded once at start-up (`--namesrv-master-address CLUSTER/BROKER=HO
   registered remoting address) filled in;
 - else the master's own address, as RocketMQ routes it.
 
-`--namesrv-master-only-routes` (`master_only`): a group with a stable address is routed to
-clients by that address alone (brokerId 0), its slaves left out of topic routes
-(`routes.client_broker_addrs` says why: a stock client heartbeats every address a route
-names, and RocketMQ 5.3 counts a client once per connection). Only the local runtime's
-`--engine rocketmq` turns it on; it needs a stable address to mean anything.
+`--namesrv-master-only-routes MODE` (`master_only`, `MasterOnlyRoutes`): which groups with a
+stable address are routed to clients by that address alone (brokerId 0), their slaves left
+out of topic routes (`routes.client_broker_addrs` says why: a stock client heartbeats every
+address a route names, and a stock RocketMQ 5.3 broker counts a client once per connection).
+`stock` (the default): the groups whose brokers register through RocketMQ's own controller
+protocol, i.e. stock RocketMQ 5 brokers (`routes.master_only_for`); `all`: every group (the
+bare flag, as before there were modes; it needs a stable address); `none`: no group.
 
 Every failure is a `ValueError` at load: unknown placeholders, an empty host, a bad port.
 """
@@ -28,6 +30,7 @@ from __future__ import annotations
 import string
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from brokergroup_controller.api import BrokerSetKey
 
@@ -63,6 +66,32 @@ def _check_template(template: str) -> None:
     parse_host_port(template.format(**_PROBE), f"master address template {template!r} gives")
 
 
+class MasterOnlyRoutes(StrEnum):
+    """Which groups with a stable master address topic routes name by it alone."""
+
+    NONE = "none"
+    """No group: every member by its own address (slave reads possible)."""
+    STOCK = "stock"
+    """The groups whose brokers register through RocketMQ's controller protocol (stock
+    RocketMQ 5 brokers, which list a client once per connection); built-in groups keep
+    their slaves in routes."""
+    ALL = "all"
+    """Every group, built-in ones too."""
+
+
+def parse_master_only_routes(value: object) -> MasterOnlyRoutes:
+    """A mode from a flag or controller.json: `none`, `stock`, `all`; the JSON booleans of
+    the setting's first form read as `all` (true) and `none` (false)."""
+    if isinstance(value, MasterOnlyRoutes):
+        return value
+    if isinstance(value, bool):
+        return MasterOnlyRoutes.ALL if value else MasterOnlyRoutes.NONE
+    if isinstance(value, str) and value in {m.value for m in MasterOnlyRoutes}:
+        return MasterOnlyRoutes(value)
+    known = ", ".join(m.value for m in MasterOnlyRoutes)
+    raise ValueError(f"namesrvMasterOnlyRoutes {value!r} is not one of {known}")
+
+
 @dataclass(frozen=True)
 class MasterAddressPolicy:
     """Where clients reach a managed group's master; `MasterAddressPolicy()` = its own address."""
@@ -71,13 +100,13 @@ class MasterAddressPolicy:
     """`{cluster}`, `{broker}`, `{port}` filled in, e.g. `{broker}-master.ns.svc:{port}`."""
     fixed: Mapping[BrokerSetKey, str] = field(default_factory=dict)
     """(clusterName, brokerName) → `host:port`, ahead of the template."""
-    master_only: bool = False
-    """Topic routes name only the stable address of a group that has one (no slaves)."""
+    master_only: MasterOnlyRoutes = MasterOnlyRoutes.STOCK
+    """Which groups' topic routes name only their stable address (no slaves)."""
 
     def __post_init__(self) -> None:
-        if self.master_only and self.template is None and not self.fixed:
+        if self.master_only is MasterOnlyRoutes.ALL and self.template is None and not self.fixed:
             raise ValueError(
-                "master-only routes need a stable master address "
+                "master-only routes for all groups need a stable master address "
                 "(--namesrv-master-address or --namesrv-master-address-template)"
             )
         if self.template is not None:
@@ -117,11 +146,15 @@ def parse_fixed(entries: Iterable[str]) -> dict[BrokerSetKey, str]:
 
 
 def load_policy(
-    template: str | None, fixed_entries: Iterable[str], master_only: bool = False
+    template: str | None,
+    fixed_entries: Iterable[str],
+    master_only: object = MasterOnlyRoutes.STOCK,
 ) -> MasterAddressPolicy:
     """The policy from the controller's flags (ValueError says what is wrong)."""
     return MasterAddressPolicy(
-        template=template or None, fixed=parse_fixed(fixed_entries), master_only=master_only
+        template=template or None,
+        fixed=parse_fixed(fixed_entries),
+        master_only=parse_master_only_routes(master_only),
     )
 
 

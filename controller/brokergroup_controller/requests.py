@@ -64,6 +64,8 @@ class ApplyBrokerId:
     register_code: str
     address: str
     request_id: str = ""
+    #: The front end that decoded it (the HTTP API's parser leaves the default).
+    protocol: api.RegistrationProtocol = api.RegistrationProtocol.BROKERGROUP
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,7 @@ class RegisterBroker:
     broker_id: int
     address: str
     request_id: str = ""
+    protocol: api.RegistrationProtocol = api.RegistrationProtocol.BROKERGROUP
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from brokergroup_controller.api import BrokerSetKey
+from brokergroup_controller.api import BrokerSetKey, RegistrationProtocol
 from brokergroup_controller.errors import ErrorCode
 from brokergroup_controller.takeover import Takeover
 from brokergroup_remoting.authorization import PolicyError, check_access_key, entries_from_json
@@ -55,6 +55,25 @@ RECENT_REQUESTS_BOUND = 1024
 class BrokerRecord:
     address: str
     register_code: str
+    #: The front end of the broker's last committed ApplyBrokerId or RegisterBroker. Its
+    #: default is left out of dumps and events, so records and entries of built-in brokers
+    #: keep the format they always had (an older controller still applies them), and state
+    #: written before the field reads as built-in.
+    protocol: RegistrationProtocol = RegistrationProtocol.BROKERGROUP
+
+    def to_dict(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"address": self.address, "registerCode": self.register_code}
+        if self.protocol is not RegistrationProtocol.BROKERGROUP:
+            body["protocol"] = self.protocol.value
+        return body
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> BrokerRecord:
+        return cls(
+            address=data["address"],
+            register_code=data["registerCode"],
+            protocol=protocol_of(data.get("protocol")),
+        )
 
 
 @dataclass
@@ -78,14 +97,18 @@ class BrokerSet:
     def key(self) -> BrokerSetKey:
         return (self.cluster_name, self.broker_name)
 
+    @property
+    def has_rocketmq_brokers(self) -> bool:
+        """Some member registered through RocketMQ's controller protocol (a stock broker)."""
+        return any(r.protocol is RegistrationProtocol.ROCKETMQ for r in self.brokers.values())
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "clusterName": self.cluster_name,
             "brokerName": self.broker_name,
             "nextBrokerId": self.next_broker_id,
             "brokers": {
-                str(broker_id): {"address": r.address, "registerCode": r.register_code}
-                for broker_id, r in sorted(self.brokers.items())
+                str(broker_id): r.to_dict() for broker_id, r in sorted(self.brokers.items())
             },
             "masterBrokerId": self.master_broker_id,
             "masterEpoch": self.master_epoch,
@@ -102,10 +125,7 @@ class BrokerSet:
             cluster_name=data["clusterName"],
             broker_name=data["brokerName"],
             next_broker_id=int(data["nextBrokerId"]),
-            brokers={
-                int(k): BrokerRecord(address=v["address"], register_code=v["registerCode"])
-                for k, v in data["brokers"].items()
-            },
+            brokers={int(k): BrokerRecord.from_dict(v) for k, v in data["brokers"].items()},
             master_broker_id=data["masterBrokerId"],
             master_epoch=int(data["masterEpoch"]),
             sync_state_set={int(x) for x in data["syncStateSet"]},
@@ -180,6 +200,16 @@ def canonical_policies(policies: object) -> str:
     )
 
 
+def protocol_of(name: object) -> RegistrationProtocol:
+    """A dump's or an event's protocol name; absent (None) is the built-in broker's."""
+    if name is None:
+        return RegistrationProtocol.BROKERGROUP
+    try:
+        return RegistrationProtocol(str(name))
+    except ValueError as exc:
+        raise ValueError(f"unknown broker registration protocol {name!r}") from exc
+
+
 # ---------------------------------------------------------------- events
 
 
@@ -211,25 +241,34 @@ class Event:
     def to_dict(self) -> dict[str, Any]:
         body: dict[str, Any] = {"type": self.TYPE}
         for name, value in self.__dict__.items():
-            if name == "request_id" and not value:
-                continue  # entries without an id keep the format they always had
+            if (name == "request_id" and not value) or (
+                name == "protocol" and value == RegistrationProtocol.BROKERGROUP
+            ):
+                continue  # entries without one keep the format they always had
             body[name] = sorted(value) if isinstance(value, frozenset) else value
         return body
 
 
 @dataclass(frozen=True)
 class ApplyBrokerId(Event):
+    """`protocol`: the front end it came through, recorded with the id (an entry without
+    one, from the HTTP API or written before the field: the built-in broker's)."""
+
     TYPE: ClassVar[str] = "ApplyBrokerId"
     broker_id: int
     register_code: str
     address: str
+    protocol: str = RegistrationProtocol.BROKERGROUP.value
 
 
 @dataclass(frozen=True)
 class RegisterBroker(Event):
+    """`protocol` as ApplyBrokerId's."""
+
     TYPE: ClassVar[str] = "RegisterBroker"
     broker_id: int
     address: str
+    protocol: str = RegistrationProtocol.BROKERGROUP.value
 
 
 @dataclass(frozen=True)
@@ -544,6 +583,10 @@ class ControllerState:
         raise TypeError(f"not a controller event: {event!r}")
 
     def _apply_broker_id(self, e: ApplyBrokerId) -> ApplyResult:
+        try:
+            protocol = protocol_of(e.protocol)
+        except ValueError as exc:  # a newer version's entry: refused, nothing changed
+            return _reject(ErrorCode.BAD_REQUEST, f"broker {e.broker_name}:{e.broker_id}: {exc}")
         broker_set = self.broker_sets.get(e.key)
         if broker_set is None:
             if e.broker_id != 1:
@@ -576,11 +619,15 @@ class ControllerState:
                     f"(registerCode differs); apply for {broker_set.next_broker_id} instead",
                     next_broker_id=broker_set.next_broker_id,
                 )
-        broker_set.brokers[e.broker_id] = BrokerRecord(e.address, e.register_code)
+        broker_set.brokers[e.broker_id] = BrokerRecord(e.address, e.register_code, protocol)
         broker_set.next_broker_id = max(broker_set.next_broker_id, e.broker_id + 1)
         return _ok(BrokerIdApplied(e.broker_id, broker_set.next_broker_id))
 
     def _register_broker(self, e: RegisterBroker) -> ApplyResult:
+        try:
+            protocol = protocol_of(e.protocol)
+        except ValueError as exc:
+            return _reject(ErrorCode.BAD_REQUEST, f"broker {e.broker_name}:{e.broker_id}: {exc}")
         broker_set = self.broker_sets.get(e.key)
         if broker_set is None or e.broker_id not in broker_set.brokers:
             return _reject(
@@ -588,7 +635,9 @@ class ControllerState:
                 f"broker {e.broker_name}:{e.broker_id} has no BrokerId assigned; "
                 "run GetNextBrokerId/ApplyBrokerId first",
             )
-        broker_set.brokers[e.broker_id].address = e.address
+        record = broker_set.brokers[e.broker_id]
+        record.address = e.address
+        record.protocol = protocol
         return _ok(BrokerRegistered())
 
     def _alter_sync_state_set(self, e: AlterSyncStateSet) -> ApplyResult:

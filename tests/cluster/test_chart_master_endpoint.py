@@ -7,6 +7,9 @@
 - Stock clients get a name server Service `<release>-brokergroup-namesrv` (ClusterIP, port
   9876, ready controller pods only), the address for their `namesrvAddr`.
 - values.schema.json refuses a template the shell line could not carry.
+- `controller.namesrv.masterOnlyRoutes` (default `stock`) reaches
+  `--namesrv-master-only-routes`: engine rocketmq groups routed by their master Service
+  alone, built-in groups with their slaves.
 """
 
 from __future__ import annotations
@@ -55,6 +58,22 @@ def test_the_controllers_name_the_master_service_as_brokerid_0_by_default(
     assert custom[custom.index(FLAG) + 1] == custom_template
     # Empty: the name servers name the master's own registered address, as before.
     assert FLAG not in _controller_words(_render_template(tmp_path, ""))
+
+
+def test_the_controllers_route_stock_groups_by_their_master_alone_by_default() -> None:
+    """`--namesrv-master-only-routes` from `controller.namesrv.masterOnlyRoutes` (default
+    stock: the controllers decide per group, engine rocketmq groups by their master Service
+    alone, built-in ones with their slaves; issue 34); the schema takes only the modes."""
+    flag = "--namesrv-master-only-routes"
+    words = _controller_words(_render())
+    assert words[words.index(flag) + 1] == "stock"
+    words = _controller_words(_render("controller.namesrv.masterOnlyRoutes=none"))
+    assert words[words.index(flag) + 1] == "none"
+    refused = _helm(
+        "template", "rel", str(CHART), "--set", "controller.namesrv.masterOnlyRoutes=yes",
+        check=False,
+    )  # fmt: skip
+    assert refused.returncode != 0 and "masterOnlyRoutes" in refused.stderr
 
 
 def test_a_name_server_service_for_stock_clients() -> None:

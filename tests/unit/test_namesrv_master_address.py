@@ -1,6 +1,6 @@
 """The name server's master address policy (master_address.py) and its start-up
 contract: `--namesrv-master-address-template`, `--namesrv-master-address` and
-`--namesrv-master-only-routes`.
+`--namesrv-master-only-routes [stock|all|none]` (stock, the per-group decision, by default).
 
 Checks which address a managed group's master gets (fixed ahead of template ahead of the
 master's own), and that a bad template or address stops the controller at load with a
@@ -9,6 +9,7 @@ message naming the bad part, through the controller's own flag parser and config
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,9 @@ from brokergroup_controller.config import config_from_sources
 from brokergroup_controller.master_address import (
     OWN_ADDRESS,
     MasterAddressPolicy,
+    MasterOnlyRoutes,
     load_policy,
+    parse_master_only_routes,
 )
 
 GROUP = ("DefaultCluster", "broker-a")
@@ -103,26 +106,47 @@ def test_the_controller_cli_stops_on_a_bad_flag_with_the_reason(
     assert "unknown placeholder {host}" in capsys.readouterr().err
 
 
-def test_master_only_routes_need_a_stable_address_and_reach_the_policy(
+def test_master_only_routes_for_all_need_a_stable_address_and_reach_the_policy(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with pytest.raises(ValueError, match="need a stable master address"):
-        load_policy(None, [], master_only=True)
+        load_policy(None, [], master_only="all")
     with pytest.raises(ValueError, match="need a stable master address"):
         config_from_sources({"namesrvMasterOnlyRoutes": True}, _base(tmp_path))
-    with pytest.raises(ValueError, match="namesrvMasterOnlyRoutes must be bool"):
+    with pytest.raises(ValueError, match="namesrvMasterOnlyRoutes 'yes' is not one of"):
         config_from_sources({"namesrvMasterOnlyRoutes": "yes"}, _base(tmp_path))
     policy = config_from_sources(
         {"namesrvMasterOnlyRoutes": True, "namesrvMasterAddresses": ["C/b=127.0.0.1:20911"]},
         _base(tmp_path),
     ).master_address_policy()
     assert (policy.master_only, policy.stable(("C", "b")), policy.stable(("C", "x"))) == (
-        True,
+        MasterOnlyRoutes.ALL,
         True,
         False,
     )
-    assert load_policy("{broker}:{port}", [], master_only=True).stable(("C", "x"))
+    assert load_policy("{broker}:{port}", [], master_only="all").stable(("C", "x"))
     argv = ["controller", "--node-id", "1", "--peers", "127.0.0.1:1", "--data-dir"]
     argv += [str(tmp_path), "--insecure-no-auth", "--namesrv-master-only-routes"]
     assert cli.main(argv) == 2
     assert "need a stable master address" in capsys.readouterr().err
+
+
+def test_the_per_group_mode_is_the_default_and_needs_no_stable_address(tmp_path: Path) -> None:
+    """`stock` (routes.master_only_for decides per group) is what a controller runs without
+    the flag, a stable address or not; true/false of the setting's first form read as
+    all/none; the flag takes each mode by name."""
+    assert OWN_ADDRESS.master_only is MasterOnlyRoutes.STOCK
+    assert config_from_sources({}, _base(tmp_path)).master_address_policy() == OWN_ADDRESS
+    assert load_policy(None, [], master_only="none").master_only is MasterOnlyRoutes.NONE
+    none = config_from_sources({"namesrvMasterOnlyRoutes": False}, _base(tmp_path))
+    assert none.master_address_policy().master_only is MasterOnlyRoutes.NONE
+    assert parse_master_only_routes("stock") is MasterOnlyRoutes.STOCK
+    with pytest.raises(ValueError, match="not one of none, stock, all"):
+        parse_master_only_routes(1)
+    parser = argparse.ArgumentParser()
+    cli.register(parser.add_subparsers(dest="command", required=True))
+    base = ["controller", "--node-id", "1", "--peers", "127.0.0.1:1", "--data-dir", "d"]
+    for flags, mode in (([], None), (["--namesrv-master-only-routes"], "all"),
+                        (["--namesrv-master-only-routes", "stock"], "stock"),
+                        (["--namesrv-master-only-routes", "none"], "none")):  # fmt: skip
+        assert parser.parse_args([*base, *flags]).namesrv_master_only_routes == mode

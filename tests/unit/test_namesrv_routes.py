@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from brokergroup_controller.master_address import MasterAddressPolicy
+from brokergroup_controller.master_address import MasterAddressPolicy, MasterOnlyRoutes
 from brokergroup_controller.namesrv.registry import Registry, RegistryFull
 from brokergroup_controller.namesrv.routes import (
     MASTER_ID,
@@ -248,7 +248,7 @@ def test_the_policy_changes_only_the_address_of_id_0(
 
 # --- master-only routes (issue 34: a consumer counted twice after a failover) -------------
 
-MASTER_ONLY = MasterAddressPolicy(fixed={KEY: STABLE}, master_only=True)
+MASTER_ONLY = MasterAddressPolicy(fixed={KEY: STABLE}, master_only=MasterOnlyRoutes.ALL)
 
 
 def _broker_datas(route: dict[str, object]) -> list[dict[str, object]]:
@@ -321,7 +321,9 @@ def test_master_only_keeps_rocketmq_routes_for_groups_without_a_stable_address()
     regs = [reg(ADDRS[1], 0), reg(ADDRS[2], 2), reg("127.0.0.1:1", 0, name="broker-b"),
             reg("127.0.0.1:2", 1, name="broker-b")]  # fmt: skip
     # broker-b is unmanaged; broker-a managed but without a fixed address under this policy.
-    policy = MasterAddressPolicy(fixed={("DefaultCluster", "broker-c"): STABLE}, master_only=True)
+    policy = MasterAddressPolicy(
+        fixed={("DefaultCluster", "broker-c"): STABLE}, master_only=MasterOnlyRoutes.ALL
+    )
     route = topic_route("orders", group_routes(regs, managed(1, ADDRS), 0, policy))
     assert route is not None
     assert [d["brokerAddrs"] for d in _broker_datas(route)] == [

@@ -27,20 +27,28 @@ forwarder) or, without a policy, the master's own. Everything a client or mqadmi
 (topic routes, cluster info, system topics) takes it from `GroupRoute.broker_addrs`;
 only the answer to a broker's own registration uses the master's registered address.
 
-What a *client* is given differs from that in one case (`client_broker_addrs`): with the
-policy's `master_only` (`--namesrv-master-only-routes`, set by `local up --engine rocketmq`),
-a group whose master is served at a stable address is named in topic routes by that address
-alone, as brokerId 0, and not at all while it has no master (the client keeps the route it
-had, which names the stable address). A stock client heartbeats every address its topic
-routes name and keeps those connections; had it held one to a slave, the slave's election
-would leave the new master with two connections for one client (that one and the one
-through the stable address), and RocketMQ 5.3 lists a client once per connection
-(`ConsumerGroupInfo.getAllClientId`), so the group's rebalance gave the client half the
-queues until the direct connection idled out (docs/rocketmq-compatibility.md "A consumer
-counted twice after a failover"). The cost: such a group's clients never read from a slave
-(`slaveReadEnable` / suggested brokerId 1), which engine rocketmq does not turn on. Cluster
-info (GET_BROKER_CLUSTER_INFO, mqadmin clusterList) keeps every member. The built-in broker
-keeps its full routes: it lists a client once however many connections it has.
+What a *client* is given differs from that in one case (`client_broker_addrs`): a group
+whose master is served at a stable address and whose brokers are stock RocketMQ brokers is
+named in topic routes by that address alone, as brokerId 0, and not at all while it has no
+master (the client keeps the route it had, which names the stable address). A stock client
+heartbeats every address its topic routes name and keeps those connections; had it held one
+to a slave, the slave's election would leave the new master with two connections for one
+client (that one and the one through the stable address), and a stock RocketMQ 5.3 broker
+lists a client once per connection (`ConsumerGroupInfo.getAllClientId`), so the group's
+rebalance gave the client half the queues until the direct connection idled out
+(docs/rocketmq-compatibility.md "A consumer counted twice after a failover"). The cost: such
+a group's clients never read from a slave (`slaveReadEnable` / suggested brokerId 1), which
+engine rocketmq does not turn on. Cluster info (GET_BROKER_CLUSTER_INFO, mqadmin
+clusterList) keeps every member. The built-in broker keeps its full routes: it lists a
+client once however many connections it has, and its slaves serve reads.
+
+Which groups (`master_only_for`, the policy's `master_only`, `--namesrv-master-only-routes`):
+`stock` (the default) decides per group from the controller's replicated state: a group is
+stock when one of its brokers applied for its id or registered through RocketMQ's controller
+protocol (the remoting port, RequestCode 1002/1003), which only a stock RocketMQ 5 broker
+speaks; brokergroup's built-in broker uses the HTTP API. So one set of controllers serves
+built-in groups with their slaves in routes and engine rocketmq groups by their master alone,
+with no per-group setting to keep in step. `all` and `none` override it for every group.
 
 Two registrations under one route id (a broker back on a new address before its old entry
 expired): the latest refresh wins. The queue data of a group comes from the registration
@@ -55,7 +63,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from brokergroup_controller.api import BrokerSetKey
-from brokergroup_controller.master_address import OWN_ADDRESS, MasterAddressPolicy
+from brokergroup_controller.master_address import (
+    OWN_ADDRESS,
+    MasterAddressPolicy,
+    MasterOnlyRoutes,
+)
 from brokergroup_remoting.codes import BROKER_CHANNEL_EXPIRED_TIME_MS
 
 #: MixAll.MASTER_ID.
@@ -131,6 +143,9 @@ class ManagedGroup:
     master_epoch: int
     addresses: Mapping[int, str]
     """Persistent BrokerId → the address the broker registered with the controller."""
+    rocketmq_brokers: bool = False
+    """Some member applied for its id or registered through RocketMQ's controller protocol
+    (the controller's remoting port): a stock RocketMQ 5 broker (state.BrokerRecord)."""
 
 
 @dataclass(frozen=True)
@@ -211,6 +226,15 @@ def _route_ids(
     return {rid: reg for rid, reg in chosen.items() if by_addr[reg.broker_addr] == rid}
 
 
+def master_only_for(mode: MasterOnlyRoutes, group: ManagedGroup | None) -> bool:
+    """Whether topic routes name `group` by its stable address alone (module doc): `all`,
+    or `stock` and its brokers are stock RocketMQ brokers. A group the controller does not
+    manage never (it has no stable address either)."""
+    if group is None or mode is MasterOnlyRoutes.NONE:
+        return False
+    return mode is MasterOnlyRoutes.ALL or group.rocketmq_brokers
+
+
 def client_broker_addrs(
     registered: Mapping[int, str], stable_address: str | None, master_only: bool
 ) -> dict[int, str]:
@@ -260,7 +284,9 @@ def group_routes(
             # address is then not named: client_broker_addrs).
             stable = policy.address(key, (master or source).broker_addr)
         addrs = client_broker_addrs(registered, stable, master_only=False)
-        client = client_broker_addrs(registered, stable, master_only=policy.master_only)
+        client = client_broker_addrs(
+            registered, stable, master_only=master_only_for(policy.master_only, group)
+        )
         routes.append(
             GroupRoute(
                 cluster_name=key[0],

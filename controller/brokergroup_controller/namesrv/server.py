@@ -54,6 +54,7 @@ def managed_groups(state: ControllerState) -> dict[BrokerSetKey, ManagedGroup]:
             master_broker_id=bs.master_broker_id,
             master_epoch=bs.master_epoch,
             addresses={broker_id: record.address for broker_id, record in bs.brokers.items()},
+            rocketmq_brokers=bs.has_rocketmq_brokers,
         )
         for key, bs in state.broker_sets.items()
     }

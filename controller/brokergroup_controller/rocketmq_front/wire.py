@@ -12,7 +12,7 @@ exactly one RocketMQ response code (`RESPONSE_CODE_OF`).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from brokergroup_controller import api
@@ -110,9 +110,11 @@ def next_broker_id_request(fields: Mapping[str, str]) -> rq.GetNextBrokerId:
 
 def apply_broker_id_request(fields: Mapping[str, str]) -> rq.ApplyBrokerId:
     """ApplyBrokerIdRequestHeader: the address is the registerCheckCode's part before ';'
-    (`address;timestamp`, as ReplicasInfoManager.applyBrokerId reads it)."""
+    (`address;timestamp`, as ReplicasInfoManager.applyBrokerId reads it). Marked as come
+    through RocketMQ's protocol: only a stock broker speaks it to the controller, and the
+    name server routes its group by that (namesrv/routes.py `master_only_for`)."""
     code = header.text(fields, "registerCheckCode")
-    return parse_apply(
+    parsed = parse_apply(
         {
             "clusterName": fields.get("clusterName"),
             "brokerName": fields.get("brokerName"),
@@ -121,11 +123,12 @@ def apply_broker_id_request(fields: Mapping[str, str]) -> rq.ApplyBrokerId:
             "address": code.split(";")[0],
         }
     )
+    return replace(parsed, protocol=api.RegistrationProtocol.ROCKETMQ)
 
 
 def register_request(fields: Mapping[str, str]) -> rq.RegisterBroker:
-    """RegisterBrokerToControllerRequestHeader."""
-    return parse_register(
+    """RegisterBrokerToControllerRequestHeader (RocketMQ's protocol, as above)."""
+    parsed = parse_register(
         {
             "clusterName": fields.get("clusterName"),
             "brokerName": fields.get("brokerName"),
@@ -133,6 +136,7 @@ def register_request(fields: Mapping[str, str]) -> rq.RegisterBroker:
             "address": fields.get("brokerAddress"),
         }
     )
+    return replace(parsed, protocol=api.RegistrationProtocol.ROCKETMQ)
 
 
 def heartbeat_request(fields: Mapping[str, str]) -> rq.Heartbeat:
