@@ -8,6 +8,8 @@ is uninstalled.
 - Deleted: pods first, then the group's BrokerIds in the controller, so no
   side keeps an orphan; for at most cleanup_timeout_s, then the finalizer is
   released anyway with what is left behind (ownership.cleanup_step decides).
+  A group no broker of which ever registered (ownership.ever_registered) is
+  released as soon as its pods are gone, controllers asked or not.
 - Uninstalled (`helm uninstall`, the Deployment gone): every group of this
   operator loses its finalizer, with a Warning Event each.
 """
@@ -25,7 +27,13 @@ from brokergroup_operator import metrics
 from brokergroup_operator.model import selector_string
 from brokergroup_operator.networking import OBSOLETE_SERVICES
 from brokergroup_operator.objects import owned_objects
-from brokergroup_operator.ownership import Release, Retry, cleanup_step, groups_to_let_go
+from brokergroup_operator.ownership import (
+    Release,
+    Retry,
+    cleanup_step,
+    ever_registered,
+    groups_to_let_go,
+)
 from brokergroup_operator.runtime import GroupMemory, Runtime
 from brokergroup_operator.settings import SettingsError
 from brokergroup_operator.spec import GroupContext
@@ -87,9 +95,19 @@ async def clean_up(rt: Runtime, body: Mapping[str, Any], elapsed_s: float) -> Re
             problem = str(exc)
         except (ControllerUnavailable, SettingsError) as exc:
             problem = f"controller unavailable: {exc}"
+    registered = ever_registered(body.get("status") or {})
+    if not ids_cleaned and not registered and not pods_left:
+        log.info(
+            "BrokerGroup %s/%s deleted; no broker of it ever registered with the "
+            "controllers, nothing to clean there (%s)",
+            ns,
+            name,
+            problem,
+        )
     return cleanup_step(
         pods_left=pods_left,
         ids_cleaned=ids_cleaned,
+        registered=registered,
         problem=problem,
         elapsed_s=elapsed_s,
         timeout_s=rt.settings.cleanup_timeout_s,

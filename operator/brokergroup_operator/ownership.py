@@ -13,8 +13,12 @@ The cleanup a deleted group's finalizer runs (delete the pods, clean the
 BrokerIds from the controller) is bounded (issue 22 item 4): after
 `cleanup_timeout_s` it gives up, releases the finalizer and says in a
 Warning Event what it left behind, so `kubectl delete bg` and namespace
-deletion always end, also when the controller is already gone. And when the
-operator itself is uninstalled, it lets go of its groups on the way out
+deletion always end, also when the controller is already gone. A group no
+broker of which ever registered with the controllers (`ever_registered`: its
+status names no BrokerId, no master, no master epoch; e.g. one that never ran
+because the release Secret is missing) has nothing there to clean: once its
+pods are gone it is released at once, whether or not the controllers could be
+asked. And when the operator itself is uninstalled, it lets go of its groups on the way out
 (`groups_to_let_go`): they run on unmanaged and can be deleted at once.
 """
 
@@ -65,10 +69,23 @@ class Release:
     left_behind: str | None = None
 
 
+def ever_registered(status: Mapping[str, Any]) -> bool:
+    """Whether a broker of the group may have registered with the controllers, as far
+    as its status tells: a row of status.brokers with a BrokerId, a master, or a master
+    epoch above 0. The operator writes these from the controllers' view and patches the
+    status as a merge, so a pass without that view (controllers unreachable) keeps
+    them; a group that never ran (no release Secret, an invalid spec) has none."""
+    rows = status.get("brokers") or []
+    named = any(isinstance(r, Mapping) and isinstance(r.get("brokerId"), int) for r in rows)
+    epoch = status.get("masterEpoch")
+    return named or bool(status.get("master")) or (isinstance(epoch, int) and epoch > 0)
+
+
 def cleanup_step(
     *,
     pods_left: int,
     ids_cleaned: bool,
+    registered: bool,
     problem: str | None,
     elapsed_s: float,
     timeout_s: float,
@@ -76,9 +93,11 @@ def cleanup_step(
     """The finalizer's decision after one cleanup attempt.
 
     pods_left: broker pods still present; ids_cleaned: the controller forgot the
-    group's BrokerIds (or never knew them); problem: why the last attempt
-    failed (controller unreachable, API error), if it did."""
-    if pods_left == 0 and ids_cleaned:
+    group's BrokerIds (or never knew them); registered: a broker of the group may
+    have registered with the controllers (`ever_registered`; when none did there is
+    nothing to clean there, so no reason to wait for them); problem: why the last
+    attempt failed (controller unreachable, API error), if it did."""
+    if pods_left == 0 and (ids_cleaned or not registered):
         return Release()
     if elapsed_s < timeout_s:
         if pods_left:

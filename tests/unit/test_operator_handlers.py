@@ -385,13 +385,14 @@ async def test_delete_gives_up_after_the_cleanup_timeout_and_says_what_is_left(
     kube = FakeKube([], None)
     ctl = GoneController(info(1))
     memo = kopf.Memo(runtime=runtime(kube, ctl))
+    ran = group(status={"brokers": [{"pod": "bg-0", "brokerId": 1}], "masterEpoch": 1})
     with pytest.raises(kopf.TemporaryError) as retry:
         await handlers.group_deleted(
-            body=kopf.Body(group()), name="bg", namespace="ns", memo=memo, runtime=timedelta(0)
+            body=kopf.Body(ran), name="bg", namespace="ns", memo=memo, runtime=timedelta(0)
         )
     assert str(retry.value).startswith("cleaning the BrokerIds from the controller")
     await handlers.group_deleted(
-        body=kopf.Body(group()), name="bg", namespace="ns", memo=memo, runtime=timedelta(hours=1)
+        body=kopf.Body(ran), name="bg", namespace="ns", memo=memo, runtime=timedelta(hours=1)
     )
     assert warnings == [
         (
@@ -402,6 +403,34 @@ async def test_delete_gives_up_after_the_cleanup_timeout_and_says_what_is_left(
             "(c:9878: connection refused)",
         )
     ]
+
+
+async def test_a_group_that_never_registered_is_released_at_once_without_a_token(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Deleted while the release Secret is missing (SecretMissing): no admin token to
+    ask the controllers with, so the finalizer used to wait the whole cleanup timeout
+    (120 s). Its status names no BrokerId, no master: nothing of it is in the
+    controllers, so it is released at once, with no CleanupIncomplete Event."""
+    warnings: list[tuple[str, str]] = []
+    monkeypatch.setattr(
+        kopf, "warn", lambda body, *, reason, message: warnings.append((reason, message))
+    )
+    kube = FakeKube([], None)
+    kube.release_secret_forbidden = True
+    ctl = GoneController(info(1))
+    rt = runtime(kube, ctl)
+    rt.secrets = None
+    rt.settings = OperatorSettings(
+        controller_addresses=("c:9878",), image="img", release_secret="mq/rel-secrets"
+    )
+    blocked = {"observedGeneration": 1, "replicas": 0, "ready": "0/3", "inSync": "?"}
+    await handlers.group_deleted(
+        body=kopf.Body(group(status=blocked)), name="bg", namespace="ns",
+        memo=kopf.Memo(runtime=rt), runtime=timedelta(0),
+    )  # fmt: skip
+    assert ("delete-sts", "bg") in kube.calls
+    assert warnings == []
 
 
 async def test_a_group_that_cannot_run_says_why_on_the_object() -> None:

@@ -4,7 +4,8 @@
 its namespace; one that names a release only to that operator.
 `cleanup_step`: the finalizer retries while there is work and time, and
 releases after the timeout naming what it left behind; it never retries
-for ever."""
+for ever. A group no broker of which ever registered (`ever_registered`) is
+released once its pods are gone, controllers asked or not."""
 
 from __future__ import annotations
 
@@ -12,7 +13,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from brokergroup_operator.ownership import Release, Retry, cleanup_step, groups_to_let_go, owns
+from brokergroup_operator.ownership import (
+    Release,
+    Retry,
+    cleanup_step,
+    ever_registered,
+    groups_to_let_go,
+    owns,
+)
 from brokergroup_operator.settings import OperatorSettings, SettingsError
 
 
@@ -27,7 +35,7 @@ def test_owns_by_namespace_or_by_release() -> None:
 
 
 def test_cleanup_steps() -> None:
-    common = {"timeout_s": 60.0}
+    common = {"timeout_s": 60.0, "registered": True}
     assert cleanup_step(pods_left=0, ids_cleaned=True, problem=None, elapsed_s=0, **common) == (
         Release()
     )
@@ -43,22 +51,56 @@ def test_cleanup_steps() -> None:
     )
 
 
+def test_a_group_that_never_registered_is_released_once_its_pods_are_gone() -> None:
+    """Nothing of it is in the controllers: no reason to wait cleanup_timeout_s for
+    them (a group deleted while the release Secret is missing waited 120 s)."""
+    common = {"timeout_s": 120.0, "registered": False, "ids_cleaned": False}
+    problem = "controller unavailable: no admin token"
+    assert cleanup_step(pods_left=0, problem=problem, elapsed_s=0, **common) == Release()
+    assert cleanup_step(pods_left=1, problem=None, elapsed_s=0, **common) == Retry(
+        "waiting for 1 broker pod(s) to go", 2.0
+    )
+    assert cleanup_step(
+        pods_left=0, problem=problem, elapsed_s=0, **{**common, "registered": True}
+    ) == Retry(f"cleaning the BrokerIds from the controller: {problem}", 5.0)
+
+
+def test_what_a_status_tells_of_registration() -> None:
+    never = [
+        {},
+        # What a blocked pass writes (SecretMissing, InvalidSpec): no controllers' view.
+        {"observedGeneration": 1, "replicas": 0, "ready": "0/1", "inSync": "?"},
+        # Pods the controllers did not know yet.
+        {"brokers": [{"pod": "bg-0", "brokerId": None}], "master": None, "masterEpoch": 0},
+    ]
+    ran = [
+        {"brokers": [{"pod": "bg-0", "brokerId": 1}], "master": None, "masterEpoch": 0},
+        {"brokers": [], "master": {"brokerId": 1, "pod": "bg-0"}, "masterEpoch": 1},
+        # Pods gone, rows rewritten, but a master was elected once.
+        {"brokers": [], "master": None, "masterEpoch": 2},
+    ]
+    assert [ever_registered(s) for s in never + ran] == [False] * 3 + [True] * 3
+
+
 @given(
     st.integers(0, 5),
+    st.booleans(),
     st.booleans(),
     st.one_of(st.none(), st.text(max_size=5)),
     st.floats(0, 1e6),
     st.floats(0, 1e4),
 )
 def test_cleanup_ends_once_the_timeout_has_passed(
-    pods: int, cleaned: bool, problem: str | None, elapsed: float, timeout: float
+    pods: int, cleaned: bool, registered: bool, problem: str | None, elapsed: float, timeout: float
 ) -> None:
     step = cleanup_step(
-        pods_left=pods, ids_cleaned=cleaned, problem=problem, elapsed_s=elapsed, timeout_s=timeout
-    )
-    if elapsed >= timeout or (pods == 0 and cleaned):
+        pods_left=pods, ids_cleaned=cleaned, registered=registered, problem=problem,
+        elapsed_s=elapsed, timeout_s=timeout,
+    )  # fmt: skip
+    done = pods == 0 and (cleaned or not registered)
+    if elapsed >= timeout or done:
         assert isinstance(step, Release)
-        assert (step.left_behind is None) == (pods == 0 and cleaned)
+        assert (step.left_behind is None) == done
     else:
         assert isinstance(step, Retry)
 
