@@ -311,7 +311,7 @@ class OperatorEnv:
                 )
         try:
             wait_for("BrokerGroups deleted", lambda: not self.groups() or None, 60)
-            wait_for("pods gone", lambda: not self.pods() or None, 60)
+            wait_for("the groups' pods gone", lambda: not self.group_pods() or None, 60)
         except AssertionError:
             pass
         for op in self.operators:
@@ -337,6 +337,19 @@ class OperatorEnv:
             f",brokergroup.io/group={name}" if name else ""
         )
         return list(self.core.list_namespaced_pod(self.namespace, label_selector=selector).items)
+
+    def group_pods(self) -> list[Any]:
+        """The groups' own pods: brokers and stock proxies. Not `pods()`: the chart's
+        operator and controller pods carry app.kubernetes.io/name=brokergroup too and
+        stay until `helm uninstall`, so waiting for those to go only ran into close's
+        timeout (60 s of every chart test's teardown)."""
+        return [
+            p
+            for selector in ("brokergroup.io/group", "app.kubernetes.io/component=proxy")
+            for p in self.core.list_namespaced_pod(
+                self.namespace, label_selector=f"app.kubernetes.io/name=brokergroup,{selector}"
+            ).items
+        ]
 
     def labelled(self, name: str) -> dict[str, tuple[str | None, str | None, str | None]]:
         """Pod name → (role, broker-id, IP) for live pods."""
