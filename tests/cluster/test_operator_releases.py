@@ -281,10 +281,18 @@ def test_a_group_without_its_secret_says_so(env: OperatorEnv) -> None:  # noqa: 
 def test_delete_ends_when_the_controller_is_gone(env: OperatorEnv) -> None:  # noqa: F811
     _restart_operator(env, BROKERGROUP_CLEANUP_TIMEOUT_SECONDS="3")
     env.create_group("orders", 1)
+    # Its broker registered, and the status says so: a group that never registered
+    # one has nothing in the controllers and is let go at once (ownership.ever_registered).
     wait_for(
-        "the finalizer on bg/orders",
-        lambda: env.group("orders")["metadata"].get("finalizers"),
-        60,
+        "the finalizer on bg/orders and a BrokerId in its status",
+        lambda: (
+            (g := env.group("orders"))["metadata"].get("finalizers")
+            and any(
+                isinstance(r.get("brokerId"), int)
+                for r in (g.get("status") or {}).get("brokers") or []
+            )
+        ),
+        90,
     )
     env.controllers.stop()  # e.g. the release's controllers uninstalled first
     env.custom.delete_namespaced_custom_object(GROUP, VERSION, env.namespace, PLURAL, "orders")
