@@ -25,6 +25,7 @@ from pathlib import Path
 from brokergroup_broker.store.health import DiskSpace
 from brokergroup_cli.chaos import netfault
 from brokergroup_cli.chaos.targets.base import Node, NodeKind, Target, TargetError
+from brokergroup_cli.local.procs import wait_gone
 
 KILL_MASTER = "kill-master"
 KILL_SLAVE = "kill-slave"
@@ -42,11 +43,14 @@ PARTITION_RING = "partition-majorities-ring"
 LOSSY_LINK = "packet-loss-master-link"
 PAUSE_CONTROLLER_LEADER = "pause-controller-leader"
 #: Composite faults `A+B+...`: each part injected in order and all healed together at the
-#: window's end; a `kill-master` part SIGKILLs the master (as it was when the window
+#: window's end; a `kill-master` part crashes the master (as it was when the window
 #: began) `COMPOSE_KILL_AFTER_S` after the parts before it (negative controls and
-#: scenarios: a failover under the fault).
+#: scenarios: a failover under the fault) as a machine crashes (`crash_master`): what it
+#: had not sent by then reaches nobody.
 THEN_KILL_MASTER = "+kill-master"
 COMPOSE_KILL_AFTER_S = 1.5
+#: Longest wait for a SIGKILLed process to be gone before its sockets are destroyed.
+DEATH_TIMEOUT_S = 5.0
 
 ALL_FAULTS = (
     KILL_MASTER,
@@ -109,9 +113,15 @@ def is_known(fault: str) -> bool:
 
 def unavailable_reason(fault: str) -> str | None:
     if "+" in fault:
-        reasons = (unavailable_reason(part) for part in fault.split("+"))
-        return next((r for r in reasons if r is not None), None)
-    if fault in (PARTITION_MASTER, LAGGING_KILL, PARTITION_BRIDGE, PARTITION_RING,
+        parts = fault.split("+")
+        reasons = (unavailable_reason(part) for part in parts)
+        reason = next((r for r in reasons if r is not None), None)
+        if reason is None and KILL_MASTER in parts:
+            reason = netfault.sockets_unavailable_reason()
+        return reason
+    if fault == LAGGING_KILL:
+        return netfault.sockets_unavailable_reason()
+    if fault in (PARTITION_MASTER, PARTITION_BRIDGE, PARTITION_RING,
                  ISOLATE_MASTER_ROOM, ISOLATE_MASTER_AND_SLAVE, REJOIN_CRASH):  # fmt: skip
         return netfault.unavailable_reason()
     if fault in (LOSSY_LINK, LOSSY_SLAVE_LINKS, LOSSY_CONTROLLER_LINKS):
@@ -206,13 +216,17 @@ def inject(fault: str, rt: Target, rng: random.Random) -> Injected:
             rt.signal(master, signal.SIGKILL)
             if leader is not None:
                 rt.signal(leader, signal.SIGKILL)
+            # The killed process's kernel would deliver its unsent bytes once the cut
+            # heals, to slaves still following it if no one was elected by then (a dead
+            # machine cannot): its sockets go with it (crash_master).
+            if wait_gone([(master.pid, master.start_ticks)], DEATH_TIMEOUT_S):
+                raise TargetError(f"{master.name} still running {DEATH_TIMEOUT_S} s after SIGKILL")
+            netfault.destroy_sockets(master.host)
         except BaseException:
             lag.heal()
             raise
 
         def heal() -> None:
-            # Only at the window's end: the killed process's kernel would
-            # otherwise deliver its unsent bytes (a dead machine cannot).
             lag.heal()
 
         return Injected(
@@ -265,23 +279,53 @@ def inject(fault: str, rt: Target, rng: random.Random) -> Injected:
 def _inject_composite(parts: list[str], rt: Target, rng: random.Random) -> Injected:
     master = _master(rt)  # before a part stops the controllers from answering
     done: list[Injected] = []
+    combined = Injected("", _nothing)
 
     def heal() -> None:
         for injected in reversed(done):
             injected.heal()
+        combined.note = "; then ".join(i.note for i in done)  # what the parts' heals added
 
     try:
         for part in parts:
             if part == KILL_MASTER:
                 time.sleep(COMPOSE_KILL_AFTER_S)
-                rt.signal(master, signal.SIGKILL)
-                done.append(Injected(f"SIGKILL master {master.name} on {master.host}", _nothing))
+                done.append(crash_master(rt, master))
             else:
                 done.append(inject(part, rt, rng))
     except BaseException:
         heal()
         raise
-    return Injected("; then ".join(i.note for i in done), heal)
+    combined.note = "; then ".join(i.note for i in done)
+    combined.heal = heal
+    return combined
+
+
+def crash_master(rt: Target, master: Node) -> Injected:
+    """SIGKILL `master` as its machine dies: nothing it had not sent by the kill reaches
+    anyone afterwards. A killed process's kernel keeps its sockets (orphans) and goes on
+    delivering their send queues: under a lossy link the slaves got everything the dead
+    master had acknowledged within seconds of the kill, or the moment the loss healed if
+    no one had been elected by then (a suspended controller leader), and a negative
+    control lost nothing. So the master is cut off from every other node first (nothing
+    moves while it dies), killed, its sockets destroyed once it is gone
+    (`netfault.destroy_sockets`), and the cut lifted: from then on its address answers
+    with resets, as a crashed machine's restarted kernel would."""
+    peers = sorted({n.host for n in rt.nodes()} - {master.host})
+    cut = netfault.LoopbackPartition(netfault.SECOND_PREF)  # the fault's own rules stay
+    cut.cut([master.host], peers)
+    try:
+        rt.signal(master, signal.SIGKILL)
+        if wait_gone([(master.pid, master.start_ticks)], DEATH_TIMEOUT_S):
+            raise TargetError(f"{master.name} still running {DEATH_TIMEOUT_S} s after SIGKILL")
+        destroyed = netfault.destroy_sockets(master.host)
+    finally:
+        cut.heal()
+    return Injected(
+        f"SIGKILL master {master.name} on {master.host} ({destroyed} connections it left "
+        "destroyed unsent)",
+        _nothing,
+    )
 
 
 def _nodes(rt: Target) -> tuple[Node, list[Node], list[str]]:
@@ -352,10 +396,15 @@ def _inject_openchaos(fault: str, rt: Target, rng: random.Random) -> Injected | 
 
 def _lossy(master: Node, peers: list[str], loss_percent: float) -> Injected:
     links = [netfault.LinkImpairment() for _ in peers]
+    injected = Injected("", _nothing)
 
     def heal() -> None:
         for link in links:
             link.heal()
+        counts = [link.dropped for link in links]
+        if injected.note and all(n is not None for n in counts):
+            # What the window's row shows: the loss really happened on each link.
+            injected.note += f"; dropped {', '.join(str(n) for n in counts)} packets"
 
     try:
         backend = ""
@@ -364,9 +413,11 @@ def _lossy(master: Node, peers: list[str], loss_percent: float) -> Injected:
     except BaseException:
         heal()
         raise
-    return Injected(
-        f"{loss_percent:g}% loss on master {master.host} <-> {', '.join(peers)} ({backend})", heal
+    injected.note = (
+        f"{loss_percent:g}% loss on master {master.host} <-> {', '.join(peers)} ({backend})"
     )
+    injected.heal = heal
+    return injected
 
 
 def _inject_scenario_fault(fault: str, rt: Target, rng: random.Random) -> Injected:

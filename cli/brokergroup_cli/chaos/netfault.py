@@ -15,6 +15,7 @@ callers skip with it. Only the addresses a test names are touched.
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import subprocess
@@ -24,6 +25,8 @@ from types import TracebackType
 
 #: Our blackhole rules sit in [_FIRST_PREF, _LOCAL_PREF); the local table moves to _LOCAL_PREF.
 _FIRST_PREF = 100
+#: Where the rules of a partition made while another is active begin (a crash under a fault).
+SECOND_PREF = 600
 _LOCAL_PREF = 1000
 
 
@@ -47,7 +50,11 @@ class LoopbackPartition:
     """Cut every packet between two groups of addresses; `heal()` (or leaving
     the `with` block) removes exactly the rules this object added."""
 
-    def __init__(self) -> None:
+    def __init__(self, first_pref: int = _FIRST_PREF) -> None:
+        """`first_pref`: where this partition's rules start (a second partition active
+        at once needs its own range: the kernel refuses a rule identical to another,
+        priority included)."""
+        self._first_pref = first_pref
         self._rules: list[tuple[int, str, str]] = []
         self._added_local = False
         self._deleted_zero = False
@@ -60,7 +67,7 @@ class LoopbackPartition:
         pairs = [(_host(a), _host(b)) for a in side_a for b in side_b]
         for a, b in pairs:
             for source, destination in ((a, b), (b, a)):
-                pref = _FIRST_PREF + len(self._rules)
+                pref = self._first_pref + len(self._rules)
                 if pref >= _LOCAL_PREF:
                     raise RuntimeError("too many partition rules")
                 _ip("rule", "add", "pref", str(pref), "from", source, "to", destination,
@@ -104,6 +111,44 @@ class LoopbackPartition:
         tb: TracebackType | None,
     ) -> None:
         self.heal()
+
+
+def sockets_unavailable_reason() -> str | None:
+    """Why a dead node's sockets cannot be destroyed here (None: they can)."""
+    reason = unavailable_reason()
+    if reason is None and shutil.which("ss") is None:
+        reason = "destroying a dead node's sockets needs iproute2's `ss`"
+    return reason
+
+
+def _connected(host: str) -> set[tuple[str, str]]:
+    """(local, peer) address of every connected TCP socket whose local address is `host`."""
+    listed = subprocess.run(
+        ["ss", "-t", "-n", "-H", "src", _host(host)], capture_output=True, text=True, check=True
+    )
+    return {(cols[3], cols[4]) for cols in map(str.split, listed.stdout.splitlines()) if cols[4:]}
+
+
+def destroy_sockets(host: str) -> int:
+    """Destroy every connected TCP socket whose local address is `host` (`ss -K`: the
+    kernel's SOCK_DESTROY, the send queue dropped unsent); how many there were.
+
+    What a dead machine leaves behind: nothing. A SIGKILLed process's kernel keeps its
+    sockets as orphans and goes on delivering their unsent bytes — through a lossy link
+    within seconds, through a partition the moment it heals — so the replicas of a
+    killed master would still receive what only it held. Raises if one of them is left
+    (a kernel without CONFIG_INET_DIAG_DESTROY): a crash that silently left them would
+    be no crash. Sockets opened meanwhile (a restarted process) are not looked at."""
+    reason = sockets_unavailable_reason()
+    if reason is not None:
+        raise RuntimeError(reason)
+    found = _connected(host)
+    subprocess.run(["ss", "-K", "-t", "-n", "-H", "src", _host(host)], capture_output=True,
+                   text=True, check=True)  # fmt: skip
+    left = found & _connected(host)
+    if left:
+        raise RuntimeError(f"ss -K left {len(left)} sockets of {host}: {sorted(left)[:3]}")
+    return len(found)
 
 
 # --- OpenChaos's partition shapes (pure: node lists in, cut pairs out) -------------------
@@ -254,14 +299,19 @@ def u32_filters(a: str, b: str) -> list[list[str]]:
     ]  # fmt: skip
 
 
-def iptables_rules(a: str, b: str, loss_percent: float) -> list[list[str]]:
+def iptables_rules(
+    a: str, b: str, loss_percent: float, comment: str = "bgchaos"
+) -> list[list[str]]:
     """The iptables rule specs (after -A/-D OUTPUT) that drop a<->b packets at random."""
     p = f"{loss_percent / 100:.4f}"
     return [
         ["OUTPUT", "-s", f"{src}/32", "-d", f"{dst}/32", "-m", "statistic", "--mode", "random",
-         "--probability", p, "-m", "comment", "--comment", "bgchaos", "-j", "DROP"]
+         "--probability", p, "-m", "comment", "--comment", comment, "-j", "DROP"]
         for src, dst in ((a, b), (b, a))
     ]  # fmt: skip
+
+
+_LINKS = itertools.count(1)
 
 
 class LinkImpairment:
@@ -276,6 +326,9 @@ class LinkImpairment:
         self._qdisc = False
         self._rules: list[list[str]] = []
         self.backend = ""
+        self._comment = ""
+        self.dropped: int | None = None
+        """Packets the iptables rules dropped, read at `heal()` (None: not read; netem)."""
 
     def impair(self, a: str, b: str, impairment: Impairment) -> str:
         a, b = _host(a), _host(b)
@@ -301,7 +354,8 @@ class LinkImpairment:
             raise RuntimeError(reason)
         if impairment.delay_ms:
             raise RuntimeError(f"delay needs netem: {netem_unavailable_reason()}")
-        for spec in iptables_rules(a, b, impairment.loss_percent):
+        self._comment = f"bgchaos-{os.getpid()}-{next(_LINKS)}"
+        for spec in iptables_rules(a, b, impairment.loss_percent, self._comment):
             subprocess.run(["iptables", "-A", *spec], capture_output=True, text=True, check=True)
             self._rules.append(spec)
         self.backend = "iptables statistic"
@@ -311,6 +365,19 @@ class LinkImpairment:
         if self._qdisc:
             _tc("qdisc", "del", "dev", "lo", "root", check=False)
             self._qdisc = False
+        if self._rules:
+            self.dropped = _dropped(self._comment)
         while self._rules:
             spec = self._rules.pop()
             subprocess.run(["iptables", "-D", *spec], capture_output=True, check=False)
+
+
+def _dropped(comment: str) -> int:
+    """What the OUTPUT rules commented `comment` have dropped so far."""
+    listed = subprocess.run(["iptables", "-L", "OUTPUT", "-v", "-x", "-n"], capture_output=True,
+                            text=True, check=False).stdout  # fmt: skip
+    return sum(
+        int(cols[0])
+        for cols in map(str.split, listed.splitlines())
+        if cols and cols[0].isdigit() and comment in cols
+    )
