@@ -1,15 +1,30 @@
 """The pure parts of `brokergroup chaos --target` (issue 37 item 1): which target and
 workload pairs run, how a stock workload's send line becomes the checker's operation
 (wall-clock ms onto the run's clock, SEND_OK as acknowledged), and that a line the JVM
-is still writing is not read half."""
+is still writing is not read half; and the plain RocketMQ target's two rules for a
+killed master (its kill waits for a fresh acknowledgment; it comes back only once
+replaced)."""
 
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import time
 from pathlib import Path
+
+import pytest
 
 from brokergroup_cli.chaos.stock_run import _operation, _Tail
 from brokergroup_cli.chaos.targets import check_choice, default_workload
+from brokergroup_cli.chaos.targets.base import Node, NodeKind
+from brokergroup_cli.chaos.targets.rocketmq import (
+    REPLACEMENT_HOLD_S,
+    ReplicaInfo,
+    RocketMQTarget,
+)
+from brokergroup_cli.local.procs import process_start_ticks
+from brokergroup_cli.local.rocketmq_stock import RocketMQHome
 
 
 def test_targets_and_workloads() -> None:
@@ -57,3 +72,62 @@ def test_tail_reads_whole_lines_only(tmp_path: Path) -> None:
         f.write("2}\n")
     assert tail.read() == [{"n": 2}]
     assert tail.read() == []
+
+
+def _rocketmq_target(tmp_path: Path) -> RocketMQTarget:
+    home = RocketMQHome(tmp_path / "lib", tmp_path / "namesrv.jar")  # never started here
+    return RocketMQTarget(tmp_path / "rt", lane=1, home=home)
+
+
+def test_a_killed_master_comes_back_only_once_the_controllers_replaced_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = _rocketmq_target(tmp_path)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    target.procs["broker-1"] = dead
+    started: list[int] = []
+    monkeypatch.setattr(target, "_start_broker", started.append)
+    master_1 = ReplicaInfo(2, f"{target.broker_host(1)}:{target.broker_port(1)}", 1,
+                           frozenset({1, 2, 3}))  # fmt: skip
+    answers: list[ReplicaInfo | None] = [master_1, None]
+    monkeypatch.setattr(target, "replica_info", lambda: answers.pop(0))
+    target._killed_at[1] = time.monotonic()
+    target.revive()  # still named master
+    target.revive()  # no controller leader to say otherwise
+    assert started == []
+    answers.append(ReplicaInfo(1, f"{target.broker_host(0)}:{target.broker_port(0)}", 2,
+                               frozenset({1})))  # fmt: skip
+    target.revive()  # another master elected: back it comes
+    assert started == [1] and target._killed_at == {}
+    target._killed_at[1] = time.monotonic() - REPLACEMENT_HOLD_S  # held long enough
+    answers.append(master_1)
+    target.revive()
+    assert started == [1, 1]
+
+
+def test_the_masters_kill_waits_for_a_send_invoked_after_it_was_asked_for(
+    tmp_path: Path,
+) -> None:
+    target = _rocketmq_target(tmp_path)
+    proc = subprocess.Popen(["sleep", "30"])
+    try:
+        node = Node(NodeKind.BROKER, "broker-0", 0, target.broker_host(0), proc.pid,
+                    process_start_ticks(proc.pid))  # fmt: skip
+        target._named_master = (node.pid, node.start_ticks)
+        acked_invokes = [time.time() - 1.0]  # acknowledged before the kill was asked for
+        asked: list[float] = []
+
+        def acknowledged_since(wall_s: float) -> bool:
+            asked.append(wall_s)
+            if len(asked) == 5:
+                acked_invokes.append(time.time())  # the fresh one, on the fifth look
+            return any(t >= wall_s for t in acked_invokes)
+
+        target.acknowledged_since = acknowledged_since
+        assert target.signal(node, signal.SIGKILL)
+        assert len(asked) == 5 and proc.wait(timeout=10) == -signal.SIGKILL
+        assert 0 in target._killed_at
+    finally:
+        proc.kill()
+        proc.wait()

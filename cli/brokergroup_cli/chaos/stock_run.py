@@ -44,6 +44,10 @@ MODE = "chaosWorkload"
 STOP_TIMEOUT_S = 60.0
 #: How long the first SEND_OK may take (a stock client's first route, topic creation).
 FIRST_ACK_TIMEOUT_S = 90.0
+#: How long a freshly started group may take to become healthy before the first window: a
+#: liveness bound (seven JVMs starting on a loaded 2-core machine), not the schedule's
+#: `healthy_timeout_s`, which bounds each recovery.
+STARTUP_HEALTHY_TIMEOUT_S = 240.0
 
 
 def stock_client_module() -> ModuleType:
@@ -152,8 +156,13 @@ async def run_stock_schedule(
         else:
             run.skipped[fault] = why
             progress(f"skipping {fault}: {why}")
-    if not await wait_healthy(target, schedule.healthy_timeout_s):
-        raise TargetError(f"{target.name}: the group never became healthy")
+    started = time.monotonic()
+    if not await wait_healthy(target, max(schedule.healthy_timeout_s, STARTUP_HEALTHY_TIMEOUT_S)):
+        raise TargetError(
+            f"{target.name}: the group never became healthy in "
+            f"{time.monotonic() - started:.0f} s: {await _health_problem(target)}"
+        )
+    progress(f"{target.name}: healthy {time.monotonic() - started:.1f} s after start")
     await asyncio.to_thread(target.create_topic, topic, schedule.producers)
     endpoint = target.client()
     work.mkdir(parents=True, exist_ok=True)
@@ -170,11 +179,20 @@ async def run_stock_schedule(
         group=f"chaos-{schedule.client_prefix or 'c'}",
     )  # fmt: skip
     tail = _Tail(sends)
+    acked_invokes: list[float] = []  # wall clock (s) of every acknowledged send's invoke
+
+    def acknowledged_since(wall_s: float) -> bool:
+        return any(t >= wall_s for t in reversed(acked_invokes))
+
+    if hasattr(target, "acknowledged_since"):  # a master's kill waits for a fresh ack
+        target.acknowledged_since = acknowledged_since
 
     async def follow() -> None:
         while True:
-            run.operations.extend(_operation(x, clock.t0) for x in tail.read())
-            await asyncio.sleep(0.5)
+            lines = tail.read()
+            acked_invokes.extend(x["invokeMs"] / 1000 for x in lines if x["outcome"] == "ok")
+            run.operations.extend(_operation(x, clock.t0) for x in lines)
+            await asyncio.sleep(0.2)
 
     follower = asyncio.create_task(follow())
     try:
@@ -188,6 +206,8 @@ async def run_stock_schedule(
         await fault_windows(target, schedule, usable, rng, clock, run, progress)  # type: ignore[arg-type]
         await asyncio.sleep(schedule.recovery_s)
     finally:
+        if hasattr(target, "acknowledged_since"):
+            target.acknowledged_since = None
         stop.touch()
         try:
             await asyncio.to_thread(jvm.wait, STOP_TIMEOUT_S)
@@ -224,6 +244,13 @@ async def run_stock_schedule(
     run.reads = len(run.consumed)
     run.ended_s = clock.now()
     return run
+
+
+async def _health_problem(target: Target) -> str:
+    describe = getattr(target, "health_problem", None)
+    if describe is None:
+        return "(the target does not say why)"
+    return str(await asyncio.to_thread(describe))
 
 
 async def _settle(target: Target, stores: list[Any], topic: str, settle_s: float) -> None:

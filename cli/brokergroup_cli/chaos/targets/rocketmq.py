@@ -15,9 +15,18 @@ process, signalled by PID (+ start time) only:
 
 No supervisor: a fault's SIGKILLed process stays dead until its window ends, then
 `revive()` (called by the runner while it waits for health) starts it again on the same
-address and store, as a process manager would. Roles come from the controller leader over
-RocketMQ's remoting protocol (CONTROLLER_GET_METADATA_INFO to find the leader,
-CONTROLLER_GET_REPLICA_INFO for master and SyncStateSet), with this project's client.
+address and store, as a process manager would — a killed master only once the controllers
+have replaced it (or `REPLACEMENT_HOLD_S` passed): a master back before the controllers
+noticed its death is simply master again with everything it held, so on a slow machine a
+kill window would test a restart, not a failover. Roles come from the controller leader
+over RocketMQ's remoting protocol (CONTROLLER_GET_METADATA_INFO to find the leader, asked
+of every controller at once; CONTROLLER_GET_REPLICA_INFO for master and SyncStateSet),
+with this project's client.
+
+A stock workload tells the target what it acknowledged (`acknowledged_since`, set by
+`stock_run`): a SIGKILL of the master then waits (up to `FRESH_ACK_WAIT_S`) until a send
+invoked after the kill was asked for is acknowledged, so every kill lands on a master that
+has just acknowledged a write — under a lagging-slaves fault, a write only it holds.
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,8 +74,22 @@ NAMESRV_PORT = 9876
 #: Broker listen ports apart by 1000: RocketMQ binds the HA port (listen + 1) and the fast
 #: port (listen - 2) on every interface, whatever the broker's address.
 BROKER_FIRST_PORT = 40911
-#: RocketMQ's controller protocol over this project's remoting client: one call's bound.
-CALL_TIMEOUT_S = 1.0
+#: RocketMQ's controller protocol over this project's remoting client: one connection's
+#: and one call's bound. Liveness bounds, not speed asserts: a controller JVM beside six
+#: other starting JVMs on a loaded 2-core machine can take seconds to answer, and a health
+#: probe that counted that as "no leader" would call a working group unhealthy.
+CONNECT_TIMEOUT_S = 2.0
+CALL_TIMEOUT_S = 3.0
+#: Longest a SIGKILLed broker stays down while the controllers still name it master (or no
+#: controller leader answers): a liveness bound on the failover, after which it is started
+#: again anyway (a broker set whose SyncStateSet held only the master has no one else).
+#: Twice the longest unavailability seen (42 s, the controller leader killed too, a loaded
+#: CI machine): a new DLedger leader, its scanInactiveMasterInterval, the brokers finding it.
+REPLACEMENT_HOLD_S = 90.0
+#: Longest a SIGKILL of the master waits for a fresh acknowledgment (module docstring);
+#: shorter than RocketMQ's haMaxTimeSlaveNotCatchup (15 s), after which a master drops
+#: lagging slaves from its SyncStateSet and none of them could be elected.
+FRESH_ACK_WAIT_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -118,6 +142,13 @@ class RocketMQTarget:
                 self.broker_settings[key] = value
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.paused: set[tuple[int, int | None]] = set()
+        #: Set by a workload: whether a send invoked at or after this wall-clock time
+        #: (time.time()) has been acknowledged.
+        self.acknowledged_since: Callable[[float], bool] | None = None
+        #: The broker process the controllers named master last (master()).
+        self._named_master: tuple[int, int | None] | None = None
+        #: Broker slot -> when its process was SIGKILLed (monotonic), until revived.
+        self._killed_at: dict[int, float] = {}
 
     # -- layout ---------------------------------------------------------------------------
     def controller_host(self, n: int) -> str:
@@ -225,7 +256,10 @@ class RocketMQTarget:
             self._start_broker(slot)
 
     def revive(self) -> None:
-        """Start again every process that exited (a fault's SIGKILL), same address and store."""
+        """Start again every process that exited (a fault's SIGKILL), same address and
+        store; a killed broker the controllers still name master (or that no controller
+        leader can say anything about) only after `REPLACEMENT_HOLD_S`."""
+        asked: list[ReplicaInfo | None] = []
         for name, proc in list(self.procs.items()):
             if proc.poll() is None:
                 continue
@@ -233,7 +267,15 @@ class RocketMQTarget:
             if kind == "controller":
                 self._start_controller(int(index))
             elif kind == "broker":
-                self._start_broker(int(index))
+                slot = int(index)
+                killed = self._killed_at.get(slot)
+                if killed is not None and time.monotonic() - killed < REPLACEMENT_HOLD_S:
+                    if not asked:
+                        asked.append(self.replica_info())
+                    if _names_master(asked[0], self.broker_host(slot)):
+                        continue
+                self._killed_at.pop(slot, None)
+                self._start_broker(slot)
             else:
                 self._start_namesrv()
 
@@ -283,12 +325,30 @@ class RocketMQTarget:
 
     def signal(self, node: Node, sig: signal.Signals) -> bool:
         process = (node.pid, node.start_ticks)
+        if sig is signal.SIGKILL and node.kind is NodeKind.BROKER:
+            if process == self._named_master:
+                self._await_fresh_ack()
+            self._killed_at[node.index] = time.monotonic()
         if sig is signal.SIGSTOP:
             self.paused.add(process)
         sent = send_signal(node.pid, node.start_ticks, sig)
         if sig in (signal.SIGCONT, signal.SIGKILL):
             self.paused.discard(process)
         return sent
+
+    def _await_fresh_ack(self) -> bool:
+        """Until a send invoked from now on is acknowledged (`FRESH_ACK_WAIT_S` at most;
+        at once without a workload telling)."""
+        acknowledged_since = self.acknowledged_since
+        if acknowledged_since is None:
+            return False
+        asked = time.time()
+        deadline = time.monotonic() + FRESH_ACK_WAIT_S
+        while not acknowledged_since(asked):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+        return True
 
     def _leader_address(self) -> str | None:
         return asyncio.run(_find_leader(self.controller_addresses))
@@ -301,29 +361,47 @@ class RocketMQTarget:
         return next((n for n in self.nodes(NodeKind.CONTROLLER) if n.host == host), None)
 
     def replica_info(self) -> ReplicaInfo | None:
-        return asyncio.run(_replica_info(self.controller_addresses))
+        answer = asyncio.run(_replica_info(self.controller_addresses))
+        return answer if isinstance(answer, ReplicaInfo) else None
 
     def master(self) -> Node | None:
         info = self.replica_info()
         if info is None or not info.master_address:
             return None
         host = info.master_address.rpartition(":")[0]
-        return next((n for n in self.nodes(NodeKind.BROKER) if n.host == host), None)
+        node = next((n for n in self.nodes(NodeKind.BROKER) if n.host == host), None)
+        if node is not None:
+            self._named_master = (node.pid, node.start_ticks)
+        return node
+
+    def health_problem(self) -> str | None:
+        """What keeps the group from healthy (None: healthy): every process running, a
+        controller leader, a live master and every broker in its SyncStateSet."""
+        controllers = len(self.nodes(NodeKind.CONTROLLER))
+        if controllers < self.controllers:
+            return f"{controllers} of {self.controllers} controllers running"
+        brokers = self.nodes(NodeKind.BROKER)
+        if len(brokers) < self.brokers:
+            return f"{len(brokers)} of {self.brokers} brokers running"
+        if not self.nodes(NodeKind.NAMESRV):
+            return "the name server is not running"
+        info = asyncio.run(_replica_info(self.controller_addresses))
+        if not isinstance(info, ReplicaInfo):
+            return info
+        if info.master_address is None:
+            return f"the controllers name no master (master epoch {info.master_epoch})"
+        host = info.master_address.rpartition(":")[0]
+        if host not in {n.host for n in brokers}:
+            return f"the controllers name {info.master_address} master: not running"
+        if len(info.sync_state_set) < self.brokers:
+            return (
+                f"SyncStateSet {sorted(info.sync_state_set)} (master {info.master_id}, "
+                f"epoch {info.master_epoch}): not all {self.brokers} brokers"
+            )
+        return None
 
     def healthy(self) -> bool:
-        """Every process running, a controller leader, a live master and every broker in
-        its SyncStateSet."""
-        if len(self.nodes(NodeKind.CONTROLLER)) < self.controllers:
-            return False
-        if len(self.nodes(NodeKind.BROKER)) < self.brokers or not self.nodes(NodeKind.NAMESRV):
-            return False
-        info = self.replica_info()
-        if info is None or info.master_address is None:
-            return False
-        host = info.master_address.rpartition(":")[0]
-        if host not in {n.host for n in self.nodes(NodeKind.BROKER)}:
-            return False
-        return len(info.sync_state_set) >= self.brokers
+        return self.health_problem() is None
 
     def client(self) -> ClientEndpoint:
         return ClientEndpoint(self.namesrv)
@@ -339,7 +417,7 @@ class RocketMQTarget:
 
 async def _call(address: str, code: int, fields: dict[str, str] | None) -> RemotingCommand | None:
     try:
-        client = await RemotingClient.connect(address, connect_timeout_s=0.5)
+        client = await RemotingClient.connect(address, connect_timeout_s=CONNECT_TIMEOUT_S)
     except Exception:  # refused, unreachable, timed out: the caller asks the next
         return None
     try:
@@ -351,25 +429,34 @@ async def _call(address: str, code: int, fields: dict[str, str] | None) -> Remot
 
 
 async def _find_leader(addresses: list[str]) -> str | None:
-    for address in addresses:
-        answer = await _call(address, RequestCode.CONTROLLER_GET_METADATA_INFO, None)
-        if answer is None:
-            continue
-        fields = answer.fields()
-        if str(fields.get("isLeader", "")).lower() == "true":
+    """The first of `addresses` that says it leads; all asked at once (a stopped or slow
+    controller costs one call's bound, not one per controller)."""
+    answers = await asyncio.gather(
+        *(_call(a, RequestCode.CONTROLLER_GET_METADATA_INFO, None) for a in addresses)
+    )
+    for address, answer in zip(addresses, answers, strict=True):
+        if answer is not None and str(answer.fields().get("isLeader", "")).lower() == "true":
             return address
     return None
 
 
-async def _replica_info(addresses: list[str]) -> ReplicaInfo | None:
+def _names_master(info: ReplicaInfo | None, host: str) -> bool:
+    """Whether `host` may still be master as far as anyone can tell (None: no leader)."""
+    return info is None or (info.master_address or "").rpartition(":")[0] == host
+
+
+async def _replica_info(addresses: list[str]) -> ReplicaInfo | str:
+    """The broker set's replica info from the controller leader, or why there is none."""
     leader = await _find_leader(addresses)
     if leader is None:
-        return None
+        return "no controller answered as leader"
     answer = await _call(
         leader, RequestCode.CONTROLLER_GET_REPLICA_INFO, {"brokerName": BROKER_NAME}
     )
-    if answer is None or answer.code != ResponseCode.SUCCESS:
-        return None
+    if answer is None:
+        return f"the controller leader {leader} did not answer CONTROLLER_GET_REPLICA_INFO"
+    if answer.code != ResponseCode.SUCCESS:
+        return f"the controller leader {leader} knows no {BROKER_NAME} yet ({answer.remark})"
     fields = answer.fields()
     body = json.loads(answer.body) if answer.body else {}
     master = fields.get("masterBrokerId")
