@@ -48,6 +48,7 @@ def test_controllers_open_the_remoting_port_signed_with_the_runtime_key_pair(
         "--remoting-credentials-file",
         str(layout.namesrv_key_file),
         "--namesrv-master-only-routes",
+        "stock",
     ]
     assert rocketmq_engine.controller_addr(config) == (
         "127.0.1.1:19879;127.0.1.2:19879;127.0.1.3:19879"

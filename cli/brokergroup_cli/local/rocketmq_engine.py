@@ -144,15 +144,18 @@ def stock_tls(config: LocalConfig, layout: Layout) -> StockTls | None:
 def controller_args(config: LocalConfig, layout: Layout) -> list[str]:
     """What a controller node adds: the remoting port, with the release pair as its admin pair
     (the derived pairs it checks against the root it already has); and topic routes that name
-    the group by its forwarder alone (a stock broker lists a client once per connection: one
-    held straight to a slave that is then elected would count the client twice,
-    docs/rocketmq-compatibility.md "A consumer counted twice after a failover")."""
+    a group of stock brokers by its forwarder alone (a stock broker lists a client once per
+    connection: one held straight to a slave that is then elected would count the client
+    twice, docs/rocketmq-compatibility.md "A consumer counted twice after a failover"). The
+    mode is `stock`, as the chart's: the controllers see the group's brokers register through
+    RocketMQ's controller protocol, so the runtime exercises the same per-group decision."""
     return [
         "--remoting-port",
         str(config.controller_remoting_port),
         "--remoting-credentials-file",
         str(layout.namesrv_key_file),
         "--namesrv-master-only-routes",
+        "stock",
     ]
 
 

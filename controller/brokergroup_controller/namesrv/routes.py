@@ -45,7 +45,7 @@ client once however many connections it has, and its slaves serve reads.
 Which groups (`master_only_for`, the policy's `master_only`, `--namesrv-master-only-routes`):
 `stock` (the default) decides per group from the controller's replicated state: a group is
 stock when one of its brokers applied for its id or registered through RocketMQ's controller
-protocol (the remoting port, RequestCode 1002/1003), which only a stock RocketMQ 5 broker
+protocol (the remoting port, RequestCode 1013/1003), which only a stock RocketMQ 5 broker
 speaks; brokergroup's built-in broker uses the HTTP API. So one set of controllers serves
 built-in groups with their slaves in routes and engine rocketmq groups by their master alone,
 with no per-group setting to keep in step. `all` and `none` override it for every group.
