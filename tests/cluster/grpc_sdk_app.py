@@ -7,7 +7,8 @@ tests/cluster/test_rocketmq_proxy_in_cluster.py.
 The group's client pair comes from the environment (ROCKETMQ_ACCESS_KEY, ROCKETMQ_SECRET_KEY:
 the pod maps them from the group's Secret `<bg>-rocketmq-client`), never from the command
 line. The endpoint is a Service name (`<bg>.<ns>.svc:8081`), resolved by the pod's cluster
-DNS as an application's would be.
+DNS as an application's would be. With GRPC_DEFAULT_SSL_ROOTS_FILE_PATH set (a CA bundle) the
+SDK opens TLS (`tls_enable=True`) and grpc verifies the endpoint's certificate for its name.
 
 Modes (one JSON line per message on stdout, then a line with "summary"):
 - send: `--count` messages to `--topic` (tag, keys, two user properties); `--fifo-groups N`
@@ -64,8 +65,13 @@ def fields(m: Any) -> dict[str, Any]:
     }
 
 
+def tls_enable() -> bool:
+    """TLS to the endpoint when the pod names a CA bundle for grpc (its default roots)."""
+    return bool(os.environ.get("GRPC_DEFAULT_SSL_ROOTS_FILE_PATH"))
+
+
 def started_producer(cfg: ClientConfiguration, topic: str) -> Producer:
-    producer = Producer(cfg, (topic,))
+    producer = Producer(cfg, (topic,), tls_enable=tls_enable())
     producer.startup()
     return producer
 
@@ -94,7 +100,9 @@ def send(cfg: ClientConfiguration, a: argparse.Namespace) -> None:
 
 
 def consumer_of(cfg: ClientConfiguration, a: argparse.Namespace) -> SimpleConsumer:
-    consumer = SimpleConsumer(cfg, a.group, {a.topic: FilterExpression("*")}, await_duration=2)
+    consumer = SimpleConsumer(
+        cfg, a.group, {a.topic: FilterExpression("*")}, await_duration=2, tls_enable=tls_enable()
+    )
     consumer.startup()
     return consumer
 

@@ -74,8 +74,16 @@ def secret_env(secret: str) -> list[dict[str, Any]]:
 class SdkPods:
     """Runs SDK applications as pods of a namespace; their stdout goes to files of `work`."""
 
-    def __init__(self, env: Any, work: Path, secret: str, image: str = "brokergroup:dev") -> None:
+    def __init__(
+        self,
+        env: Any,
+        work: Path,
+        secret: str,
+        image: str = "brokergroup:dev",
+        extra_env: dict[str, str] | None = None,
+    ) -> None:
         self.env, self.work, self.secret, self.image = env, work, secret, image
+        self.extra_env = extra_env or {}
 
     def start(self, name: str, argv: list[str]) -> tuple[str, Path]:
         name = f"{name}-{uuid.uuid4().hex[:6]}"
@@ -94,7 +102,10 @@ class SdkPods:
                         "name": "client",
                         "image": self.image,
                         "command": ["sh", "-c", script],
-                        "env": secret_env(self.secret),
+                        "env": [
+                            *secret_env(self.secret),
+                            *({"name": k, "value": v} for k, v in self.extra_env.items()),
+                        ],
                     }
                 ],
             },

@@ -83,9 +83,13 @@ def env(crds_applied: str, tmp_path: Path, request: pytest.FixtureRequest) -> It
 
 @contextlib.contextmanager
 def operator_env_in_namespace(
-    request: pytest.FixtureRequest, tmp_path: Path, kubeconfig: str, prefix: str
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    kubeconfig: str,
+    prefix: str,
+    env_class: type[OperatorEnv] = OperatorEnv,
 ) -> Iterator[OperatorEnv]:
-    """A controller and operator (OperatorEnv) for a namespace of their own, `prefix-<hex>`,
+    """A controller and operator (`env_class`) for a namespace of their own, `prefix-<hex>`,
     deleted afterwards; the cluster tier's host addresses when it has them."""
     namespace = f"{prefix}-{uuid.uuid4().hex[:8]}"
     from kubernetes import client, config
@@ -104,7 +108,7 @@ def operator_env_in_namespace(
             hosts = tuple(pick(3))
     except pytest.FixtureLookupError:
         pass
-    e = OperatorEnv(kubeconfig, namespace, tmp_path, hosts, crash=crash)
+    e = env_class(kubeconfig, namespace, tmp_path, hosts, crash=crash)
     e.start()
     try:
         yield e

@@ -15,6 +15,13 @@ launcher's `sh -c` writing rmq-proxy.json from the ConfigMap and the group's cli
    sends messages and receives them with a SimpleConsumer, compared field by field (message
    id, body, tag, keys, user properties), each delivered once.
 
+The group runs `spec.tls: {mode: permissive}` (issue 36): the SDK opens TLS trusting the
+group's bundle (`stock-tls-trust`) and grpc verifies the proxy's certificate for
+`stock-proxy.<ns>.svc`, so a send proves the proxy serves the operator-issued certificate
+and that it names the proxy's Service (before d1988a2 the proxy served RocketMQ's
+self-signed test certificate, and the group's certificate did not name it). The release's controllers are plaintext here, so the proxy dials them and the
+brokers in plaintext (permissive brokers take both).
+
 Not FIFO: the topic carries no message.type (a 5.3.3 slave cannot sync a topic with
 attributes, docs/rocketmq-compatibility.md), and the stock proxy's route for such a topic
 says its queues accept NORMAL messages once its caches know the topic, so the SDK refuses a
@@ -46,12 +53,14 @@ from brokergroup_cli.local.rocketmq_stock import (
 from tests.cluster.operator_env import OperatorEnv, apply_crds, wait_for
 from tests.cluster.test_grpc_sdk_in_cluster import SdkPods, content
 from tests.cluster.test_operator_scenarios import _kubeconfig, operator_env_in_namespace
+from tests.cluster.test_operator_tls import TlsEnv
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 
 GROUP = "stock"
 STOCK = {
     "engine": "rocketmq",
+    "tls": {"mode": "permissive"},
     "rocketmq": {
         "heapSize": "256m",
         "mappedFileSizeCommitLog": 16 << 20,
@@ -72,7 +81,7 @@ def env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[OperatorEnv]
         pytest.skip(why)
     kubeconfig = _kubeconfig(request)
     apply_crds(kubeconfig)
-    with operator_env_in_namespace(request, tmp_path, kubeconfig, "rmqp") as e:
+    with operator_env_in_namespace(request, tmp_path, kubeconfig, "rmqp", TlsEnv) as e:
         yield e
 
 
@@ -119,7 +128,11 @@ def test_the_python_sdk_sends_and_receives_through_the_groups_stock_proxy(
     assert "brokergroup.io/group" not in proxy.metadata.labels, proxy.metadata.labels
     create_topic(env, "ProxySdk")
 
-    pods = SdkPods(env, env.work, f"{GROUP}-rocketmq-client")
+    bundle = env.work / "stock-ca.crt"
+    trust = env.core.read_namespaced_config_map(f"{GROUP}-tls-trust", env.namespace)
+    bundle.write_text(trust.data["ca.crt"])
+    pods = SdkPods(env, env.work, f"{GROUP}-rocketmq-client",
+                   extra_env={"GRPC_DEFAULT_SSL_ROOTS_FILE_PATH": str(bundle)})  # fmt: skip
     endpoint = f"{GROUP}-proxy.{env.namespace}.svc:8081"
     # The proxy learns the topic's route from the name servers through its caches: the first
     # send may be refused; the app fails and the next pod tries again.
