@@ -6,7 +6,9 @@ the one the local[*] session computes from the same inputs.
 The command runs twice on the same cluster (issue 21 item 2): with every path relative
 to its working directory, as a user types it (executors run in their own working
 directories, work/app-…/N, so the driver must resolve the paths before they reach
-them: issue 17 item 7), and with every path absolute."""
+them: issue 17 item 7), and with every path absolute. Both compare with one local[*]
+summary, computed once for the module (same inputs, same session: computing it per
+run only repeated the same job)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
@@ -38,14 +41,20 @@ def standalone_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str
         pytest.fail(str(exc))
 
 
-@pytest.mark.parametrize("paths", ["relative", "absolute"])
-def test_standalone_master_and_two_workers_give_the_local_summary(
-    spark: SparkSession, chaos_store: ChaosStore, standalone_cluster: str, tmp_path: Path,
-    paths: str,
-) -> None:  # fmt: skip
+@pytest.fixture(scope="module")
+def local_summary(spark: SparkSession, chaos_store: ChaosStore) -> Any:
+    """What the local[*] session computes from the chaos store (both runs compare to it)."""
     acks = acknowledged(read_json_lines(str(chaos_store.acks)), ["broker-a"])
     events = read_json_lines(str(chaos_store.events))
     local = run_audit(spark, str(chaos_store.brokers), acks=acks, events=events)
+    return json.loads(json.dumps(comparable_summary(local.summary), sort_keys=True))
+
+
+@pytest.mark.parametrize("paths", ["relative", "absolute"])
+def test_standalone_master_and_two_workers_give_the_local_summary(
+    local_summary: Any, chaos_store: ChaosStore, standalone_cluster: str, tmp_path: Path,
+    paths: str,
+) -> None:  # fmt: skip
     out = tmp_path / "cluster-out"
     here = chaos_store.brokers.parent  # acks.jsonl, events.jsonl and brokers/ side by side
 
@@ -61,6 +70,4 @@ def test_standalone_master_and_two_workers_give_the_local_summary(
     assert cli.returncode == 0, cli.stdout + cli.stderr[-3000:]
     remote = json.loads((out / "summary.json").read_text())
     remote.pop("findings")
-    assert comparable_summary(remote) == json.loads(
-        json.dumps(comparable_summary(local.summary), sort_keys=True)
-    )
+    assert comparable_summary(remote) == local_summary
