@@ -12,12 +12,14 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import cast
 
 import pytest
 
+from brokergroup_cli.chaos import faults
 from brokergroup_cli.chaos.stock_run import _operation, _Tail
 from brokergroup_cli.chaos.targets import check_choice, default_workload
-from brokergroup_cli.chaos.targets.base import Node, NodeKind
+from brokergroup_cli.chaos.targets.base import Node, NodeKind, Target, TargetError
 from brokergroup_cli.chaos.targets.rocketmq import (
     REPLACEMENT_HOLD_S,
     ReplicaInfo,
@@ -131,3 +133,29 @@ def test_the_masters_kill_waits_for_a_send_invoked_after_it_was_asked_for(
     finally:
         proc.kill()
         proc.wait()
+
+
+class _Answers:
+    """A target whose controllers name no master for the first `misses` reads."""
+
+    def __init__(self, misses: int, node: Node | None) -> None:
+        self.misses, self.node, self.reads = misses, node, 0
+
+    def master(self) -> Node | None:
+        self.reads += 1
+        return None if self.reads <= self.misses else self.node
+
+
+def test_an_injection_waits_for_a_master_instead_of_dropping_its_window() -> None:
+    """In a loaded run of test_kill_master_twice[local-rocketmq] the second window was never
+    injected: one read 3 s after the group was healthy named no master, `_master` raised at
+    once, and the runner skipped the window (1 of 2 windows: the test failed). Now the
+    injection keeps asking, up to MASTER_WAIT_S, and fails only if none is ever named."""
+    node = Node(NodeKind.BROKER, "broker-1", 1, "127.0.0.11", 4242)
+    late = _Answers(3, node)
+    assert faults._master(cast(Target, late), wait_s=5.0) is node
+    assert late.reads == 4
+    never = _Answers(10**9, node)
+    with pytest.raises(TargetError, match="no live master"):
+        faults._master(cast(Target, never), wait_s=0.3)
+    assert never.reads >= 2

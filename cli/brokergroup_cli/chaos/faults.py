@@ -153,11 +153,22 @@ def _nothing() -> None:
     return None
 
 
-def _master(rt: Target) -> Node:
-    master = rt.master()
-    if master is None:
-        raise TargetError("no live master to inject the fault into")
-    return master
+#: How long an injection waits for the controllers to name a live master. One read can
+#: miss it on a loaded machine (the local target asks each controller with a 1 s timeout),
+#: or come while a group just reported healthy re-elects; the window is then late, never
+#: silently dropped (a test of two kills that ran one failed in a loaded run).
+MASTER_WAIT_S = 20.0
+
+
+def _master(rt: Target, wait_s: float | None = None) -> Node:
+    deadline = time.monotonic() + (MASTER_WAIT_S if wait_s is None else wait_s)
+    while True:
+        master = rt.master()
+        if master is not None:
+            return master
+        if time.monotonic() >= deadline:
+            raise TargetError("no live master to inject the fault into")
+        time.sleep(0.2)
 
 
 def _slaves(rt: Target, master: Node) -> list[Node]:
