@@ -8,7 +8,10 @@ replaced)."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -16,7 +19,7 @@ from typing import cast
 
 import pytest
 
-from brokergroup_cli.chaos import faults
+from brokergroup_cli.chaos import faults, netfault
 from brokergroup_cli.chaos.stock_run import _operation, _Tail
 from brokergroup_cli.chaos.targets import check_choice, default_workload
 from brokergroup_cli.chaos.targets.base import Node, NodeKind, Target, TargetError
@@ -159,3 +162,40 @@ def test_an_injection_waits_for_a_master_instead_of_dropping_its_window() -> Non
     with pytest.raises(TargetError, match="no live master"):
         faults._master(cast(Target, never), wait_s=0.3)
     assert never.reads >= 2
+
+
+def test_a_port_cut_stops_a_link_an_address_cut_misses() -> None:
+    """A stock RocketMQ slave dials its master's HA port from an unbound socket, so its
+    packets leave from 127.0.0.1: the lagging-slaves fault's address-pair cut (slave host
+    <-> master host) never matched them, the "cut off" slaves kept replicating, and
+    test_rocketmq_acking_alone_under_lagging_slave_kills_reports_losses lost nothing in CI
+    (the master's HA log: "HAService receive new connection, /127.0.0.1:…"). Shown here on
+    two real sockets; the port cut (netfault.PortCut, now also applied by that fault to a
+    node with `ha_port`) stops the bytes until it heals."""
+    if os.environ.get("BROKERGROUP_TEST_WORKER_NETWORK") != "own":
+        pytest.skip("needs the worker's own network namespace (make test's xdist workers)")
+    if shutil.which("iptables") is None or netfault.unavailable_reason() is not None:
+        pytest.skip("needs iptables and ip rules")
+    master, slave = "127.0.77.1", "127.0.77.2"
+    with socket.create_server((master, 0)) as server:
+        port = server.getsockname()[1]
+        dialer = socket.create_connection((master, port), timeout=5)  # unbound, as Java's
+        accepted, peer = server.accept()
+        with dialer, accepted:
+            assert peer[0] == "127.0.0.1"
+            accepted.settimeout(1.0)
+            with netfault.LoopbackPartition() as pair:
+                pair.cut([master], [slave])
+                dialer.sendall(b"through the address cut")
+                assert accepted.recv(64) == b"through the address cut"
+            cut = netfault.PortCut()
+            cut.cut(master, port)
+            try:
+                dialer.sendall(b"held")
+                with pytest.raises(TimeoutError):
+                    accepted.recv(64)
+            finally:
+                cut.heal()
+            assert cut.dropped is not None and cut.dropped > 0
+            accepted.settimeout(10.0)  # TCP retransmits once the rules are gone
+            assert accepted.recv(64) == b"held"

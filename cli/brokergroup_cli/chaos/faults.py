@@ -222,7 +222,12 @@ def inject(fault: str, rt: Target, rng: random.Random) -> Injected:
         leader = rt.controller_leader()
         lag = netfault.LoopbackPartition()
         lag.cut([master.host], [s.host for s in slaves])
+        # Stock slaves dial the master's HA port from 127.0.0.1: the pair cut above misses
+        # them (in CI the "cut off" slaves kept replicating, and nothing was lost).
+        ha_cut = netfault.PortCut()
         try:
+            if master.ha_port is not None:
+                ha_cut.cut(master.host, master.ha_port)
             time.sleep(LAG_S)
             rt.signal(master, signal.SIGKILL)
             if leader is not None:
@@ -234,15 +239,18 @@ def inject(fault: str, rt: Target, rng: random.Random) -> Injected:
                 raise TargetError(f"{master.name} still running {DEATH_TIMEOUT_S} s after SIGKILL")
             netfault.destroy_sockets(master.host)
         except BaseException:
+            ha_cut.heal()
             lag.heal()
             raise
 
         def heal() -> None:
+            ha_cut.heal()
             lag.heal()
 
+        via = "" if master.ha_port is None else f" (and its HA port {master.ha_port})"
         return Injected(
-            f"slaves {', '.join(s.name for s in slaves)} cut off {LAG_S} s, then SIGKILL master "
-            f"{master.name} + controller leader {leader.name if leader else '(none)'}",
+            f"slaves {', '.join(s.name for s in slaves)} cut off{via} {LAG_S} s, then SIGKILL "
+            f"master {master.name} + controller leader {leader.name if leader else '(none)'}",
             heal,
         )
     if fault == PAUSE_MASTER:

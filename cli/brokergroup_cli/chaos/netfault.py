@@ -372,6 +372,47 @@ class LinkImpairment:
             subprocess.run(["iptables", "-D", *spec], capture_output=True, check=False)
 
 
+def port_cut_rules(host: str, port: int, comment: str) -> list[list[str]]:
+    """The iptables rule specs (after -A/-D) that drop every TCP packet to `host:port`
+    and from it, whatever the other end's address."""
+    tail = ["-m", "comment", "--comment", comment, "-j", "DROP"]
+    return [
+        ["OUTPUT", "-p", "tcp", "-d", f"{host}/32", "--dport", str(port), *tail],
+        ["OUTPUT", "-p", "tcp", "-s", f"{host}/32", "--sport", str(port), *tail],
+    ]
+
+
+class PortCut:
+    """Cut every TCP connection to one listening port (iptables), both directions, for
+    peers an address-pair partition misses: a process that dials from an unbound socket
+    leaves from 127.0.0.1, not its own address. `heal()` removes exactly its rules."""
+
+    def __init__(self) -> None:
+        self._rules: list[list[str]] = []
+        self._comment = f"bgchaos-port-{os.getpid()}-{next(_LINKS)}"
+        self.dropped: int | None = None
+        """Packets dropped, read at `heal()`."""
+
+    def cut(self, host: str, port: int) -> None:
+        if shutil.which("iptables") is None:
+            raise RuntimeError("cutting a port needs iptables")
+        try:
+            for spec in port_cut_rules(_host(host), port, self._comment):
+                subprocess.run(["iptables", "-A", *spec], capture_output=True, text=True,
+                               check=True)  # fmt: skip
+                self._rules.append(spec)
+        except BaseException:
+            self.heal()
+            raise
+
+    def heal(self) -> None:
+        if self._rules:
+            self.dropped = _dropped(self._comment)
+        while self._rules:
+            spec = self._rules.pop()
+            subprocess.run(["iptables", "-D", *spec], capture_output=True, check=False)
+
+
 def _dropped(comment: str) -> int:
     """What the OUTPUT rules commented `comment` have dropped so far."""
     listed = subprocess.run(["iptables", "-L", "OUTPUT", "-v", "-x", "-n"], capture_output=True,

@@ -59,6 +59,10 @@ class Node:
     """A broker's own directory (a disk-filling fault fills the filesystem under it)."""
     commitlog_dir: Path | None = None
     """A broker's commit log segments."""
+    ha_port: int | None = None
+    """A broker's HA listening port when its slaves dial it from an unbound socket (a stock
+    RocketMQ broker's AutoSwitchHAClient: source 127.0.0.1, not the slave's own address),
+    which no address-pair cut matches: a fault cutting its slaves off cuts this port too."""
 
 
 @dataclass(frozen=True)

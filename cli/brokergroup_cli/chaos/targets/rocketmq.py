@@ -307,6 +307,7 @@ class RocketMQTarget:
             return Node(
                 NodeKind.BROKER, name, slot, self.broker_host(slot), proc.pid, ticks,
                 self.broker_dir(slot), self.commitlog_dir(slot),
+                ha_port=self.broker_port(slot) + 1,  # haListenPort (_start_broker)
             )  # fmt: skip
         if kind == "controller":
             n = int(index)
