@@ -47,7 +47,29 @@ _CLONE_NEWNET = 0x40000000
 #: The controller's verdict, inherited by the workers it spawns: "own" or "host".
 NETWORK_ENV = "BROKERGROUP_TEST_WORKER_NETWORK"
 #: Modules that share a session fixture run as one work unit: {module path: group}.
-SHARED: dict[str, str] = {}
+#: Also modules that must not run beside each other: "stock-jvms" keeps the chaos targets
+#: running plain RocketMQ groups (seven JVMs on 2 cores, tests/chaos/test_chaos_targets.py)
+#: off the worker next to the stock-client modules, whose three-controller runtime and
+#: timing-sensitive checks starve beside them: in CI the Raft leadership of
+#: test_stock_client_app_features's runtime changed 33 times in a minute while
+#: test_kill_master_twice[local-rocketmq] and [rocketmq] ran on the other worker, its
+#: master fenced itself (no heartbeat answer within masterLeaseMs) and the stock client's
+#: sends failed; test_stock_client_delay's timers were delivered twice. Correct behaviour
+#: of a starved group, not of these tests' subject.
+SHARED: dict[str, str] = {
+    path: "stock-jvms"
+    for path in (
+        "tests/chaos/test_chaos_targets.py",
+        "tests/integration/test_stock_client_app_features.py",
+        "tests/integration/test_stock_client_delay.py",
+        "tests/integration/test_stock_client_failover.py",
+        "tests/integration/test_stock_client_filters.py",
+        "tests/integration/test_stock_client_local.py",
+        "tests/integration/test_stock_client_pop.py",
+        "tests/integration/test_stock_client_retention.py",
+        "tests/integration/test_stock_client_transactions.py",
+    )
+}
 #: Where the commands look for a user's credentials and CA when no flag names them: a test
 #: must never find the machine's own (a `brokergroup local up` run before the suite left
 #: ~/.brokergroup/local/client-keys.json, and a unit test's client presented its key pair

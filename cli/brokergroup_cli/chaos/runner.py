@@ -380,9 +380,17 @@ async def plant(
     the history does not know of). `reorder`: a planted client's keys 0 and 1
     acknowledged in the opposite order of their seqs (what a broker that reordered
     a client's sends would leave)."""
-    info = await asyncio.to_thread(rt.replica_info)
-    if info is None or not info.get("masterAddress"):
-        raise LocalRuntimeError("no master to plant on")
+    # One read can miss the master on a loaded machine (1 s per controller): in CI the
+    # negative control failed "no master to plant on" right after both windows had
+    # recovered. Keep asking, as an injection does (faults.MASTER_WAIT_S).
+    deadline = time.monotonic() + fault_kinds.MASTER_WAIT_S
+    while True:
+        info = await asyncio.to_thread(rt.replica_info)
+        if info is not None and info.get("masterAddress"):
+            break
+        if time.monotonic() >= deadline:
+            raise LocalRuntimeError("no master to plant on")
+        await asyncio.sleep(0.2)
     conn = await BrokerConnection.connect(
         str(info["masterAddress"]), credentials=await asyncio.to_thread(rt.client_pair)
     )
