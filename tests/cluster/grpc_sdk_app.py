@@ -142,14 +142,23 @@ def receive_one(consumer: SimpleConsumer, invisible_s: int, within_s: float) -> 
     return []
 
 
+def progress(what: str, began: float) -> None:
+    """A line on stderr (the tests read stdout) saying how far the app got and when."""
+    print(f"{time.monotonic() - began:7.1f}s {what}", file=sys.stderr, flush=True)
+
+
 def redeliver(cfg: ClientConfiguration, a: argparse.Namespace) -> None:
+    began = time.monotonic()
     consumer = consumer_of(cfg, a)
+    progress("consumer started", began)
     try:
         first = receive_one(consumer, a.invisible_s, a.timeout_s)
+        progress(f"first receive: {len(first)}", began)
         for m in first:
             out({**fields(m), "attempt": m.delivery_attempt, "phase": "first"})
         # Not acked: invisible for invisible_s, then delivered again with attempt 2.
         again = receive_one(consumer, a.invisible_s, a.invisible_s * 4 + 20)
+        progress(f"revived receive: {len(again)}", began)
         for m in again:
             handle = m.receipt_handle
             consumer.change_invisible_duration(m, a.invisible_s)
@@ -159,6 +168,7 @@ def redeliver(cfg: ClientConfiguration, a: argparse.Namespace) -> None:
         # Acked: never again, even after the changed invisible time has passed.
         for m in receive_one(consumer, a.invisible_s, a.invisible_s + 5):
             out({**fields(m), "attempt": m.delivery_attempt, "phase": "afterAck"})
+        progress("after-ack receive done", began)
     finally:
         consumer.shutdown()
     out({"summary": True})

@@ -118,17 +118,26 @@ class SdkPods:
             phase = self.env.core.read_namespaced_pod(name, self.env.namespace).status.phase
             return phase if phase in ("Succeeded", "Failed") else None
 
-        phase = wait_for(f"SDK pod {name} to end", ended, timeout_s, every_s=0.5)
+        def printed() -> str:
+            err = out.with_suffix(".err")
+            text = out.read_text()[-3000:] if out.exists() else ""
+            return text + "\n" + (err.read_text()[-3000:] if err.exists() else "")
+
+        try:
+            phase = wait_for(f"SDK pod {name} to end", ended, timeout_s, every_s=0.5)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; it printed:\n{printed()}") from None
         text = out.read_text() if out.exists() else ""
         lines = [json.loads(x) for x in text.splitlines() if x.startswith("{")]
         if phase != "Succeeded" or not lines or "summary" not in lines[-1]:
-            err = out.with_suffix(".err")
-            tail = err.read_text()[-3000:] if err.exists() else ""
-            raise AssertionError(f"SDK pod {name} {phase}:\n{text[-3000:]}\n{tail}")
+            raise AssertionError(f"SDK pod {name} {phase}:\n{printed()}")
         return lines
 
-    def python(self, mode: str, endpoint: str, timeout_s: float = 300, **options: object) -> Any:
-        return self.wait(*self.start_python(mode, endpoint, **options), timeout_s=timeout_s)
+    def python(self, mode: str, endpoint: str, **options: object) -> Any:
+        """Run grpc_sdk_app.py `mode` in a pod; every option goes to the app, and the pod is
+        given the app's own worst case plus POD_START_S to end."""
+        return self.wait(*self.start_python(mode, endpoint, **options),
+                         timeout_s=app_worst_case_s(mode, options) + POD_START_S)  # fmt: skip
 
     def start_python(self, mode: str, endpoint: str, **options: object) -> tuple[str, Path]:
         argv = ["python", str(APP), mode, "--endpoint", endpoint]
@@ -140,6 +149,27 @@ class SdkPods:
         argv = ["java", "-cp", f"{home}/classes:{home}/lib/*", "GrpcSdkClient",
                 f"endpoint={endpoint}", *(f"{k}={v}" for k, v in options.items())]  # fmt: skip
         return self.wait(*self.start(f"java-{options.get('mode', 'send')}", argv), timeout_s=300)
+
+
+# A pod is a fresh Python that imports grpc and the SDK: seconds on a quiet machine, tens of
+# seconds on a loaded 2-core one.
+POD_START_S = 90.0
+APP_TIMEOUT_S = 120.0  # grpc_sdk_app.py's --timeout-s default
+APP_INVISIBLE_S = 15  # its --invisible-s default
+APP_AWAIT_S = 2  # its consumers' long-polling await_duration
+
+
+def app_worst_case_s(mode: str, options: dict[str, object]) -> float:
+    """How long grpc_sdk_app.py `mode` may take by its own bounds (once its client started).
+
+    The pod's wait derives from it: run 44 waited 60 s for a redeliver pod that may take 120 s
+    for its first receive, 60 for the revived one and 15 (plus a long poll) for the check that
+    nothing comes after the ack; on a loaded machine the pod's start alone took tens of them."""
+    timeout_s = float(str(options.get("timeout_s", APP_TIMEOUT_S)))
+    if mode != "redeliver":
+        return timeout_s + APP_AWAIT_S
+    invisible_s = float(str(options.get("invisible_s", APP_INVISIBLE_S)))
+    return timeout_s + (invisible_s * 4 + 20) + (invisible_s + 5) + 3 * APP_AWAIT_S
 
 
 def content(line: dict[str, Any]) -> tuple[Any, ...]:
