@@ -171,6 +171,32 @@ def _master(rt: Target, wait_s: float | None = None) -> Node:
         time.sleep(0.2)
 
 
+def _owners(rt: Target) -> dict[str, int]:
+    """Address -> process group of the nodes that have one (`Node.gid`: stock JVMs, whose
+    links leave from 127.0.0.1): every address-pair fault cuts or impairs their links by
+    owner too, so it breaks each link of a node, not only those an address rule sees."""
+    return {n.host: n.gid for n in rt.nodes() if n.gid is not None}
+
+
+#: The faults that cut or impair links between nodes (a composite with `kill-master`
+#: too: `crash_master` cuts the master off while it dies).
+LINK_FAULTS = (
+    PARTITION_MASTER, PARTITION_BRIDGE, PARTITION_RING, LOSSY_LINK, LAGGING_KILL,
+    ISOLATE_MASTER_ROOM, ISOLATE_MASTER_AND_SLAVE, REJOIN_CRASH, LOSSY_SLAVE_LINKS,
+    LOSSY_CONTROLLER_LINKS,
+)  # fmt: skip
+
+
+def target_unavailable_reason(fault: str, node_gids: bool) -> str | None:
+    """Why `fault` cannot run on a target whose processes have groups of their own
+    (`node_gids`): its links are cut by owner, which needs iptables' owner and connmark
+    matches (`netfault.owner_unavailable_reason`). A fault that left those links whole
+    would be a weaker test reported as the same one."""
+    parts = fault.split("+")
+    links = any(p in LINK_FAULTS for p in parts) or (len(parts) > 1 and KILL_MASTER in parts)
+    return netfault.owner_unavailable_reason() if node_gids and links else None
+
+
 def _slaves(rt: Target, master: Node) -> list[Node]:
     return [c for c in rt.nodes(NodeKind.BROKER) if c.host != master.host]
 
@@ -220,7 +246,7 @@ def inject(fault: str, rt: Target, rng: random.Random) -> Injected:
         master = _master(rt)
         slaves = _slaves(rt, master)
         leader = rt.controller_leader()
-        lag = netfault.LoopbackPartition()
+        lag = netfault.LoopbackPartition(owners=_owners(rt))
         lag.cut([master.host], [s.host for s in slaves])
         # Stock slaves dial the master's HA port from 127.0.0.1: the pair cut above misses
         # them (in CI the "cut off" slaves kept replicating, and nothing was lost).
@@ -265,7 +291,7 @@ def inject(fault: str, rt: Target, rng: random.Random) -> Injected:
         master = _master(rt)
         controllers = [c.host for c in rt.nodes(NodeKind.CONTROLLER)]
         others = [*controllers, *(s.host for s in _slaves(rt, master))]
-        partition = netfault.LoopbackPartition()
+        partition = netfault.LoopbackPartition(owners=_owners(rt))
         partition.cut([master.host], others)
 
         def heal() -> None:
@@ -331,7 +357,7 @@ def crash_master(rt: Target, master: Node) -> Injected:
     (`netfault.destroy_sockets`), and the cut lifted: from then on its address answers
     with resets, as a crashed machine's restarted kernel would."""
     peers = sorted({n.host for n in rt.nodes()} - {master.host})
-    cut = netfault.LoopbackPartition(netfault.SECOND_PREF)  # the fault's own rules stay
+    cut = netfault.LoopbackPartition(netfault.SECOND_PREF, _owners(rt))  # the fault's own stay
     cut.cut([master.host], peers)
     try:
         rt.signal(master, signal.SIGKILL)
@@ -364,7 +390,7 @@ def _inject_openchaos(fault: str, rt: Target, rng: random.Random) -> Injected | 
             [*controllers, master.host, *(s.host for s in slaves)], bridge,
             pinned_a=[master.host], pinned_b=[s.host for s in slaves],
         )  # fmt: skip
-        partition = netfault.PairPartition()
+        partition = netfault.PairPartition(owners=_owners(rt))
         partition.cut_pairs(netfault.bridge_pairs(side_a, side_b))
         return Injected(
             f"bridge {bridge} between {', '.join(side_a)} | {', '.join(side_b)}", partition.heal
@@ -373,7 +399,7 @@ def _inject_openchaos(fault: str, rt: Target, rng: random.Random) -> Injected | 
         master, slaves, controllers = _nodes(rt)
         ring = [*controllers, master.host, *(s.host for s in slaves)]
         rng.shuffle(ring)
-        partition = netfault.PairPartition()
+        partition = netfault.PairPartition(owners=_owners(rt))
         pairs = netfault.ring_pairs(ring)
         partition.cut_pairs(pairs)
         return Injected(
@@ -386,7 +412,7 @@ def _inject_openchaos(fault: str, rt: Target, rng: random.Random) -> Injected | 
         if not slaves:
             raise TargetError("no live slave")
         peer = rng.choice(slaves)
-        link = netfault.LinkImpairment()
+        link = netfault.LinkImpairment(_owners(rt))
         delay = netfault.netem_unavailable_reason() is None
         impairment = netfault.Impairment(
             LINK_LOSS_PERCENT, LINK_DELAY_MS if delay else 0, LINK_JITTER_MS if delay else 0
@@ -413,8 +439,9 @@ def _inject_openchaos(fault: str, rt: Target, rng: random.Random) -> Injected | 
     return None
 
 
-def _lossy(master: Node, peers: list[str], loss_percent: float) -> Injected:
-    links = [netfault.LinkImpairment() for _ in peers]
+def _lossy(rt: Target, master: Node, peers: list[str], loss_percent: float) -> Injected:
+    owners = _owners(rt)
+    links = [netfault.LinkImpairment(owners) for _ in peers]
     injected = Injected("", _nothing)
 
     def heal() -> None:
@@ -450,11 +477,11 @@ def _inject_scenario_fault(fault: str, rt: Target, rng: random.Random) -> Inject
             buddy = rng.choice(slaves).host
         room = [master.host, buddy]
         rest = [h for h in (*controllers, *(s.host for s in slaves)) if h not in room]
-        partition = netfault.LoopbackPartition()
+        partition = netfault.LoopbackPartition(owners=_owners(rt))
         partition.cut(room, rest)
         return Injected(f"isolate {', '.join(room)} from {', '.join(rest)}", partition.heal)
     if fault == REJOIN_CRASH:
-        partition = netfault.LoopbackPartition()
+        partition = netfault.LoopbackPartition(owners=_owners(rt))
         partition.cut([master.host], [*controllers, *(s.host for s in slaves)])
 
         def heal() -> None:
@@ -468,9 +495,9 @@ def _inject_scenario_fault(fault: str, rt: Target, rng: random.Random) -> Inject
             heal,
         )
     if fault == LOSSY_SLAVE_LINKS:
-        return _lossy(master, [s.host for s in slaves], HEAVY_LOSS_PERCENT)
+        return _lossy(rt, master, [s.host for s in slaves], HEAVY_LOSS_PERCENT)
     if fault == LOSSY_CONTROLLER_LINKS:
-        return _lossy(master, controllers, LINK_LOSS_PERCENT * 2)
+        return _lossy(rt, master, controllers, LINK_LOSS_PERCENT * 2)
     raise ValueError(f"unknown scenario fault {fault!r}")
 
 

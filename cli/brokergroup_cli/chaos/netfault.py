@@ -19,7 +19,7 @@ import itertools
 import os
 import shutil
 import subprocess
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 
@@ -48,9 +48,16 @@ def _host(address: str) -> str:
 
 class LoopbackPartition:
     """Cut every packet between two groups of addresses; `heal()` (or leaving
-    the `with` block) removes exactly the rules this object added."""
+    the `with` block) removes exactly the rules this object added.
 
-    def __init__(self, first_pref: int = _FIRST_PREF) -> None:
+    `owners` (address -> group id) names the nodes whose processes run in a group of
+    their own (`Node.gid`: a stock RocketMQ JVM, which dials every link from an unbound
+    socket, so its packets leave from 127.0.0.1 and no address rule matches them): each
+    pair with such a node is cut by its owner too (`OwnerRules`, iptables)."""
+
+    def __init__(
+        self, first_pref: int = _FIRST_PREF, owners: Mapping[str, int] | None = None
+    ) -> None:
         """`first_pref`: where this partition's rules start (a second partition active
         at once needs its own range: the kernel refuses a rule identical to another,
         priority included)."""
@@ -58,6 +65,8 @@ class LoopbackPartition:
         self._rules: list[tuple[int, str, str]] = []
         self._added_local = False
         self._deleted_zero = False
+        self._owners = dict(owners or {})
+        self._owner_rules = OwnerRules("partition")
 
     def cut(self, side_a: Iterable[str], side_b: Iterable[str]) -> None:
         reason = unavailable_reason()
@@ -66,6 +75,16 @@ class LoopbackPartition:
         self._move_local_lookup()
         pairs = [(_host(a), _host(b)) for a in side_a for b in side_b]
         for a, b in pairs:
+            peers = self._peer(a), self._peer(b)
+            try:
+                if owner_matches(*peers):
+                    reason = owner_unavailable_reason()
+                    if reason is not None:
+                        raise RuntimeError(reason)
+                self._owner_rules.add("filter", owner_cut_rules(*peers, self._owner_rules.comment))
+            except BaseException:
+                self.heal()
+                raise
             for source, destination in ((a, b), (b, a)):
                 pref = self._first_pref + len(self._rules)
                 if pref >= _LOCAL_PREF:
@@ -75,7 +94,16 @@ class LoopbackPartition:
                 self._rules.append((pref, source, destination))
         _ip("route", "flush", "cache", check=False)
 
+    def _peer(self, host: str) -> Peer:
+        return Peer(host, self._owners.get(host))
+
+    @property
+    def owner_dropped(self) -> int | None:
+        """Packets the owner rules dropped, read at `heal()` (None: there were none)."""
+        return self._owner_rules.dropped
+
     def heal(self) -> None:
+        self._owner_rules.heal()
         while self._rules:
             pref, source, destination = self._rules.pop()
             _ip("rule", "del", "pref", str(pref), "from", source, "to", destination,
@@ -322,7 +350,11 @@ class LinkImpairment:
     iptables' statistic match drops the same share of those packets, and delay is
     reported unavailable. `heal()` removes exactly what was added."""
 
-    def __init__(self) -> None:
+    def __init__(self, owners: Mapping[str, int] | None = None) -> None:
+        """`owners`: as `LoopbackPartition`'s (a stock process's link is matched by its
+        process group too)."""
+        self._owners = dict(owners or {})
+        self._owner_rules = OwnerRules("link")
         self._qdisc = False
         self._rules: list[list[str]] = []
         self.backend = ""
@@ -332,6 +364,11 @@ class LinkImpairment:
 
     def impair(self, a: str, b: str, impairment: Impairment) -> str:
         a, b = _host(a), _host(b)
+        peers = Peer(a, self._owners.get(a)), Peer(b, self._owners.get(b))
+        if owner_matches(*peers):
+            reason = owner_unavailable_reason()
+            if reason is not None:
+                raise RuntimeError(reason)
         if netem_unavailable_reason() is None:
             existing = _tc("qdisc", "show", "dev", "lo").stdout
             if "noqueue" not in existing and existing.strip():
@@ -344,6 +381,11 @@ class LinkImpairment:
                     "netem", *impairment.netem_args())  # fmt: skip
                 for args in u32_filters(a, b):
                     _tc(*args)
+                if owner_matches(*peers):
+                    self._owner_rules.add(
+                        "mangle", owner_netem_rules(*peers, self._owner_rules.comment)
+                    )
+                    _tc(*fw_filter())
             except BaseException:
                 self.heal()
                 raise
@@ -355,9 +397,17 @@ class LinkImpairment:
         if impairment.delay_ms:
             raise RuntimeError(f"delay needs netem: {netem_unavailable_reason()}")
         self._comment = f"bgchaos-{os.getpid()}-{next(_LINKS)}"
-        for spec in iptables_rules(a, b, impairment.loss_percent, self._comment):
-            subprocess.run(["iptables", "-A", *spec], capture_output=True, text=True, check=True)
-            self._rules.append(spec)
+        try:
+            for spec in iptables_rules(a, b, impairment.loss_percent, self._comment):
+                subprocess.run(["iptables", "-A", *spec], capture_output=True, text=True,
+                               check=True)  # fmt: skip
+                self._rules.append(spec)
+            self._owner_rules.add(
+                "filter", owner_loss_rules(*peers, impairment.loss_percent, self._comment)
+            )
+        except BaseException:
+            self.heal()
+            raise
         self.backend = "iptables statistic"
         return self.backend
 
@@ -367,6 +417,7 @@ class LinkImpairment:
             self._qdisc = False
         if self._rules:
             self.dropped = _dropped(self._comment)
+        self._owner_rules.heal()
         while self._rules:
             spec = self._rules.pop()
             subprocess.run(["iptables", "-D", *spec], capture_output=True, check=False)
@@ -422,3 +473,163 @@ def _dropped(comment: str) -> int:
         for cols in map(str.split, listed.splitlines())
         if cols and cols[0].isdigit() and comment in cols
     )
+
+
+# --- Node identity by process group: links an address rule cannot see ----------------------
+#
+# A stock RocketMQ JVM (broker, DLedger controller, name server) dials every link from an
+# unbound socket: its packets leave from 127.0.0.1, whichever node sent them, so an
+# address-pair rule cuts none of its HA replication, broker -> controller or DLedger links.
+# A target that starts each such process in a group of its own (`Node.gid`; the uid stays
+# root) lets iptables tell them apart: the owner match sees the group of the process that
+# made the socket, for the sockets it dialed and those it accepted alike. A link between
+# X and Y is then every packet
+#
+#   - X sends to Y's address (X dialed Y: its SYN and everything after), or X sends on a
+#     connection Y dialed (conntrack's mark, set by `connmark_rules` when Y's SYN left:
+#     the connection's dialer), and the same with X and Y swapped.
+#
+# So both directions of both dial directions are matched: a cut drops them all (nothing
+# reaches the other side, as in a real partition: a one-way drop would still let the
+# acceptor's pushes through until the window filled), a lossy link drops a share of them.
+
+
+@dataclass(frozen=True)
+class Peer:
+    """One end of a link: its address, and its process group if it has one of its own."""
+
+    host: str
+    gid: int | None = None
+
+
+def connmark_rules(gid: int, comment: str) -> list[list[str]]:
+    """The mangle-table rule specs (after -A/-D) that mark each connection a process of
+    group `gid` dials with `gid` (its conntrack mark): who dialed a connection, which the
+    acceptor's own packets on it do not say."""
+    return [
+        ["OUTPUT", "-m", "owner", "--gid-owner", str(gid), "-m", "conntrack", "--ctstate",
+         "NEW", "-m", "comment", "--comment", comment, "-j", "CONNMARK", "--set-mark", str(gid)]
+    ]  # fmt: skip
+
+
+def owner_matches(a: Peer, b: Peer) -> list[list[str]]:
+    """The iptables match parts that together select every packet a process with a group
+    of its own sends on a link between `a` and `b` (module section above); [] when
+    neither has one (the address rules see such a link whole)."""
+    out: list[list[str]] = []
+    for src, dst in ((a, b), (b, a)):
+        if src.gid is None:
+            continue
+        own = ["-m", "owner", "--gid-owner", str(src.gid)]
+        out.append([*own, "-d", f"{_host(dst.host)}/32"])
+        if dst.gid is not None:
+            out.append([*own, "-m", "connmark", "--mark", str(dst.gid)])
+    return out
+
+
+def owner_cut_rules(a: Peer, b: Peer, comment: str) -> list[list[str]]:
+    """The filter-table OUTPUT rule specs that drop the link between `a` and `b`."""
+    tail = ["-m", "comment", "--comment", comment, "-j", "DROP"]
+    return [["OUTPUT", *m, *tail] for m in owner_matches(a, b)]
+
+
+def owner_loss_rules(a: Peer, b: Peer, loss_percent: float, comment: str) -> list[list[str]]:
+    """The filter-table OUTPUT rule specs that drop `loss_percent` of the link's packets."""
+    p = f"{loss_percent / 100:.4f}"
+    tail = ["-m", "statistic", "--mode", "random", "--probability", p,
+            "-m", "comment", "--comment", comment, "-j", "DROP"]  # fmt: skip
+    return [["OUTPUT", *m, *tail] for m in owner_matches(a, b)]
+
+
+#: The packet mark (`MARK`) that steers an owner-matched link into the netem band (fw filter).
+NETEM_MARK = 0xB637
+
+
+def owner_netem_rules(a: Peer, b: Peer, comment: str) -> list[list[str]]:
+    """The mangle-table OUTPUT rule specs that mark the link's packets `NETEM_MARK`."""
+    tail = ["-m", "comment", "--comment", comment, "-j", "MARK", "--set-mark", str(NETEM_MARK)]
+    return [["OUTPUT", *m, *tail] for m in owner_matches(a, b)]
+
+
+def fw_filter() -> list[str]:
+    """The `tc filter add` arguments that send packets marked `NETEM_MARK` to netem."""
+    return ["filter", "add", "dev", "lo", "parent", "1:", "protocol", "ip", "prio", "2",
+            "handle", str(NETEM_MARK), "fw", "flowid", f"1:{_NETEM_BAND}"]  # fmt: skip
+
+
+_owner_probe: list[str | None] = []
+_OWNER_PROBE_NS = f"bgchaos-owner-{os.getpid()}"
+
+
+def owner_unavailable_reason() -> str | None:
+    """Why links cannot be cut by process group here (None: they can): root, iptables,
+    and its owner, conntrack/connmark and statistic matches. Probed once, in a network
+    namespace of its own (the host's rules are never touched by the probe)."""
+    if _owner_probe:
+        return _owner_probe[0]
+    reason = unavailable_reason()
+    if reason is None and shutil.which("iptables") is None:
+        reason = "cutting a stock process's links needs iptables (its owner match)"
+    if reason is None:
+        made = _ip("netns", "add", _OWNER_PROBE_NS, check=False)
+        try:
+            probe = Peer("127.0.0.2", 1), Peer("127.0.0.3", 2)
+            specs = [
+                ("mangle", connmark_rules(1, "probe")[0]),
+                ("filter", owner_cut_rules(*probe, "probe")[1]),
+                ("filter", owner_loss_rules(*probe, 50, "probe")[0]),
+            ]
+            failed = made
+            for table, spec in specs:
+                if failed.returncode != 0:
+                    break
+                failed = subprocess.run(
+                    ["ip", "netns", "exec", _OWNER_PROBE_NS, "iptables", "-t", table, "-A",
+                     *spec], capture_output=True, text=True, check=False,
+                )  # fmt: skip
+            if failed.returncode != 0:
+                reason = (
+                    "iptables cannot match a socket's owner group and connection mark here "
+                    f"(owner/conntrack/connmark/statistic: {failed.stderr.strip()})"
+                )
+        finally:
+            _ip("netns", "del", _OWNER_PROBE_NS, check=False)
+    _owner_probe.append(reason)
+    return reason
+
+
+class OwnerRules:
+    """iptables rules added under one comment; `heal()` removes exactly them and keeps
+    what the filter-table ones dropped (`dropped`)."""
+
+    def __init__(self, what: str) -> None:
+        self.comment = f"bgchaos-{what}-{os.getpid()}-{next(_LINKS)}"
+        self._rules: list[tuple[str, list[str]]] = []
+        self.dropped: int | None = None
+
+    def add(self, table: str, specs: Iterable[list[str]]) -> None:
+        specs = list(specs)
+        if specs and shutil.which("iptables") is None:
+            raise RuntimeError("cutting a stock process's links needs iptables")
+        for spec in specs:
+            subprocess.run(["iptables", "-t", table, "-A", *spec], capture_output=True,
+                           text=True, check=True)  # fmt: skip
+            self._rules.append((table, spec))
+
+    def heal(self) -> None:
+        if any(table == "filter" for table, _ in self._rules):
+            self.dropped = _dropped(self.comment)
+        while self._rules:
+            table, spec = self._rules.pop()
+            subprocess.run(["iptables", "-t", table, "-D", *spec], capture_output=True,
+                           check=False)  # fmt: skip
+
+
+class ConnMarks(OwnerRules):
+    """The connection marks of a target's process groups (`connmark_rules`), in place
+    from before its first process starts until it stops: a link's dialer is known only
+    from its first packet."""
+
+    def __init__(self, gids: Iterable[int]) -> None:
+        super().__init__("connmark")
+        self.add("mangle", (spec for gid in gids for spec in connmark_rules(gid, self.comment)))

@@ -75,6 +75,9 @@ def stock_unavailable_reason() -> str | None:
 
 
 def _target_cannot(target: Target, fault: str) -> str | None:
+    reason = fault_kinds.target_unavailable_reason(fault, bool(getattr(target, "node_gids", False)))
+    if reason is not None:
+        return reason
     if fault.startswith(fault_kinds.FILL_MASTER_DISK) and not getattr(
         target, "broker_disk_bytes", None
     ):

@@ -63,6 +63,10 @@ class Node:
     """A broker's HA listening port when its slaves dial it from an unbound socket (a stock
     RocketMQ broker's AutoSwitchHAClient: source 127.0.0.1, not the slave's own address),
     which no address-pair cut matches: a fault cutting its slaves off cuts this port too."""
+    gid: int | None = None
+    """The process's own group id when its links cannot be told apart by address (a stock
+    RocketMQ JVM dials every link from 127.0.0.1): address-pair faults match its sockets
+    by owner too (`netfault.owner_matches`)."""
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from brokergroup_cli.chaos import netfault
 from brokergroup_cli.chaos.targets.base import (
     ClientEndpoint,
     Node,
@@ -78,6 +79,10 @@ BROKER_FIRST_PORT = 40911
 #: and one call's bound. Liveness bounds, not speed asserts: a controller JVM beside six
 #: other starting JVMs on a loaded 2-core machine can take seconds to answer, and a health
 #: probe that counted that as "no leader" would call a working group unhealthy.
+#: Each process's own group id (the uid stays root) is this + 100 * lane + its address's
+#: last octet: the owner match of the address-pair faults tells apart what the addresses
+#: cannot (every stock JVM dials from 127.0.0.1; `netfault.owner_matches`).
+GID_BASE = 47000
 CONNECT_TIMEOUT_S = 2.0
 CALL_TIMEOUT_S = 3.0
 #: Longest a SIGKILLed broker stays down while the controllers still name it master (or no
@@ -149,6 +154,10 @@ class RocketMQTarget:
         self._named_master: tuple[int, int | None] | None = None
         #: Broker slot -> when its process was SIGKILLed (monotonic), until revived.
         self._killed_at: dict[int, float] = {}
+        #: Whether each process runs in a group of its own (root, and iptables can match
+        #: owner and connection marks: else the address-pair faults say they cannot run).
+        self.node_gids = netfault.owner_unavailable_reason() is None
+        self._connmarks: netfault.ConnMarks | None = None
 
     # -- layout ---------------------------------------------------------------------------
     def controller_host(self, n: int) -> str:
@@ -174,16 +183,31 @@ class RocketMQTarget:
     def commitlog_dir(self, slot: int) -> Path:
         return self.broker_dir(slot) / "store" / "commitlog"
 
+    def gid(self, host: str) -> int | None:
+        """The group id the process on `host` runs with (None: the target's own)."""
+        if not self.node_gids:
+            return None
+        return GID_BASE + self.port_offset + int(host.rpartition(".")[2])
+
+    def _hosts(self) -> list[str]:
+        return [
+            *(self.controller_host(n) for n in range(1, self.controllers + 1)),
+            self.namesrv.split(":")[0],
+            *(self.broker_host(s) for s in range(self.brokers)),
+        ]
+
     # -- processes ------------------------------------------------------------------------
     def _start(self, name: str, main: str, conf: dict[str, object], work: Path) -> None:
         work.mkdir(parents=True, exist_ok=True)
         path = work / f"{name}.conf"
         path.write_text(properties_text({k: _conf_value(v) for k, v in conf.items()}))
         argv = java_argv(self.home, main, ["-c", str(path)], user_home=work)
+        gid = self.gid(str(conf["bindAddress"]))
         with open(work / "out.log", "ab") as log:
             self.procs[name] = subprocess.Popen(
                 argv, cwd=work, env=java_env(work), stdout=log, stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
+                group=gid, extra_groups=None if gid is None else [],
             )  # fmt: skip
 
     def _start_controller(self, n: int) -> None:
@@ -241,6 +265,10 @@ class RocketMQTarget:
 
     def up(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
+        if self.node_gids and self._connmarks is None:
+            # Before any process starts: a connection's dialer is marked by its first packet.
+            gids = [g for g in map(self.gid, self._hosts()) if g is not None]
+            self._connmarks = netfault.ConnMarks(gids)
         for n in range(1, self.controllers + 1):
             self._start_controller(n)
         self._start_namesrv()
@@ -297,6 +325,9 @@ class RocketMQTarget:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=30)
+        if self._connmarks is not None:
+            self._connmarks.heal()
+            self._connmarks = None
 
     # -- the Target interface -------------------------------------------------------------
     def _node(self, name: str, proc: subprocess.Popen[bytes]) -> Node:
@@ -308,11 +339,14 @@ class RocketMQTarget:
                 NodeKind.BROKER, name, slot, self.broker_host(slot), proc.pid, ticks,
                 self.broker_dir(slot), self.commitlog_dir(slot),
                 ha_port=self.broker_port(slot) + 1,  # haListenPort (_start_broker)
+                gid=self.gid(self.broker_host(slot)),
             )  # fmt: skip
         if kind == "controller":
-            n = int(index)
-            return Node(NodeKind.CONTROLLER, name, n, self.controller_host(n), proc.pid, ticks)
-        return Node(NodeKind.NAMESRV, name, 0, self.namesrv.split(":")[0], proc.pid, ticks)
+            host = self.controller_host(int(index))
+            return Node(NodeKind.CONTROLLER, name, int(index), host, proc.pid, ticks,
+                        gid=self.gid(host))  # fmt: skip
+        host = self.namesrv.split(":")[0]
+        return Node(NodeKind.NAMESRV, name, 0, host, proc.pid, ticks, gid=self.gid(host))
 
     def nodes(self, kind: NodeKind | None = None) -> list[Node]:
         out = []
