@@ -376,10 +376,12 @@ async def consuming_front(tmp_path: Path) -> AsyncIterator[Front]:
         yield front
 
 
-async def receive(front: Front, *, tag: str = "*", batch: int = 32) -> list[Any]:
+async def receive(
+    front: Front, *, tag: str = "*", batch: int = 32, queue_id: int = -1
+) -> list[Any]:
     request = service_pb.ReceiveMessageRequest(
         group=pb.Resource(name="G"),
-        message_queue=pb.MessageQueue(topic=pb.Resource(name="T"), id=-1),
+        message_queue=pb.MessageQueue(topic=pb.Resource(name="T"), id=queue_id),
         filter_expression=pb.FilterExpression(type=pb.TAG, expression=tag),
         batch_size=batch,
         invisible_duration=Duration(seconds=30),
@@ -444,6 +446,29 @@ async def test_receive_ack_and_change_invisible_duration_over_pop(tmp_path: Path
         # The old handle of a changed message is stale: INVALID_RECEIPT_HANDLE, the rest OK.
         assert [e.status.code for e in acked.entries] == [convert.OK, convert.OK, 40013]
         assert acked.status.code == convert.MULTIPLE_RESULTS
+
+
+async def test_a_receive_naming_any_queue_pops_every_queue_of_the_topic(tmp_path: Path) -> None:
+    """The SDKs name the route's queues in turn; the proxy pops the broker's whole topic
+    (queue -1) whatever queue is named. Popping only the named queue kept a fresh Python SDK
+    consumer waiting 10 s for a message in another queue (4 queues, 2 s long polls)."""
+    async with consuming_front(tmp_path) as front:
+        for i in range(2):
+            message = v2_message(message_group="order-7")
+            message.system_properties.message_id = f"id-{i}"
+            message.body = f"b{i}".encode()
+            sent = await front.stub.SendMessage(
+                service_pb.SendMessageRequest(messages=[message]), metadata=signed()
+            )
+            assert sent.status.code == convert.OK
+        held = convert.queue_for_group("order-7", 4)
+        other = (held + 1) % 4
+        answers = await receive(front, queue_id=other)
+        assert [(a.message.system_properties.message_id, a.message.body,
+                 a.message.system_properties.queue_id) for a in answers
+                if a.WhichOneof("content") == "message"] == [
+            ("id-0", b"b0", held), ("id-1", b"b1", held)
+        ]  # fmt: skip
 
 
 async def test_a_fifo_message_and_an_auto_renew_receive(tmp_path: Path) -> None:

@@ -209,11 +209,15 @@ class PopConsumption:
                 matcher = compile_filter(kind, expression.expression or "*")
             except FilterRefused as exc:
                 raise convert.GrpcRefusal(ILLEGAL_FILTER_EXPRESSION, str(exc)) from exc
-            queue_id = int(request.message_queue.id)
+            # Every queue of the topic on this broker, whatever queue the SDK names: the
+            # proxy's ReceiveMessageQueueSelector keeps only the broker of the request's
+            # queue and pops its acting queue (-1). The SDKs name route queues in turn, so
+            # popping the named one kept a message of another queue from a fresh consumer
+            # for (queues - 1) long polls (10 s with 4 queues and 2 s polls).
             result = await self._pop.pop(
                 group,
                 topic,
-                queue_id if queue_id >= 0 else None,
+                None,
                 batch,
                 invisible_ms,
                 poll_ms,
