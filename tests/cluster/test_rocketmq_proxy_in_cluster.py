@@ -15,12 +15,22 @@ launcher's `sh -c` writing rmq-proxy.json from the ConfigMap and the group's cli
    sends messages and receives them with a SimpleConsumer, compared field by field (message
    id, body, tag, keys, user properties), each delivered once.
 
-The group runs `spec.tls: {mode: permissive}` (issue 36): the SDK opens TLS trusting the
-group's bundle (`stock-tls-trust`) and grpc verifies the proxy's certificate for
-`stock-proxy.<ns>.svc`, so a send proves the proxy serves the operator-issued certificate
-and that it names the proxy's Service (before d1988a2 the proxy served RocketMQ's
-self-signed test certificate, and the group's certificate did not name it). The release's controllers are plaintext here, so the proxy dials them and the
-brokers in plaintext (permissive brokers take both).
+The group runs `spec.tls: {mode: enforcing}` (issue 36) and the release's name servers and
+controller remoting port serve TLS (`--remoting-tls-mode permissive`, a certificate of the
+cluster CA the test brings, as test_operator_controller_tls.py; the operator told so by
+BROKERGROUP_CONTROLLER_TLS), so the stock brokers and the proxy run `-Dtls.enable=true`: every
+link of the proxy (name servers, brokers, its own gRPC and remoting ports) is TLS, and the
+brokers take nothing else. The SDK opens TLS trusting the group's bundle (`stock-tls-trust`)
+and grpc verifies the proxy's certificate for `stock-proxy.<ns>.svc`, so a send proves the
+proxy serves the operator-issued certificate and that it names the proxy's Service (before
+d1988a2 the proxy served RocketMQ's self-signed test certificate, and the group's
+certificate did not name it). On the proxy's remoting port a plaintext request is closed
+unanswered, the stock Java client with `-Dtls.enable=true` sends to the topic and without
+it fails on its first request (RemotingSendRequestException: the proxy closed it). The topic is created over TLS (UPDATE_AND_CREATE_TOPIC on the master:
+mqadmin would speak plaintext).
+
+With the group on `permissive` (the module before) the plaintext client was served by the
+proxy: the plaintext frame is answered and the test fails there.
 
 Not FIFO: the topic carries no message.type (a 5.3.3 slave cannot sync a topic with
 attributes, docs/rocketmq-compatibility.md), and the stock proxy's route for such a topic
@@ -35,32 +45,36 @@ Skips, saying why, without Java or the cached stock jars (with the proxy's jar).
 
 from __future__ import annotations
 
+import asyncio
+import datetime
 import json
-import subprocess
+import socket
+import struct
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from brokergroup_cli.local.rocketmq_stock import (
-    find_home,
-    java_env,
-    mqadmin_argv,
-    proxy_missing,
-    tools_yml,
-)
+from brokergroup_cli.local.rocketmq_stock import find_home, proxy_missing
+from brokergroup_remoting import RequestCode, ResponseCode
+from brokergroup_remoting.certificates import issue, make_ca
+from brokergroup_remoting.command import request
+from brokergroup_remoting.net import Credentials, RemotingClient
+from brokergroup_remoting.tls import client_context
 from tests.cluster.operator_env import OperatorEnv, apply_crds, wait_for
 from tests.cluster.test_grpc_sdk_in_cluster import SdkPods, content
 from tests.cluster.test_operator_scenarios import _kubeconfig, operator_env_in_namespace
-from tests.cluster.test_operator_tls import TlsEnv
+from tests.integration.stock_client_harness import require_stock_client
+from tests.integration.test_rocketmq_engine_users import _send as acl_send
+from tools.rocketmq.stock_client import StockClient
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 
 GROUP = "stock"
 STOCK = {
     "engine": "rocketmq",
-    "tls": {"mode": "permissive"},
+    "tls": {"mode": "enforcing"},
     "rocketmq": {
         "heapSize": "256m",
         "mappedFileSizeCommitLog": 16 << 20,
@@ -70,6 +84,52 @@ STOCK = {
     "ha": {"minInSyncReplicas": 2, "heartbeatTimeoutMs": 5000},
 }
 PROXY_SELECTOR = "app.kubernetes.io/instance=stock,app.kubernetes.io/component=proxy"
+CA_SECRET = "brokergroup-cluster-ca"
+
+
+class NamesrvTlsEnv(OperatorEnv):
+    """The release's name servers and controller remoting port on TLS (permissive: the
+    test's own reads stay plaintext) with a certificate of a cluster CA the test brings in
+    the cluster CA Secret; the operator issues the group's certificates from it and knows
+    the name servers serve TLS, so a stock JVM's one `tls.enable` can be on."""
+
+    def start(self, operators: int = 1) -> None:
+        now = datetime.datetime.now(datetime.UTC)
+        # Not a CA of 30 days: the group's leaf cannot outlive it, so it would be due for
+        # renewal (renewalDays 30) at every pass and the group would roll without end.
+        ca = make_ca("test cluster CA", now=now, valid_days=3650)
+        leaf = issue(ca, "controllers", list(self.controllers.hosts), now=now, valid_days=365)
+        files = {"ca.crt": ca.cert_pem, "tls.crt": leaf.cert_pem, "tls.key": leaf.key_pem}
+        for name, data in files.items():
+            (self.work / name).write_bytes(data)
+            (self.work / name).chmod(0o600)
+        self.controllers.extra_args = (
+            "--tls-cert-file", str(self.work / "tls.crt"),
+            "--tls-key-file", str(self.work / "tls.key"),
+            "--tls-ca-file", str(self.work / "ca.crt"), "--remoting-tls-mode", "permissive",
+        )  # fmt: skip
+        bundle = ca.cert_pem.decode()
+        self.core.create_namespaced_secret(
+            self.namespace,
+            {
+                "metadata": {"name": CA_SECRET},
+                "stringData": {
+                    "ca.crt": bundle,
+                    "ca.key": ca.key_pem.decode(),
+                    "ca-bundle.crt": bundle,
+                },
+            },
+        )
+        super().start(operators)
+
+    def operator_env(self) -> dict[str, str]:
+        return {
+            **super().operator_env(),
+            "BROKERGROUP_CLUSTER_CA_SECRET": f"{self.namespace}/{CA_SECRET}",
+            "BROKERGROUP_CLUSTER_CA_MANAGED": "false",
+            "BROKERGROUP_CONTROLLER_TLS": "true",
+            "BROKERGROUP_TLS_CHECK_SECONDS": "1",
+        }
 
 
 @pytest.fixture
@@ -81,30 +141,55 @@ def env(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[OperatorEnv]
         pytest.skip(why)
     kubeconfig = _kubeconfig(request)
     apply_crds(kubeconfig)
-    with operator_env_in_namespace(request, tmp_path, kubeconfig, "rmqp", TlsEnv) as e:
+    with operator_env_in_namespace(request, tmp_path, kubeconfig, "rmqp", NamesrvTlsEnv) as e:
         yield e
 
 
 def create_topic(env: OperatorEnv, topic: str) -> None:
-    """mqadmin updateTopic on the group's cluster (= the namespace), signed with the release's
-    RocketMQ pair; no attributes (a 5.3.3 slave cannot sync a topic carrying them)."""
-    home = find_home()
-    assert not isinstance(home, str), home
-    base = env.work / "mqadmin"
-    (base / "conf").mkdir(parents=True, exist_ok=True)
+    """UPDATE_AND_CREATE_TOPIC (its CreateTopicRequestHeader) on the group's master over TLS
+    (enforcing: mqadmin's plaintext would be closed); the broker registers it with the name
+    servers. No attributes (a 5.3.3 slave cannot sync a topic carrying them)."""
+    master = env.master_pod(GROUP)
+    assert master is not None
     pair = json.loads(env.controllers.rocketmq_credentials_file.read_text())
-    (base / "conf" / "tools.yml").write_text(tools_yml(pair["accessKey"], pair["secretKey"]))
-    namesrv = ";".join(f"{h}:9876" for h in env.controllers.hosts)
-    out = ""
-    for _ in range(3):  # mqadmin waits 5 s for an answer, which a loaded machine may miss
-        args = ["updateTopic", "-c", env.namespace, "-t", topic, "-r", "4", "-w", "4",
-                "-n", namesrv]  # fmt: skip
-        done = subprocess.run(mqadmin_argv(home, base, args), cwd=base, env=java_env(base),
-                              capture_output=True, text=True, timeout=180)  # fmt: skip
-        out = done.stdout + done.stderr
-        if "success" in out:
-            return
-    raise AssertionError(out)
+    fields = {"topic": topic, "defaultTopic": "TBW102", "readQueueNums": "4",
+              "writeQueueNums": "4", "perm": "6", "topicFilterType": "SINGLE_TAG",
+              "topicSysFlag": "0", "order": "false"}  # fmt: skip
+
+    async def once() -> tuple[int, str]:
+        client = await RemotingClient.connect(
+            f"{master.status.pod_ip}:10911",
+            credentials=Credentials(pair["accessKey"], pair["secretKey"]),
+            tls=client_context(None),
+        )
+        try:
+            answer = await client.invoke(
+                request(RequestCode.UPDATE_AND_CREATE_TOPIC, 0, fields), 10
+            )
+            return int(answer.code), str(answer.remark or "")
+        finally:
+            await client.close()
+
+    code, remark = asyncio.run(once())
+    assert code == ResponseCode.SUCCESS, (code, remark)
+
+
+def plaintext_answer(address: str) -> bytes:
+    """What a port answers a plaintext GET_ROUTEINFO_BY_TOPIC frame with (b"": closed)."""
+    header = json.dumps({"code": int(RequestCode.GET_ROUTEINFO_BY_TOPIC), "flag": 0,
+                         "language": "JAVA", "opaque": 1, "serializeTypeCurrentRPC": "JSON",
+                         "version": 453, "extFields": {"topic": "ProxyStock"}}).encode()  # fmt: skip
+    frame = struct.pack(">II", 4 + len(header), len(header)) + header
+    host, _, port = address.rpartition(":")
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(frame)
+        got = b""
+        try:
+            while chunk := sock.recv(4096):
+                got += chunk
+        except (TimeoutError, ConnectionResetError):
+            pass
+    return got
 
 
 def ready_proxy_pods(env: OperatorEnv) -> list[Any]:
@@ -127,6 +212,45 @@ def test_the_python_sdk_sends_and_receives_through_the_groups_stock_proxy(
     # Not the group's pods: its selectors (master Service, PDB, role labels) never see it.
     assert "brokergroup.io/group" not in proxy.metadata.labels, proxy.metadata.labels
     create_topic(env, "ProxySdk")
+    create_topic(env, "ProxyStock")
+
+    # The proxy's remoting port: a plaintext frame closed unanswered, a plaintext stock client
+    # sends nothing, the same client with TLS sends (trusting any server, RocketMQ's default).
+    remoting = f"{proxy.status.pod_ip}:8080"
+    assert plaintext_answer(remoting) == b""
+    classes = require_stock_client()
+    pair = json.loads(env.client_key_file(GROUP).read_text())  # type: ignore[union-attr]
+
+    def stock(tls: bool) -> StockClient:
+        name = "tls" if tls else "plain"
+        return StockClient(remoting, env.work / f"stock-{name}", pair["accessKey"],
+                           pair["secretKey"], classes,
+                           ("-Dtls.enable=true",) if tls else ())  # fmt: skip
+
+    # The proxy learns the topic's route through its caches: a first send may be refused.
+    served: list[dict[str, Any]] = []
+
+    def tls_sent() -> bool:
+        nonlocal served
+        try:
+            served = acl_send(stock(True), "ProxyStock", "tls", count=3)
+        except RuntimeError as failed:
+            print(f"TLS stock client not yet: {str(failed)[-300:]}")
+            return False
+        return served[-1]["ok"] == 3
+
+    wait_for("the TLS stock client's sends through the proxy", tls_sent, 240, 2)
+    run = served[0]["body"].rsplit("-", 1)[0]
+    assert [line["body"] for line in served[:-1]] == [f"{run}-{i}" for i in range(3)]
+    # Now that the proxy routes the topic: the same client without TLS sends nothing.
+    # Its route request is written in plaintext and the proxy closes the connection: the
+    # client's own RemotingSendRequestException ends the run (no send reaches a broker).
+    with pytest.raises(RuntimeError) as refused:
+        stock(False).run("aclSend", topic="ProxyStock", count=2, run="plain",
+                         send_timeout_ms=5000, timeout_s=180)  # fmt: skip
+    assert f"RemotingSendRequestException: send request to </{remoting}> failed" in str(
+        refused.value
+    ), str(refused.value)[-2000:]
 
     bundle = env.work / "stock-ca.crt"
     trust = env.core.read_namespaced_config_map(f"{GROUP}-tls-trust", env.namespace)
