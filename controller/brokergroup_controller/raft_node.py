@@ -91,6 +91,8 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+# pysyncobj's _RAFT_STATE (onStateChanged passes these numbers).
+_FOLLOWER, _CANDIDATE, _LEADER = 0, 1, 2
 _NO_OP = b"\x01"  # pysyncobj's _COMMAND_TYPE.NO_OP, the first entry of every log
 
 
@@ -185,6 +187,9 @@ class ControllerRaftNode(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
             tuple[asyncio.AbstractEventLoop, Callable[[Any, Any], None], Any, Any]
         ] = collections.deque()
         self._leader_barrier: int | None = None
+        self._tick_started_s: float | None = None
+        self._last_tick_gap_s = 0.0
+        self._longest_tick_gap_s = 0.0
 
         conf = SyncObjConf(
             autoTick=False,
@@ -210,6 +215,7 @@ class ControllerRaftNode(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
             maxBindRetries=50,
             dnsCacheTime=settings.dns_cache_s,
             dnsFailCacheTime=min(1.0, settings.dns_cache_s),
+            onStateChanged=self._on_state_changed,
         )
         others = [p for p in settings.peers if p != settings.self_address]
         super().__init__(
@@ -232,7 +238,7 @@ class ControllerRaftNode(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
         """
         for name in (
             "raftLog", "raftCurrentTerm", "votedForNodeId", "raftCommitIndex", "lastResponseTime",
-            "newAppendEntriesTime", "getCurrentLogIndex",
+            "newAppendEntriesTime", "getCurrentLogIndex", "selfNode",
         ):  # fmt: skip
             if not hasattr(self, f"_SyncObj__{name}"):
                 raise RuntimeError(f"unsupported pysyncobj version: no SyncObj.__{name}")
@@ -348,16 +354,52 @@ class ControllerRaftNode(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
         )
         self._tick_thread.start()
 
+    def _started_election(self) -> bool:
+        node = self._SyncObj__selfNode
+        return node is not None and self._SyncObj__votedForNodeId == node.id
+
+    def _on_state_changed(self, old: int, new: int) -> None:
+        """On the Raft thread (pysyncobj's onStateChanged): a leader stepping down."""
+        if old == _LEADER and new != _LEADER:
+            self._log_raft_change(f"stepped down as Raft leader (term now {self.raftCurrentTerm})")
+
+    def _log_raft_change(self, what: str) -> None:
+        """Say who starts an election or steps down, and how starved this thread was, so a
+        term change can be traced to its cause: a follower whose own ticks kept coming
+        heard no leader (the leader, or the link, was slow), one whose ticks were late (its
+        own process starved it) missed the heartbeats it had."""
+        log.warning(
+            "%s: the Raft thread's last gap between ticks %.0f ms, its longest since the "
+            "previous change %.0f ms (election timeout %.0f-%.0f ms)",
+            what,
+            self._last_tick_gap_s * 1000,
+            self._longest_tick_gap_s * 1000,
+            self.settings.raft_min_timeout_s * 1000,
+            self.settings.raft_max_timeout_s * 1000,
+        )
+        self._longest_tick_gap_s = 0.0
+
     def _run(self) -> None:
         period_s = self.settings.append_entries_period_s
         while not self._stop.is_set():
+            now = time.monotonic()
+            if self._tick_started_s is not None:
+                self._last_tick_gap_s = now - self._tick_started_s
+                self._longest_tick_gap_s = max(self._longest_tick_gap_s, self._last_tick_gap_s)
+            self._tick_started_s = now
             wait_s = period_s
             if self._isLeader():  # wake for the next append: heartbeat, or a batch's end
                 next_append = self._SyncObj__newAppendEntriesTime - raft_clock()
                 wait_s = min(period_s, max(0.0, next_append))
+            term = self.raftCurrentTerm
             try:
                 self._journal.sync()  # entries added last tick are durable before commit
                 self.doTick(wait_s)  # runs _publish just before it waits in poll
+                if self.raftCurrentTerm > term and self._started_election():
+                    # onStateChanged misses a candidate's next election (no state change).
+                    self._log_raft_change(
+                        f"started a Raft election for term {self.raftCurrentTerm}"
+                    )
             except Exception:
                 log.exception("Raft tick failed")
                 time.sleep(period_s)
