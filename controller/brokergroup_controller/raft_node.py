@@ -368,12 +368,18 @@ class ControllerRaftNode(SyncObj):  # type: ignore[misc]  # pysyncobj is untyped
         term change can be traced to its cause: a follower whose own ticks kept coming
         heard no leader (the leader, or the link, was slow), one whose ticks were late (its
         own process starved it) missed the heartbeats it had."""
+        # The tick that runs this may itself have been held (a stopped or starved process).
+        this_tick_s = (
+            0.0 if self._tick_started_s is None else time.monotonic() - self._tick_started_s
+        )
         log.warning(
             "%s: the Raft thread's last gap between ticks %.0f ms, its longest since the "
-            "previous change %.0f ms (election timeout %.0f-%.0f ms)",
+            "previous change %.0f ms, this tick began %.0f ms ago (election timeout "
+            "%.0f-%.0f ms)",
             what,
             self._last_tick_gap_s * 1000,
             self._longest_tick_gap_s * 1000,
+            this_tick_s * 1000,
             self.settings.raft_min_timeout_s * 1000,
             self.settings.raft_max_timeout_s * 1000,
         )
