@@ -48,18 +48,24 @@ T = TypeVar("T")
 def wait_for(
     what: str, probe: Callable[[], T | None], timeout_s: float = 60.0, every_s: float = 0.1
 ) -> T:
-    """Poll until `probe` returns something truthy; fail naming `what` and the last value."""
+    """Poll until `probe` returns something truthy; fail naming `what` and the last value.
+
+    A 404, 409, 500 or 503 from the API server is polled through (an object not created
+    yet, a conflict, an apiserver hiccup), never an answer: it once returned "API 404" as
+    the probe's truthy value, so waiting on a group that did not exist passed at once."""
     deadline = time.monotonic() + timeout_s
     last: Any = None
     while time.monotonic() < deadline:
         try:
-            last = probe()
+            value = probe()
         except ApiException as exc:
             last = f"API {exc.status}"
             if exc.status not in (404, 409, 500, 503):
                 raise
-        if last:
-            return last
+        else:
+            last = value
+            if value:
+                return value
         time.sleep(every_s)
     raise AssertionError(f"timed out after {timeout_s}s waiting for {what} (last: {last!r})")
 

@@ -116,3 +116,32 @@ def test_rewriting_touches_nothing_but_the_mount(parts: list[str]) -> None:
     text = "".join(parts)
     rewritten = path_rewriter({"/data": "/DATA"})(text)
     assert rewritten.replace("/DATA", "/data") == text
+
+
+def test_wait_for_polls_through_an_api_404_instead_of_returning_it() -> None:
+    """operator_env.wait_for once returned "API 404" as the probe's answer, so waiting on an
+    object that did not exist passed at once (old code: returned 'API 404' on the 1st call)."""
+    from kubernetes.client.exceptions import ApiException
+
+    from tests.cluster.operator_env import wait_for
+
+    calls: list[int] = []
+
+    def probe() -> str | None:
+        calls.append(1)
+        if len(calls) < 3:
+            raise ApiException(status=404)
+        return "found"
+
+    assert wait_for("the object", probe, timeout_s=5, every_s=0.01) == "found"
+    assert len(calls) == 3
+
+    def never() -> str | None:
+        raise ApiException(status=404)
+
+    try:
+        wait_for("nothing", never, timeout_s=0.05, every_s=0.01)
+    except AssertionError as exc:
+        assert "(last: 'API 404')" in str(exc)
+    else:
+        raise AssertionError("waiting on an object that never came passed")
