@@ -7,7 +7,11 @@ tls.key) with the trust bundle beside it (ConfigMap `<bg>-tls-trust`: ca.crt). T
 decides, from what was issued and the clock, what to do now; `tls_material.py` does it.
 
 - A CA or a leaf with `renewalDays` or less left is renewed (`clusterCa.renewalDays`),
-  never kept: one that is expired or about to is never handed to a pod.
+  never kept: one that is expired or about to is never handed to a pod. The one exception:
+  a leaf a new one could not outlive (its CA expires within the same window; a leaf never
+  outlives its CA) is kept, with a warning (`LeafDecision.ca_bound`): reissuing it would
+  roll the group at every check and gain nothing. The CA's owner renews the CA (the
+  operator does for its own, 395 days ahead); then the leaf is reissued under the new one.
 - A leaf whose names (`server_names`) changed, or that a previous CA signed, is reissued;
   so is one whose group asked for it (the `brokergroup.io/force-renew` annotation).
 - A renewed CA does not invalidate the leaves it signed at once: the previous CA stays in
@@ -40,6 +44,10 @@ DEFAULT_VALIDITY_DAYS = 365
 #: means fewer double rolls and the key never leaves the operator's namespace).
 CA_VALIDITY_DAYS = 5 * 365
 CLUSTER_DOMAIN = "cluster.local"
+#: A leaf within renewalDays of its end is reissued only if the new one would expire at
+#: least this much later (leaf_days counts whole days: under a CA that bounds the leaf, a
+#: new one gains less than a day, and it is kept).
+MIN_RENEWAL_GAIN = datetime.timedelta(days=1)
 
 
 @dataclass(frozen=True)
@@ -157,6 +165,9 @@ class LeafAction(enum.Enum):
 class LeafDecision:
     action: LeafAction
     reason: str
+    ca_bound: bool = False
+    """KEEP of a leaf within renewalDays of its end that a new one could not outlive (its
+    CA expires as soon): the shell warns, the CA's owner renews it."""
 
 
 def plan_leaf(
@@ -177,11 +188,22 @@ def plan_leaf(
     if record is None:
         return LeafDecision(LeafAction.ISSUE, "no certificate yet")
     left = record.not_after - now
+    bound = ""
     if left <= policy.renew_before:
         # An expiring leaf is replaced even mid CA rotation: a new pod presenting a
         # new-CA leaf to an old pod is a shorter outage than an expired certificate.
-        return LeafDecision(
-            LeafAction.ISSUE, f"it expires {iso(record.not_after)} ({_days(left)} left)"
+        # But only when the new one would live longer: a leaf never outlives its CA, so
+        # under a CA that itself expires within renewalDays every new leaf would expire
+        # within them again, and reissuing it at every check rolled the group forever.
+        gain = renewed_not_after(ca, now, policy) - record.not_after
+        if gain >= MIN_RENEWAL_GAIN or (left <= datetime.timedelta(0) < gain):
+            return LeafDecision(
+                LeafAction.ISSUE, f"it expires {iso(record.not_after)} ({_days(left)} left)"
+            )
+        bound = (
+            f"the certificate expires {iso(record.not_after)} ({_days(left)} left) and is not "
+            f"reissued: a new one could not outlive the CA, which expires "
+            f"{iso(ca.not_after)}; renew the CA"
         )
     if record.issuer != ca.fingerprint:
         if not trusted_by_pods:
@@ -193,7 +215,16 @@ def plan_leaf(
         return LeafDecision(LeafAction.ISSUE, "its names changed")
     if force_token and force_token != record.renewed_for:
         return LeafDecision(LeafAction.ISSUE, f"renewal requested ({force_token})")
+    if bound:
+        return LeafDecision(LeafAction.KEEP, bound, ca_bound=True)
     return LeafDecision(LeafAction.KEEP, "valid")
+
+
+def renewed_not_after(
+    ca: CaFacts, now: datetime.datetime, policy: RenewalPolicy
+) -> datetime.datetime:
+    """When a leaf issued now would expire (`leaf_days` from now)."""
+    return now + datetime.timedelta(days=leaf_days(ca, now, policy))
 
 
 def leaf_days(ca: CaFacts, now: datetime.datetime, policy: RenewalPolicy) -> int:

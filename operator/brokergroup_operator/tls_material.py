@@ -249,6 +249,11 @@ async def _operator_issued(
         policy=tls.policy,
         force_token=force,
     )
+    if decision.ca_bound:
+        # Kept, not reissued at every check (which rolled the group without end): the
+        # CA's owner renews it (the operator its own, ClusterCaRenewed; a user CA, theirs).
+        post("Warning", "CertificateBoundByCa", f"{ctx.tls_secret}: {decision.reason}")
+        log.warning("%s/%s: %s", ctx.namespace, ctx.name, decision.reason)
     trusted = ca.fingerprints
     leaf_fingerprint = str(previous.get("fingerprint") or "")
     if decision.action is LeafAction.TRUST_FIRST:
@@ -374,6 +379,8 @@ async def controller_tls(rt: Runtime, now: datetime.datetime, post: PostEvent) -
         now=now,
         policy=RenewalPolicy(),
     )
+    if decision.ca_bound:
+        post("Warning", "CertificateBoundByCa", f"{'/'.join(ref)}: {decision.reason}")
     if decision.action is LeafAction.KEEP and data.get("ca.crt", b"").decode() == ca.bundle_pem:
         return
     if decision.action is LeafAction.KEEP:

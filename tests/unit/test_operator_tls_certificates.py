@@ -276,3 +276,60 @@ def _handshake(client: ssl.SSLContext, cert: Path, key: Path, host: str) -> bool
         a.close()
         thread.join(5)
         b.close()
+
+
+def test_a_leaf_bound_by_a_ca_expiring_within_renewal_days_is_issued_once_not_every_pass() -> None:
+    """Issue 36: a user CA valid 30 days (renewalDays 30). A leaf cannot outlive it, so a new
+    leaf again expired within renewalDays and the old rule reissued it (and rolled the group)
+    at every check. Now: issued once, then kept with a warning, until the CA is renewed."""
+    user_ca = make_ca("user CA", now=T0, valid_days=30)
+    facts = ca_facts(user_ca.cert_pem)
+    record: LeafRecord | None = None
+    actions = []
+    for hour in range(0, 72):  # a check every hour for three days
+        now = T0 + datetime.timedelta(hours=hour)
+        decision = plan_leaf(
+            record, wanted_names=NAMES, ca=facts, trusted_by_pods=True, now=now, policy=POLICY
+        )
+        actions.append(decision.action)
+        if decision.action is LeafAction.ISSUE:
+            days = leaf_days(facts, now, POLICY)
+            cert = issue(user_ca, "bg.ns", list(NAMES), now=now, valid_days=days).certificate
+            assert cert.not_valid_after_utc <= facts.not_after
+            record = LeafRecord(cert.not_valid_after_utc, NAMES, facts.fingerprint)
+        else:
+            assert decision.ca_bound, decision
+            assert "renew the CA" in decision.reason
+    assert actions == [LeafAction.ISSUE] + [LeafAction.KEEP] * 71
+    # The user renews their CA: the leaf is reissued under it once (trust first), then kept.
+    renewed = ca_facts(make_ca("user CA 2", now=T0, valid_days=400).cert_pem)
+    now = T0 + 3 * DAY
+    assert record is not None
+    step = plan_leaf(
+        record, wanted_names=NAMES, ca=renewed, trusted_by_pods=False, now=now, policy=POLICY
+    )
+    assert step.action is LeafAction.ISSUE and not step.ca_bound  # it expires within 30 days
+    fresh = LeafRecord(now + 365 * DAY, NAMES, renewed.fingerprint)
+    kept = plan_leaf(
+        fresh, wanted_names=NAMES, ca=renewed, trusted_by_pods=True, now=now, policy=POLICY
+    )
+    assert (kept.action, kept.ca_bound) == (LeafAction.KEEP, False)
+
+
+@given(
+    ca_days=st.floats(min_value=0.5, max_value=2000, allow_nan=False),
+    leaf_left=st.floats(min_value=-5, max_value=400, allow_nan=False),
+)
+def test_a_leaf_within_renewal_days_is_reissued_exactly_when_a_new_one_lives_a_day_longer(
+    ca_days: float, leaf_left: float
+) -> None:
+    current = ca("ca1", ca_days)
+    decision = decide(leaf(leaf_left), current)
+    if leaf_left * DAY > POLICY.renew_before:
+        assert decision.action is LeafAction.KEEP and not decision.ca_bound
+        return
+    gain = T0 + leaf_days(current, T0, POLICY) * DAY - leaf(leaf_left).not_after
+    if gain >= DAY or (leaf_left <= 0 and gain > datetime.timedelta(0)):
+        assert decision.action is LeafAction.ISSUE, decision
+    else:
+        assert (decision.action, decision.ca_bound) == (LeafAction.KEEP, True), decision

@@ -187,6 +187,36 @@ async def test_a_valid_certificate_is_kept_and_nothing_rolls() -> None:
     assert [c for c in kube.calls if c[0] == "delete"] == []
 
 
+async def test_a_user_ca_expiring_within_renewal_days_rolls_the_group_once_not_every_pass() -> None:
+    """Issue 36: a user's cluster CA valid 30 days (renewalDays 30). The leaf cannot outlive
+    it; the old rule reissued it at every check and the group rolled without end (r2, r3, …).
+    Now the first leaf is kept, with a Warning naming the CA, and nothing rolls again."""
+    now = datetime.datetime.now(datetime.UTC)
+    kube = TlsKube([pod(i) for i in range(3)])
+    user_ca = make_ca("user", now=now, valid_days=30)
+    kube.objects[("Secret", *CA_REF)] = {
+        "stringData": {
+            "ca.crt": user_ca.cert_pem.decode(),
+            "ca.key": user_ca.key_pem.decode(),
+            "ca-bundle.crt": user_ca.cert_pem.decode(),
+        }
+    }
+    rt = tls_runtime(kube, FakeController(info(1)), cluster_ca_managed=False)
+    await reconcile_group(rt, body(kube), Events())
+    kube.run_pods_of_update_revision()
+    leaf = kube.obj("Secret", "bg-tls")["stringData"]["tls.crt"]
+    revision = kube.sts["status"]["updateRevision"]
+    events = Events()
+    for _ in range(3):  # three more checks (tls_check_s 0: every pass checks)
+        await reconcile_group(rt, body(kube), events)
+        kube.run_pods_of_update_revision()
+    assert kube.obj("Secret", "bg-tls")["stringData"]["tls.crt"] == leaf
+    assert kube.sts["status"]["updateRevision"] == revision
+    assert "CertificateIssued" not in [e[1] for e in events]
+    bound = [e for e in events if e[1] == "CertificateBoundByCa"]
+    assert len(bound) == 3 and all(e[0] == "Warning" and "renew the CA" in e[2] for e in bound)
+
+
 async def test_a_forced_renewal_reissues_and_rolls_slaves_first_then_switches_over() -> None:
     kube = TlsKube([pod(i) for i in range(3)])
     controller = FakeController(info(1))  # broker 1 = bg-0 is the master
