@@ -15,11 +15,24 @@ the operator can derive, and is skipped with a warning.
 
 Passes run on every wake of the group and at least every resync period, so a new user reaches
 the stock brokers within one pass (not the built-in brokers' one second).
+
+With spec.tls (mode permissive or enforcing) the brokers are dialled over TLS (`link_tls`):
+under enforcing a plaintext dial is closed unanswered, and the requests carry the users'
+SecretKeys, so permissive is dialled over TLS too. The server is verified against the
+group's trust bundle when the operator holds it (issuer operator: the cluster CA bundle,
+which tls_material.py hands over at each certificate check, `remember_trust`), chain only,
+no host name: the view gives pod IPs and the leaf names the Services and the pods' stable
+names, and RocketMQ's own clients (tls.client.authServer) check the chain alone too. With
+issuer secret or cert-manager the operator cannot read the CA (no `get` on Secrets): the
+link is encrypted but the server not verified (RocketMQ's client default), and the address
+comes from the controllers' view of registered brokers.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
+import ssl
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -72,8 +85,45 @@ def due(
 Connect = Callable[[str], Awaitable[RemotingClient]]
 
 
-async def _connect(address: str) -> RemotingClient:
-    return await RemotingClient.connect(address, name="operator-stock-users")
+async def _connect(address: str, tls: ssl.SSLContext | None = None) -> RemotingClient:
+    return await RemotingClient.connect(address, name="operator-stock-users", tls=tls)
+
+
+#: Per (namespace, group): the PEM bundle of the CAs its pods trust (issuer operator; set by
+#: tls_material.py at each certificate check).
+_TRUST: dict[tuple[str, str], str] = {}
+_CONTEXTS: dict[str, ssl.SSLContext] = {}
+
+
+def remember_trust(namespace: str, group: str, bundle_pem: str) -> None:
+    """The group's trust bundle (tls_material.py, issuer operator), for `link_tls`."""
+    _TRUST[(namespace, group)] = bundle_pem
+
+
+def client_context(trust_pem: str) -> ssl.SSLContext:
+    """TLS 1.2+; verifies the server's chain against `trust_pem` ("" verifies nothing, as a
+    RocketMQ client without tls.client.authServer), never its host name. No system CAs."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.check_hostname = False
+    if trust_pem:
+        context.load_verify_locations(cadata=trust_pem)
+        context.verify_mode = ssl.CERT_REQUIRED
+    else:
+        context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+def link_tls(ctx: GroupContext) -> ssl.SSLContext | None:
+    """How the operator dials the group's stock brokers: None (plaintext) without spec.tls or
+    with mode disabled, else a TLS context verifying against the group's trust bundle when
+    the operator holds it (`remember_trust`), unverified otherwise."""
+    if ctx.tls is None or not ctx.tls.enabled:
+        return None
+    trust = _TRUST.get((ctx.namespace, ctx.name), "")
+    if trust not in _CONTEXTS:
+        _CONTEXTS[trust] = client_context(trust)
+    return _CONTEXTS[trust]
 
 
 async def sync_group_users(
@@ -145,9 +195,16 @@ async def sync_for_pass(
         return
     pair = derive_rocketmq_pair(ctx.secrets.broker_credential_root, Role.BROKER, *key)
     memory = _MEMORY.setdefault(key, GroupUsersMemory())
+    connect = functools.partial(_connect, tls=link_tls(ctx))
     try:
         await sync_group_users(
-            controller, ctx.namespace, (pair.access_key, pair.secret_key), addresses, memory, now_s
+            controller,
+            ctx.namespace,
+            (pair.access_key, pair.secret_key),
+            addresses,
+            memory,
+            now_s,
+            connect=connect,
         )
     except Exception as exc:  # the users must never stop a pass's other work
         log.warning("%s/%s: stock brokers' users not synced: %s", *key, exc)

@@ -48,6 +48,7 @@ from brokergroup_operator.containers import tls_trust_name
 from brokergroup_operator.rocketmq_proxy import proxy_server_names
 from brokergroup_operator.runtime import GroupMemory, PostEvent, Runtime
 from brokergroup_operator.spec import GroupContext, SpecError
+from brokergroup_operator.stock_users_sync import remember_trust
 from brokergroup_operator.tls_spec import Issuer, TlsSpec
 from brokergroup_operator.workload import TLS_DIGEST_ANNOTATION
 from brokergroup_remoting.certificates import Issued, issue, make_ca, names_of
@@ -234,6 +235,8 @@ async def _operator_issued(
     post: PostEvent,
 ) -> dict[str, Any]:
     ca = await load_cluster_ca(rt, now, post)
+    # The operator's own dials of the group's stock brokers verify against the same bundle.
+    remember_trust(ctx.namespace, ctx.name, ca.bundle_pem)
     record = LeafRecord.from_status(previous)
     trusted_before = [str(f) for f in previous.get("trusted") or ()]
     trusted_by_pods = ca.facts.fingerprint in trusted_before and pods_run(

@@ -7,12 +7,20 @@
 - `due`: which brokers a pass syncs (a new usersVersion, a new address, a stale last sync);
 - `sync_group_users` against brokers modelled as RocketMQ 5.3.1's AdminBrokerProcessor
   (tests/unit/test_stock_users.py's `_Broker`): the requests, their signatures with the
-  group's derived broker pair, and a broker that refuses is retried at the next pass.
+  group's derived broker pair, and a broker that refuses is retried at the next pass;
+- the link's TLS (issue 36): plaintext without spec.tls or with mode disabled, TLS under
+  permissive and enforcing, verified against the group's trust bundle when the operator holds
+  it; and a real pass (`sync_for_pass`) against a real remoting port enforcing TLS with a
+  leaf that names no IP: users arrive over TLS, a plaintext dial is closed ("not synced"), and
+  a server of another CA is refused.
 """
 
 from __future__ import annotations
 
 import asyncio
+import datetime
+import functools
+import ssl
 from pathlib import Path
 from typing import Any
 
@@ -20,16 +28,31 @@ import pytest
 import yaml
 
 from brokergroup_controller.credentials import Role, derive_rocketmq_pair
+from brokergroup_operator.certificates import server_names
+from brokergroup_operator.release_secret import OperatorSecrets
 from brokergroup_operator.rocketmq_config import (
     RocketMQSpecError,
     broker_properties,
     per_pod_lines,
 )
-from brokergroup_operator.stock_users_sync import GroupUsersMemory, due, sync_group_users
+from brokergroup_operator.spec import GroupContext
+from brokergroup_operator.stock_users_sync import (
+    _MEMORY,
+    GroupUsersMemory,
+    _connect,
+    due,
+    link_tls,
+    remember_trust,
+    sync_for_pass,
+    sync_group_users,
+)
 from brokergroup_remoting import RequestCode
 from brokergroup_remoting.acl import ACCESS_KEY, verify
+from brokergroup_remoting.certificates import issue, make_ca
 from brokergroup_remoting.command import RemotingCommand
+from brokergroup_remoting.net import Connection, RemotingServer
 from brokergroup_remoting.stock_users import ACL_PROPERTIES, SyncResult
+from brokergroup_remoting.tls import ServerTls, TlsMode, server_context
 from tests.unit.test_stock_users import SUPERS, _Broker
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -174,3 +197,98 @@ def test_sync_group_users_writes_each_due_broker_signed_with_the_broker_pair() -
     assert third == {a: SyncResult(("delete user app",)) for a in brokers}
     assert all("app" not in b.users for b in brokers.values())
     assert [b.requests.count(RequestCode.AUTH_DELETE_USER) for b in brokers.values()] == [1, 1]
+
+
+def _group(tls: dict[str, Any] | None, name: str = "orders") -> GroupContext:
+    spec: dict[str, Any] = {"engine": "rocketmq", "rocketmq": {"aclEnabled": True}}
+    if tls is not None:
+        spec["tls"] = tls
+    return GroupContext(
+        name=name,
+        namespace="ns",
+        uid="u1",
+        spec=spec,
+        default_image="bg:dev",
+        default_rocketmq_image="rmq:5.3",
+        controller_addresses=APIS,
+        secrets=OperatorSecrets("admin-token", "root-secret"),
+    )
+
+
+def test_the_stock_link_is_tls_exactly_when_the_group_has_tls() -> None:
+    assert link_tls(_group(None, "t1")) is None
+    assert link_tls(_group({"mode": "disabled"}, "t1")) is None
+    for mode in ("permissive", "enforcing"):
+        # issuer secret / cert-manager: the operator holds no CA: encrypted, not verified
+        context = link_tls(_group({"mode": mode}, "t1"))
+        assert context is not None and context.verify_mode is ssl.CERT_NONE
+    ca = make_ca("t1 CA", now=datetime.datetime.now(datetime.UTC))
+    remember_trust("ns", "t1", ca.cert_pem.decode())
+    context = link_tls(_group({"mode": "enforcing"}, "t1"))
+    assert context is not None and context.verify_mode is ssl.CERT_REQUIRED
+    assert not context.check_hostname  # pod IPs: the chain is checked, as RocketMQ's client
+    assert [c["subject"] for c in context.get_ca_certs()] == [((("commonName", "t1 CA"),),)]
+    assert link_tls(_group({"mode": "permissive"}, "t2")) is not context  # per group
+
+
+async def test_a_pass_syncs_users_to_a_broker_enforcing_tls_and_verifies_it(
+    tmp_path: Path,
+) -> None:
+    now = datetime.datetime.now(datetime.UTC)
+    ca, other_ca = make_ca("cluster CA", now=now), make_ca("another CA", now=now)
+    # The group's leaf as the operator issues it: Service and pod names, no IP.
+    leaf = issue(ca, "orders.ns", list(server_names("orders", "ns")), now=now)
+    leaf.write(tmp_path / "tls.crt", tmp_path / "tls.key")
+    broker = _Broker(list(SUPERS))
+    seen: list[str | None] = []
+
+    async def handle(cmd: RemotingCommand, conn: Connection) -> RemotingCommand:
+        check = verify(cmd, lambda key: PAIR.secret_key if key == PAIR.access_key else None)
+        assert check.fault is None, check
+        seen.append(cmd.fields().get(ACCESS_KEY))
+        return broker.handle(cmd)
+
+    codes = (
+        RequestCode.AUTH_LIST_USER,
+        RequestCode.AUTH_LIST_ACL,
+        RequestCode.AUTH_CREATE_USER,
+        RequestCode.AUTH_UPDATE_USER,
+        RequestCode.AUTH_DELETE_USER,
+        RequestCode.AUTH_CREATE_ACL,
+        RequestCode.AUTH_UPDATE_ACL,
+        RequestCode.AUTH_DELETE_ACL,
+    )
+    tls = ServerTls(TlsMode.ENFORCING, server_context(tmp_path / "tls.crt", tmp_path / "tls.key"))
+    server = RemotingServer(dict.fromkeys(codes, handle), auth=None, tls=tls, name="stock")
+    await server.start("127.0.0.1", 0)
+    address = f"127.0.0.1:{server.port}"
+    group = _group({"mode": "enforcing"})
+    _MEMORY.pop(("ns", "orders"), None)
+    try:
+        # The old dial, plaintext: closed unanswered under enforcing, every pass.
+        plain = await sync_group_users(
+            _Controller(SNAPSHOT),  # type: ignore[arg-type]
+            "ns", (PAIR.access_key, PAIR.secret_key), [address], GroupUsersMemory(), 0,
+        )  # fmt: skip
+        assert str(plain[address]).startswith("not synced"), plain
+        assert broker.requests == []
+        # A server the group's trust does not cover is refused before any request.
+        remember_trust("ns", "orders", other_ca.cert_pem.decode())
+        impostor = await sync_group_users(
+            _Controller(SNAPSHOT),  # type: ignore[arg-type]
+            "ns", (PAIR.access_key, PAIR.secret_key), [address], GroupUsersMemory(), 0,
+            connect=functools.partial(_connect, tls=link_tls(group)),
+        )  # fmt: skip
+        assert "CERTIFICATE_VERIFY_FAILED" in str(impostor[address]), impostor
+        assert broker.requests == []
+        # The pass as reconcile.py runs it: over TLS, verified against the group's bundle.
+        remember_trust("ns", "orders", ca.cert_pem.decode())
+        await sync_for_pass(group, _Controller(SNAPSHOT), [address], 0)  # type: ignore[arg-type]
+        assert set(broker.users) == {"app", *(s.username for s in SUPERS)}
+        assert broker.requests[:2] == [RequestCode.AUTH_LIST_USER, RequestCode.AUTH_LIST_ACL]
+        assert RequestCode.AUTH_CREATE_USER in broker.requests
+        assert set(seen) == {PAIR.access_key}
+        assert _MEMORY[("ns", "orders")].synced[address][0] == SNAPSHOT["usersVersion"]
+    finally:
+        _MEMORY.pop(("ns", "orders"), None)
+        await server.close()
