@@ -101,6 +101,23 @@ def test_expand_refused_below_the_epoch_start_even_if_at_confirm() -> None:
     assert m.decide(1, 500, {3: up(500)}) is None  # confirm = 500, but epoch began at 600
 
 
+def test_a_silent_slave_shrunk_while_idle_is_not_added_back_by_its_old_ack() -> None:
+    """A stopped slave (SIGSTOP, connection open) acked the log end before it stopped; with
+    nothing written its ack stays at the confirm offset. It is shrunk once its last caught-up
+    time is too old, and must not come back until it catches up again (the old rule
+    re-added it at the next check: new_set {1, 2, 3} with 3 expanded)."""
+    m = manager()
+    progress = {2: up(1000, 9000), 3: up(1000, 1000)}
+    proposal = m.decide(9000, 1000, progress)
+    assert proposal is not None and proposal.shrunk == ((3, ShrinkReason.NOT_CAUGHT_UP),)
+    m.on_alter_accepted(proposal, proposal.new_set, 8)
+    progress[2] = up(1000, 9500)
+    assert m.decide(9500, 1000, progress) is None
+    progress[3] = up(1000, 9600)  # it reports again, caught up
+    again = m.decide(9600, 1000, progress)
+    assert again is not None and again.expanded == {3} and again.new_set == {1, 2, 3}
+
+
 def test_disconnected_non_member_is_not_expanded() -> None:
     m = manager(frozenset({1}))
     assert m.decide(1, 0, {2: up(0, connected=False)}) is None

@@ -22,7 +22,8 @@ Rules:
   window to reconnect.
 - Expand a connected non-member whose ack ≥ confirmOffset and ≥ the start
   offset of the master's current epoch (it holds everything committed and
-  has truncated to this epoch's lineage).
+  has truncated to this epoch's lineage) and that a member's shrink rules
+  would keep (caught up within ``haMaxTimeSlaveNotCatchUpMs``).
 - confirmOffset = min ack over the *effective* set, the master counting
   its own max offset. While a proposal is pending the effective set is the
   union of the old and the proposed sets: whichever the controller ends up
@@ -182,9 +183,14 @@ class SyncStateSetManager:
             for broker_id, seen in progress.items()
             if broker_id not in self.sync_state_set
             and broker_id != self.master_broker_id
-            and seen.connected
             and seen.ack_offset >= confirm
             and seen.ack_offset >= self.epoch_start_offset
+            # Caught up within the window, as a member must stay: an ack offset alone
+            # is no sign of life (RocketMQ expands on a slave's fresh report). A stopped
+            # slave's last ack equals the log end while nothing is written; without this
+            # it was shrunk and re-added at every check, and an operator scaled down the
+            # one live in-sync copy, counting it.
+            and self._shrink_reason(now_ms, seen) is None
         )
         if not shrunk and not expanded:
             return None
