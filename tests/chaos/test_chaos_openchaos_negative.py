@@ -73,8 +73,16 @@ FAULT_S = {WINDOWS[-1]: 1.0}
 
 
 def test_each_new_fault_under_unsafe_settings_reports_losses_in_its_window(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The slave links lose every packet here, not 90%: the loss only makes the slaves lag
+    # (the fault each window checks is the other part), and at 90% TCP's retransmissions
+    # sometimes delivered all the master had acknowledged before it died. In one run the
+    # last window lost nothing: the controller elected a slave 4 ms after the kill (the
+    # supervisor reports a dead broker at once, before the leader was suspended) and that
+    # slave held every acknowledged message of the window's 1.5 s of 90% loss (dropped
+    # 259 and 194 packets), while the windows before it lost 276 and 69.
+    monkeypatch.setattr(f, "HEAVY_LOSS_PERCENT", 100.0)
     for fault in WINDOWS:
         reason = f.unavailable_reason(fault)
         if reason is not None:
