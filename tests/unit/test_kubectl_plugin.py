@@ -185,7 +185,19 @@ class FakeApi:
 
     def list_pods(self, selector: str) -> list[dict[str, Any]]:
         assert selector == names.pod_selector("orders")
-        return [pod(f"orders-{i}", str(i + 1)) for i in range(3)]
+        # The operator's master label follows the status, the first `label_lag` lists late.
+        self.pod_lists += 1
+        labelled = self.body["status"]["master"]["brokerId"]
+        if self.pod_lists <= self.label_lag:
+            labelled = self.labelled_before
+        pods = [pod(f"orders-{i}", str(i + 1)) for i in range(3)]
+        for i, p in enumerate(pods):
+            p["metadata"]["labels"][names.LABEL_ROLE] = "master" if i + 1 == labelled else "slave"
+        return pods
+
+    label_lag = 0
+    labelled_before = 0
+    pod_lists = 0
 
     def group_events(self, name: str) -> list[dict[str, Any]]:
         return copy.deepcopy(self.events)
@@ -235,6 +247,32 @@ def test_a_switchover_succeeds_when_the_status_shows_the_new_master() -> None:
     said: list[str] = []
     result = run_switchover(FakeApi(group_body(master=2), honour), "orders-0", said)
     assert (result.ok, result.message) == (True, "broker 1 (orders-0) is master at masterEpoch 5")
+
+
+def test_a_switchover_waits_for_the_new_master_pod_to_be_labelled() -> None:
+    """The status shows the new master a pass before its pod carries the master label (the
+    master Service then has no endpoint): the command follows until the label moved. CI
+    run 45's test_kubectl_brokergroup read no master label right after a --wait returned;
+    the old outcome ended at the first look (api.reads == 2)."""
+
+    def honour(api: FakeApi, annotations: Mapping[str, str | None]) -> None:
+        api.post("Switchover", "requested by the user: master 2 → 1 at epoch 5")
+        del api.body["metadata"]["annotations"][names.SWITCHOVER_ANNOTATION]  # taken
+        api.labelled_before = api.body["status"]["master"]["brokerId"]
+        api.body["status"]["master"] = {"brokerId": 1, "pod": "orders-0", "address": "x"}
+        api.body["status"]["masterEpoch"] = 5
+
+    api = FakeApi(group_body(master=2), honour)
+    api.label_lag = 3  # the target's lookup and two looks after it still see broker 2 labelled
+    result = run_switchover(api, "orders-0", [])
+    assert (result.ok, result.message) == (True, "broker 1 (orders-0) is master at masterEpoch 5")
+    assert api.reads == 4
+
+    stuck = FakeApi(group_body(master=2), honour)
+    stuck.label_lag = 1000
+    result = run_switchover(stuck, "orders-0", [], wait_s=5.0)
+    assert not result.ok
+    assert "as master with its pod labelled master yet" in result.message
 
 
 def test_an_unanswered_request_says_the_operator_did_not_take_it() -> None:

@@ -25,6 +25,7 @@ from typing import Any, Protocol
 
 from brokergroup_cli.kubectl_plugin.names import (
     LABEL_BROKER_ID,
+    LABEL_ROLE,
     SWITCHOVER_ANNOTATION,
     SWITCHOVER_DONE,
     SWITCHOVER_REFUSED,
@@ -103,21 +104,38 @@ def new_switchover_events(
     return fresh
 
 
+def labelled_master(pods: Iterable[Mapping[str, Any]]) -> int | None:
+    """The BrokerId of the pod labelled master (what the master Service selects), if any."""
+    for pod in pods:
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        if labels.get(LABEL_ROLE) == "master" and str(labels.get(LABEL_BROKER_ID)).isdigit():
+            return int(labels[LABEL_BROKER_ID])
+    return None
+
+
 def outcome(
     broker_id: int,
     epoch_before: int,
     group: Mapping[str, Any],
     fresh_events: Sequence[Mapping[str, Any]],
+    pods: Sequence[Mapping[str, Any]],
 ) -> Outcome | None:
     """Done (and how) or None (keep following). A refusal wins over everything:
-    the operator said no, whatever the status shows meanwhile."""
+    the operator said no, whatever the status shows meanwhile. Done means the status
+    shows the new master at a newer masterEpoch *and* its pod carries the master label:
+    the operator writes the status and moves the label in one pass, status first, and a
+    client of the master Service still reached no master in between."""
     for event in fresh_events:
         if event.get("reason") in SWITCHOVER_REFUSED:
             return Outcome(False, f"{event.get('reason')}: {event.get('message')}")
     status = group.get("status") or {}
     master = status.get("master") or {}
     epoch = int(status.get("masterEpoch") or 0)
-    if master.get("brokerId") == broker_id and epoch > epoch_before:
+    if (
+        master.get("brokerId") == broker_id
+        and epoch > epoch_before
+        and labelled_master(pods) == broker_id
+    ):
         where = f" ({master['pod']})" if master.get("pod") else ""
         return Outcome(True, f"broker {broker_id}{where} is master at masterEpoch {epoch}")
     return None
@@ -151,7 +169,11 @@ def switchover(
         sleep(poll_s)
         group = kube.read_group(name)
         result = outcome(
-            broker_id, epoch_before, group, new_switchover_events(kube.group_events(name), seen)
+            broker_id,
+            epoch_before,
+            group,
+            new_switchover_events(kube.group_events(name), seen),
+            kube.list_pods(pod_selector(name)),
         )
         if result is not None:
             return result
@@ -167,6 +189,7 @@ def switchover(
                     "this namespace?)"
                     if pending
                     else "the operator took the request but the status does not show "
-                    f"broker {broker_id} as master yet (kubectl describe bg/{name})"
+                    f"broker {broker_id} as master with its pod labelled master yet "
+                    f"(kubectl describe bg/{name})"
                 ),
             )
