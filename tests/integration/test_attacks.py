@@ -46,6 +46,9 @@ from brokergroup_remoting.command import request
 from brokergroup_remoting.frame import encode
 from brokergroup_remoting.net import Credentials, RemotingClient
 from tests.integration.local_harness import Runtime, local_runtime, wait_for
+from tests.unit.bench_modules import load_bench_module
+
+_cpu = load_bench_module("_cpu")  # /proc parsing, shared with the benchmarks
 
 ATTACK_S = float(os.environ.get("BROKERGROUP_ATTACK_SECONDS", "20"))
 #: The suite's per-test timeout (300 s) is for the defaults; a long run gets its own.
@@ -189,17 +192,13 @@ LOADED_OTHER_CORES = 0.5
 def _ticks(pid: int) -> int:
     """utime + stime of one process (all its threads), 0 once it is gone."""
     try:
-        text = Path(f"/proc/{pid}/stat").read_text()
+        return int(_cpu.parse_proc_stat(Path(f"/proc/{pid}/stat").read_text()).cpu_ticks)
     except OSError:
         return 0
-    fields = text[text.rfind(")") + 2 :].split()
-    return int(fields[11]) + int(fields[12])
 
 
 def _machine_busy_ticks() -> int:
-    cpu = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
-    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in cpu[:8])
-    return user + nice + system + irq + softirq + steal
+    return int(_cpu.parse_machine_stat(Path("/proc/stat").read_text()).busy)
 
 
 class OtherLoad:
@@ -213,7 +212,7 @@ class OtherLoad:
         began_s, busy, own = self.began
         elapsed = time.monotonic() - began_s
         other = (_machine_busy_ticks() - busy) - (sum(map(_ticks, self.pids)) - own)
-        return other / os.sysconf("SC_CLK_TCK") / max(elapsed, 1e-3)
+        return other / _cpu.TICKS_PER_S / max(elapsed, 1e-3)
 
 
 def test_a_flood_of_unsigned_frames_leaves_the_group_healthy(runtime: Runtime) -> None:
