@@ -89,7 +89,7 @@ async def _reconcile(
         await follow_roles(rt, ctx, mem, pods, view)
         # spec.rocketmq.aclEnabled: the stock brokers' users follow the controllers'.
         live = [b.address for b in view.brokers if b.alive and b.address]
-        await sync_for_pass(ctx, controller, live, time.monotonic())
+        await sync_for_pass(ctx, controller, live, time.monotonic(), mem.stock_users)
 
     acted = False
     annotations = (body.get("metadata") or {}).get("annotations") or {}

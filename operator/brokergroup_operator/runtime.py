@@ -25,6 +25,7 @@ from brokergroup_operator.model import GroupView, PodFacts
 from brokergroup_operator.release_secret import OperatorSecrets, ReleaseSecretError
 from brokergroup_operator.settings import OperatorSettings, SettingsError
 from brokergroup_operator.spec import RESTARTED_AT_ANNOTATION, GroupContext
+from brokergroup_operator.stock_users_sync import GroupUsersMemory
 
 log = logging.getLogger("brokergroup_operator")
 
@@ -54,6 +55,9 @@ class GroupMemory:
     tls_status: dict[str, Any] | None = None
     """The status.tls this operator last wrote: newer than a body whose watch event has
     not come yet (the operator is its only writer)."""
+    stock_users: GroupUsersMemory = field(default_factory=GroupUsersMemory)
+    """engine rocketmq with aclEnabled: which stock broker got which usersVersion, and the
+    trust the operator's links to them verify against (stock_users_sync.py)."""
 
 
 @dataclass

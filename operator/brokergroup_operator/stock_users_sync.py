@@ -16,6 +16,10 @@ the operator can derive, and is skipped with a warning.
 Passes run on every wake of the group and at least every resync period, so a new user reaches
 the stock brokers within one pass (not the built-in brokers' one second).
 
+What a pass remembers (which broker got which usersVersion, the trust bundle, the TLS context
+made from it) lives in the group's runtime memory (`GroupUsersMemory`, runtime.GroupMemory),
+never in this module: it goes when the group is deleted, and no group sees another's trust.
+
 With spec.tls (mode permissive or enforcing) the brokers are dialled over TLS (`link_tls`):
 under enforcing a plaintext dial is closed unanswered, and the requests carry the users'
 SecretKeys, so permissive is dialled over TLS too. The server is verified against the
@@ -58,9 +62,17 @@ RESYNC_S = 60.0
 
 @dataclass
 class GroupUsersMemory:
-    """Per group: the last usersVersion each broker address was synced to, and when."""
+    """Per group, in the group's runtime memory (runtime.GroupMemory.stock_users, dropped
+    with it when the group is deleted): the last usersVersion each broker address was synced
+    to and when, and the trust its links verify against."""
 
     synced: dict[str, tuple[int, float]] = field(default_factory=dict)
+    trust_pem: str = ""
+    """The PEM bundle of the CAs the group's pods trust (issuer operator; set by
+    tls_material.py at each certificate check, `remember_trust`); "" when not held."""
+    context: ssl.SSLContext | None = field(default=None, repr=False)
+    """The TLS context made for `context_trust` (`link_tls`): made again when it changes."""
+    context_trust: str = ""
 
 
 def due(
@@ -89,15 +101,10 @@ async def _connect(address: str, tls: ssl.SSLContext | None = None) -> RemotingC
     return await RemotingClient.connect(address, name="operator-stock-users", tls=tls)
 
 
-#: Per (namespace, group): the PEM bundle of the CAs its pods trust (issuer operator; set by
-#: tls_material.py at each certificate check).
-_TRUST: dict[tuple[str, str], str] = {}
-_CONTEXTS: dict[str, ssl.SSLContext] = {}
-
-
-def remember_trust(namespace: str, group: str, bundle_pem: str) -> None:
-    """The group's trust bundle (tls_material.py, issuer operator), for `link_tls`."""
-    _TRUST[(namespace, group)] = bundle_pem
+def remember_trust(memory: GroupUsersMemory, bundle_pem: str) -> None:
+    """The group's trust bundle (tls_material.py: issuer operator; "" for an issuer whose CA
+    the operator cannot read), for `link_tls`."""
+    memory.trust_pem = bundle_pem
 
 
 def client_context(trust_pem: str) -> ssl.SSLContext:
@@ -114,16 +121,18 @@ def client_context(trust_pem: str) -> ssl.SSLContext:
     return context
 
 
-def link_tls(ctx: GroupContext) -> ssl.SSLContext | None:
+def link_tls(ctx: GroupContext, memory: GroupUsersMemory) -> ssl.SSLContext | None:
     """How the operator dials the group's stock brokers: None (plaintext) without spec.tls or
     with mode disabled, else a TLS context verifying against the group's trust bundle when
-    the operator holds it (`remember_trust`), unverified otherwise."""
+    the operator holds it (`remember_trust`), unverified otherwise. The context is the
+    group's own (kept in its memory while its trust is unchanged): no other group's trust
+    reaches it."""
     if ctx.tls is None or not ctx.tls.enabled:
         return None
-    trust = _TRUST.get((ctx.namespace, ctx.name), "")
-    if trust not in _CONTEXTS:
-        _CONTEXTS[trust] = client_context(trust)
-    return _CONTEXTS[trust]
+    if memory.context is None or memory.context_trust != memory.trust_pem:
+        memory.context = client_context(memory.trust_pem)
+        memory.context_trust = memory.trust_pem
+    return memory.context
 
 
 async def sync_group_users(
@@ -166,11 +175,6 @@ async def sync_group_users(
     return results
 
 
-#: Per (namespace, group): what was synced (an operator replica's own memory; a new leader
-#: replica syncs every broker once, two list requests each when in step).
-_MEMORY: dict[tuple[str, str], GroupUsersMemory] = {}
-
-
 def group_acl_enabled(ctx: GroupContext) -> bool:
     """engine rocketmq with spec.rocketmq.aclEnabled."""
     if ctx.engine is not Engine.ROCKETMQ:
@@ -180,9 +184,15 @@ def group_acl_enabled(ctx: GroupContext) -> bool:
 
 
 async def sync_for_pass(
-    ctx: GroupContext, controller: ControllerClient, addresses: Sequence[str], now_s: float
+    ctx: GroupContext,
+    controller: ControllerClient,
+    addresses: Sequence[str],
+    now_s: float,
+    memory: GroupUsersMemory,
 ) -> None:
-    """reconcile.py's call: never fails the pass (a failure is logged; the next pass retries)."""
+    """reconcile.py's call, with the group's memory (runtime.GroupMemory.stock_users: an
+    operator replica's own; a new leader replica syncs every broker once, two list requests
+    each when in step). Never fails the pass (a failure is logged; the next pass retries)."""
     if not group_acl_enabled(ctx):
         return
     key = (ctx.namespace, ctx.name)
@@ -194,8 +204,7 @@ async def sync_for_pass(
         )
         return
     pair = derive_rocketmq_pair(ctx.secrets.broker_credential_root, Role.BROKER, *key)
-    memory = _MEMORY.setdefault(key, GroupUsersMemory())
-    connect = functools.partial(_connect, tls=link_tls(ctx))
+    connect = functools.partial(_connect, tls=link_tls(ctx, memory))
     try:
         await sync_group_users(
             controller,

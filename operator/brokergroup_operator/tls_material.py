@@ -48,7 +48,7 @@ from brokergroup_operator.containers import tls_trust_name
 from brokergroup_operator.rocketmq_proxy import proxy_server_names
 from brokergroup_operator.runtime import GroupMemory, PostEvent, Runtime
 from brokergroup_operator.spec import GroupContext, SpecError
-from brokergroup_operator.stock_users_sync import remember_trust
+from brokergroup_operator.stock_users_sync import GroupUsersMemory, remember_trust
 from brokergroup_operator.tls_spec import Issuer, TlsSpec
 from brokergroup_operator.workload import TLS_DIGEST_ANNOTATION
 from brokergroup_remoting.certificates import Issued, issue, make_ca, names_of
@@ -209,12 +209,16 @@ async def group_tls(
     written = mem.tls_status
     previous = dict(written if written is not None else (body.get("status") or {}).get("tls") or {})
     if tls.issuer is Issuer.OPERATOR:
-        status = await _operator_issued(rt, ctx, tls, previous, raw_pods, moment, force, post)
+        status = await _operator_issued(
+            rt, ctx, tls, previous, raw_pods, moment, force, post, mem.stock_users
+        )
     elif tls.issuer is Issuer.CERT_MANAGER:
+        remember_trust(mem.stock_users, "")  # a CA the operator cannot read: unverified
         status = await _cert_manager_issued(rt, ctx, tls)
     else:
         # The user's Secret: the operator cannot read it, so it cannot tell a renewal;
         # they roll the pods (`kubectl brokergroup restart`) after changing it.
+        remember_trust(mem.stock_users, "")
         status = {"issuer": str(tls.issuer), "mode": tls.mode, "secretName": ctx.tls_secret}
     if status != previous:
         await rt.kube.patch_group_status(ctx.namespace, ctx.name, {"tls": status})
@@ -233,10 +237,11 @@ async def _operator_issued(
     now: datetime.datetime,
     force: str,
     post: PostEvent,
+    stock_users: GroupUsersMemory,
 ) -> dict[str, Any]:
     ca = await load_cluster_ca(rt, now, post)
     # The operator's own dials of the group's stock brokers verify against the same bundle.
-    remember_trust(ctx.namespace, ctx.name, ca.bundle_pem)
+    remember_trust(stock_users, ca.bundle_pem)
     record = LeafRecord.from_status(previous)
     trusted_before = [str(f) for f in previous.get("trusted") or ()]
     trusted_by_pods = ca.facts.fingerprint in trusted_before and pods_run(

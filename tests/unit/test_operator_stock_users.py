@@ -12,7 +12,10 @@
   permissive and enforcing, verified against the group's trust bundle when the operator holds
   it; and a real pass (`sync_for_pass`) against a real remoting port enforcing TLS with a
   leaf that names no IP: users arrive over TLS, a plaintext dial is closed ("not synced"), and
-  a server of another CA is refused.
+  a server of another CA is refused;
+- the memory (which broker got which usersVersion, the trust, the TLS context) is the group's
+  own, in its runtime memory: the module keeps none, two groups do not share trust, and a
+  deleted group's memory is gone after the operator's delete handler.
 """
 
 from __future__ import annotations
@@ -24,11 +27,14 @@ import ssl
 from pathlib import Path
 from typing import Any
 
+import kopf
 import pytest
 import yaml
 
 from brokergroup_controller.credentials import Role, derive_rocketmq_pair
+from brokergroup_operator import handlers, stock_users_sync
 from brokergroup_operator.certificates import server_names
+from brokergroup_operator.reconcile import reconcile_group
 from brokergroup_operator.release_secret import OperatorSecrets
 from brokergroup_operator.rocketmq_config import (
     RocketMQSpecError,
@@ -37,7 +43,6 @@ from brokergroup_operator.rocketmq_config import (
 )
 from brokergroup_operator.spec import GroupContext
 from brokergroup_operator.stock_users_sync import (
-    _MEMORY,
     GroupUsersMemory,
     _connect,
     due,
@@ -53,6 +58,8 @@ from brokergroup_remoting.command import RemotingCommand
 from brokergroup_remoting.net import Connection, RemotingServer
 from brokergroup_remoting.stock_users import ACL_PROPERTIES, SyncResult
 from brokergroup_remoting.tls import ServerTls, TlsMode, server_context
+from tests.unit.test_operator_handlers import Events, FakeController, info
+from tests.unit.test_operator_tls_reconcile import CA_REF, TlsKube, tls_runtime
 from tests.unit.test_stock_users import SUPERS, _Broker
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -216,19 +223,40 @@ def _group(tls: dict[str, Any] | None, name: str = "orders") -> GroupContext:
 
 
 def test_the_stock_link_is_tls_exactly_when_the_group_has_tls() -> None:
-    assert link_tls(_group(None, "t1")) is None
-    assert link_tls(_group({"mode": "disabled"}, "t1")) is None
+    memory = GroupUsersMemory()
+    assert link_tls(_group(None, "t1"), memory) is None
+    assert link_tls(_group({"mode": "disabled"}, "t1"), memory) is None
     for mode in ("permissive", "enforcing"):
         # issuer secret / cert-manager: the operator holds no CA: encrypted, not verified
-        context = link_tls(_group({"mode": mode}, "t1"))
+        context = link_tls(_group({"mode": mode}, "t1"), memory)
         assert context is not None and context.verify_mode is ssl.CERT_NONE
     ca = make_ca("t1 CA", now=datetime.datetime.now(datetime.UTC))
-    remember_trust("ns", "t1", ca.cert_pem.decode())
-    context = link_tls(_group({"mode": "enforcing"}, "t1"))
+    remember_trust(memory, ca.cert_pem.decode())
+    context = link_tls(_group({"mode": "enforcing"}, "t1"), memory)
     assert context is not None and context.verify_mode is ssl.CERT_REQUIRED
     assert not context.check_hostname  # pod IPs: the chain is checked, as RocketMQ's client
     assert [c["subject"] for c in context.get_ca_certs()] == [((("commonName", "t1 CA"),),)]
-    assert link_tls(_group({"mode": "permissive"}, "t2")) is not context  # per group
+    assert link_tls(_group({"mode": "enforcing"}, "t1"), memory) is context  # kept
+    # Another group, even with the same bundle, has a context of its own.
+    other = GroupUsersMemory()
+    remember_trust(other, ca.cert_pem.decode())
+    assert link_tls(_group({"mode": "permissive"}, "t2"), other) is not context
+    # The trust given up (issuer secret now): a new, unverifying context.
+    remember_trust(memory, "")
+    again = link_tls(_group({"mode": "enforcing"}, "t1"), memory)
+    assert again is not None and again.verify_mode is ssl.CERT_NONE
+
+
+def test_the_module_keeps_no_state_of_its_own() -> None:
+    """What a pass remembers lives in the group's runtime memory (runtime.GroupMemory): no
+    module-level dict, list or set a deleted group's entries could stay in (before: the
+    trust bundles, TLS contexts and sync records, keyed by group, never emptied)."""
+    mutable = {
+        name: type(value).__name__
+        for name, value in vars(stock_users_sync).items()
+        if isinstance(value, dict | list | set | bytearray) and not name.startswith("__")
+    }
+    assert mutable == {}
 
 
 async def test_a_pass_syncs_users_to_a_broker_enforcing_tls_and_verifies_it(
@@ -263,7 +291,7 @@ async def test_a_pass_syncs_users_to_a_broker_enforcing_tls_and_verifies_it(
     await server.start("127.0.0.1", 0)
     address = f"127.0.0.1:{server.port}"
     group = _group({"mode": "enforcing"})
-    _MEMORY.pop(("ns", "orders"), None)
+    memory = GroupUsersMemory()
     try:
         # The old dial, plaintext: closed unanswered under enforcing, every pass.
         plain = await sync_group_users(
@@ -273,22 +301,59 @@ async def test_a_pass_syncs_users_to_a_broker_enforcing_tls_and_verifies_it(
         assert str(plain[address]).startswith("not synced"), plain
         assert broker.requests == []
         # A server the group's trust does not cover is refused before any request.
-        remember_trust("ns", "orders", other_ca.cert_pem.decode())
+        remember_trust(memory, other_ca.cert_pem.decode())
         impostor = await sync_group_users(
             _Controller(SNAPSHOT),  # type: ignore[arg-type]
             "ns", (PAIR.access_key, PAIR.secret_key), [address], GroupUsersMemory(), 0,
-            connect=functools.partial(_connect, tls=link_tls(group)),
+            connect=functools.partial(_connect, tls=link_tls(group, memory)),
         )  # fmt: skip
         assert "CERTIFICATE_VERIFY_FAILED" in str(impostor[address]), impostor
         assert broker.requests == []
         # The pass as reconcile.py runs it: over TLS, verified against the group's bundle.
-        remember_trust("ns", "orders", ca.cert_pem.decode())
-        await sync_for_pass(group, _Controller(SNAPSHOT), [address], 0)  # type: ignore[arg-type]
+        remember_trust(memory, ca.cert_pem.decode())
+        await sync_for_pass(group, _Controller(SNAPSHOT), [address], 0, memory)  # type: ignore[arg-type]
         assert set(broker.users) == {"app", *(s.username for s in SUPERS)}
         assert broker.requests[:2] == [RequestCode.AUTH_LIST_USER, RequestCode.AUTH_LIST_ACL]
         assert RequestCode.AUTH_CREATE_USER in broker.requests
         assert set(seen) == {PAIR.access_key}
-        assert _MEMORY[("ns", "orders")].synced[address][0] == SNAPSHOT["usersVersion"]
+        assert memory.synced[address][0] == SNAPSHOT["usersVersion"]
     finally:
-        _MEMORY.pop(("ns", "orders"), None)
         await server.close()
+
+
+def _tls_group(name: str, tls: dict[str, Any]) -> dict[str, Any]:
+    meta = {"name": name, "namespace": "ns", "uid": f"u-{name}", "generation": 1}
+    return {"metadata": meta, "spec": {"replicas": 3, "tls": tls}, "status": {}}
+
+
+async def test_a_groups_trust_is_its_own_and_goes_when_the_group_is_deleted() -> None:
+    """Passes through reconcile.py (tls_material.py hands the trust over): group `a` (issuer
+    operator) holds the cluster CA bundle in its runtime memory, group `b` (the user's own
+    Secret: a CA the operator cannot read) holds none and dials unverified; `a` deleted
+    through the operator's delete handler, its memory (trust, context, sync records) is
+    gone and `b`'s untouched."""
+    kube = TlsKube([])
+    rt = tls_runtime(kube, FakeController(info(1)))
+    a = _tls_group("a", {"mode": "enforcing"})
+    b = _tls_group("b", {"issuer": "secret", "secretName": "mine", "mode": "enforcing"})
+    await reconcile_group(rt, a, Events())
+    await reconcile_group(rt, b, Events())
+    bundle = kube.obj("Secret", CA_REF[1], CA_REF[0])["stringData"]["ca-bundle.crt"]
+    mem_a, mem_b = rt.groups[("ns", "a")].stock_users, rt.groups[("ns", "b")].stock_users
+    assert (mem_a.trust_pem, mem_b.trust_pem) == (bundle, "")
+    link_a, link_b = link_tls(rt.context(a), mem_a), link_tls(rt.context(b), mem_b)
+    assert link_a is not None and link_a.verify_mode is ssl.CERT_REQUIRED
+    assert link_b is not None and link_b.verify_mode is ssl.CERT_NONE
+    mem_a.synced["10.0.0.1:10911"] = (5, 0.0)
+    mem_b.synced["10.0.0.9:10911"] = (5, 0.0)
+
+    await handlers.group_deleted(
+        body=kopf.Body(a), name="a", namespace="ns", memo=kopf.Memo(runtime=rt),
+        runtime=datetime.timedelta(0),
+    )  # fmt: skip
+    assert ("ns", "a") not in rt.groups
+    assert rt.groups[("ns", "b")].stock_users is mem_b
+    assert mem_b.synced == {"10.0.0.9:10911": (5, 0.0)} and mem_b.trust_pem == ""
+    # A group of the same name made again starts with nothing of the old one.
+    fresh = rt.memory(("ns", "a")).stock_users
+    assert (fresh.trust_pem, fresh.synced, fresh.context) == ("", {}, None)
