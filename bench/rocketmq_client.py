@@ -45,6 +45,7 @@ import argparse
 import json
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -58,6 +59,7 @@ sys.path.insert(0, str(ROOT / "tools" / "rocketmq"))
 
 from _common import loopback_tcp_ceiling, print_last_line, summarize, write_result  # noqa: E402
 from _cpu import Sample, cpu_window, load_report, take_sample  # noqa: E402
+from _profile import start_profile, top_functions  # noqa: E402
 from stock_client import RocketMQGroup, StockClient, missing  # noqa: E402
 
 SINGLE_THREADS = 16
@@ -284,6 +286,22 @@ def run_sides(
     return results, errors
 
 
+def start_profiles(
+    side: Any, seconds: float, prefix: Path
+) -> dict[str, tuple[subprocess.Popen[bytes], Path]]:
+    """py-spy on the master broker and on one slave over the measured window (--profile)."""
+    master = side.master_role()
+    brokers = [(pid, role) for pid, role in side.cpu_roles().items() if role.startswith("broker-")]
+    chosen = {"master": next((p for p, r in brokers if r == master), None)}
+    chosen["slave"] = next((p for p, r in brokers if r != master), None)
+    return {
+        role: (start_profile(pid, seconds, out), out)
+        for role, pid in chosen.items()
+        if pid
+        for out in [prefix.with_name(f"{prefix.name}-{role}.pyspy")]
+    }
+
+
 def run_side(side: Any, args: argparse.Namespace, work: Path) -> dict[str, Any]:
     client: StockClient = side.start()
     out: dict[str, Any] = {}
@@ -292,11 +310,20 @@ def run_side(side: Any, args: argparse.Namespace, work: Path) -> dict[str, Any]:
     for label, threads, batch in () if args.failover_only else loads:
         path = work / f"{side.name}-{label}.acks"
         samples: dict[str, Sample] = {}
+        profilers: dict[str, tuple[subprocess.Popen[bytes], Path]] = {}
 
-        def sample(event: str, client_pid: int, samples: dict[str, Sample] = samples) -> None:
+        def sample(
+            event: str,
+            client_pid: int,
+            samples: dict[str, Sample] = samples,
+            label: str = label,
+            profilers: dict[str, tuple[subprocess.Popen[bytes], Path]] = profilers,
+        ) -> None:
             # The program's markers bound its measured window: CPU is sampled at both.
             if event in ("measuring", "measured"):
                 samples[event] = take_sample({**side.cpu_roles(), client_pid: "client"})
+            if event == "measuring" and args.profile and side.name == "brokergroup":
+                profilers.update(start_profiles(side, args.seconds, work / label))
 
         summary = client.run_events(
             "load", work / f"{side.name}-{label}.stderr", sample,
@@ -308,6 +335,10 @@ def run_side(side: Any, args: argparse.Namespace, work: Path) -> dict[str, Any]:
             raise RuntimeError(f"{side.name} load {label}: no measured-window markers {samples}")
         window = cpu_window(samples["measuring"], samples["measured"])
         summary |= load_report(window, int(summary["messages"])) | {"master": side.master_role()}
+        for role, (profiler, out_file) in profilers.items():
+            profiler.wait(timeout=120)
+            if out_file.exists():
+                summary[f"{role}Profile"] = top_functions(out_file.read_text())
         log(f"{side.name} load {label}: {summary}")
         log(cpu_line(side.name, label, summary))
         out[label] = summary
@@ -429,6 +460,11 @@ def main() -> int:
         "--failover-only", action="store_true", help="skip the loads: only the kills and verify"
     )
     ap.add_argument("--name", default=None, help="result file name (default: by the options)")
+    ap.add_argument(
+        "--profile",
+        action="store_true",
+        help="py-spy brokergroup's master and one slave over each load's measured window",
+    )
     args = ap.parse_args()
     args.kills = args.kills if args.kills is not None else (2 if args.quick else 10)
     args.seconds = args.seconds if args.seconds is not None else (5 if args.quick else 20)
