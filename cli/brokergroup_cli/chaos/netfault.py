@@ -19,7 +19,7 @@ import itertools
 import os
 import shutil
 import subprocess
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 
@@ -242,7 +242,6 @@ class PairPartition(LoopbackPartition):
 #: The prio qdisc's band (1-based minor) the filtered link goes to; bands 1-3 keep prio's
 #: default priomap for every other packet on `lo`.
 _NETEM_BAND = 4
-_PROBE_NS = f"bgchaos-probe-{os.getpid()}"
 
 
 def _tc(
@@ -255,31 +254,48 @@ def _tc(
 _netem_probe: list[str | None] = []
 
 
+def _probed(
+    cache: list[str | None], tool: str, missing: str, probe: Callable[[str], str | None]
+) -> str | None:
+    """The answer of a capability probe, run once per process (`cache` keeps it): root and
+    `ip` (`unavailable_reason`), `tool` on the PATH (else `missing`), then `probe(netns)`
+    in a network namespace made for it and deleted after, so the host's own `lo`, qdiscs
+    and rules are never touched by a probe. `probe` returns why not, or None."""
+    if cache:
+        return cache[0]
+    reason = unavailable_reason()
+    if reason is None and shutil.which(tool) is None:
+        reason = missing
+    if reason is None:
+        netns = f"bgchaos-probe-{tool}-{os.getpid()}"
+        made = _ip("netns", "add", netns, check=False)
+        try:
+            reason = probe(netns) if made.returncode == 0 else _netns_failed(made)
+        finally:
+            _ip("netns", "del", netns, check=False)
+    cache.append(reason)
+    return reason
+
+
+def _netns_failed(made: subprocess.CompletedProcess[str]) -> str:
+    return f"cannot make a network namespace to probe in ({made.stderr.strip()})"
+
+
+def _probe_netem(netns: str) -> str | None:
+    done = _tc("qdisc", "add", "dev", "lo", "root", "handle", "1:", "prio", "bands",
+               str(_NETEM_BAND), check=False, netns=netns)  # fmt: skip
+    if done.returncode == 0:
+        done = _tc("qdisc", "add", "dev", "lo", "parent", f"1:{_NETEM_BAND}", "netem",
+                   "delay", "1ms", check=False, netns=netns)  # fmt: skip
+    if done.returncode != 0:
+        return f"this kernel has no sch_prio/sch_netem qdisc (tc: {done.stderr.strip()})"
+    return None
+
+
 def netem_unavailable_reason() -> str | None:
     """Why `tc netem` cannot shape a loopback link here (None: it can). Probed once, in a
-    network namespace of its own, so the host's `lo` is never touched by the probe."""
-    if _netem_probe:
-        return _netem_probe[0]
-    reason = unavailable_reason()
-    if reason is None and shutil.which("tc") is None:
-        reason = "packet loss and delay need iproute2's `tc`"
-    if reason is None:
-        made = _ip("netns", "add", _PROBE_NS, check=False)
-        try:
-            done = _tc("qdisc", "add", "dev", "lo", "root", "handle", "1:", "prio", "bands",
-                       str(_NETEM_BAND), check=False, netns=_PROBE_NS)  # fmt: skip
-            if done.returncode == 0:
-                done = _tc("qdisc", "add", "dev", "lo", "parent", f"1:{_NETEM_BAND}", "netem",
-                           "delay", "1ms", check=False, netns=_PROBE_NS)  # fmt: skip
-            if made.returncode != 0 or done.returncode != 0:
-                reason = (
-                    "this kernel has no sch_prio/sch_netem qdisc (tc: "
-                    f"{(done.stderr or made.stderr).strip()})"
-                )
-        finally:
-            _ip("netns", "del", _PROBE_NS, check=False)
-    _netem_probe.append(reason)
-    return reason
+    network namespace of its own (`_probed`)."""
+    return _probed(_netem_probe, "tc", "packet loss and delay need iproute2's `tc`", _probe_netem)
 
 
 def loss_unavailable_reason() -> str | None:
@@ -558,44 +574,34 @@ def fw_filter() -> list[str]:
 
 
 _owner_probe: list[str | None] = []
-_OWNER_PROBE_NS = f"bgchaos-owner-{os.getpid()}"
+
+
+def _probe_owner(netns: str) -> str | None:
+    probe = Peer("127.0.0.2", 1), Peer("127.0.0.3", 2)
+    specs = [
+        ("mangle", connmark_rules(1, "probe")[0]),
+        ("filter", owner_cut_rules(*probe, "probe")[1]),
+        ("filter", owner_loss_rules(*probe, 50, "probe")[0]),
+    ]
+    for table, spec in specs:
+        done = subprocess.run(["ip", "netns", "exec", netns, "iptables", "-t", table, "-A",
+                               *spec], capture_output=True, text=True, check=False)  # fmt: skip
+        if done.returncode != 0:
+            return (
+                "iptables cannot match a socket's owner group and connection mark here "
+                f"(owner/conntrack/connmark/statistic: {done.stderr.strip()})"
+            )
+    return None
 
 
 def owner_unavailable_reason() -> str | None:
     """Why links cannot be cut by process group here (None: they can): root, iptables,
     and its owner, conntrack/connmark and statistic matches. Probed once, in a network
-    namespace of its own (the host's rules are never touched by the probe)."""
-    if _owner_probe:
-        return _owner_probe[0]
-    reason = unavailable_reason()
-    if reason is None and shutil.which("iptables") is None:
-        reason = "cutting a stock process's links needs iptables (its owner match)"
-    if reason is None:
-        made = _ip("netns", "add", _OWNER_PROBE_NS, check=False)
-        try:
-            probe = Peer("127.0.0.2", 1), Peer("127.0.0.3", 2)
-            specs = [
-                ("mangle", connmark_rules(1, "probe")[0]),
-                ("filter", owner_cut_rules(*probe, "probe")[1]),
-                ("filter", owner_loss_rules(*probe, 50, "probe")[0]),
-            ]
-            failed = made
-            for table, spec in specs:
-                if failed.returncode != 0:
-                    break
-                failed = subprocess.run(
-                    ["ip", "netns", "exec", _OWNER_PROBE_NS, "iptables", "-t", table, "-A",
-                     *spec], capture_output=True, text=True, check=False,
-                )  # fmt: skip
-            if failed.returncode != 0:
-                reason = (
-                    "iptables cannot match a socket's owner group and connection mark here "
-                    f"(owner/conntrack/connmark/statistic: {failed.stderr.strip()})"
-                )
-        finally:
-            _ip("netns", "del", _OWNER_PROBE_NS, check=False)
-    _owner_probe.append(reason)
-    return reason
+    namespace of its own (`_probed`)."""
+    return _probed(
+        _owner_probe, "iptables",
+        "cutting a stock process's links needs iptables (its owner match)", _probe_owner,
+    )  # fmt: skip
 
 
 class OwnerRules:
@@ -633,3 +639,4 @@ class ConnMarks(OwnerRules):
     def __init__(self, gids: Iterable[int]) -> None:
         super().__init__("connmark")
         self.add("mangle", (spec for gid in gids for spec in connmark_rules(gid, self.comment)))
+
