@@ -22,6 +22,20 @@ Pub on EngU, the operator writes them to every stock broker and app then sends t
 pods not restarted (same uids, no container restart). Without the operator's sync the stock
 brokers never learn app: "the stock master knowing app and idle" times out.
 
+The stock group also runs `spec.tls: {mode: enforcing}` (issue 36 items 1 and 3 together,
+docs/security.md "Users on the stock brokers"): its stock brokers' remoting ports serve the
+operator-issued certificate and take TLS only; the release's name servers and controller
+remoting port serve TLS (permissive, with a certificate of a cluster CA the test brings in the
+cluster CA Secret, as test_rocketmq_proxy_in_cluster.py: `NamesrvTlsEnv`), so the stock brokers
+run `-Dtls.enable=true` (RocketMQ's one switch for every outgoing link of a JVM: enforcing is
+refused without it). The operator's user sync dials the brokers over TLS, verified against the
+group's trust bundle; the stock Java client runs `-Dtls.enable=true` verifying every server
+against the bundle the operator publishes (`stock-tls-trust`, `tls.client.authServer`,
+`tls.test.mode.enable=false`), and the test's own probes verify the brokers' certificate for
+the group's Service name. A plaintext SEND_MESSAGE_V2 signed by app, the same frame that is
+answered SUCCESS over TLS, is closed unanswered. Stock HA replication stays plaintext (RocketMQ
+5.3 has no TLS there): the failover runs over it as before.
+
 One module-scoped namespace with both groups, created by the fixture: each test waits for
 them and runs alone too (the cluster tier is one work unit: in a full run they run in file
 order on one worker, the users test after the failover).
@@ -34,16 +48,23 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import socket
+import ssl
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from brokergroup_remoting import RequestCode, ResponseCode
+from brokergroup_remoting.acl import sign
 from brokergroup_remoting.command import request
+from brokergroup_remoting.frame import encode
 from brokergroup_remoting.net import Credentials, RemotingClient
+from brokergroup_remoting.tls import client_context
 from tests.cluster.operator_env import OperatorEnv, apply_crds, wait_for
 from tests.cluster.test_operator_scenarios import _kubeconfig, operator_env_in_namespace
+from tests.cluster.test_rocketmq_proxy_in_cluster import NamesrvTlsEnv
 from tests.integration.rocketmq_brokers import find_home
 from tests.integration.stock_client_harness import require_stock_client
 from tests.integration.test_rocketmq_engine_users import _send as acl_send
@@ -53,6 +74,9 @@ pytestmark = pytest.mark.cluster
 
 STOCK = {
     "engine": "rocketmq",
+    # TLS only on the stock brokers' remoting ports (the release's name servers on TLS:
+    # NamesrvTlsEnv); HA replication stays plaintext (RocketMQ 5.3 has no TLS there).
+    "tls": {"mode": "enforcing"},
     # Small: three JVMs share a 2-core machine with the control plane.
     # No stock proxy (a fourth JVM; its objects are unit-tested, test_operator_rocketmq_proxy).
     "rocketmq": {
@@ -78,7 +102,7 @@ def env(
     kubeconfig = _kubeconfig(request)
     apply_crds(kubeconfig)
     work = tmp_path_factory.mktemp("engines")
-    with operator_env_in_namespace(request, work, kubeconfig, "eng") as e:
+    with operator_env_in_namespace(request, work, kubeconfig, "eng", NamesrvTlsEnv) as e:
         # Both groups for every test of the module (each test waits for them itself).
         e.create_group("plain", 3, ha={"minInSyncReplicas": 2})
         e.create_group("stock", 3, **STOCK)
@@ -171,9 +195,27 @@ def _user_pair(env: OperatorEnv, name: str) -> tuple[str, str] | None:
     return str(pair["accessKey"]), str(pair["secretKey"])
 
 
+def _trust_file(env: OperatorEnv) -> Path:
+    """The CAs the stock group's pods trust, as the operator publishes them (the ConfigMap
+    `stock-tls-trust`: the cluster CA bundle), in a file for the clients."""
+    path = env.work / "stock-trust.crt"
+    if not path.exists():
+        data = env.core.read_namespaced_config_map("stock-tls-trust", env.namespace).data
+        path.write_text(data["ca.crt"])
+    return path
+
+
+def _tls(env: OperatorEnv) -> tuple[ssl.SSLContext, str]:
+    """A TLS context verifying against the group's trust bundle, and the name every broker of
+    the group is verified for (its Service `stock.<ns>.svc`, which each leaf names)."""
+    return client_context(_trust_file(env)), f"stock.{env.namespace}.svc"
+
+
 async def _invoke(address: str, pair: tuple[str, str], code: int, fields: dict[str, str],
-                  body: bytes = b"") -> tuple[int, str]:  # fmt: skip
-    client = await RemotingClient.connect(address, credentials=Credentials(*pair))
+                  body: bytes, tls: tuple[ssl.SSLContext, str]) -> tuple[int, str]:  # fmt: skip
+    client = await RemotingClient.connect(
+        address, credentials=Credentials(*pair), tls=tls[0], server_hostname=tls[1]
+    )
     try:
         answer = await client.invoke(request(code, 0, fields, body), 10)
         return int(answer.code), str(answer.remark or "")
@@ -181,32 +223,56 @@ async def _invoke(address: str, pair: tuple[str, str], code: int, fields: dict[s
         await client.close()
 
 
-def _heartbeat(address: str, pair: tuple[str, str]) -> tuple[int, str]:
+def _heartbeat(env: OperatorEnv, address: str, pair: tuple[str, str]) -> tuple[int, str]:
     """A producer's heartbeat: no resource named, so a stock broker with ACL 2.0 accepts it
     from any user it knows (authentication only) and refuses an unknown signer."""
     body = json.dumps({"clientID": "probe", "producerDataSet": [{"groupName": "p"}]})
-    return asyncio.run(_invoke(address, pair, RequestCode.HEART_BEAT, {}, body.encode()))
+    return asyncio.run(_invoke(address, pair, RequestCode.HEART_BEAT, {}, body.encode(), _tls(env)))
 
 
-def _create_topic(address: str, pair: tuple[str, str], topic: str) -> None:
+def _create_topic(env: OperatorEnv, address: str, pair: tuple[str, str], topic: str) -> None:
     """UPDATE_AND_CREATE_TOPIC on the master (its CreateTopicRequestHeader), signed with the
     group's client pair (a Super user of each stock broker); the broker registers it with the
-    name servers."""
+    name servers. Over TLS (enforcing: mqadmin's plaintext would be closed)."""
     fields = {"topic": topic, "defaultTopic": "TBW102", "readQueueNums": "4",
               "writeQueueNums": "4", "perm": "6", "topicFilterType": "SINGLE_TAG",
               "topicSysFlag": "0", "order": "false"}  # fmt: skip
-    code, remark = asyncio.run(_invoke(address, pair, RequestCode.UPDATE_AND_CREATE_TOPIC, fields))
+    code, remark = asyncio.run(
+        _invoke(address, pair, RequestCode.UPDATE_AND_CREATE_TOPIC, fields, b"", _tls(env))
+    )
     assert code == ResponseCode.SUCCESS, (code, remark)
 
 
-def _send_v2(address: str, pair: tuple[str, str], topic: str) -> tuple[int, str]:
-    """One SEND_MESSAGE_V2 signed with `pair` (the stock client's header fields)."""
-    fields = {
-        "a": "pg", "b": topic, "c": "TBW102", "d": "4", "e": "0", "f": "0",
-        "g": "1700000000000", "h": "0", "i": "UNIQ_KEY\x01probe\x02", "j": "0",
-        "k": "false", "m": "false",
-    }  # fmt: skip
-    return asyncio.run(_invoke(address, pair, RequestCode.SEND_MESSAGE_V2, fields, b"probe"))
+#: SEND_MESSAGE_V2's header fields as the stock client fills them (producer group pg).
+SEND_FIELDS = {
+    "a": "pg", "c": "TBW102", "d": "4", "e": "0", "f": "0", "g": "1700000000000", "h": "0",
+    "i": "UNIQ_KEY\x01probe\x02", "j": "0", "k": "false", "m": "false",
+}  # fmt: skip
+
+
+def _send_v2(env: OperatorEnv, address: str, pair: tuple[str, str], topic: str) -> tuple[int, str]:
+    """One SEND_MESSAGE_V2 signed with `pair`, over TLS."""
+    fields = {**SEND_FIELDS, "b": topic}
+    return asyncio.run(
+        _invoke(address, pair, RequestCode.SEND_MESSAGE_V2, fields, b"probe", _tls(env))
+    )
+
+
+def _plaintext_send_answer(address: str, pair: tuple[str, str], topic: str) -> bytes:
+    """The same signed SEND_MESSAGE_V2 written in plaintext: what the port answers (b"": the
+    connection closed with no answer)."""
+    frame = encode(sign(request(RequestCode.SEND_MESSAGE_V2, 7, {**SEND_FIELDS, "b": topic},
+                                b"plain"), *pair))  # fmt: skip
+    host, _, port = address.rpartition(":")
+    got = b""
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(frame)
+        try:
+            while chunk := sock.recv(4096):
+                got += chunk
+        except (TimeoutError, ConnectionResetError):
+            pass
+    return got
 
 
 def _stock_pods(env: OperatorEnv) -> dict[str, tuple[str, int]]:
@@ -233,7 +299,7 @@ def test_broker_group_users_reach_the_stock_brokers_through_the_operator(
     raw = json.loads(client_key.read_text())
     group_pair = (str(raw["accessKey"]), str(raw["secretKey"]))
     for topic in (T, U):
-        _create_topic(address, group_pair, topic)
+        _create_topic(env, address, group_pair, topic)
 
     _apply_user(env, "app", [{"resources": [f"Topic:{T}"], "actions": ["Pub"]}])
     _apply_user(env, "idle", [{"resources": [f"Topic:{U}"], "actions": ["Sub"]}])
@@ -242,14 +308,22 @@ def test_broker_group_users_reach_the_stock_brokers_through_the_operator(
 
     # A pass of the group (every 5 s here) writes the users to each live stock broker.
     def known() -> bool | None:
-        return all(_heartbeat(address, p)[0] == ResponseCode.SUCCESS for p in (app, idle)) or None
+        answers = [_heartbeat(env, address, p)[0] for p in (app, idle)]
+        return all(code == ResponseCode.SUCCESS for code in answers) or None
 
     wait_for("the stock master knowing app and idle", known, 60)
     before = _stock_pods(env)
     namesrv = ";".join(f"{h}:9876" for h in env.controllers.hosts)
 
+    # TLS on every link of the client (name servers, brokers), each server verified against
+    # the bundle the operator publishes; without tls.test.mode.enable=false RocketMQ's client
+    # would trust any server.
+    tls_options = ("-Dtls.enable=true", "-Dtls.test.mode.enable=false",
+                   "-Dtls.client.authServer=true",
+                   f"-Dtls.client.trustCertPath={_trust_file(env)}")  # fmt: skip
+
     def client(pair: tuple[str, str]) -> StockClient:
-        return StockClient(namesrv, env.work / f"client-{pair[0]}", *pair, classes)
+        return StockClient(namesrv, env.work / f"client-{pair[0]}", *pair, classes, tls_options)
 
     sent = acl_send(client(app), T, "app-t", count=3)
     assert sent[-1] == {"summary": True, "ok": 3, "refused": 0}, sent
@@ -264,6 +338,10 @@ def test_broker_group_users_reach_the_stock_brokers_through_the_operator(
     assert refused[-1] == {"summary": True, "ok": 0, "refused": 1}, refused
     assert refused[0]["code"] == ResponseCode.NO_PERMISSION, refused
     assert f"User:{idle[0]} has no permission to access Topic:{T} " in refused[0]["remark"]
+    # Enforcing: app's send to T, answered SUCCESS over TLS, written in plaintext is closed
+    # unanswered (no SEND_OK, no refusal either: nothing is read past the first byte).
+    assert _send_v2(env, address, app, T)[0] == ResponseCode.SUCCESS
+    assert _plaintext_send_answer(address, app, T) == b""
 
     # A change of rights: the operator deletes and creates app again on each broker (its
     # docs), no broker restarted. Probed with one signed send, then the stock client.
@@ -273,7 +351,7 @@ def test_broker_group_users_reach_the_stock_brokers_through_the_operator(
     )  # fmt: skip
     wait_for(
         "app's new right on the stock master",
-        lambda: _send_v2(address, app, U)[0] == ResponseCode.SUCCESS or None,
+        lambda: _send_v2(env, address, app, U)[0] == ResponseCode.SUCCESS or None,
         60,
     )
     sent = acl_send(client(app), U, "app-u-after", count=2)
