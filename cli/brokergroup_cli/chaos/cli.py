@@ -9,6 +9,10 @@ report.html, prints a per-fault table (with --json: the summary as the last
 stdout line), and exits 1 when anything acknowledged was lost, reordered or
 misplaced, something never sent was read, a body read back (from any replica)
 is not the one sent, or a replica does not hold what the final master holds.
+
+`--set local.tls=permissive|enforcing` runs the local targets with TLS on every port:
+the run's probes, clients and read-back then use TLS too, verified against the runtime's
+CA (chaos/client_tls.py), and summary.json's `tlsMode` names the mode the run ran under.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from typing import Any
 from brokergroup_cli.chaos import faults as fault_kinds
 from brokergroup_cli.chaos import scenarios
 from brokergroup_cli.chaos.checker import Findings, check
+from brokergroup_cli.chaos.client_tls import DISABLED, target_refusal
 from brokergroup_cli.chaos.report import summarize, table, write_all
 from brokergroup_cli.chaos.runner import Run, Schedule, run_schedule, write_history
 from brokergroup_cli.chaos.stock_run import run_stock_schedule
@@ -125,13 +130,14 @@ def run_chaos(
     `local-rocketmq` or `rocketmq`; `workload`: `own` or `stock` (default:
     `own` for `local`, else `stock`)."""
     workload = workload or default_workload(target)
-    refusal = check_choice(target, workload)
+    refusal = check_choice(target, workload) or target_refusal(target, settings)
     if refusal is not None:
         raise ValueError(refusal)
     say = progress or (lambda line: None)
     started = time.monotonic()
     run = Run()
     phases = plan_phases(schedule, settings)
+    tls_modes: list[str] = []
     for n, phase in enumerate(phases):
         root = (
             (runtime_dir / f"phase-{n}")
@@ -150,6 +156,8 @@ def run_chaos(
                 f"{phase.schedule.windows} windows of {', '.join(phase.schedule.faults)}"
             )
             runtime.up()
+            # What the runtime runs (its status), not what was asked: the report's TLS.
+            tls_modes.append(runtime.tls().mode if isinstance(runtime, LocalTarget) else DISABLED)
             # A later phase's clock continues where the previous one ended (one timeline).
             timed = replace(phase.schedule, start_s=run.ended_s + 1.0 if n else 0.0)
             if workload == "stock":
@@ -182,9 +190,12 @@ def run_chaos(
         summary["scenario"] = scenarios.outcome(scenario, summary)
     summary["phases"] = [
         {"label": p.label, "faults": list(p.schedule.faults), "windows": p.schedule.windows,
-         "settings": list(p.settings)}
-        for p in phases
+         "settings": list(p.settings), "tlsMode": mode}
+        for p, mode in zip(phases, tls_modes, strict=True)
     ]  # fmt: skip
+    # The TLS every phase's runtime ran (local.tls: disabled, permissive or enforcing); the
+    # run's own clients, probes and read-back used TLS whenever it was not disabled.
+    summary["tlsMode"] = ",".join(dict.fromkeys(tls_modes)) or DISABLED
     summary["target"], summary["workload"] = target, workload
     summary["wall_s"] = round(time.monotonic() - started, 1)
     write_history(run, out_dir)
@@ -223,7 +234,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--producers", type=int, default=3)
     parser.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE",
-        help="extra `local up --set` (e.g. allAckInSyncStateSet=false)",
+        help="extra `local up --set` (e.g. allAckInSyncStateSet=false, local.tls=enforcing)",
     )  # fmt: skip
     parser.add_argument("--keep", action="store_true", help="keep the runtime dir")
     parser.add_argument(
@@ -267,10 +278,9 @@ def main(args: argparse.Namespace) -> int:
     if scenario is not None:
         schedule = scenario.schedule(seed, producers=args.producers)
         settings = (*scenario.settings, *settings)
-    if any(x.startswith("local.tls=") and x != "local.tls=disabled" for x in settings):
-        # Its probes speak plain HTTP and its clients plaintext (docs/security.md "TLS").
-        print("brokergroup chaos: a run cannot use local.tls (its probes and clients do not "
-              "speak TLS yet); leave --set local.tls out", file=sys.stderr)  # fmt: skip
+    refusal = target_refusal(args.target, settings)
+    if refusal is not None:
+        print(f"brokergroup chaos: {refusal}", file=sys.stderr)
         return 2
 
     def progress(line: str) -> None:

@@ -302,10 +302,15 @@ async def wait_healthy(target: Target, timeout_s: float) -> bool:
 
 
 async def read_log(
-    address: str, topic: str, queues: Sequence[int], credentials: Credentials | None = None
+    address: str,
+    topic: str,
+    queues: Sequence[int],
+    credentials: Credentials | None = None,
+    config: ClientConfig | None = None,
 ) -> list[ReadRecord]:
-    """Every message one replica serves of `queues`, in log order, bodies' CRCs included."""
-    conn = await BrokerConnection.connect(address, credentials=credentials)
+    """Every message one replica serves of `queues`, in log order, bodies' CRCs included
+    (`config`: the runtime's, TLS included)."""
+    conn = await BrokerConnection.connect(address, config, credentials=credentials)
     try:
         out: list[ReadRecord] = []
         for queue_id in queues:
@@ -349,7 +354,8 @@ async def drain(
         raise LocalRuntimeError("no master to drain from")
     master = str(info["masterAddress"])
     pair = await asyncio.to_thread(rt.client_pair)
-    run.read_back = await read_log(master, topic, queues, pair)
+    config = rt.client_config()
+    run.read_back = await read_log(master, topic, queues, pair, config)
     deadline = time.monotonic() + settle_s
     slaves = replica_addresses(info)
     if len(slaves) < rt.brokers - 1:
@@ -358,7 +364,7 @@ async def drain(
         error: Exception | None = None
         while True:
             try:
-                held = await read_log(address, topic, queues, pair)
+                held = await read_log(address, topic, queues, pair, config)
             except (OSError, BrokerError, BrokerConnectionError) as exc:
                 held, error = [], exc
             else:
@@ -392,7 +398,9 @@ async def plant(
             raise LocalRuntimeError("no master to plant on")
         await asyncio.sleep(0.2)
     conn = await BrokerConnection.connect(
-        str(info["masterAddress"]), credentials=await asyncio.to_thread(rt.client_pair)
+        str(info["masterAddress"]),
+        rt.client_config(),
+        credentials=await asyncio.to_thread(rt.client_pair),
     )
     try:
         if PLANT_DUPLICATE in kinds:
@@ -481,7 +489,8 @@ async def run_schedule(rt: LocalTarget, schedule: Schedule, progress: Callable[[
         raise LocalRuntimeError("the group never became healthy")
     token = rt.client_credential()  # clients read their group only (DESIGN.md §11)
     pair = rt.client_pair()  # and prove the group's client pair to every broker
-    config = ClientConfig(
+    # TLS to the brokers and HTTPS to the controllers when the runtime has TLS on.
+    config = rt.client_config(
         retry_max_attempts=1,
         request_timeout_ms=schedule.op_timeout_ms,
         connect_timeout_ms=500,
@@ -495,7 +504,7 @@ async def run_schedule(rt: LocalTarget, schedule: Schedule, progress: Callable[[
     queues = list(range(schedule.producers))
     consumers = [
         Consumer(CLUSTER, BROKER_NAME, controller_addresses=rt.addresses.api_addresses,
-                 token=token, credentials=pair)
+                 token=token, credentials=pair, config=rt.client_config())
         for _ in range(schedule.consumers)
     ]  # fmt: skip
     stop = asyncio.Event()

@@ -5,6 +5,10 @@ state.json for PIDs, the controller API for roles, `local down` at the end.
 Only processes recorded in this runtime's state.json are signalled, by PID
 and start time (a recycled PID is never hit). Optional per-broker tmpfs
 mounts (root only) give each broker a disk of its own to fill.
+
+A runtime with TLS on (`--set local.tls=…`) is read over HTTPS and its brokers
+reached over TLS, verified against its CA: `tls()` is what its status says
+(`chaos.client_tls`).
 """
 
 from __future__ import annotations
@@ -12,13 +16,17 @@ from __future__ import annotations
 import contextlib
 import json
 import signal
+import ssl
 import subprocess
 import sys
 import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from brokergroup_broker.protocol.client import ClientConfig
+from brokergroup_cli.chaos.client_tls import ClientTls, choose
 from brokergroup_cli.chaos.targets.base import Node, TargetError
 from brokergroup_cli.local.procs import is_alive, send_signal
 from brokergroup_cli.local.state import ChildKind, ChildRecord, RuntimeState, read_state
@@ -97,6 +105,7 @@ class LocalRuntime:
         self.broker_disk_bytes = broker_disk_bytes
         self.paused: set[tuple[int, int | None]] = set()
         self._mounts: list[Path] = []
+        self._tls: tuple[ClientTls, ssl.SSLContext | None] | None = None
 
     def _cli(self, *args: str, timeout_s: float) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -126,6 +135,8 @@ class LocalRuntime:
         )
         if result.returncode != 0:
             raise LocalRuntimeError(f"local up failed:\n{result.stdout}\n{result.stderr}")
+        self._tls = None
+        self.tls()  # a runtime whose TLS material cannot be read stops the run here
 
     def _mount_tmpfs(self, path: Path, size: int) -> None:
         path.mkdir(parents=True, exist_ok=True)
@@ -138,6 +149,43 @@ class LocalRuntime:
         if done.returncode != 0:
             raise LocalRuntimeError(f"cannot mount a tmpfs on {path}: {done.stderr.strip()}")
         self._mounts.append(path)
+
+    def tls(self) -> ClientTls:
+        """The runtime's TLS as `local status --json` shows it (tlsMode, caFile), and
+        whether its brokers' HTTP ports are HTTPS (local.tlsHttp): read once."""
+        return self._tls_material()[0]
+
+    def tls_context(self) -> ssl.SSLContext | None:
+        """The client context for every connection to this runtime (None: plaintext):
+        the controllers' API, the brokers' client and HTTP ports."""
+        return self._tls_material()[1]
+
+    def _tls_material(self) -> tuple[ClientTls, ssl.SSLContext | None]:
+        if self._tls is None:
+            # Here, not at the top: `local status` brings the certificates' library, which
+            # the base install (`brokergroup --help`, tests/unit/test_extras.py) has not.
+            from brokergroup_cli.local.commands import LocalError, namesrv_fields
+            from brokergroup_cli.local.config import LocalConfig
+            from brokergroup_cli.local.plan import Layout
+
+            layout = Layout(self.root)
+            try:
+                fields = namesrv_fields(layout)
+                config = LocalConfig.from_json(json.loads(layout.config_file.read_text()))
+                tls = choose(fields, http_tls=config.tls_http)
+                self._tls = (tls, tls.context())
+            except (LocalError, OSError, ValueError, TypeError) as exc:
+                raise LocalRuntimeError(f"cannot read the TLS of {self.root}: {exc}") from exc
+        return self._tls
+
+    def client_config(self, **fields: Any) -> ClientConfig:
+        """A `ClientConfig` of the project's clients for this runtime: `fields` plus TLS
+        to the brokers and HTTPS to the controllers when the runtime has TLS on."""
+        context = self.tls_context()
+        return ClientConfig(tls=context, controller_tls=context, **fields)
+
+    def api_url(self, host_port: str, path: str) -> str:
+        return f"{self.tls().api_scheme}://{host_port}{path}"
 
     def token(self) -> str:
         """The admin credential (status reads, faults that clean or elect)."""
@@ -176,7 +224,7 @@ class LocalRuntime:
 
     def controller_leader(self) -> ChildRecord | None:
         for child in self.live_children(ChildKind.CONTROLLER):
-            raft = self._get_json(f"http://{child.host}:{CONTROLLER_API_PORT}/v1/raft")
+            raft = self._get_json(self.api_url(f"{child.host}:{CONTROLLER_API_PORT}", "/v1/raft"))
             if raft is not None and raft.get("isLeader"):
                 return child
         return None
@@ -184,15 +232,18 @@ class LocalRuntime:
     def replica_info(self) -> dict[str, object] | None:
         for address in self.addresses.api_addresses:
             info = self._get_json(
-                f"http://{address}/v1/replica-info?clusterName={CLUSTER}&brokerName={BROKER_NAME}"
+                self.api_url(
+                    address, f"/v1/replica-info?clusterName={CLUSTER}&brokerName={BROKER_NAME}"
+                )
             )
             if info is not None and info.get("code") == "SUCCESS":
                 return info
         return None
 
     def broker_status(self, host: str) -> dict[str, object] | None:
+        scheme = self.tls().broker_http_scheme
         return self._get_json(
-            f"http://{host}:{BROKER_CLIENT_PORT + 2}/v1/status", token=self.broker_credential()
+            f"{scheme}://{host}:{BROKER_CLIENT_PORT + 2}/v1/status", token=self.broker_credential()
         )
 
     def _get_json(
@@ -202,7 +253,9 @@ class LocalRuntime:
         bearer = token or self.token()
         request = urllib.request.Request(url, headers={"Authorization": f"Bearer {bearer}"})
         try:
-            with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            with urllib.request.urlopen(
+                request, timeout=timeout_s, context=self.tls_context()
+            ) as response:
                 body = json.loads(response.read())
         except (OSError, ValueError):
             return None

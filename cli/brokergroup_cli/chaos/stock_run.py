@@ -173,7 +173,7 @@ async def run_stock_schedule(
     stop.unlink(missing_ok=True)
     client = stock.StockClient(
         endpoint.namesrv, work / "client", endpoint.access_key, endpoint.secret_key,
-        classes=await asyncio.to_thread(stock.build),
+        classes=await asyncio.to_thread(stock.build), jvm_options=endpoint.jvm_options,
     )  # fmt: skip
     jvm: subprocess.Popen[bytes] = client.start(
         MODE, work / "workload.log", topic=topic, producers=schedule.producers,

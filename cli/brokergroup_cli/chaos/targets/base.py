@@ -76,6 +76,8 @@ class ClientEndpoint:
     namesrv: str
     access_key: str = ""
     secret_key: str = ""
+    jvm_options: tuple[str, ...] = ()
+    """The client JVM's TLS options when the group runs TLS (`ClientTls.stock_jvm_options`)."""
 
 
 @dataclass(frozen=True)

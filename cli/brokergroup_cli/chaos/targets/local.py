@@ -103,7 +103,8 @@ class LocalTarget(LocalRuntime):
     def client(self) -> ClientEndpoint:
         pair = self.client_pair()
         namesrv = ";".join(f"{h}:{NAMESRV_PORT}" for h in self.addresses.controller_hosts)
-        return ClientEndpoint(namesrv, pair.access_key, pair.secret_key)
+        tls = self.tls().stock_jvm_options()  # TLS verified against the CA under local.tls
+        return ClientEndpoint(namesrv, pair.access_key, pair.secret_key, tls)
 
     def create_topic(self, topic: str, queues: int) -> None:
         home = find_home()
@@ -113,7 +114,7 @@ class LocalTarget(LocalRuntime):
         keys = json.loads((self.root / "broker-keys.json").read_text())
         update_topic(
             home, self.root / "chaos-mqadmin", self.client().namesrv, topic, queues,
-            pair=(keys["accessKey"], keys["secretKey"]),
+            pair=(keys["accessKey"], keys["secretKey"]), jvm_options=self.tls().stock_jvm_options(),
         )  # fmt: skip
 
     def replica_stores(self) -> list[ReplicaStore]:

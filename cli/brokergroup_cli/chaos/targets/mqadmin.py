@@ -1,5 +1,6 @@
 """Topic creation for the stock workload: `mqadmin updateTopic`, signed with a pair
-(conf/tools.yml under its own ROCKETMQ_HOME), retried while the brokers come up."""
+(conf/tools.yml under its own ROCKETMQ_HOME), retried while the brokers come up; over TLS
+when given the client's TLS options (a runtime with local.tls: chaos/client_tls.py)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ from pathlib import Path
 
 from brokergroup_cli.chaos.targets.base import TargetError
 from brokergroup_cli.local.rocketmq_stock import (
+    JVM_OPTIONS,
+    MQADMIN_MAIN,
     RocketMQHome,
+    java_argv,
     java_env,
-    mqadmin_argv,
     tools_yml,
     write_owner_only,
 )
@@ -27,8 +30,10 @@ def update_topic(
     brokers: list[str] | None = None,
     pair: tuple[str, str] | None = None,
     timeout_s: float = 120.0,
+    jvm_options: tuple[str, ...] = (),
 ) -> None:
-    """`updateTopic` on each of `brokers` (`-b`), or on the cluster's masters (`-c`)."""
+    """`updateTopic` on each of `brokers` (`-b`), or on the cluster's masters (`-c`);
+    `jvm_options`: more JVM options (`ClientTls.stock_jvm_options`: TLS)."""
     (work / "conf").mkdir(parents=True, exist_ok=True)
     if pair is not None:
         write_owner_only(work / "conf" / "tools.yml", tools_yml(*pair))
@@ -40,7 +45,9 @@ def update_topic(
             args = ["updateTopic", *target, "-t", topic, "-r", str(queues), "-w", str(queues),
                     "-n", namesrv]  # fmt: skip
             done = subprocess.run(
-                mqadmin_argv(home, work, args), cwd=work, env=java_env(work),
+                java_argv(home, MQADMIN_MAIN, args, user_home=work,
+                          jvm_options=(*JVM_OPTIONS, *jvm_options)),
+                cwd=work, env=java_env(work),
                 capture_output=True, text=True, timeout=120, check=False,
             )  # fmt: skip
             out = done.stdout + done.stderr
