@@ -24,6 +24,13 @@ that, it is master again with everything it acknowledged — CI run 42, a loaded
 in both windows the master killed was broker-1, back at the window's end before any
 election, and nothing was lost).
 
+A partition of the stock master must really isolate it on `local-rocketmq` (docs/reliability.md
+"Every link of a stock node"): every stock broker dials its links (HA, heartbeats to the
+controllers, the name servers) from 127.0.0.1, and our controllers notify brokers from there
+too, so an address-pair cut alone leaves them all running and nobody elects. With each node
+in a group of its own (`local.nodeGidBase`) the owner rules drop them: the controllers elect
+another broker within the window and the rules' dropped-packet count is not zero.
+
 The rocketmq target runs with a 500 ms broker heartbeat and a 3 s heartbeat timeout
 (RocketMQ's defaults are 1 s / 10 s: each failover would take 7 s longer; the killed
 master stays down until it is replaced either way), so each test stays within a few
@@ -32,14 +39,18 @@ minutes.
 
 from __future__ import annotations
 
+import random
+import re
+import time
 from pathlib import Path
 
 import pytest
 
-from brokergroup_cli.chaos import faults
+from brokergroup_cli.chaos import faults, netfault
 from brokergroup_cli.chaos.cli import run_chaos
 from brokergroup_cli.chaos.runner import Schedule
 from brokergroup_cli.chaos.stock_run import stock_unavailable_reason
+from brokergroup_cli.chaos.targets import NodeKind, make_target
 from brokergroup_cli.local.rocketmq_stock import FAST_FAILOVER_SETTINGS
 
 pytestmark = [pytest.mark.chaos, pytest.mark.timeout(420)]
@@ -107,3 +118,49 @@ def test_rocketmq_acking_alone_under_lagging_slave_kills_reports_losses(tmp_path
     assert set(result.findings.lost) <= set(acked), s
     assert any(acked[key].invoke_s >= window.start_s for key in result.findings.lost), s
     assert not s["data_safe"]
+
+
+#: Liveness bounds, not speed asserts: a loaded two-core machine starts three stock JVMs.
+HEALTHY_WAIT_S = 150.0
+ELECTION_WAIT_S = 45.0
+
+
+def test_a_partition_of_the_stock_master_isolates_it_on_local_rocketmq(tmp_path: Path) -> None:
+    reason = faults.unavailable_reason(faults.PARTITION_MASTER)
+    reason = reason or netfault.owner_unavailable_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    target = make_target("local-rocketmq", tmp_path / "rt", lane=1, settings=FAST)
+    target.up()
+    try:
+        deadline = time.monotonic() + HEALTHY_WAIT_S
+        while not target.healthy():
+            assert time.monotonic() < deadline, "local-rocketmq never became healthy"
+            time.sleep(0.5)
+        before = target.master()
+        assert before is not None
+        injected = faults.inject(faults.PARTITION_MASTER, target, random.Random(37))
+        try:
+            deadline = time.monotonic() + ELECTION_WAIT_S
+            after = target.master()
+            while after is None or after.name == before.name:
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.5)
+                after = target.master()
+            nodes = target.nodes()
+        finally:
+            injected.heal()
+        # The controllers (cut off from it) elected another broker while it was isolated.
+        assert after is not None and after.name != before.name, (
+            f"{before.name} on {before.host} still master {ELECTION_WAIT_S} s into the "
+            f"partition: {injected.note}"
+        )
+        dropped = re.search(r"owner rules dropped (\d+) packets", injected.note)
+        assert dropped is not None and int(dropped.group(1)) > 0, injected.note
+        # Each controller and broker in a group of its own, recorded in state.json.
+        gids = {n.name: n.gid for n in nodes}
+        assert None not in gids.values() and len(set(gids.values())) == len(gids), gids
+        assert {n.kind for n in nodes} == {NodeKind.BROKER, NodeKind.CONTROLLER}
+    finally:
+        target.down()

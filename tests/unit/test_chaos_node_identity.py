@@ -1,15 +1,19 @@
 """Node identity for stock processes (issue 37; docs/reliability.md "Every link of a stock
 node"): a stock RocketMQ JVM dials every link from an unbound socket, so its packets leave
 from 127.0.0.1 and no address-pair rule (partition, bridge, ring, lossy link) matches them.
-The `rocketmq` target starts each JVM in a group of its own and the faults match its
-sockets by owner (`netfault.owner_matches`): the planner's rules here, then two real
-processes in two groups whose link an address cut leaves whole and the owner cut stops
-both ways until it heals."""
+The `rocketmq` target starts each JVM in a group of its own, and so does the local
+supervisor for `local-rocketmq` (`local.nodeGidBase`: each controller and broker slot, the
+same group on every start, recorded in state.json); the faults match their sockets by owner
+(`netfault.owner_matches`), and refuse to run where owners cannot be matched. The
+planner's rules and the groups here, then two real processes in two groups whose link an
+address cut leaves whole and the owner cut stops both ways until it heals."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import queue
+import shutil
 import subprocess
 import sys
 import threading
@@ -19,8 +23,19 @@ import pytest
 
 from brokergroup_cli.chaos import faults, netfault
 from brokergroup_cli.chaos.netfault import Peer
+from brokergroup_cli.chaos.runtime import Addresses
+from brokergroup_cli.chaos.stock_run import _target_cannot
+from brokergroup_cli.chaos.targets import local as local_target
+from brokergroup_cli.chaos.targets.local import LocalTarget
 from brokergroup_cli.chaos.targets.rocketmq import GID_BASE, RocketMQTarget
+from brokergroup_cli.local.config import ConfigError, build_config
+from brokergroup_cli.local.plan import Layout
+from brokergroup_cli.local.procs import process_start_ticks
 from brokergroup_cli.local.rocketmq_stock import RocketMQHome
+from brokergroup_cli.local.state import ChildKind, ChildRecord, RuntimeState, write_state
+from brokergroup_cli.local.supervisor import Supervisor, prepare_dir
+from brokergroup_remoting import event_loop
+from tests.unit.bench_modules import load_bench_module
 
 
 def test_a_link_between_two_grouped_nodes_is_matched_both_ways_and_by_dialer() -> None:
@@ -79,7 +94,11 @@ def test_the_rocketmq_targets_nodes_have_a_group_each(
     assert len(set(gids)) == len(hosts)
     monkeypatch.setattr(netfault, "_owner_probe", ["no owner match here"])
     plain = RocketMQTarget(tmp_path / "rt2", lane=1, home=home)
-    assert not plain.node_gids and plain.gid(hosts[0]) is None
+    # No groups where owners cannot be matched, and then its link faults refuse to run: an
+    # address cut alone would leave every stock link whole (each JVM dials from 127.0.0.1).
+    assert plain.gid(hosts[0]) is None
+    assert _target_cannot(plain, faults.PARTITION_MASTER) == "no owner match here"
+    assert _target_cannot(plain, faults.KILL_MASTER) is None
 
 
 def test_a_link_fault_on_grouped_nodes_says_when_owner_matching_is_missing(
@@ -95,6 +114,128 @@ def test_a_link_fault_on_grouped_nodes_says_when_owner_matching_is_missing(
     with pytest.raises(RuntimeError, match="iptables has no owner match"):
         netfault.LinkImpairment({"127.0.0.5": 5}).impair("127.0.0.5", "127.0.0.6",
                                                           netfault.Impairment(10))  # fmt: skip
+
+
+def test_local_node_gid_base_gives_each_controller_and_broker_slot_a_group(
+    tmp_path: Path,
+) -> None:
+    config = build_config(tmp_path, 3, ["local.nodeGidBase=47600"], engine="rocketmq")
+    assert [config.controller_gid(n) for n in (1, 2, 3)] == [47601, 47602, 47603]
+    assert [config.broker_gid(s) for s in (0, 1, 2)] == [47604, 47605, 47606]
+    off = build_config(tmp_path, 3, [], engine="rocketmq")
+    assert (off.node_gid_base, off.controller_gid(1), off.broker_gid(0)) == (0, None, None)
+    for bad in ("-1", str(2**32 - 5)):
+        with pytest.raises(ConfigError, match="nodeGidBase"):
+            build_config(tmp_path, 3, [f"local.nodeGidBase={bad}"])
+    # state.json carries it only when set (the file as it always was otherwise).
+    child = ChildRecord(ChildKind.BROKER, 0, "127.0.1.170", 10911, pid=7, gid=47604)
+    assert ChildRecord.from_json(child.to_json()) == child
+    assert "gid" not in ChildRecord(ChildKind.BROKER, 0, "127.0.1.170", 10911).to_json()
+
+
+@pytest.mark.parametrize("loop", list(event_loop.LoopKind))
+def test_the_supervisor_starts_a_child_in_its_group_on_every_start(
+    tmp_path: Path, loop: event_loop.LoopKind
+) -> None:
+    """A real child of the supervisor's own spawn, on either loop it runs on (uvloop takes
+    no `group=`: a first version left every slot unstarted there): its /proc status shows
+    the slot's group as real, effective, saved and filesystem gid, no supplementary
+    groups, the uid kept."""
+    if loop is event_loop.LoopKind.UVLOOP and not event_loop.uvloop_installed():
+        pytest.skip("uvloop is not installed")
+    if os.geteuid() != 0:
+        pytest.skip("setting a child's group needs root")
+    config = build_config(
+        tmp_path, 1, ["local.nodeGidBase=47900", "local.launcher=/bin/sh -c 'exec sleep 30'"]
+    )
+    layout = Layout(config.root_dir)
+    prepare_dir(config, layout)
+    supervisor = Supervisor(config, layout)
+
+    async def start_twice() -> list[tuple[str, str, str]]:
+        slot = supervisor._controllers[1]
+        seen = []
+        for _ in range(2):
+            await supervisor._spawn(slot)
+            assert slot.proc is not None
+            status = Path(f"/proc/{slot.proc.pid}/status").read_text().splitlines()
+            lines = {k: v.split() for k, _, v in (line.partition(":") for line in status)}
+            seen.append((" ".join(lines["Uid"]), " ".join(lines["Gid"]), " ".join(lines["Groups"])))
+            slot.proc.kill()
+            await slot.proc.wait()
+        return seen
+
+    with asyncio.Runner(loop_factory=event_loop.loop_factory(loop)) as runner:
+        seen = runner.run(start_twice())
+    assert seen == [("0 0 0 0", "47902 47902 47902 47902", "")] * 2
+    state = supervisor.runtime_state()
+    assert [c.gid for c in state.controllers] == [47901, 47902, 47903]
+
+
+def test_local_rocketmq_nodes_carry_the_group_state_json_records(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(netfault, "_owner_probe", [None])
+    target = LocalTarget(tmp_path, Addresses(1), engine="rocketmq")
+    base = local_target.GID_BASE + 100
+    assert target.node_gids
+    assert target.gids() == [base + 1, base + 2, base + 3, base + 4, base + 5, base + 6]
+    me = os.getpid(), process_start_ticks(os.getpid())
+    children = (
+        ChildRecord(ChildKind.BROKER, 1, "127.0.1.171", 10911, *me, gid=base + 5),
+        ChildRecord(ChildKind.BROKER, 2, "127.0.1.172", 10911, None, gid=base + 6),  # down
+    )
+    write_state(tmp_path / "state.json", RuntimeState(str(tmp_path), None, None, 0, 0,
+                                                      brokers=children))  # fmt: skip
+    assert [(n.name, n.host, n.gid) for n in target.nodes()] == [
+        ("broker-1", "127.0.1.171", base + 5)
+    ]
+    # The built-in engine's brokers bind their own address: no groups, no refusals.
+    builtin = LocalTarget(tmp_path, Addresses(1))
+    assert not builtin.node_gids
+    monkeypatch.setattr(netfault, "_owner_probe", ["no owner match here"])
+    assert _target_cannot(builtin, faults.PARTITION_MASTER) is None
+    assert _target_cannot(target, faults.PARTITION_MASTER) == "no owner match here"
+
+
+def test_a_capability_probe_runs_once_and_says_what_is_missing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(netfault, "unavailable_reason", lambda: None)
+    monkeypatch.setattr(shutil, "which", lambda tool: None)
+    cache: list[str | None] = []
+    asked: list[str] = []
+
+    def probe(netns: str) -> str | None:
+        asked.append(netns)
+        return None
+
+    assert netfault._probed(cache, "tc", "no tc here", probe) == "no tc here"
+    assert (cache, asked) == (["no tc here"], [])
+    monkeypatch.setattr(netfault, "unavailable_reason", lambda: "needs root")
+    assert netfault._probed(cache, "tc", "no tc here", probe) == "no tc here"  # kept
+    assert netfault._probed([], "tc", "no tc here", probe) == "needs root"
+
+
+def test_the_comparison_counts_what_the_owner_rules_dropped_per_target_and_fault() -> None:
+    compare = load_bench_module("chaos_compare")
+    row = {"fault": faults.PARTITION_MASTER, "note": "partition master 127.0.1.171 from …"}
+    runs = {
+        "local-rocketmq": [
+            {"recovery": [row | {"note": row["note"] + "; owner rules dropped 412 packets"},
+                          row | {"note": row["note"] + "; owner rules dropped 0 packets"}]},
+            {"recovery": [row | {"note": row["note"] + "; owner rules dropped 8 packets"},
+                          {"fault": faults.KILL_MASTER, "note": "SIGKILL master"}]},
+        ],
+        "local": [{"recovery": [row]}],
+    }  # fmt: skip
+    assert compare.owner_drops(runs) == {
+        "local-rocketmq": {
+            faults.PARTITION_MASTER: {"windows": 3, "noted": 3, "zero": 1, "packets": 420},
+            faults.KILL_MASTER: {"windows": 1, "noted": 0, "zero": 0, "packets": 0},
+        },
+        "local": {faults.PARTITION_MASTER: {"windows": 1, "noted": 0, "zero": 0, "packets": 0}},
+    }
 
 
 #: A node: listens (A) or dials from an unbound socket (B), as a stock JVM; each line on

@@ -153,6 +153,22 @@ def _nothing() -> None:
     return None
 
 
+def _noting_drops(note: str, cut: netfault.LoopbackPartition | netfault.LinkImpairment) -> Injected:
+    """`cut`'s window, its heal adding to the note what the owner rules dropped (the
+    window's row then shows that a stock node's links really were cut: their packets
+    leave from 127.0.0.1 and only the owner rules see them); the note stays as it was
+    when the cut had no owner rules."""
+    injected = Injected(note, _nothing)
+
+    def heal() -> None:
+        cut.heal()
+        if cut.owner_dropped is not None:
+            injected.note += f"; owner rules dropped {cut.owner_dropped} packets"
+
+    injected.heal = heal
+    return injected
+
+
 #: How long an injection waits for the controllers to name a live master. One read can
 #: miss it on a loaded machine (the local target asks each controller with a 1 s timeout),
 #: or come while a group just reported healthy re-elects; the window is then late, never
@@ -188,10 +204,11 @@ LINK_FAULTS = (
 
 
 def target_unavailable_reason(fault: str, node_gids: bool) -> str | None:
-    """Why `fault` cannot run on a target whose processes have groups of their own
-    (`node_gids`): its links are cut by owner, which needs iptables' owner and connmark
-    matches (`netfault.owner_unavailable_reason`). A fault that left those links whole
-    would be a weaker test reported as the same one."""
+    """Why `fault` cannot run on a target whose nodes are told apart by process group
+    (`node_gids`: stock JVMs, dialing every link from 127.0.0.1): its links are cut by
+    owner, which needs iptables' owner and connmark matches
+    (`netfault.owner_unavailable_reason`). A fault that left those links whole would be a
+    weaker test reported as the same one."""
     parts = fault.split("+")
     links = any(p in LINK_FAULTS for p in parts) or (len(parts) > 1 and KILL_MASTER in parts)
     return netfault.owner_unavailable_reason() if node_gids and links else None
@@ -293,11 +310,7 @@ def inject(fault: str, rt: Target, rng: random.Random) -> Injected:
         others = [*controllers, *(s.host for s in _slaves(rt, master))]
         partition = netfault.LoopbackPartition(owners=_owners(rt))
         partition.cut([master.host], others)
-
-        def heal() -> None:
-            partition.heal()
-
-        return Injected(f"partition master {master.host} from {', '.join(others)}", heal)
+        return _noting_drops(f"partition master {master.host} from {', '.join(others)}", partition)
     if fault == RESTART_BROKER:
         victim = rng.choice(rt.nodes(NodeKind.BROKER))
         rt.signal(victim, signal.SIGTERM)  # graceful; the supervisor restarts it elsewhere
@@ -392,8 +405,8 @@ def _inject_openchaos(fault: str, rt: Target, rng: random.Random) -> Injected | 
         )  # fmt: skip
         partition = netfault.PairPartition(owners=_owners(rt))
         partition.cut_pairs(netfault.bridge_pairs(side_a, side_b))
-        return Injected(
-            f"bridge {bridge} between {', '.join(side_a)} | {', '.join(side_b)}", partition.heal
+        return _noting_drops(
+            f"bridge {bridge} between {', '.join(side_a)} | {', '.join(side_b)}", partition
         )
     if fault == PARTITION_RING:
         master, slaves, controllers = _nodes(rt)
@@ -402,9 +415,9 @@ def _inject_openchaos(fault: str, rt: Target, rng: random.Random) -> Injected | 
         partition = netfault.PairPartition(owners=_owners(rt))
         pairs = netfault.ring_pairs(ring)
         partition.cut_pairs(pairs)
-        return Injected(
+        return _noting_drops(
             f"majorities ring {' - '.join(ring)} (cut {', '.join(f'{a}/{b}' for a, b in pairs)})",
-            partition.heal,
+            partition,
         )
     if fault == LOSSY_LINK:
         master = _master(rt)
@@ -418,11 +431,11 @@ def _inject_openchaos(fault: str, rt: Target, rng: random.Random) -> Injected | 
             LINK_LOSS_PERCENT, LINK_DELAY_MS if delay else 0, LINK_JITTER_MS if delay else 0
         )
         backend = link.impair(master.host, peer.host, impairment)
-        return Injected(
+        return _noting_drops(
             f"{impairment.loss_percent:g}% loss"
             + (f", {impairment.delay_ms}±{impairment.jitter_ms} ms delay" if delay else "")
             + f" on master {master.host} <-> slave {peer.host} ({backend})",
-            link.heal,
+            link,
         )
     if fault in SCENARIO_FAULTS:
         return _inject_scenario_fault(fault, rt, rng)

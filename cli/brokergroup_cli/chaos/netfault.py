@@ -427,6 +427,11 @@ class LinkImpairment:
         self.backend = "iptables statistic"
         return self.backend
 
+    @property
+    def owner_dropped(self) -> int | None:
+        """Packets the owner rules dropped, read at `heal()` (None: none, or netem's)."""
+        return self._owner_rules.dropped
+
     def heal(self) -> None:
         if self._qdisc:
             _tc("qdisc", "del", "dev", "lo", "root", check=False)
@@ -640,3 +645,24 @@ class ConnMarks(OwnerRules):
         super().__init__("connmark")
         self.add("mangle", (spec for gid in gids for spec in connmark_rules(gid, self.comment)))
 
+
+class NodeGroups:
+    """A target's nodes told apart by process group (module section above): what the
+    `rocketmq` and `local-rocketmq` targets share. `enabled` says whether this machine can
+    match owners (`owner_unavailable_reason`): only then do their processes get groups of
+    their own, and without it their link faults refuse to run rather than cut nothing
+    (`faults.target_unavailable_reason`). `mark(gids)` puts the connection marks in place
+    before the first process starts; `unmark()` removes them once the target is down."""
+
+    def __init__(self) -> None:
+        self.enabled = owner_unavailable_reason() is None
+        self._marks: ConnMarks | None = None
+
+    def mark(self, gids: Iterable[int]) -> None:
+        if self.enabled and self._marks is None:
+            self._marks = ConnMarks(gids)
+
+    def unmark(self) -> None:
+        if self._marks is not None:
+            self._marks.heal()
+            self._marks = None

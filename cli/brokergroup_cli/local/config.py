@@ -15,6 +15,7 @@ from 127.0.0.10 upward. Both stay below 127.0.2.0, which tests own.
 from __future__ import annotations
 
 import dataclasses
+import os
 import shlex
 import sys
 from collections.abc import Sequence
@@ -27,6 +28,9 @@ from typing import Any
 TLS_MODES = ("disabled", "permissive", "enforcing")
 #: What `--engine` accepts: this project's brokers, or stock RocketMQ 5.3 brokers.
 ENGINES = ("builtin", "rocketmq")
+
+#: The largest group id (Linux's gid_t is 32 bits; (gid_t)-1 means "unchanged").
+MAX_GID = 2**32 - 2
 
 #: `local up --groups`: broker-a … broker-z.
 MAX_GROUPS = 26
@@ -149,6 +153,14 @@ class LocalConfig:
     status` verifying the CA. Needs local.tls other than disabled (the certificates); off by
     default (docs/security.md)."""
 
+    node_gid_base: int = 0
+    """`--set local.nodeGidBase=N` (N > 0, root only; 0: off): every controller and broker
+    process runs in a group id of its own (the uid stays), controller node n in N + n and
+    broker slot s in N + (controllers) + 1 + s (`node_gids`), kept across restarts and
+    recorded in state.json (`gid`). What the `local-rocketmq` chaos target sets: a stock
+    RocketMQ broker dials every link from 127.0.0.1, so only its group tells a partition
+    which node sent a packet (docs/reliability.md "Every link of a stock node")."""
+
     broker_settings: tuple[tuple[str, str], ...] = ()
     controller_settings: tuple[tuple[str, str], ...] = ()
 
@@ -248,6 +260,28 @@ class LocalConfig:
             raise ConfigError("controllerReadyTimeoutMs must not be negative")
         if not self.launcher:
             raise ConfigError("launcher must not be empty")
+        if self.node_gid_base:
+            last_gid = self.node_gid_base + len(self.controller_hosts) + brokers
+            if self.node_gid_base < 0 or last_gid > MAX_GID:
+                raise ConfigError(
+                    f"local.nodeGidBase {self.node_gid_base}: its groups run to {last_gid}; "
+                    f"need 0 < nodeGidBase and the last at most {MAX_GID} (0 turns it off)"
+                )
+            if os.geteuid() != 0:
+                raise ConfigError(
+                    "local.nodeGidBase needs root: a child's group is set with setgid"
+                )
+
+    # --- process groups (local.nodeGidBase) ------------------------------------
+
+    def controller_gid(self, node_id: int) -> int | None:
+        """Controller node `node_id`'s own group (1-based; None: local.nodeGidBase off)."""
+        return node_gids(self.node_gid_base, len(self.controller_hosts), 0)[0][node_id - 1]
+
+    def broker_gid(self, slot: int) -> int | None:
+        """Broker slot `slot`'s own group (None: local.nodeGidBase off)."""
+        slots = self.broker_count * self.groups
+        return node_gids(self.node_gid_base, len(self.controller_hosts), slots)[1][slot]
 
     # --- addresses derived from the plan -------------------------------------
 
@@ -336,6 +370,20 @@ class LocalConfig:
         config = cls(**kwargs)
         config.validate()
         return config
+
+
+def node_gids(
+    base: int, controllers: int, broker_slots: int
+) -> tuple[tuple[int | None, ...], tuple[int | None, ...]]:
+    """(each controller node's group, each broker slot's) under local.nodeGidBase `base`
+    (`LocalConfig.node_gid_base`): N + n for node n, N + controllers + 1 + s for slot s;
+    all None when `base` is 0. A chaos target computes the same before anything starts."""
+    if not base:
+        return (None,) * controllers, (None,) * broker_slots
+    return (
+        tuple(base + n for n in range(1, controllers + 1)),
+        tuple(base + controllers + 1 + s for s in range(broker_slots)),
+    )
 
 
 def _camel(name: str) -> str:

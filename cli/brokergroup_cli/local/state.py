@@ -50,6 +50,8 @@ class ChildRecord:
     role: str | None = None
     previous_hosts: tuple[str, ...] = ()
     log_file: str = ""
+    gid: int | None = None
+    """The group id the process runs in when it has one of its own (local.nodeGidBase)."""
 
     @property
     def address(self) -> str:
@@ -81,6 +83,8 @@ class ChildRecord:
             "role": self.role,
             "previousHosts": list(self.previous_hosts),
             "logFile": self.log_file,
+            # Only with local.nodeGidBase: the state file as it always was otherwise.
+            **({"gid": self.gid} if self.gid is not None else {}),
         }
 
     @classmethod
@@ -101,6 +105,7 @@ class ChildRecord:
             role=data.get("role"),
             previous_hosts=tuple(str(h) for h in data.get("previousHosts", [])),
             log_file=str(data.get("logFile", "")),
+            gid=_opt_int(data.get("gid")),
         )
 
 

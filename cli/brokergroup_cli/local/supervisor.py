@@ -21,6 +21,10 @@ The supervisor also serves the group's stable master address (`masterEndpointHos
 a forwarder to the current master that follows the controller's long-poll
 (`master_endpoint`), named by the name servers as the route's brokerId 0.
 
+With `local.nodeGidBase` each controller and broker slot runs in a group id of its own,
+the same on every restart, recorded in state.json (`gid`): what a chaos target's faults
+need to tell a stock broker's sockets apart (they all leave from 127.0.0.1).
+
 Stopping (SIGINT/SIGTERM → the `stop` event): no more restarts; brokers get
 SIGTERM, then SIGKILL after `stopTimeoutMs`; then the controllers the same
 way; the state file is marked stopped and the pid file removed. Children run
@@ -59,7 +63,7 @@ from brokergroup_cli.local.plan import (
     controller_settings_json,
 )
 from brokergroup_cli.local.probe import Prober
-from brokergroup_cli.local.procs import process_start_ticks
+from brokergroup_cli.local.procs import group_preexec, process_start_ticks
 from brokergroup_cli.local.state import ChildKind, ChildRecord, Phase, RuntimeState, write_state
 from brokergroup_cli.local.status import StatusSnapshot
 from brokergroup_cli.local.stock_users_sync import BrokerProcess, StockUsersSync
@@ -177,6 +181,7 @@ class _Slot:
     role: str | None = None
     previous_hosts: list[str] = field(default_factory=list)
     incarnation: str = ""  # this start's token (the broker heartbeats it)
+    gid: int | None = None  # its own group (local.nodeGidBase), the same on every start
 
     @property
     def name(self) -> str:
@@ -208,6 +213,7 @@ class _Slot:
             role=self.role,
             previous_hosts=tuple(self.previous_hosts[-8:]),
             log_file=str(self.log_file),
+            gid=self.gid,
         )
 
 
@@ -235,20 +241,14 @@ class Supervisor:
         self._pid = os.getpid()
         self._pid_ticks = process_start_ticks(self._pid)
         self._controllers = [
-            _Slot(
-                ChildKind.CONTROLLER, n, host, config.controller_api_port, layout.controller_log(n)
-            )
-            for n, host in enumerate(config.controller_hosts, start=1)
+            self._controller_slot(n, host) for n, host in enumerate(config.controller_hosts, 1)
         ]
-        self._brokers = [
-            _Slot(ChildKind.BROKER, slot, "", config.broker_client_port, layout.broker_log(slot))
-            for slot in range(config.broker_count)
-        ]
+        self._brokers = [self._broker_slot(slot) for slot in range(config.broker_count)]
         # `local up --groups N`: the other groups' brokers (slots N.., config.group_of_slot),
         # started, restarted and stopped like the first group's; the status view, the state
         # file's broker rows and the stable master address follow the first group.
         self._other_groups_brokers = [
-            _Slot(ChildKind.BROKER, slot, "", config.broker_client_port, layout.broker_log(slot))
+            self._broker_slot(slot)
             for slot in range(config.broker_count, config.broker_count * config.groups)
         ]
         # Engine rocketmq: the stock proxy, started with the brokers, stopped before them.
@@ -288,6 +288,16 @@ class Supervisor:
         #: The loop this supervisor runs on (known once `run` starts); every child it starts
         #: is told to run on the same kind (event_loop.EVENT_LOOP_ENV).
         self._event_loop: event_loop.LoopKind | None = None
+
+    def _controller_slot(self, n: int, host: str) -> _Slot:
+        config = self._config
+        return _Slot(ChildKind.CONTROLLER, n, host, config.controller_api_port,
+                     self._layout.controller_log(n), gid=config.controller_gid(n))  # fmt: skip
+
+    def _broker_slot(self, slot: int) -> _Slot:
+        config = self._config
+        return _Slot(ChildKind.BROKER, slot, "", config.broker_client_port,
+                     self._layout.broker_log(slot), gid=config.broker_gid(slot))  # fmt: skip
 
     # --- state file ------------------------------------------------------------
 
@@ -359,6 +369,7 @@ class Supervisor:
                 stderr=asyncio.subprocess.STDOUT,
                 start_new_session=True,
                 env=env,
+                **group_preexec(slot.gid),
             )
         slot.start_ticks = process_start_ticks(slot.proc.pid)
         slot.phase = Phase.RUNNING
@@ -366,7 +377,10 @@ class Supervisor:
         slot.started_mono_ms = monotonic_ms()
         slot.restart_at_ms = None
         slot.role = None
-        log.info("started %s pid %d on %s", slot.name, slot.proc.pid, slot.host)
+        log.info(
+            "started %s pid %d on %s%s", slot.name, slot.proc.pid, slot.host,
+            "" if slot.gid is None else f" in group {slot.gid}",
+        )  # fmt: skip
         self._save()
 
     async def _run_slot(self, slot: _Slot) -> None:

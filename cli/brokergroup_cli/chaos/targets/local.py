@@ -2,13 +2,21 @@
 stock RocketMQ 5.3 brokers with `--engine rocketmq`) under brokergroup's controllers,
 driven from outside through `LocalRuntime` (state.json for PIDs, the controller API for
 roles). The runtime's supervisor restarts a killed broker on a new loopback address, so
-`revive()` has nothing to do."""
+`revive()` has nothing to do.
+
+A stock broker dials every link from 127.0.0.1 (and the controllers' notifications to it
+leave from there too), so under `local-rocketmq` each controller and broker slot runs in a
+group of its own (`local.nodeGidBase`, per lane: `GID_BASE`), its connection marks in
+place before `local up` starts anything, and every node carries its group (state.json's
+`gid`): the address-pair faults cut such links by owner, as on the `rocketmq` target
+(`netfault.NodeGroups`)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+from brokergroup_cli.chaos import netfault
 from brokergroup_cli.chaos.runtime import LocalRuntime
 from brokergroup_cli.chaos.targets.base import (
     ClientEndpoint,
@@ -18,20 +26,64 @@ from brokergroup_cli.chaos.targets.base import (
     TargetError,
 )
 from brokergroup_cli.chaos.targets.mqadmin import update_topic
+from brokergroup_cli.local.config import node_gids
 from brokergroup_cli.local.rocketmq_stock import find_home
 from brokergroup_cli.local.state import ChildKind, ChildRecord
 
 NAMESRV_PORT = 9876
 _KINDS = {ChildKind.BROKER: NodeKind.BROKER, ChildKind.CONTROLLER: NodeKind.CONTROLLER}
+#: `local.nodeGidBase` of lane L is this + 100 * L (clear of the rocketmq target's
+#: 47000-47299, so runs on both at once never share a group).
+GID_BASE = 47500
 
 
 class LocalTarget(LocalRuntime):
     """A `local up` runtime as a chaos target (its own-protocol workload still reads the
     runtime's controller API and credentials through `LocalRuntime`)."""
 
+    _groups: netfault.NodeGroups | None = None
+
     @property
     def name(self) -> str:
         return "local-rocketmq" if self.engine == "rocketmq" else "local"
+
+    @property
+    def node_gids(self) -> bool:
+        """Whether the nodes are told apart by process group (stock brokers; module doc)."""
+        return self.engine == "rocketmq"
+
+    def gids(self) -> list[int]:
+        """Every group `local.nodeGidBase` gives this runtime's controllers and brokers."""
+        controllers, brokers = node_gids(
+            GID_BASE + 100 * self.addresses.lane, len(self.addresses.controller_hosts),
+            self.brokers,
+        )  # fmt: skip
+        return [g for g in (*controllers, *brokers) if g is not None]
+
+    def up(self) -> None:
+        if self.node_gids and self._groups is None:
+            self._groups = netfault.NodeGroups()
+            if self._groups.enabled:
+                # Before any process starts: a connection's dialer is marked by its first packet.
+                self._groups.mark(self.gids())
+                base = GID_BASE + 100 * self.addresses.lane
+                self.settings = (*self.settings, f"local.nodeGidBase={base}")
+        try:
+            super().up()
+        except BaseException:
+            self._unmark()
+            raise
+
+    def down(self) -> None:
+        try:
+            super().down()
+        finally:
+            self._unmark()
+
+    def _unmark(self) -> None:
+        if self._groups is not None:
+            self._groups.unmark()
+            self._groups = None
 
     def _commitlog_dir(self, slot: int) -> Path:
         base = self.broker_dir(slot)
@@ -49,6 +101,7 @@ class LocalTarget(LocalRuntime):
             child.start_ticks,
             self.broker_dir(child.index) if broker else None,
             self._commitlog_dir(child.index) if broker else None,
+            gid=child.gid,
         )
 
     def nodes(self, kind: NodeKind | None = None) -> list[Node]:

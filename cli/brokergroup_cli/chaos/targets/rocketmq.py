@@ -51,7 +51,7 @@ from brokergroup_cli.chaos.targets.base import (
     TargetError,
 )
 from brokergroup_cli.chaos.targets.mqadmin import update_topic
-from brokergroup_cli.local.procs import is_alive, process_start_ticks, send_signal
+from brokergroup_cli.local.procs import group_kwargs, is_alive, process_start_ticks, send_signal
 from brokergroup_cli.local.rocketmq_stock import (
     BROKER_MAIN,
     CONTROLLER_MAIN,
@@ -154,10 +154,11 @@ class RocketMQTarget:
         self._named_master: tuple[int, int | None] | None = None
         #: Broker slot -> when its process was SIGKILLed (monotonic), until revived.
         self._killed_at: dict[int, float] = {}
-        #: Whether each process runs in a group of its own (root, and iptables can match
-        #: owner and connection marks: else the address-pair faults say they cannot run).
-        self.node_gids = netfault.owner_unavailable_reason() is None
-        self._connmarks: netfault.ConnMarks | None = None
+        #: Every process is a stock JVM dialing from 127.0.0.1: told apart by its own group
+        #: where this machine can match owners (`groups.enabled`); where it cannot, the
+        #: address-pair faults say so instead of cutting nothing (`netfault.NodeGroups`).
+        self.node_gids = True
+        self.groups = netfault.NodeGroups()
 
     # -- layout ---------------------------------------------------------------------------
     def controller_host(self, n: int) -> str:
@@ -185,7 +186,7 @@ class RocketMQTarget:
 
     def gid(self, host: str) -> int | None:
         """The group id the process on `host` runs with (None: the target's own)."""
-        if not self.node_gids:
+        if not self.groups.enabled:
             return None
         return GID_BASE + self.port_offset + int(host.rpartition(".")[2])
 
@@ -206,8 +207,7 @@ class RocketMQTarget:
         with open(work / "out.log", "ab") as log:
             self.procs[name] = subprocess.Popen(
                 argv, cwd=work, env=java_env(work), stdout=log, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                group=gid, extra_groups=None if gid is None else [],
+                stdin=subprocess.DEVNULL, **group_kwargs(gid),
             )  # fmt: skip
 
     def _start_controller(self, n: int) -> None:
@@ -265,10 +265,8 @@ class RocketMQTarget:
 
     def up(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
-        if self.node_gids and self._connmarks is None:
-            # Before any process starts: a connection's dialer is marked by its first packet.
-            gids = [g for g in map(self.gid, self._hosts()) if g is not None]
-            self._connmarks = netfault.ConnMarks(gids)
+        # Before any process starts: a connection's dialer is marked by its first packet.
+        self.groups.mark(g for g in map(self.gid, self._hosts()) if g is not None)
         for n in range(1, self.controllers + 1):
             self._start_controller(n)
         self._start_namesrv()
@@ -325,9 +323,7 @@ class RocketMQTarget:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=30)
-        if self._connmarks is not None:
-            self._connmarks.heal()
-            self._connmarks = None
+        self.groups.unmark()
 
     # -- the Target interface -------------------------------------------------------------
     def _node(self, name: str, proc: subprocess.Popen[bytes]) -> Node:
