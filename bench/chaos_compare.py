@@ -18,10 +18,14 @@ targets side by side per fault type; written after every run, so a run cut short
 windows ran per target. A target the `chaos` command cannot run here (not built yet,
 no Java) is recorded with the command's own reason.
 
-Writes bench/results/chaos_compare.json (the comparison, per-scenario outcomes,
+Writes bench/results/chaos_compare.json (`--result NAME`: NAME.json; the comparison,
+per-scenario outcomes,
 windows run, wall time, the machine's busy cores and how many were not this run's,
 and the expected time of the full run from the measured seconds per window) and
 bench/results/chaos_compare.html (report.write_compare_html: one page, inline SVG).
+`owner_drops` counts, per target and fault type, the windows whose note says what the
+owner rules dropped (an address-pair fault on a stock target: proof its links were cut)
+and the packets.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import argparse
 import json
 import os
 import random
+import re
 import subprocess
 import sys
 import tempfile
@@ -126,8 +131,9 @@ def rebuild(out_root: Path, results: Path) -> int:
             else:
                 runs.setdefault(target, []).append(summary)
     keep = {k: doc[k] for k in doc if k not in ("targets", "seeds", "faults", "bad_windows",
-                                                 "totals", "machine", "measuredAt")}  # fmt: skip
-    fresh = compare(runs)
+                                                 "totals", "machine", "measuredAt",
+                                                 "owner_drops")}  # fmt: skip
+    fresh = compare(runs) | {"owner_drops": owner_drops(runs)}
     mean = sum(wall.values()) / sum(windows_run.values()) if windows_run else None
     full = keep["full_run"]
     full["expected_hours"] = None if mean is None else round(full["windows"] * mean / 3600, 1)
@@ -149,6 +155,28 @@ def rebuild(out_root: Path, results: Path) -> int:
     write_compare_html(out, results.with_suffix(".html"), note=note)
     print(compare_markdown(out))
     return 0
+
+
+_OWNER_DROPS = re.compile(r"owner rules dropped (\d+) packets")
+
+
+def owner_drops(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, dict[str, int]]]:
+    """Per target and fault type: windows, those whose note names owner drops, those with
+    none dropped, and the packets (faults.py `_noting_drops`)."""
+    out: dict[str, dict[str, dict[str, int]]] = {}
+    for target, summaries in runs.items():
+        for summary in summaries:
+            for row in summary.get("recovery", []):
+                cell = out.setdefault(target, {}).setdefault(
+                    row["fault"], {"windows": 0, "noted": 0, "zero": 0, "packets": 0}
+                )
+                cell["windows"] += 1
+                found = _OWNER_DROPS.search(row.get("note") or "")
+                if found is not None:
+                    cell["noted"] += 1
+                    cell["zero"] += int(found.group(1)) == 0
+                    cell["packets"] += int(found.group(1))
+    return out
 
 
 def main() -> int:
@@ -177,13 +205,18 @@ def main() -> int:
     parser.add_argument("--run-timeout-s", type=float, default=3600.0)
     parser.add_argument("--no-write", action="store_true")
     parser.add_argument(
+        "--result", default="chaos_compare", metavar="NAME",
+        help="write bench/results/NAME.{json,html} (default chaos_compare): a partial re-run "
+        "under a name of its own keeps a fuller run's file",
+    )  # fmt: skip
+    parser.add_argument(
         "--rebuild", type=Path, default=None, metavar="OUT",
-        help="rebuild bench/results/chaos_compare.{json,html} from a finished run's OUT; "
+        help="rebuild bench/results/NAME.{json,html} (--result) from a finished run's OUT; "
         "runs nothing",
     )  # fmt: skip
     args = parser.parse_args()
     if args.rebuild is not None:
-        return rebuild(args.rebuild, RESULTS_DIR / "chaos_compare.json")
+        return rebuild(args.rebuild, RESULTS_DIR / f"{args.result}.json")
     targets = ["local"] if args.quick else [t for t in args.targets.split(",") if t]
     chosen = tuple(f for f in args.faults.split(",") if f)
     unknown = [f for f in chosen if not fault_kinds.is_known(f)]
@@ -214,6 +247,7 @@ def main() -> int:
 
     def write(final: bool) -> dict[str, Any]:
         doc = compare({t: r for t, r in runs.items() if r})
+        doc["owner_drops"] = owner_drops(runs)
         after = take_sample({os.getpid(): "bench"})
         window = cpu_window(before, after)
         per_window_s = {t: round(wall[t] / windows_run[t], 1) for t in targets if windows_run[t]}
@@ -252,13 +286,13 @@ def main() -> int:
             "out": out_root.name,  # the run directory by name: no machine path in results
         }
         if not args.no_write:
-            write_result("chaos_compare", doc)
+            write_result(args.result, doc)
             note = (
                 f"{sum(windows_run.values())} windows run ({windows_run}), seeds {seeds}, "
                 f"{doc['wall_s']} s; {'cut short by the budget; ' if cut_short else ''}"
                 f"the full run (~{doc['full_run']['expected_hours']} h) was not"
             )
-            write_compare_html(doc, RESULTS_DIR / "chaos_compare.html", note=note)
+            write_compare_html(doc, RESULTS_DIR / f"{args.result}.html", note=note)
         return doc
 
     jobs: list[tuple[str, int, str | None]] = [(t, s, None) for s in seeds for t in targets] + [
