@@ -376,7 +376,8 @@ class LinkImpairment:
         self.backend = ""
         self._comment = ""
         self.dropped: int | None = None
-        """Packets the iptables rules dropped, read at `heal()` (None: not read; netem)."""
+        """Packets the iptables rules dropped, the address and owner rules together, read
+        at `heal()` (None: not read; netem). `owner_dropped`: the owner rules' share."""
 
     def impair(self, a: str, b: str, impairment: Impairment) -> str:
         a, b = _host(a), _host(b)
@@ -419,7 +420,8 @@ class LinkImpairment:
                                check=True)  # fmt: skip
                 self._rules.append(spec)
             self._owner_rules.add(
-                "filter", owner_loss_rules(*peers, impairment.loss_percent, self._comment)
+                "filter",
+                owner_loss_rules(*peers, impairment.loss_percent, self._owner_rules.comment),
             )
         except BaseException:
             self.heal()
@@ -436,9 +438,10 @@ class LinkImpairment:
         if self._qdisc:
             _tc("qdisc", "del", "dev", "lo", "root", check=False)
             self._qdisc = False
-        if self._rules:
-            self.dropped = _dropped(self._comment)
-        self._owner_rules.heal()
+        address_dropped = _dropped(self._comment) if self._rules else None
+        self._owner_rules.heal()  # counts its own rules' drops, under its own comment
+        if address_dropped is not None:
+            self.dropped = address_dropped + (self._owner_rules.dropped or 0)
         while self._rules:
             spec = self._rules.pop()
             subprocess.run(["iptables", "-D", *spec], capture_output=True, check=False)
