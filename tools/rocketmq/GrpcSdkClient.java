@@ -16,6 +16,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.TreeMap;
 import org.apache.rocketmq.client.apis.ClientConfiguration;
+import org.apache.rocketmq.client.apis.ClientException;
 import org.apache.rocketmq.client.apis.ClientServiceProvider;
 import org.apache.rocketmq.client.apis.StaticSessionCredentialsProvider;
 import org.apache.rocketmq.client.apis.consumer.FilterExpression;
@@ -127,7 +128,9 @@ public class GrpcSdkClient {
                     continue;
                 }
                 for (MessageView v : views) {
-                    consumer.ack(v);
+                    if (!ackWithRetries(consumer, v)) {
+                        continue;  // not acked: it comes back after its invisible time
+                    }
                     ByteBuffer buf = v.getBody();
                     byte[] bytes = new byte[buf.remaining()];
                     buf.get(bytes);
@@ -140,5 +143,23 @@ public class GrpcSdkClient {
             }
         }
         System.out.println("{\"summary\":true,\"received\":" + got + "}");
+    }
+
+    /** What an application does with a refused ack: the receipt handle stays valid for the
+     * invisible time (15 s here), so it tries again. A master refuses an ack it could not
+     * replicate before its lease lapsed (FENCED); CI run 46 saw one under load. */
+    static boolean ackWithRetries(SimpleConsumer consumer, MessageView v) throws InterruptedException {
+        for (int attempt = 1; ; attempt++) {
+            try {
+                consumer.ack(v);
+                return true;
+            } catch (ClientException e) {
+                System.err.println("ack " + v.getMessageId() + " attempt " + attempt + ": " + e);
+                if (attempt == 10) {
+                    return false;
+                }
+                Thread.sleep(1000);
+            }
+        }
     }
 }
