@@ -52,12 +52,16 @@ class LocalTarget(LocalRuntime):
         """Whether the nodes are told apart by process group (stock brokers; module doc)."""
         return self.engine == "rocketmq"
 
+    @property
+    def gid_base(self) -> int:
+        """This lane's `local.nodeGidBase`."""
+        return GID_BASE + 100 * self.addresses.lane
+
     def gids(self) -> list[int]:
         """Every group `local.nodeGidBase` gives this runtime's controllers and brokers."""
         controllers, brokers = node_gids(
-            GID_BASE + 100 * self.addresses.lane, len(self.addresses.controller_hosts),
-            self.brokers,
-        )  # fmt: skip
+            self.gid_base, len(self.addresses.controller_hosts), self.brokers
+        )
         return [g for g in (*controllers, *brokers) if g is not None]
 
     def up(self) -> None:
@@ -66,8 +70,7 @@ class LocalTarget(LocalRuntime):
             if self._groups.enabled:
                 # Before any process starts: a connection's dialer is marked by its first packet.
                 self._groups.mark(self.gids())
-                base = GID_BASE + 100 * self.addresses.lane
-                self.settings = (*self.settings, f"local.nodeGidBase={base}")
+                self.settings = (*self.settings, f"local.nodeGidBase={self.gid_base}")
         try:
             super().up()
         except BaseException:
