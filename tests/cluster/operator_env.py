@@ -22,6 +22,7 @@ import json
 import os
 import secrets
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -712,3 +713,18 @@ def _outcome(summary: dict[str, Any]) -> str:
         f"acked {summary['acked']}, failed {summary['failed']} {summary.get('errors') or ''} "
         f"{summary.get('firstError') or ''}".rstrip()
     )
+
+
+def answer_to_plaintext(address: str, frame: bytes) -> bytes:
+    """Everything a port at `address` (host:port) sends back to `frame` written in plaintext,
+    until it closes or goes quiet for 10 s (b"": closed with no answer, as enforcing TLS does)."""
+    host, _, port = address.rpartition(":")
+    got = b""
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(frame)
+        try:
+            while chunk := sock.recv(4096):
+                got += chunk
+        except (TimeoutError, ConnectionResetError):
+            pass
+    return got

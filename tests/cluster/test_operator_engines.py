@@ -48,7 +48,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-import socket
 import ssl
 from collections.abc import Iterator
 from pathlib import Path
@@ -62,7 +61,7 @@ from brokergroup_remoting.command import request
 from brokergroup_remoting.frame import encode
 from brokergroup_remoting.net import Credentials, RemotingClient
 from brokergroup_remoting.tls import client_context
-from tests.cluster.operator_env import OperatorEnv, apply_crds, wait_for
+from tests.cluster.operator_env import OperatorEnv, answer_to_plaintext, apply_crds, wait_for
 from tests.cluster.test_operator_scenarios import _kubeconfig, operator_env_in_namespace
 from tests.cluster.test_rocketmq_proxy_in_cluster import NamesrvTlsEnv
 from tests.integration.rocketmq_brokers import find_home
@@ -263,16 +262,7 @@ def _plaintext_send_answer(address: str, pair: tuple[str, str], topic: str) -> b
     connection closed with no answer)."""
     frame = encode(sign(request(RequestCode.SEND_MESSAGE_V2, 7, {**SEND_FIELDS, "b": topic},
                                 b"plain"), *pair))  # fmt: skip
-    host, _, port = address.rpartition(":")
-    got = b""
-    with socket.create_connection((host, int(port)), timeout=10) as sock:
-        sock.sendall(frame)
-        try:
-            while chunk := sock.recv(4096):
-                got += chunk
-        except (TimeoutError, ConnectionResetError):
-            pass
-    return got
+    return answer_to_plaintext(address, frame)
 
 
 def _stock_pods(env: OperatorEnv) -> dict[str, tuple[str, int]]:

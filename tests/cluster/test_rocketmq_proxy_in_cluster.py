@@ -48,7 +48,6 @@ from __future__ import annotations
 import asyncio
 import datetime
 import json
-import socket
 import struct
 from collections.abc import Iterator
 from pathlib import Path
@@ -62,7 +61,7 @@ from brokergroup_remoting.certificates import issue, make_ca
 from brokergroup_remoting.command import request
 from brokergroup_remoting.net import Credentials, RemotingClient
 from brokergroup_remoting.tls import client_context
-from tests.cluster.operator_env import OperatorEnv, apply_crds, wait_for
+from tests.cluster.operator_env import OperatorEnv, answer_to_plaintext, apply_crds, wait_for
 from tests.cluster.test_grpc_sdk_in_cluster import SdkPods, content
 from tests.cluster.test_operator_scenarios import _kubeconfig, operator_env_in_namespace
 from tests.integration.stock_client_harness import require_stock_client
@@ -179,17 +178,7 @@ def plaintext_answer(address: str) -> bytes:
     header = json.dumps({"code": int(RequestCode.GET_ROUTEINFO_BY_TOPIC), "flag": 0,
                          "language": "JAVA", "opaque": 1, "serializeTypeCurrentRPC": "JSON",
                          "version": 453, "extFields": {"topic": "ProxyStock"}}).encode()  # fmt: skip
-    frame = struct.pack(">II", 4 + len(header), len(header)) + header
-    host, _, port = address.rpartition(":")
-    with socket.create_connection((host, int(port)), timeout=10) as sock:
-        sock.sendall(frame)
-        got = b""
-        try:
-            while chunk := sock.recv(4096):
-                got += chunk
-        except (TimeoutError, ConnectionResetError):
-            pass
-    return got
+    return answer_to_plaintext(address, struct.pack(">II", 4 + len(header), len(header)) + header)
 
 
 def ready_proxy_pods(env: OperatorEnv) -> list[Any]:
