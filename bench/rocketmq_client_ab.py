@@ -58,6 +58,7 @@ def figures(side: str, result: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {
         "measuredAt": result.get("measuredAt"),
         "acked_lost": raw.get("acked_lost"),
+        "ceiling": result.get("ceiling"),  # loopback TCP, measured in the same run
     }
     for load, key in LOADS.items():
         window = raw.get(load, {})
