@@ -28,6 +28,7 @@ from brokergroup_cli.chaos.runner import (
     replica_addresses,
     write_history,
 )
+from brokergroup_cli.chaos.stock_run import consumer_log_excerpt
 
 
 class ScriptedProducer:
@@ -112,3 +113,20 @@ def test_the_history_reads_back_as_the_operations_and_windows_written(tmp_path: 
         replace(o, invoke_s=0.0, complete_s=0.0) for o in run.operations
     ]
     assert windows == run.windows
+
+
+def test_the_consumer_excerpt_keeps_the_client_logs_last_consumer_lines(tmp_path: Path) -> None:
+    logs = tmp_path / "client" / "logs" / "rocketmqlogs"
+    logs.mkdir(parents=True)
+    (logs / "tools_default.log").write_text(
+        "01:00 INFO main - the consumer [chaos-c] start OK.\n"
+        "01:01 DEBUG RebalanceService - noisy rebalance detail\n"
+        "01:02 INFO main - the producer [p] start OK.\n"
+        "01:03 WARN RebalanceService - doRebalance, chaos-c, add new mq failed\n"
+        "01:04 INFO RebalanceService - doRebalance, chaos-c, add a new mq\n"
+    )
+    assert consumer_log_excerpt(tmp_path, lines=2).splitlines() == [
+        "01:03 WARN RebalanceService - doRebalance, chaos-c, add new mq failed",
+        "01:04 INFO RebalanceService - doRebalance, chaos-c, add a new mq",
+    ]
+    assert consumer_log_excerpt(tmp_path / "nothing") == "(no client log lines about it)"

@@ -44,6 +44,12 @@ MODE = "chaosWorkload"
 STOP_TIMEOUT_S = 60.0
 #: How long the first SEND_OK may take (a stock client's first route, topic creation).
 FIRST_ACK_TIMEOUT_S = 90.0
+#: How long the consumer may take, after the first SEND_OK, to receive its first message
+#: (its route, its queues' offsets from the master, a rebalance: RocketMQ retries a failed
+#: one every 20 s).
+FIRST_READ_TIMEOUT_S = 90.0
+#: The client log's lines that say what the consumer did (route, rebalance, offsets, pulls).
+_CONSUMER_LOG_WORDS = ("ebalance", "route", "offset", "pull", "Pull", "consumer")
 #: How long a freshly started group may take to become healthy before the first window: a
 #: liveness bound (seven JVMs starting on a loaded 2-core machine), not the schedule's
 #: `healthy_timeout_s`, which bounds each recovery.
@@ -205,7 +211,25 @@ async def run_stock_schedule(
                 log = (work / "workload.log").read_text(errors="replace")[-2000:]
                 raise TargetError(f"the stock workload acknowledged nothing: {log}")
             await asyncio.sleep(0.2)
-        progress(f"{target.name}: stock workload running ({schedule.producers} producers)")
+        # The windows start once the consumer has received: a consumer that has no queues
+        # yet when the master dies can show nothing about what a fault does to reads (CI
+        # run 47: on a loaded machine the plain RocketMQ group's consumer received nothing
+        # in the whole run, its first rebalance evidently not done before the first kill).
+        first_ack_s = time.monotonic()
+        receipts = _Tail(receives)
+        while not receipts.read():
+            if jvm.poll() is not None or time.monotonic() - first_ack_s > FIRST_READ_TIMEOUT_S:
+                raise TargetError(
+                    "the stock workload's consumer received nothing in "
+                    f"{time.monotonic() - first_ack_s:.0f} s after the first SEND_OK; its "
+                    f"client log says:\n{consumer_log_excerpt(work)}"
+                )
+            await asyncio.sleep(0.2)
+        progress(
+            f"{target.name}: stock workload running ({schedule.producers} producers; the "
+            f"consumer's first message {time.monotonic() - first_ack_s:.1f} s after the first "
+            "SEND_OK)"
+        )
         await fault_windows(target, schedule, usable, rng, clock, run, progress)  # type: ignore[arg-type]
         await asyncio.sleep(schedule.recovery_s)
     finally:
@@ -247,6 +271,19 @@ async def run_stock_schedule(
     run.reads = len(run.consumed)
     run.ended_s = clock.now()
     return run
+
+
+def consumer_log_excerpt(work: Path, lines: int = 25) -> str:
+    """The stock client's own log lines about its consumer (the RocketMQ client logs to
+    `<home>/logs/rocketmqlogs/`), the last `lines`: why it has not received."""
+    found: list[str] = []
+    for log in sorted((work / "client").glob("**/rocketmqlogs/*.log")):
+        with contextlib.suppress(OSError):
+            found += [
+                x for x in log.read_text(errors="replace").splitlines()
+                if " DEBUG " not in x and any(w in x for w in _CONSUMER_LOG_WORDS)
+            ]  # fmt: skip
+    return "\n".join(x[:300] for x in found[-lines:]) or "(no client log lines about it)"
 
 
 async def _health_problem(target: Target) -> str:
