@@ -54,6 +54,8 @@ _DELAY_PROPERTIES = ("DELAY", "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELA
 PROPERTY_MSG_REGION = "MSG_REGION"
 PROPERTY_TRACE_SWITCH = "TRACE_ON"
 PROPERTY_CLUSTER = "CLUSTER"
+#: What `schedule_rules.is_scheduled` reads: a batch naming one goes the reference path.
+_SCHEDULE_PROPERTIES = frozenset((schedule_rules.PROPERTY_DELAY, *schedule_rules.TIMER_PROPERTIES))
 #: The smallest entry of a batch body: totalSize, magic, bodyCRC, flag, bodyLength, an empty
 #: body and propertiesLength (so a body of n bytes holds at most n // this messages).
 _MIN_BATCH_ENTRY = 22
@@ -182,17 +184,22 @@ class Sends:
             )
         if cmd.code == RequestCode.SEND_BATCH_MESSAGE or req.batch:
             # Bytes bound the batch (above); the count follows from them.
-            inner = wire.decode_batch_body(
-                cmd.body, max_messages=max(1, len(cmd.body) // _MIN_BATCH_ENTRY)
+            inner = wire.decode_batch_send(
+                cmd.body,
+                req.properties,
+                max_messages=max(1, len(cmd.body) // _MIN_BATCH_ENTRY),
+                reference_names=_SCHEDULE_PROPERTIES,
             )
-            if any(m.flag != inner[0].flag for m in inner):
+            if not inner.one_flag:
                 return response_to(
                     cmd, ResponseCode.MESSAGE_ILLEGAL, "a batch's messages must share one flag"
                 )
-            bodies = [m.body for m in inner]
-            props = [{**req.properties, **m.properties} for m in inner]
-            flag = inner[0].flag
-            if scheduling is not None and any(map(schedule_rules.is_scheduled, props)):
+            bodies, props, flag = inner.bodies, inner.properties, inner.flag
+            if (
+                scheduling is not None
+                and inner.may_name_reference
+                and any(map(schedule_rules.is_scheduled, props))
+            ):
                 return response_to(
                     cmd,
                     ResponseCode.MESSAGE_ILLEGAL,
@@ -224,7 +231,8 @@ class Sends:
             half = tx_rules.half_send(req.topic, store_queue, props[0], req.sys_flag)
             store_topic, store_queue, props = half.topic, half.queue_id, [half.properties]
             sys_flag = half.sys_flag
-        batch = SendBatch(
+        # A batch's properties reach the store as they came (`wire.StoreSendBatch`).
+        batch = wire.StoreSendBatch(
             store_topic,
             store_queue,
             bodies,

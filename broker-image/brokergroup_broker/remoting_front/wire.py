@@ -15,11 +15,16 @@ The mapping of the one produce path's refusals to RocketMQ response codes is her
 from __future__ import annotations
 
 import ipaddress
+import re
 import struct
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
+from typing import cast
 
 from brokergroup_broker.protocol.messages import ResponseCode as BrokerCode
+from brokergroup_broker.protocol.messages import SendBatch
+from brokergroup_broker.store.message_encode import EncodedProperties
 from brokergroup_remoting import ResponseCode, names
 from brokergroup_remoting import fields as header
 from brokergroup_remoting.fields import BadField
@@ -137,6 +142,7 @@ class BatchMessage:
 
 
 _BATCH_PREFIX = struct.Struct(">iiiii")  # totalSize, magic, bodyCRC, flag, bodyLength
+_SHORT = struct.Struct(">h")  # propertiesLength
 
 
 def decode_batch_body(body: bytes, *, max_messages: int) -> list[BatchMessage]:
@@ -170,6 +176,226 @@ def decode_batch_body(body: bytes, *, max_messages: int) -> list[BatchMessage]:
     if not out:
         raise BadField("the batch holds no message")
     return out
+
+
+@dataclass(frozen=True)
+class BatchSend:
+    """A SEND_BATCH_MESSAGE body with the request's properties merged into each message's
+    (`{**request, **message}`, as the send path has always stored them)."""
+
+    flag: int
+    #: Do all messages carry `flag`? (A batch's messages must share one.)
+    one_flag: bool
+    bodies: list[bytes]
+    properties: list[Mapping[str, str]]
+    #: False when no message names a property in `decode_batch_send`'s `reference_names`
+    #: (the one-pass path guarantees it); True: the caller must look.
+    may_name_reference: bool
+
+
+def decode_batch_send(
+    body: bytes,
+    request_properties: Mapping[str, str],
+    *,
+    max_messages: int,
+    reference_names: frozenset[str],
+) -> BatchSend:
+    """`decode_batch_body` and the merge of the request's properties, in one pass over the
+    body when the batch is the ordinary kind: each message's properties are kept as the
+    bytes they arrived in (reordered as the merge orders them) and handed to the store as
+    `EncodedProperties`, so no per-message dict is built or re-serialized. Anything else
+    (a malformed body, properties the reference decoder would drop or rewrite, names in
+    `reference_names`, mixed flags, over 32767 bytes merged) goes through the reference
+    path, so records, answers and refusals are the reference's byte for byte."""
+    fast = _batch_send_one_pass(body, request_properties, max_messages, reference_names)
+    if fast is not None:
+        return fast
+    inner = decode_batch_body(body, max_messages=max_messages)
+    flag = inner[0].flag
+    return BatchSend(
+        flag,
+        all(m.flag == flag for m in inner),
+        [m.body for m in inner],
+        [{**request_properties, **m.properties} for m in inner],
+        may_name_reference=True,
+    )
+
+
+class StoreSendBatch(SendBatch):
+    """A SendBatch whose `EncodedProperties` reach the store as they are (the base class
+    copies every message's properties into a new dict, which would re-serialize them)."""
+
+    __slots__ = ()
+
+    def store_properties(self) -> list[dict[str, str] | None] | None:
+        extras = self.extras
+        if extras is None or not all(
+            e is not None and e[0] is None and e[1] is None and type(e[2]) is EncodedProperties
+            for e in extras
+        ):
+            return super().store_properties()
+        out = [e[2] if e[2] else None for e in extras]  # type: ignore[index]
+        # The store takes any Mapping (`put_run`); SendBatch's signature names dicts.
+        return cast("list[dict[str, str] | None]", out)
+
+
+#: A property value as the canonical layout holds it (no separator inside).
+_VALUE = rb"\x01[^\x01\x02]*\x02"
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """The merge for messages whose properties name `names`, in this order, each once, in
+    the canonical layout: `layout` matches exactly those properties (one group per pair);
+    the merged bytes are `pick(match.groups() + missing)` joined, where `missing` is the
+    request's pairs the messages lack (None: the groups are in order already, the merged
+    bytes are the properties plus `missing`); `tags_part` is where the TAGS pair is in
+    `groups() + missing` (-1: none)."""
+
+    layout: re.Pattern[bytes]
+    missing: tuple[bytes, ...]
+    pick: Callable[[tuple[bytes, ...]], tuple[bytes, ...]] | None
+    tags_part: int
+    #: With nothing missing and at least two pairs: `pick` as group numbers (one C call).
+    groups: tuple[int, ...] | None
+
+
+def _names(raw: bytes) -> tuple[bytes, ...] | None:
+    """The names of properties in the canonical layout (`name\\x01value\\x02` each, names
+    non-empty and distinct), or None when the reference decoder would read `raw` other
+    than its bytes say (a pair without or with two separators, an empty or repeated name,
+    text after the last pair)."""
+    pieces = raw.split(b"\x02")
+    if pieces.pop():
+        return None
+    names = []
+    for piece in pieces:
+        name, sep, value = piece.partition(b"\x01")
+        if not name or not sep or b"\x01" in value:
+            return None
+        names.append(name)
+    if len(set(names)) != len(names):
+        return None
+    return tuple(names)
+
+
+def _plan(
+    names: tuple[bytes, ...],
+    request: Sequence[tuple[bytes, bytes]],
+    reference_names: frozenset[str],
+) -> _Plan | None:
+    """`{**request, **message}` for a message naming `names`: the request's names first, in
+    its order (the message's value where it has one), then the message's other names in
+    its order. None when a name is in `reference_names`."""
+    if any(n.decode() in reference_names for n in names):
+        return None
+    at = {n: i for i, n in enumerate(names)}
+    order: list[int] = []
+    missing: list[bytes] = []
+    merged_names: list[bytes] = []
+    for name, pair in request:
+        i = at.get(name)
+        if i is None:
+            i = len(names) + len(missing)
+            missing.append(pair)
+        order.append(i)
+        merged_names.append(name)
+    requested = {name for name, _ in request}
+    for i, n in enumerate(names):
+        if n not in requested:
+            order.append(i)
+            merged_names.append(n)
+    tags_part = order[merged_names.index(b"TAGS")] if b"TAGS" in merged_names else -1
+    pick = None if order == sorted(order) else itemgetter(*order)
+    layout = re.compile(b"".join(b"(" + re.escape(n) + _VALUE + b")" for n in names))
+    groups = tuple(i + 1 for i in order) if not missing and len(order) > 1 else None
+    return _Plan(layout, tuple(missing), pick, tags_part, groups)
+
+
+def _batch_send_one_pass(
+    body: bytes,
+    request_properties: Mapping[str, str],
+    max_messages: int,
+    reference_names: frozenset[str],
+) -> BatchSend | None:
+    """`decode_batch_send`'s one pass, or None where the reference path must decide."""
+    request: list[tuple[bytes, bytes]] = []
+    for k, v in request_properties.items():
+        # decode_properties never gives a separator or an empty name; a caller's map might.
+        text = f"{k}{v}"
+        if not k or k in reference_names or "\x01" in text or "\x02" in text:
+            return None
+        try:
+            request.append((k.encode(), f"{k}\x01{v}\x02".encode()))
+        except UnicodeEncodeError:
+            return None
+    plans: dict[tuple[bytes, ...], _Plan | None] = {}
+    plan: _Plan | None = None
+    tag_texts: dict[bytes, str] = {}
+    bodies: list[bytes] = []
+    props: list[Mapping[str, str]] = []
+    unpack = _BATCH_PREFIX.unpack_from
+    short = _SHORT.unpack_from
+    size = len(body)
+    pos = 0
+    flag = None
+    while pos < size:
+        if len(bodies) >= max_messages or size - pos < _BATCH_PREFIX.size:
+            return None
+        total, _magic, _crc, msg_flag, body_len = unpack(body, pos)
+        end = pos + total
+        start = pos + _BATCH_PREFIX.size
+        props_start = start + body_len + 2
+        if total < _BATCH_PREFIX.size + 2 or end > size or body_len < 0 or props_start > end:
+            return None
+        if short(body, props_start - 2)[0] != end - props_start:
+            return None
+        if flag is None:
+            flag = msg_flag
+        elif msg_flag != flag:
+            return None
+        raw = body[props_start:end]
+        if not raw.isascii():
+            try:
+                raw.decode()
+            except UnicodeDecodeError:
+                return None
+        # Messages of one batch mostly name the same properties in the same order: the
+        # previous message's plan first, one C-speed match; a new layout is parsed once.
+        if plan is None or (match := plan.layout.fullmatch(raw)) is None:
+            names = _names(raw)
+            if names is None:
+                return None
+            if names in plans:
+                plan = plans[names]
+            else:
+                plan = plans[names] = _plan(names, request, reference_names)
+            if plan is None:
+                return None
+            match = plan.layout.fullmatch(raw)
+            assert match is not None  # the layout of exactly these names
+        tags = None
+        if plan.pick is None and plan.tags_part < 0:
+            merged = raw + b"".join(plan.missing) if plan.missing else raw
+        elif plan.groups is not None and plan.tags_part < 0:
+            merged = b"".join(match.group(*plan.groups))  # reordered, nothing missing
+        else:
+            parts = match.groups() + plan.missing if plan.missing else match.groups()
+            merged = b"".join(parts if plan.pick is None else plan.pick(parts))
+            if plan.tags_part >= 0:
+                value = parts[plan.tags_part][5:-1]  # TAGS\x01 value \x02
+                if value:
+                    tags = tag_texts.get(value)
+                    if tags is None:
+                        tags = tag_texts[value] = value.decode()
+        if len(merged) > _MAX_PROPERTIES_BYTES:
+            return None
+        bodies.append(body[start : start + body_len])
+        props.append(EncodedProperties(merged, tags))
+        pos = end
+    if flag is None:
+        return None
+    return BatchSend(flag, True, bodies, props, may_name_reference=False)
 
 
 def offset_message_id(store_host: tuple[str, int], physical_offset: int) -> str:

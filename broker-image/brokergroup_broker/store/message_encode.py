@@ -79,6 +79,43 @@ def _check_topic(topic: str) -> bytes:
     return topic.encode("ascii")
 
 
+class EncodedProperties(Mapping[str, str]):
+    """A message's properties already in the record's encoding (`data`: `name\\x01value\\x02`
+    per property, UTF-8, each name once and non-empty, no separator inside a name or value,
+    at most MAX_PROPERTIES_BYTES) with its TAGS value, so `encode_run` writes the bytes as
+    they are instead of re-serializing a dict (a batch send's properties arrive encoded:
+    `wire.decode_batch_send`). The builder vouches for the layout. As a Mapping it is the
+    dict those bytes decode to, built only if something asks."""
+
+    __slots__ = ("_map", "data", "tags")
+
+    def __init__(self, data: bytes, tags: str | None) -> None:
+        self.data = data
+        self.tags = tags
+        self._map: dict[str, str] | None = None
+
+    def _items(self) -> dict[str, str]:
+        if self._map is None:
+            pairs = self.data.decode().split(PROPERTY_SEPARATOR)[:-1]
+            self._map = dict(p.split(NAME_VALUE_SEPARATOR, 1) for p in pairs)
+        return self._map
+
+    def __getitem__(self, key: str) -> str:
+        return self._items()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items())
+
+    def __len__(self) -> int:
+        return len(self._items())
+
+    def __bool__(self) -> bool:
+        return bool(self.data)
+
+    def __repr__(self) -> str:
+        return f"EncodedProperties({self.data!r})"
+
+
 def _check_properties(properties: Mapping[str, str]) -> bytes:
     text = "".join([f"{k}\x01{v}\x02" for k, v in properties.items()])
     n = len(properties)
@@ -323,10 +360,21 @@ def _trailer(
     tag_codes: dict[str, int],
 ) -> tuple[bytes, bytes, int]:
     """(properties bytes, record trailer after the body, tagsCode) of one message."""
-    if not props_map:
+    if type(props_map) is EncodedProperties:
+        # Encoded and checked by its builder; the size is checked again as it is cheap.
+        props = props_map.data
+        if len(props) > MAX_PROPERTIES_BYTES:
+            raise MessageInvalid(
+                f"properties are {len(props)} bytes encoded; the limit is {MAX_PROPERTIES_BYTES}"
+            )
+        tags = props_map.tags
+    elif not props_map:
         return b"", plain_trailer, 0
-    props = _check_properties(props_map)
-    tags = props_map.get(PROPERTY_TAGS)
+    else:
+        props = _check_properties(props_map)
+        tags = props_map.get(PROPERTY_TAGS)
+    if not props:
+        return b"", plain_trailer, 0
     tcode = 0
     if tags:
         cached = tag_codes.get(tags)
