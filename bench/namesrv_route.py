@@ -323,6 +323,9 @@ class Prober:
             await asyncio.sleep(pause_s)
         out: dict[str, Any] = {p: summarize(latencies[p], 3) for p in PROBES}
         for p in PROBES:
+            # The outliers themselves, and how many passed 100 ms.
+            out[p]["worst"] = [round(x, 1) for x in sorted(latencies[p])[-5:][::-1]]
+            out[p]["over100ms"] = sum(1 for x in latencies[p] if x > 100)
             if failures[p]:
                 out[p]["failures"] = failures[p]
         return out
@@ -412,6 +415,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "pauseMs": args.pause_ms,
             "burners": args.burners,
             "javaRuns": args.java_runs,
+            "phases": args.phases or "all",
             "topic": TOPIC,
             "nodes": 3,
         },
@@ -449,6 +453,8 @@ async def phases_of(
     plan = [("idle", False, 0), ("produce", True, 0)]
     if args.burners:
         plan += [("burn", False, args.burners), ("burn+produce", True, args.burners)]
+    if args.phases:
+        plan = [step for step in plan if step[0] in args.phases.split(",")]
     try:
         for name, produce, burners in plan:
             load: list[subprocess.Popen[Any]] = start_burners(burners)
@@ -528,6 +534,9 @@ def main() -> int:
     parser.add_argument("--settle-s", type=float, default=3.0, help="load on before a phase")
     parser.add_argument(
         "--java-runs", type=int, default=3, help="fresh stock Java clients a phase (0: none)"
+    )
+    parser.add_argument(
+        "--phases", help="only these phases (comma-separated: idle,produce,burn,burn+produce)"
     )
     parser.add_argument("--dir", help="runtime directory (default: a temp one, removed)")
     parser.add_argument("--keep", action="store_true", help="keep the temp directory")
