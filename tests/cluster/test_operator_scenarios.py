@@ -504,13 +504,17 @@ class RollObserver(threading.Thread):
 
     def assert_slaves_first(self, old_master: str, broker_ids: tuple[str, ...]) -> None:
         """Every broker restarted once: slaves first, then the master moved, then the
-        old master restarted."""
+        old master restarted. The roll ends with that restart: a failover seen after it
+        (CI run 48: every pod's readiness probe failed in a ~2 s stall of the loaded
+        machine, 18 s after the roll, and the controller elected again) is not part of its
+        order."""
         observed = self.transcript()
         restarts = [t for t in observed if t.startswith("restart")]
         assert sorted(restarts) == sorted(f"restart {b}" for b in broker_ids), observed
         assert restarts[-1] == f"restart {old_master}", observed
-        moved = observed.index(next(t for t in observed if t.startswith("master ")))
-        assert observed[moved + 1 :] == [f"restart {old_master}"], observed
+        roll = observed[: observed.index(f"restart {old_master}") + 1]
+        moved = roll.index(next(t for t in roll if t.startswith("master ")))
+        assert roll[moved + 1 :] == [f"restart {old_master}"], observed
 
 
 CEL_CASES = [

@@ -163,10 +163,17 @@ def test_ca_rotation_keeps_every_presented_leaf_trusted_by_every_pod(steps: list
             policy=POLICY,
         )
         old_leaf = record
+        forced = False
         if decision.action is LeafAction.ISSUE:
             if old_leaf is not None and old_leaf.issuer != current.fingerprint:
-                # A leaf of a new CA only once no pod (old revision, mid-roll) lacks it.
-                assert current.fingerprint in pods_trust, decision
+                # A leaf of a new CA only once no pod (old revision, mid-roll) lacks it,
+                # unless the old leaf is due at the very check that renewed the CA: then
+                # plan_leaf replaces it anyway (its docstring: old and new pods cannot
+                # verify each other for that one roll, which is shorter than a leaf
+                # expiring; the previous CA's key is not kept to sign with). CI run 48's
+                # hypothesis example found that case; docs/security.md says so.
+                forced = old_leaf.not_after - now <= POLICY.renew_before
+                assert current.fingerprint in pods_trust or forced, decision
             days = leaf_days(current, now, POLICY)
             record = LeafRecord(now + days * DAY, NAMES, current.fingerprint)
         assert record is not None
@@ -177,7 +184,8 @@ def test_ca_rotation_keeps_every_presented_leaf_trusted_by_every_pod(steps: list
             if presented is None:
                 continue
             assert presented.issuer in trusted
-            assert not pods_trust or presented.issuer in pods_trust
+            if not forced or presented is old_leaf:
+                assert not pods_trust or presented.issuer in pods_trust
         assert record.not_after - now > POLICY.renew_before
         pods_trust = trusted  # the roll this check made is over by the next check
     if sum(steps) > 5 * 365:
