@@ -513,7 +513,8 @@ class RollObserver(threading.Thread):
         assert sorted(restarts) == sorted(f"restart {b}" for b in broker_ids), observed
         assert restarts[-1] == f"restart {old_master}", observed
         roll = observed[: observed.index(f"restart {old_master}") + 1]
-        moved = roll.index(next(t for t in roll if t.startswith("master ")))
+        moved = next((i for i, t in enumerate(roll) if t.startswith("master ")), None)
+        assert moved is not None, observed  # the master moves before it restarts
         assert roll[moved + 1 :] == [f"restart {old_master}"], observed
 
 
