@@ -169,11 +169,20 @@ def test_the_chart_runs_a_group_through_pod_faults(env: InClusterEnv) -> None:
     acked += env.write("b")
     env.assert_nothing_lost(acked)
 
-    # 3. The Raft leader's pod dies: back on a new IP as the same member.
-    leader_peer = next(iter(views.values()))["leader"]
-    leader_pod = next(
-        p for p in env.ready_pods(CONTROLLER_SELECTOR) if peers[p.metadata.name] == leader_peer
-    )
+    # 3. The Raft leader's pod dies: back on a new IP as the same member. The leader of
+    # now, not of step 1: a stall of the loaded machine may have moved it since, or left
+    # its pod briefly not ready (CI run 49: StopIteration on step 1's leader).
+    def leader_now() -> tuple[dict[str, dict[str, Any]], Any] | None:
+        found = env.whole_quorum()
+        if not found:
+            return None
+        peer = next(iter(found.values()))["leader"]
+        pod = next((p for p in env.ready_pods(CONTROLLER_SELECTOR)
+                    if peers[p.metadata.name] == peer), None)  # fmt: skip
+        return (found, pod) if pod is not None else None
+
+    views, leader_pod = wait_for("the Raft leader's pod ready", leader_now, 120)
+    leader_peer = peers[leader_pod.metadata.name]
     index_before = views[leader_pod.metadata.name]["commitIndex"]
     env.delete_pod(leader_pod.metadata.name)
 

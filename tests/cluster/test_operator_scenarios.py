@@ -503,19 +503,21 @@ class RollObserver(threading.Thread):
         return list(self._log)
 
     def assert_slaves_first(self, old_master: str, broker_ids: tuple[str, ...]) -> None:
-        """Every broker restarted once: slaves first, then the master moved, then the
-        old master restarted. The roll ends with that restart: a failover seen after it
-        (CI run 48: every pod's readiness probe failed in a ~2 s stall of the loaded
-        machine, 18 s after the roll, and the controller elected again) is not part of its
-        order."""
+        """Every broker restarted once, and none while it was the master: the roll moves
+        the master before it restarts it. The master may also move on its own (CI runs 48
+        and 49: a ~2 s stall of the loaded machine timed out the master's heartbeats, once
+        18 s after the roll, once in its middle); the roll must still never restart the
+        broker that is master at that moment."""
         observed = self.transcript()
         restarts = [t for t in observed if t.startswith("restart")]
         assert sorted(restarts) == sorted(f"restart {b}" for b in broker_ids), observed
-        assert restarts[-1] == f"restart {old_master}", observed
-        roll = observed[: observed.index(f"restart {old_master}") + 1]
-        moved = next((i for i, t in enumerate(roll) if t.startswith("master ")), None)
-        assert moved is not None, observed  # the master moves before it restarts
-        assert roll[moved + 1 :] == [f"restart {old_master}"], observed
+        master = old_master
+        for event in observed:
+            kind, broker = event.split(" ", 1)
+            if kind == "master":
+                master = broker
+            elif kind == "restart":
+                assert broker != master, f"{event} while it was master: {observed}"
 
 
 CEL_CASES = [
