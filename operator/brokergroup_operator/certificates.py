@@ -1,7 +1,8 @@
 """Which certificates a BrokerGroup's TLS needs now (pure; Strimzi's cluster CA model).
 
 The operator keeps one cluster CA per release (the Secret `BROKERGROUP_CLUSTER_CA_SECRET`:
-`ca.crt`, `ca.key`, and `ca-bundle.crt`, the CAs still trusted) and, per group of
+`ca.crt`, `ca.key`, `ca-bundle.crt`, the CAs still trusted, and `ca-previous.crt`/`.key`,
+the CA it replaced while that is valid) and, per group of
 `spec.tls.issuer: operator`, a server certificate signed by it (Secret `<bg>-tls`: tls.crt,
 tls.key) with the trust bundle beside it (ConfigMap `<bg>-tls-trust`: ca.crt). This module
 decides, from what was issued and the clock, what to do now; `tls_material.py` does it.
@@ -20,6 +21,15 @@ decides, from what was issued and the clock, what to do now; `tls_material.py` d
   runs with a bundle that trusts the new CA (`Phase`): first a roll that adds the trust,
   then one that swaps the leaf, as Strimzi's CA renewal rolls twice. A pod of the old
   revision and one of the new can always verify each other.
+- A leaf that falls due before the pods trust a renewed CA (at the very check that renews
+  it) is reissued under the previous CA, whose key the operator keeps for that (Secret keys
+  `ca-previous.crt`/`ca-previous.key`, until that CA expires): the pods trust it, and that
+  roll carries the bundle trusting the new CA, so the next check swaps the leaf as above
+  (`LeafAction.ISSUE_UNDER_PREVIOUS`). Only when no previous key is held (a user's own CA),
+  the pods are not known to trust the previous CA (the shell knows it only of a group
+  whose pods all run its newest bundle) or the previous CA could not give the new leaf a
+  day more is it issued under the new CA before the pods trust it: for that one roll an
+  old pod and a new pod cannot verify each other, a shorter outage than an expired leaf.
 
 The operator cannot read a group's Secret (no `get` on Secrets in the watched
 namespaces), so what it issued is remembered on the BrokerGroup's status
@@ -159,6 +169,10 @@ class LeafAction(enum.Enum):
     TRUST_FIRST = "trust-first"
     """Write the bundle trusting the current CA, keep the leaf: pods roll to trust the new
     CA before any of them presents a leaf it signed."""
+    ISSUE_UNDER_PREVIOUS = "issue-under-previous"
+    """Issue a new leaf under the previous CA (its key held; every pod trusts it) and write
+    the bundle trusting the current CA: a leaf falling due before the pods trust a renewed
+    CA. The next check, once the pods trust the current CA, reissues it under that one."""
 
 
 @dataclass(frozen=True)
@@ -179,24 +193,41 @@ def plan_leaf(
     now: datetime.datetime,
     policy: RenewalPolicy,
     force_token: str = "",
+    previous_ca: CaFacts | None = None,
+    previous_trusted_by_pods: bool = False,
 ) -> LeafDecision:
     """What to do with a group's server certificate.
 
     `trusted_by_pods`: every pod of the group runs with a bundle that trusts `ca` (the
     shell reads it from the pods' tls digest). `force_token`: the group's force-renew
-    annotation ("" none)."""
+    annotation ("" none). `previous_ca`: the CA `ca` replaced, when its key is held (None:
+    not held, as for a user's own CA); `previous_trusted_by_pods`: every pod trusts it."""
     if record is None:
         return LeafDecision(LeafAction.ISSUE, "no certificate yet")
     left = record.not_after - now
     bound = ""
     if left <= policy.renew_before:
+        # Due before the pods trust the current CA: a leaf of the previous CA, which they
+        # trust, if it lives long enough to matter (else an expired leaf is the longer
+        # outage, and the new CA signs it below).
+        if (
+            not trusted_by_pods
+            and previous_trusted_by_pods
+            and previous_ca is not None
+            and _previous_renews(record, ca, previous_ca, now, policy)
+        ):
+            return LeafDecision(
+                LeafAction.ISSUE_UNDER_PREVIOUS,
+                f"it expires {iso(record.not_after)} ({_days(left)} left) and not every "
+                f"pod trusts the new cluster CA yet: issued under the previous one, which "
+                f"they trust (it expires {iso(previous_ca.not_after)})",
+            )
         # An expiring leaf is replaced even mid CA rotation: a new pod presenting a
         # new-CA leaf to an old pod is a shorter outage than an expired certificate.
         # But only when the new one would live longer: a leaf never outlives its CA, so
         # under a CA that itself expires within renewalDays every new leaf would expire
         # within them again, and reissuing it at every check rolled the group forever.
-        gain = renewed_not_after(ca, now, policy) - record.not_after
-        if gain >= MIN_RENEWAL_GAIN or (left <= datetime.timedelta(0) < gain):
+        if _renews(record, ca, now, policy):
             return LeafDecision(
                 LeafAction.ISSUE, f"it expires {iso(record.not_after)} ({_days(left)} left)"
             )
@@ -218,6 +249,30 @@ def plan_leaf(
     if bound:
         return LeafDecision(LeafAction.KEEP, bound, ca_bound=True)
     return LeafDecision(LeafAction.KEEP, "valid")
+
+
+def _renews(record: LeafRecord, ca: CaFacts, now: datetime.datetime, policy: RenewalPolicy) -> bool:
+    """A leaf issued now under `ca` would replace `record` usefully: it expires at least
+    MIN_RENEWAL_GAIN later, or any later when `record` has expired."""
+    gain = renewed_not_after(ca, now, policy) - record.not_after
+    return gain >= MIN_RENEWAL_GAIN or (record.not_after <= now and gain > datetime.timedelta(0))
+
+
+def _previous_renews(
+    record: LeafRecord,
+    ca: CaFacts,
+    previous_ca: CaFacts,
+    now: datetime.datetime,
+    policy: RenewalPolicy,
+) -> bool:
+    """`previous_ca` may sign the leaf replacing `record` while the pods do not trust `ca`:
+    it is another CA than `ca`, `record` is not `ca`'s already, it has a whole day left
+    (leaf_days' one-day floor would outlive a CA with less), and its leaf renews `record`."""
+    return (
+        record.issuer != ca.fingerprint != previous_ca.fingerprint
+        and previous_ca.not_after - now >= MIN_RENEWAL_GAIN
+        and _renews(record, previous_ca, now, policy)
+    )
 
 
 def renewed_not_after(

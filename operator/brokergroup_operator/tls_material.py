@@ -70,12 +70,24 @@ def group_server_names(ctx: GroupContext) -> tuple[str, ...]:
     return server_names(ctx.name, ctx.namespace) + proxy_server_names(ctx)
 
 
+#: The cluster CA Secret's keys for the CA the current one replaced (certificate and key),
+#: kept while it is valid so a leaf falling due before the pods trust the new CA is signed
+#: by one they do trust (certificates.LeafAction.ISSUE_UNDER_PREVIOUS); "" once it expired.
+PREVIOUS_CA_CERT, PREVIOUS_CA_KEY = "ca-previous.crt", "ca-previous.key"
+
+
 @dataclass(frozen=True)
 class ClusterCa:
-    """The current CA (certificate and key) and the bundle of CAs trusted, newest first."""
+    """The current CA (certificate and key), the bundle of CAs trusted, newest first, and
+    the previous CA with its key while the operator holds it (its own CA only)."""
 
     current: Issued
     trusted: tuple[tuple[bytes, CaFacts], ...]
+    previous: Issued | None = None
+
+    @property
+    def previous_facts(self) -> CaFacts | None:
+        return None if self.previous is None else ca_facts(self.previous.cert_pem)
 
     @property
     def facts(self) -> CaFacts:
@@ -109,8 +121,11 @@ def split_pems(bundle: bytes) -> list[bytes]:
 
 async def load_cluster_ca(rt: Runtime, now: datetime.datetime, post: PostEvent) -> ClusterCa:
     """The release's cluster CA, made at first use and renewed within CA_POLICY's window
-    (the previous one stays in ca-bundle.crt until it expires). A CA the user brought
-    (BROKERGROUP_CLUSTER_CA_MANAGED false) is only read; SpecError says what is missing."""
+    (the previous one stays in ca-bundle.crt until it expires, and with its key in
+    PREVIOUS_CA_CERT/PREVIOUS_CA_KEY until then: emptied at the first check after). A CA
+    the user brought (BROKERGROUP_CLUSTER_CA_MANAGED false) is only read, and no previous
+    key is read from it (they renew it: as before, a leaf falling due at their renewal is
+    issued under the new CA at once); SpecError says what is missing."""
     ref = rt.settings.cluster_ca_ref()
     if ref is None:
         raise SpecError(
@@ -124,6 +139,14 @@ async def load_cluster_ca(rt: Runtime, now: datetime.datetime, post: PostEvent) 
     bundle = split_pems((data or {}).get("ca-bundle.crt", b""))
     previous = [ca_facts(p) for p in bundle]
     pems = {facts.fingerprint: pem for facts, pem in zip(previous, bundle, strict=True)}
+    held = None
+    pair = (data or {}).get(PREVIOUS_CA_CERT), (data or {}).get(PREVIOUS_CA_KEY)
+    if rt.settings.cluster_ca_managed and pair[0] and pair[1]:
+        held = Issued(pair[0], pair[1])
+    # A previous key whose CA expired signs nothing any more: dropped (written below).
+    drop = held is not None and ca_facts(held.cert_pem).not_after <= now
+    if drop:
+        held = None
     decision = plan_ca(None if current is None else ca_facts(current.cert_pem), now, CA_POLICY)
     if decision.action is not CaAction.KEEP:
         if not rt.settings.cluster_ca_managed:
@@ -137,6 +160,7 @@ async def load_cluster_ca(rt: Runtime, now: datetime.datetime, post: PostEvent) 
                 old = ca_facts(current.cert_pem)
                 previous.append(old)
                 pems[old.fingerprint] = current.cert_pem
+                held = current
             current = make_ca(
                 f"brokergroup cluster CA ({ref[1]})", now=now, valid_days=CA_VALIDITY_DAYS
             )
@@ -145,19 +169,25 @@ async def load_cluster_ca(rt: Runtime, now: datetime.datetime, post: PostEvent) 
     facts = ca_facts(current.cert_pem)
     pems[facts.fingerprint] = current.cert_pem
     trusted = tuple((pems[f.fingerprint], f) for f in trusted_cas(facts, previous, now))
-    ca = ClusterCa(current, trusted)
-    if decision.action is not CaAction.KEEP and rt.settings.cluster_ca_managed:
+    ca = ClusterCa(current, trusted, held)
+    if (decision.action is not CaAction.KEEP or drop) and rt.settings.cluster_ca_managed:
+        string_data = {
+            "ca.crt": current.cert_pem.decode(),
+            "ca.key": current.key_pem.decode(),
+            "ca-bundle.crt": ca.bundle_pem,
+        }
+        if held is not None or drop:
+            # Emptied, not left out, once expired: a key left out of a server-side apply
+            # of stringData need not be removed from the Secret's data.
+            string_data[PREVIOUS_CA_CERT] = "" if held is None else held.cert_pem.decode()
+            string_data[PREVIOUS_CA_KEY] = "" if held is None else held.key_pem.decode()
         await rt.kube.apply(
             {
                 "apiVersion": "v1",
                 "kind": "Secret",
                 "metadata": {"name": ref[1], "namespace": ref[0]},
                 "type": "Opaque",
-                "stringData": {
-                    "ca.crt": current.cert_pem.decode(),
-                    "ca.key": current.key_pem.decode(),
-                    "ca-bundle.crt": ca.bundle_pem,
-                },
+                "stringData": string_data,
             }
         )
     return ca
@@ -244,9 +274,9 @@ async def _operator_issued(
     remember_trust(stock_users, ca.bundle_pem)
     record = LeafRecord.from_status(previous)
     trusted_before = [str(f) for f in previous.get("trusted") or ()]
-    trusted_by_pods = ca.facts.fingerprint in trusted_before and pods_run(
-        raw_pods, str(previous.get("digest") or ""), ctx.replicas
-    )
+    settled = pods_run(raw_pods, str(previous.get("digest") or ""), ctx.replicas)
+    trusted_by_pods = ca.facts.fingerprint in trusted_before and settled
+    previous_ca = ca.previous_facts
     names = group_server_names(ctx)
     decision = plan_leaf(
         record,
@@ -256,6 +286,11 @@ async def _operator_issued(
         now=now,
         policy=tls.policy,
         force_token=force,
+        previous_ca=previous_ca,
+        # Mid-roll the older revision's bundle is not recorded: only a settled group's.
+        previous_trusted_by_pods=(
+            previous_ca is not None and previous_ca.fingerprint in trusted_before and settled
+        ),
     )
     if decision.ca_bound:
         # Kept, not reissued at every check (which rolled the group without end): the
@@ -268,14 +303,18 @@ async def _operator_issued(
         # Keep the leaf the pods hold; trust both CAs first (the roll this digest makes).
         trusted = [*trusted, *(f for f in trusted_before if f not in trusted)]
     await rt.kube.apply(_trust_config_map(ctx, ca))
-    if decision.action is LeafAction.ISSUE:
-        days = leaf_days(ca.facts, now, tls.policy)
-        leaf = issue(
-            ca.current, f"{ctx.name}.{ctx.namespace}", list(names), now=now, valid_days=days
-        )
+    if decision.action in (LeafAction.ISSUE, LeafAction.ISSUE_UNDER_PREVIOUS):
+        # Under the previous CA: the pods trust it; this roll's bundle (both CAs) makes
+        # them trust the current one, under which the next check reissues the leaf.
+        signer, signer_facts = ca.current, ca.facts
+        if decision.action is LeafAction.ISSUE_UNDER_PREVIOUS:
+            assert ca.previous is not None and previous_ca is not None
+            signer, signer_facts = ca.previous, previous_ca
+        days = leaf_days(signer_facts, now, tls.policy)
+        leaf = issue(signer, f"{ctx.name}.{ctx.namespace}", list(names), now=now, valid_days=days)
         await rt.kube.apply(_leaf_secret(ctx, leaf, ca))
         cert = leaf.certificate
-        record = LeafRecord(cert.not_valid_after_utc, names, ca.facts.fingerprint, force)
+        record = LeafRecord(cert.not_valid_after_utc, names, signer_facts.fingerprint, force)
         leaf_fingerprint = fingerprint(leaf.cert_pem)
         post(
             "Normal", "CertificateIssued", f"server certificate {ctx.tls_secret}: {decision.reason}"

@@ -10,13 +10,14 @@ import ssl
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from brokergroup_operator.certificates import (
     CaAction,
     CaFacts,
     LeafAction,
+    LeafDecision,
     LeafRecord,
     RenewalPolicy,
     leaf_days,
@@ -131,29 +132,38 @@ def test_a_leaf_never_outlives_its_ca() -> None:
     assert leaf_days(ca("a", 100), T0, POLICY) == 100
 
 
-@settings(max_examples=60, deadline=None)
-@given(steps=st.lists(st.integers(min_value=0, max_value=29), min_size=30, max_size=200))
-def test_ca_rotation_keeps_every_presented_leaf_trusted_by_every_pod(steps: list[int]) -> None:
+#: CI run 48's kind of history: checks 22 days apart; the group's leaf falls due (13 days
+#: left) at the very check that renews the cluster CA (day 1,430).
+DUE_AT_CA_RENEWAL = [22] * 69
+
+
+def rotate(steps: list[int], hold_key: bool) -> list[tuple[int, LeafAction, str]]:
     """Simulated years of checks (each ≤ 29 days apart, renewalDays 30): the CA is renewed
-    in its window, leaves follow; after every check and the roll it causes, every pod's
-    bundle trusts the leaf every other pod presents (old and new revisions mid-roll too),
-    no presented leaf has expired, and a leaf signed by a new CA is issued only after every
-    pod trusts that CA."""
+    in its window (its predecessor's key held until that one expires when `hold_key`, as
+    the operator does for its own CA; not held for a user's), leaves follow as plan_leaf
+    decides. After every check and the roll it causes, asserts: every pod's bundle trusts
+    the leaf every other pod presents (old and new revisions mid-roll), no presented leaf
+    has expired or is inside its renewal window, no leaf outlives its signer. The one
+    exception, only without a held key: a leaf due at the very check that renews the CA is
+    issued under the new CA before the pods trust it (one roll in which an old pod and a
+    new pod cannot verify each other). With a held key it cannot happen under CA_POLICY:
+    the previous CA has at least 395 - 29 = 366 days left at that check, so a leaf under it
+    always gains a year. Returns the transcript (day, action, signer) of leaf issues."""
     now = T0
     current = CaFacts("ca-0", now + 1825 * DAY)
     previous: list[CaFacts] = []
     record: LeafRecord | None = None
     pods_trust: frozenset[str] = frozenset()
     serial = 0
-    rotations = 0
+    transcript: list[tuple[int, LeafAction, str]] = []
     for step in steps:
         now += step * DAY
         if plan_ca(current, now, CA_POLICY).action is CaAction.RENEW:
             serial += 1
-            rotations += 1
             previous.append(current)
             current = CaFacts(f"ca-{serial}", now + 1825 * DAY)
         trusted = frozenset(c.fingerprint for c in trusted_cas(current, previous, now))
+        held = previous[-1] if hold_key and previous and previous[-1].not_after > now else None
         decision = plan_leaf(
             record,
             wanted_names=NAMES,
@@ -161,21 +171,31 @@ def test_ca_rotation_keeps_every_presented_leaf_trusted_by_every_pod(steps: list
             trusted_by_pods=current.fingerprint in pods_trust,
             now=now,
             policy=POLICY,
+            previous_ca=held,
+            previous_trusted_by_pods=held is not None and held.fingerprint in pods_trust,
         )
         old_leaf = record
         forced = False
-        if decision.action is LeafAction.ISSUE:
-            if old_leaf is not None and old_leaf.issuer != current.fingerprint:
-                # A leaf of a new CA only once no pod (old revision, mid-roll) lacks it,
-                # unless the old leaf is due at the very check that renewed the CA: then
-                # plan_leaf replaces it anyway (its docstring: old and new pods cannot
-                # verify each other for that one roll, which is shorter than a leaf
-                # expiring; the previous CA's key is not kept to sign with). CI run 48's
-                # hypothesis example found that case; docs/security.md says so.
-                forced = old_leaf.not_after - now <= POLICY.renew_before
-                assert current.fingerprint in pods_trust or forced, decision
-            days = leaf_days(current, now, POLICY)
-            record = LeafRecord(now + days * DAY, NAMES, current.fingerprint)
+        signer = current
+        if decision.action is LeafAction.ISSUE_UNDER_PREVIOUS:
+            assert held is not None and current.fingerprint not in pods_trust, decision
+            signer = held
+        elif (
+            decision.action is LeafAction.ISSUE
+            and current.fingerprint not in pods_trust
+            and old_leaf is not None
+            and old_leaf.issuer != current.fingerprint
+        ):
+            # A leaf of a new CA before every pod (old revision, mid-roll) trusts it: only
+            # without a held key, and only for a leaf due at this check.
+            forced = old_leaf.not_after - now <= POLICY.renew_before and not hold_key
+            assert forced, decision
+        if decision.action in (LeafAction.ISSUE, LeafAction.ISSUE_UNDER_PREVIOUS):
+            record = LeafRecord(
+                now + leaf_days(signer, now, POLICY) * DAY, NAMES, signer.fingerprint
+            )
+            assert record.not_after <= signer.not_after
+            transcript.append(((now - T0).days, decision.action, signer.fingerprint))
         assert record is not None
         # Mid-roll, old pods trust `pods_trust` and present `old_leaf`; new pods trust
         # `trusted` and present `record`: each verifies the other, and nothing presented
@@ -185,11 +205,99 @@ def test_ca_rotation_keeps_every_presented_leaf_trusted_by_every_pod(steps: list
                 continue
             assert presented.issuer in trusted
             if not forced or presented is old_leaf:
-                assert not pods_trust or presented.issuer in pods_trust
+                assert not pods_trust or presented.issuer in pods_trust, (presented, pods_trust)
         assert record.not_after - now > POLICY.renew_before
         pods_trust = trusted  # the roll this check made is over by the next check
     if sum(steps) > 5 * 365:
-        assert rotations >= 1
+        assert serial >= 1
+    return transcript
+
+
+@settings(max_examples=60, deadline=None)
+@example(steps=DUE_AT_CA_RENEWAL, hold_key=True)
+@example(steps=DUE_AT_CA_RENEWAL, hold_key=False)
+@given(
+    steps=st.lists(st.integers(min_value=0, max_value=29), min_size=30, max_size=200),
+    hold_key=st.booleans(),
+)
+def test_ca_rotation_keeps_every_presented_leaf_trusted_by_every_pod(
+    steps: list[int], hold_key: bool
+) -> None:
+    rotate(steps, hold_key)
+
+
+def test_a_leaf_due_at_the_ca_renewal_is_issued_under_the_previous_ca_then_the_new_one() -> None:
+    """CI run 48's kind of history: with the previous key held, the leaf due at the renewal
+    check (day 1,430) is issued under ca-0, which the pods trust, and under ca-1 at the
+    next check, once they trust it (that roll carried ca-1 into their bundle); without the
+    key (a user's CA), under ca-1 at once, before the pods trust it."""
+    before = [
+        (22, LeafAction.ISSUE, "ca-0"),
+        (374, LeafAction.ISSUE, "ca-0"),
+        (726, LeafAction.ISSUE, "ca-0"),
+        (1078, LeafAction.ISSUE, "ca-0"),
+    ]
+    assert rotate(DUE_AT_CA_RENEWAL, hold_key=True) == [
+        *before,
+        (1430, LeafAction.ISSUE_UNDER_PREVIOUS, "ca-0"),
+        (1452, LeafAction.ISSUE, "ca-1"),
+    ]
+    assert rotate(DUE_AT_CA_RENEWAL, hold_key=False) == [*before, (1430, LeafAction.ISSUE, "ca-1")]
+
+
+def test_a_due_leaf_before_the_pods_trust_the_new_ca_each_branch() -> None:
+    """The previous CA signs a due leaf only when its key is held, every pod trusts it, the
+    pods do not trust the current CA, and its leaf lives at least a day longer; otherwise
+    the decision is today's (the current CA signs at once, or trust first)."""
+    current, prev = ca("ca1", 1800), ca("ca0", 380)
+
+    def due(
+        record: LeafRecord,
+        *,
+        trusted: bool = False,
+        held: CaFacts | None = prev,
+        held_trusted: bool = True,
+    ) -> LeafDecision:
+        return plan_leaf(
+            record,
+            wanted_names=NAMES,
+            ca=current,
+            trusted_by_pods=trusted,
+            now=T0,
+            policy=POLICY,
+            previous_ca=held,
+            previous_trusted_by_pods=held_trusted,
+        )
+
+    under_previous = LeafDecision(
+        LeafAction.ISSUE_UNDER_PREVIOUS,
+        "it expires 2027-01-11T00:00:00Z (10.0 days left) and not every pod trusts the new "
+        "cluster CA yet: issued under the previous one, which they trust (it expires "
+        "2028-01-16T00:00:00Z)",
+    )
+    at_once = LeafDecision(LeafAction.ISSUE, "it expires 2027-01-11T00:00:00Z (10.0 days left)")
+    old = leaf(10, issuer="ca0")
+    assert due(old) == under_previous
+    # An expired leaf too (any later end is a gain).
+    assert due(leaf(-3, issuer="ca0")).action is LeafAction.ISSUE_UNDER_PREVIOUS
+    # No key held (a user's CA), or some pod does not trust the previous CA: at once.
+    assert due(old, held=None) == at_once
+    assert due(old, held_trusted=False) == at_once
+    # Every pod trusts the current CA: its leaf, as always.
+    assert due(old, trusted=True) == at_once
+    # The previous CA would not give a day more (10.5 days left: a 10-day leaf), or has
+    # less than a day left (an expired leaf would get a 1-day leaf outliving it): at once.
+    assert due(old, held=ca("ca0", 10.5)) == at_once
+    expired = leaf(-1, issuer="ca0")
+    assert due(expired, held=ca("ca0", 0.5)) == LeafDecision(
+        LeafAction.ISSUE, "it expires 2026-12-31T00:00:00Z (-1.0 days left)"
+    )
+    # A leaf of the current CA already is never moved back to the previous one.
+    assert due(leaf(10, issuer="ca1")) == at_once
+    # Not due: trust first, as before, whatever key is held.
+    assert due(leaf(200, issuer="ca0")) == LeafDecision(
+        LeafAction.TRUST_FIRST, "the cluster CA was renewed: every pod trusts it first"
+    )
 
 
 def test_the_digest_follows_the_leaf_and_the_trust() -> None:

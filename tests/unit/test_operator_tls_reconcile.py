@@ -2,7 +2,9 @@
 recording Kubernetes fake of test_operator_handlers with Secrets it can read back: the
 cluster CA and the group's certificate are made, mounted and recorded; a kept certificate
 changes nothing; a forced renewal rolls the pods through the planner, slaves first; a CA
-rotation rolls twice, trust first; issuers secret and cert-manager; refusals."""
+rotation rolls twice, trust first; a leaf due at the CA's renewal is signed by the previous
+CA, whose key the CA Secret keeps until it expires; issuers secret and cert-manager;
+refusals."""
 
 from __future__ import annotations
 
@@ -12,12 +14,18 @@ from typing import Any
 
 from cryptography import x509
 
+from brokergroup_operator.certificates import iso
 from brokergroup_operator.containers import TLS_DIR, TRUST_DIR
 from brokergroup_operator.reconcile import reconcile_group
 from brokergroup_operator.release_secret import OperatorSecrets
 from brokergroup_operator.runtime import Runtime
 from brokergroup_operator.settings import OperatorSettings
-from brokergroup_operator.tls_material import FORCE_RENEW_ANNOTATION, fingerprint, split_pems
+from brokergroup_operator.tls_material import (
+    FORCE_RENEW_ANNOTATION,
+    fingerprint,
+    load_cluster_ca,
+    split_pems,
+)
 from brokergroup_operator.workload import TLS_DIGEST_ANNOTATION
 from brokergroup_remoting.certificates import Issued, issue, make_ca, names_of
 from tests.unit.test_operator_handlers import Events, FakeController, FakeKube, info, pod
@@ -292,6 +300,113 @@ async def test_a_renewed_ca_is_trusted_by_every_pod_before_a_leaf_of_it_is_issue
     assert kube.merged["tls"]["issuerFingerprint"] == new_fp
     assert kube.merged["tls"]["trusted"] == [new_fp, old_fp]  # the old one until it expires
     assert kube.sts["status"]["updateRevision"] == "r3"
+
+
+async def test_a_leaf_due_at_the_cas_renewal_is_signed_by_the_previous_ca_the_pods_trust() -> None:
+    """CI run 48's case through the shell: the group's certificate falls due at the very
+    check that renews the operator's cluster CA. Before, it was issued under the new CA at
+    once, which no running pod trusted yet. Now the previous CA's key is kept in the CA
+    Secret (ca-previous.crt/.key) and signs it; that roll brings the new CA into every
+    pod's bundle, and the next check after the roll issues the leaf under the new CA."""
+    now = datetime.datetime.now(datetime.UTC)
+    kube = TlsKube([pod(i) for i in range(3)])
+    old_ca = make_ca("old", now=now, valid_days=100)  # inside the CA's renewal window
+    kube.objects[("Secret", *CA_REF)] = {
+        "stringData": {
+            "ca.crt": old_ca.cert_pem.decode(),
+            "ca.key": old_ca.key_pem.decode(),
+            "ca-bundle.crt": old_ca.cert_pem.decode(),
+        }
+    }
+    rt = tls_runtime(kube, FakeController(info(1)), cluster_ca_managed=False)
+    await reconcile_group(rt, body(kube), Events())  # a leaf of the old CA, 100 days
+    kube.run_pods_of_update_revision()
+    old_leaf, old_fp = leaf_of(kube), fingerprint(old_ca.cert_pem)
+    # The record (what the operator decides from; it cannot read the group's Secret) now
+    # says 10 days left: due at the check that renews the CA.
+    kube.merged["tls"]["notAfter"] = iso(now + datetime.timedelta(days=10))
+    rt = tls_runtime(kube, FakeController(info(1)))  # the operator's own CA: renewed now
+    events = Events()
+    await reconcile_group(rt, body(kube), events)
+    ca = kube.obj("Secret", CA_REF[1], CA_REF[0])["stringData"]
+    new_fp = fingerprint(ca["ca.crt"].encode())
+    assert new_fp != old_fp
+    assert (ca["ca-previous.crt"], ca["ca-previous.key"]) == (
+        old_ca.cert_pem.decode(),
+        old_ca.key_pem.decode(),
+    )
+    leaf = leaf_of(kube)
+    leaf.verify_directly_issued_by(old_ca.certificate)  # the CA every running pod trusts
+    assert leaf.serial_number != old_leaf.serial_number
+    assert leaf.not_valid_after_utc <= old_ca.certificate.not_valid_after_utc
+    tls = kube.merged["tls"]
+    assert (tls["issuerFingerprint"], tls["trusted"]) == (old_fp, [new_fp, old_fp])
+    assert kube.obj("Secret", "bg-tls")["stringData"]["ca.crt"] == ca["ca-bundle.crt"]
+    assert kube.obj("ConfigMap", "bg-tls-trust")["data"]["ca.crt"] == ca["ca-bundle.crt"]
+    assert kube.sts["status"]["updateRevision"] == "r2"
+    issued = [e for e in events if e[1] == "CertificateIssued"]
+    assert len(issued) == 1
+    assert (
+        "not every pod trusts the new cluster CA yet: issued under the previous one"
+        in (issued[0][2])
+    )
+    # Mid-roll: the leaf stays (it has ~99 days; the pods do not all run the bundle yet).
+    await reconcile_group(rt, body(kube), Events())
+    assert leaf_of(kube).serial_number == leaf.serial_number
+    # Every pod trusts the new CA: the leaf is reissued under it, one more roll.
+    kube.run_pods_of_update_revision()
+    await reconcile_group(rt, body(kube), Events())
+    leaf_of(kube).verify_directly_issued_by(x509.load_pem_x509_certificate(ca["ca.crt"].encode()))
+    assert kube.merged["tls"]["issuerFingerprint"] == new_fp
+    assert kube.sts["status"]["updateRevision"] == "r3"
+
+
+async def test_the_previous_ca_key_is_held_until_that_ca_expires_and_never_a_users() -> None:
+    """The cluster CA Secret's ca-previous.crt/.key: read while that CA is valid; emptied
+    at the first load after it expired (written once, then nothing); a user's own CA
+    Secret (BROKERGROUP_CLUSTER_CA_MANAGED false) is only read and its previous key, if
+    they keep one there, is not used."""
+    now = datetime.datetime.now(datetime.UTC)
+    kube = TlsKube([])
+    current = make_ca("current", now=now)
+    live = make_ca("live", now=now - datetime.timedelta(days=1500), valid_days=1825)
+    gone = make_ca("gone", now=now - datetime.timedelta(days=20), valid_days=10)
+
+    def ca_secret(previous: Issued) -> None:
+        kube.objects[("Secret", *CA_REF)] = {
+            "stringData": {
+                "ca.crt": current.cert_pem.decode(),
+                "ca.key": current.key_pem.decode(),
+                "ca-bundle.crt": (current.cert_pem + previous.cert_pem).decode(),
+                "ca-previous.crt": previous.cert_pem.decode(),
+                "ca-previous.key": previous.key_pem.decode(),
+            }
+        }
+
+    rt = tls_runtime(kube, FakeController(info(1)))
+    ca_secret(live)
+    ca = await load_cluster_ca(rt, now, Events())
+    assert ca.previous == Issued(live.cert_pem, live.key_pem)
+    assert ca.fingerprints == [fingerprint(current.cert_pem), fingerprint(live.cert_pem)]
+    assert [c for c in kube.calls if c[0] == "apply"] == []
+    ca_secret(gone)
+    ca = await load_cluster_ca(rt, now, Events())
+    assert (ca.previous, ca.fingerprints) == (None, [fingerprint(current.cert_pem)])
+    written = kube.obj("Secret", CA_REF[1], CA_REF[0])["stringData"]
+    assert written == {
+        "ca.crt": current.cert_pem.decode(),
+        "ca.key": current.key_pem.decode(),
+        "ca-bundle.crt": current.cert_pem.decode(),
+        "ca-previous.crt": "",
+        "ca-previous.key": "",
+    }
+    kube.calls.clear()
+    assert (await load_cluster_ca(rt, now, Events())).previous is None
+    assert [c for c in kube.calls if c[0] == "apply"] == []
+    ca_secret(live)
+    user = tls_runtime(kube, FakeController(info(1)), cluster_ca_managed=False)
+    assert (await load_cluster_ca(user, now, Events())).previous is None
+    assert [c for c in kube.calls if c[0] == "apply"] == []
 
 
 async def test_issuer_cert_manager_writes_a_certificate_and_rolls_on_its_revision() -> None:
