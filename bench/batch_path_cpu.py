@@ -9,10 +9,11 @@ property order and names as in the golden frame tests/fixtures/rocketmq/json-bat
 with the request-level properties the client sends for a batch (UNIQ_KEY, WAIT), taken
 from body bytes to the records the store appends:
 
-- old: `wire.decode_batch_body`, the `{**request, **message}` merge, `SendBatch.
-  store_properties`, `encode_run` over dicts (the path before the one-pass change);
+- old: `wire.decode_batch_body`, the `{**request, **message}` merge, a copy of every
+  message's dict (what `SendBatch.store_properties` did then), `encode_run` over dicts (the
+  path before the one-pass change);
 - new: `wire.decode_batch_send` (properties kept as the bytes they came in),
-  `StoreSendBatch.store_properties`, `encode_run` over `EncodedProperties`.
+  `SendBatch.store_properties` (no copy), `encode_run` over `EncodedProperties`.
 
 Two bodies: "load" (KEYS, UNIQ_KEY, WAIT: what bench/rocketmq_client.py's StockClient
 sends) and "tagged" (the same with TAGS, so the consume queue's tags code is computed).
@@ -77,7 +78,7 @@ def old_path(body: bytes, request: dict[str, str]) -> EncodedRun:
     inner = wire.decode_batch_body(body, max_messages=len(body) // 22)
     props = [{**request, **m.properties} for m in inner]
     return _encode(
-        SendBatch("BenchTopic", 0, [m.body for m in inner], [(None, None, p) for p in props])
+        SendBatch("BenchTopic", 0, [m.body for m in inner], [(None, None, dict(p)) for p in props])
     )
 
 
@@ -87,7 +88,7 @@ def new_path(body: bytes, request: dict[str, str]) -> EncodedRun:
     )
     assert not inner.may_name_reference  # the one pass, not the fallback
     props = [(None, None, p) for p in inner.properties]
-    return _encode(wire.StoreSendBatch("BenchTopic", 0, inner.bodies, props))
+    return _encode(SendBatch("BenchTopic", 0, inner.bodies, props))
 
 
 def measure(repeat: int, number: int) -> dict[str, dict[str, float]]:

@@ -85,7 +85,7 @@ def one_pass(body: bytes, request: Mapping[str, str], max_messages: int) -> Outc
         return ("flag",)
     if inner.may_name_reference and any(map(schedule_rules.is_scheduled, inner.properties)):
         return ("scheduled",)
-    batch = wire.StoreSendBatch(
+    batch = SendBatch(
         "BatchTopic", 0, inner.bodies, [(None, None, p) for p in inner.properties],
         flag=inner.flag,
     )  # fmt: skip
@@ -203,6 +203,26 @@ def test_the_stock_clients_batch_goes_the_one_pass_path_and_equals_the_reference
     assert one_pass(body, request, 128) == reference(body, request, 128)
     # Request properties first (UNIQ_KEY, WAIT: the message's values), then the message's.
     assert list(decoded.properties[0]) == ["UNIQ_KEY", "WAIT", "KEYS", "index", "TAGS"]
+
+
+def test_encoded_properties_reach_the_store_as_they_are() -> None:
+    """The one pass only saves CPU if `SendBatch.store_properties` hands the encoder the
+    `EncodedProperties` themselves: a copy into a dict would give the same records (the
+    tests above cannot tell) and re-serialize every message."""
+    body, request = _golden_batch()
+    decoded = wire.decode_batch_send(
+        body, request, max_messages=128, reference_names=_SCHEDULE_PROPERTIES
+    )
+    batch = SendBatch(
+        "BatchTopic", 0, decoded.bodies, [(None, None, p) for p in decoded.properties]
+    )
+    stored = batch.store_properties()
+    assert stored is not None and len(stored) == len(decoded.properties) > 1
+    assert all(s is p for s, p in zip(stored, decoded.properties, strict=True))
+    assert {type(s).__name__ for s in stored} == {"EncodedProperties"}
+    # A key or tags named beside the map still merge into a new map, as before.
+    keyed = SendBatch("T", 0, [b"x"], [("k", "t", {"a": "1"})]).store_properties()
+    assert keyed == [{"a": "1", "KEYS": "k", "TAGS": "t"}]
 
 
 @settings(max_examples=500, deadline=None)

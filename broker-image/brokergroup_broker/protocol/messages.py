@@ -229,17 +229,23 @@ class SendBatch:
     def __len__(self) -> int:
         return len(self.bodies)
 
-    def store_properties(self) -> list[dict[str, str] | None] | None:
+    def store_properties(self) -> list[Mapping[str, str] | None] | None:
         """Per message, the properties as the store keeps them (`ProduceMessage.
-        store_properties`); None when no message has any."""
+        store_properties`); None when no message has any. A message with neither key nor
+        tags gives its mapping itself, not a copy: the store only reads it, and the
+        remoting front end's encoded properties (`EncodedProperties`) reach the record
+        encoder as the bytes they arrived in."""
         if self.extras is None:
             return None
-        out: list[dict[str, str] | None] = []
+        out: list[Mapping[str, str] | None] = []
         for extra in self.extras:
             if extra is None:
                 out.append(None)
                 continue
             key, tags, props = extra
+            if key is None and tags is None:
+                out.append(props or None)
+                continue
             merged = dict(props)
             if key is not None:
                 merged[PROPERTY_KEYS] = key

@@ -231,8 +231,8 @@ class Sends:
             half = tx_rules.half_send(req.topic, store_queue, props[0], req.sys_flag)
             store_topic, store_queue, props = half.topic, half.queue_id, [half.properties]
             sys_flag = half.sys_flag
-        # A batch's properties reach the store as they came (`wire.StoreSendBatch`).
-        batch = wire.StoreSendBatch(
+        # A batch's properties reach the store as they came (`SendBatch.store_properties`).
+        batch = SendBatch(
             store_topic,
             store_queue,
             bodies,

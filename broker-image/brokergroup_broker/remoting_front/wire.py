@@ -20,10 +20,8 @@ import struct
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
-from typing import cast
 
 from brokergroup_broker.protocol.messages import ResponseCode as BrokerCode
-from brokergroup_broker.protocol.messages import SendBatch
 from brokergroup_broker.store.message_encode import EncodedProperties
 from brokergroup_remoting import ResponseCode, names
 from brokergroup_remoting import fields as header
@@ -219,24 +217,6 @@ def decode_batch_send(
         [{**request_properties, **m.properties} for m in inner],
         may_name_reference=True,
     )
-
-
-class StoreSendBatch(SendBatch):
-    """A SendBatch whose `EncodedProperties` reach the store as they are (the base class
-    copies every message's properties into a new dict, which would re-serialize them)."""
-
-    __slots__ = ()
-
-    def store_properties(self) -> list[dict[str, str] | None] | None:
-        extras = self.extras
-        if extras is None or not all(
-            e is not None and e[0] is None and e[1] is None and type(e[2]) is EncodedProperties
-            for e in extras
-        ):
-            return super().store_properties()
-        out = [e[2] if e[2] else None for e in extras]  # type: ignore[index]
-        # The store takes any Mapping (`put_run`); SendBatch's signature names dicts.
-        return cast("list[dict[str, str] | None]", out)
 
 
 #: A property value as the canonical layout holds it (no separator inside).
