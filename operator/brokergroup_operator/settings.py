@@ -69,7 +69,8 @@ class OperatorSettings:
 
     cluster_ca_secret: str = ""
     """BROKERGROUP_CLUSTER_CA_SECRET: `namespace/name` of the release's cluster CA Secret
-    (ca.crt, ca.key, ca-bundle.crt; tls_material.py). The operator creates and renews it
+    (ca.crt, ca.key, ca-bundle.crt, and after a renewal ca-previous.crt and ca-previous.key
+    until the previous CA expires; tls_material.py). The operator creates and renews it
     unless BROKERGROUP_CLUSTER_CA_MANAGED is false (the user's own CA, Strimzi's
     generateCertificateAuthority: false). Empty: groups with spec.tls issuer operator wait."""
     cluster_ca_managed: bool = True
