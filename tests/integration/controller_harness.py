@@ -33,9 +33,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from brokergroup_controller.client import may_resend
+
 RAFT_PORT = 9880
 API_PORT = 9878
 DEFAULT_TOKEN = "integration-test-token"
+# The liveness reports a controller client re-sends without a requestId (client.py).
+IDEMPOTENT_PATHS = frozenset({"/v1/brokers/heartbeat", "/v1/brokers/inactive"})
 
 
 def wait_or_kill(process: subprocess.Popen[bytes], timeout_s: float) -> None:
@@ -302,6 +306,32 @@ class ControllerCluster:
                 return HttpResult(response.status, _json(response.read()), dict(response.headers))
         except urllib.error.HTTPError as err:
             return HttpResult(err.code, _json(err.read()), dict(err.headers))
+
+    def request_retrying(
+        self,
+        node_id: int,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        token: str | None = "default",
+        timeout_s: float = 5.0,
+        budget_s: float = 30.0,
+    ) -> HttpResult:
+        """`request`, re-sent to the same node while it answers 503 NOT_LEADER, as a
+        broker's controller client does: only reads, the liveness reports and bodies
+        carrying a requestId (`may_resend`), anything else is sent once. A stall of a
+        loaded machine can start an election between two steps of a test (CI run 50);
+        once a leader is elected the node serves or forwards again."""
+        path_only = path.split("?", 1)[0]
+        retry = may_resend(method, body, idempotent=path_only in IDEMPOTENT_PATHS)
+        deadline = time.monotonic() + budget_s
+        while True:
+            result = self.request(node_id, method, path, body, token=token, timeout_s=timeout_s)
+            not_leader = result.status == 503 and result.body.get("code") == "NOT_LEADER"
+            if not (retry and not_leader) or time.monotonic() > deadline:
+                return result
+            time.sleep(0.1)
 
     def raft_status(self, node_id: int, timeout_s: float = 1.0) -> dict[str, Any] | None:
         if not self.nodes[node_id].running():

@@ -22,6 +22,7 @@ import socket
 import struct
 import subprocess
 import time
+import uuid
 import zlib
 from pathlib import Path
 from typing import Any
@@ -74,8 +75,10 @@ def _send_to_raft_port(address: str, frame: bytes) -> None:
 
 
 def _apply_id(cluster: ControllerCluster, broker_name: str, broker_id: int = 1) -> None:
+    """As a broker applies: with a requestId, NOT_LEADER retried (a stall of the loaded
+    machine can start an election right after the leader wait, CI run 50)."""
     leader = cluster.wait_for_leader()
-    result = cluster.request(
+    result = cluster.request_retrying(
         leader,
         "POST",
         "/v1/brokers/apply-id",
@@ -85,13 +88,14 @@ def _apply_id(cluster: ControllerCluster, broker_name: str, broker_id: int = 1) 
             "brokerId": broker_id,
             "registerCode": f"code-{broker_name}",
             "address": f"127.0.{BLOCK}.99:10911",
+            "requestId": uuid.uuid4().hex,
         },
     )
     assert result.status == 200, result.body
 
 
 def _next_id(cluster: ControllerCluster, node_id: int, broker_name: str) -> int:
-    result = cluster.request(
+    result = cluster.request_retrying(
         node_id, "GET", f"/v1/next-broker-id?clusterName=C&brokerName={broker_name}"
     )
     assert result.status == 200, result.body
