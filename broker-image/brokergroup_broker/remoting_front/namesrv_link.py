@@ -1,8 +1,14 @@
 """The broker's registration with the name servers (REGISTER_BROKER, as a stock broker sends).
 
 Every `register_interval_ms` (RocketMQ's registerNameServerPeriod, 30 s), at once when a
-topic appears and at once on a role change (`register_now`), the broker registers with every name server: its remoting address, its
-persistent BrokerId and its topics. The name server (controller/…/namesrv) maps the
+topic appears and at once on a role change (`register_now`), the broker registers with every
+name server: its remoting address, its persistent BrokerId and its topics. A name server
+this broker could not reach, or whose connection closed (it restarted: its table is empty),
+is registered with again after `retry_ms` (doubling up to the period) instead of at the next
+period: a name server back from a restart otherwise routes clients without this broker for
+up to 30 s, and one whose table holds the group's slaves but not its master hands a stock
+producer a route with no brokerId 0 ("No route info of this topic" for every send; chaos
+seed 3702 window 97, docs/reliability.md). The name server (controller/…/namesrv) maps the
 registration to that BrokerId and names the controller's master brokerId 0 from the
 replicated state, so the broker never needs to know its role here; a committed election is
 in the next route without any broker registering again. One connection per name server is
@@ -117,6 +123,7 @@ class NameServerLink:
         *,
         register_interval_ms: int = 30_000,
         timeout_ms: int = 3_000,
+        retry_ms: int = 500,
         tls: ssl.SSLContext | None = None,
     ) -> None:
         """`tls`: reach the name servers over TLS with this context (`--tls-ca-file`)."""
@@ -127,8 +134,14 @@ class NameServerLink:
         self._credentials = credentials
         self._interval_s = register_interval_ms / 1000
         self._timeout_s = timeout_ms / 1000
+        self._retry_s = min(retry_ms / 1000, self._interval_s)
         self._wake = asyncio.Event()
+        #: A full pass (every name server) is due before the period ends.
+        self._full_pass_asked = True
         self._clients: dict[str, RemotingClient] = {}
+        #: Name servers that answered a registration over their open connection.
+        self._holding: set[str] = set()
+        self._watchers: dict[str, asyncio.Task[None]] = {}
         self._counter = 0
         #: Deleted topic → name servers that have not yet answered its deletion.
         self._deletions: dict[str, set[str]] = {}
@@ -149,29 +162,56 @@ class NameServerLink:
         """Register with every name server now, not at the next period: a new topic, or a
         role change (a promoted master's topics learnt as a slave; RocketMQ's
         BrokerController.changeToMaster → registerBrokerAll)."""
+        self._full_pass_asked = True
         self._wake.set()
 
     async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        next_full = loop.time()
+        retry_s = self._retry_s
         while True:
             self._wake.clear()
-            self._counter += 1
-            body = register_body(
-                self._reg, self._topics(), self._counter, time.time_ns() // 1_000_000
-            )
-            await asyncio.gather(*(self._register(a, body) for a in self._addresses))
+            now = loop.time()
+            full = self._full_pass_asked or now >= next_full
+            self._full_pass_asked = False
+            targets = self._addresses if full else self._missing()
+            if full:
+                next_full = now + self._interval_s
+            if targets:
+                self._counter += 1
+                body = register_body(
+                    self._reg, self._topics(), self._counter, time.time_ns() // 1_000_000
+                )
+                await asyncio.gather(*(self._register(a, body) for a in targets))
             for topic, addresses in list(self._deletions.items()):
                 for address in list(addresses):
                     if await self._delete(address, topic):
                         addresses.discard(address)
                 if not addresses:
                     self._deletions.pop(topic, None)
+            delay = next_full - loop.time()
+            if self._missing():
+                delay, retry_s = min(delay, retry_s), min(retry_s * 2, self._interval_s)
+            else:
+                retry_s = self._retry_s
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self._interval_s)
+                await asyncio.wait_for(self._wake.wait(), max(delay, 0.0))
+
+    def _missing(self) -> tuple[str, ...]:
+        """Name servers that may not hold this broker's registration (unreached, or their
+        connection closed since they answered)."""
+        return tuple(a for a in self._addresses if a not in self._holding)
 
     async def _register(self, address: str, body: bytes) -> None:
         cmd = request(RequestCode.REGISTER_BROKER, 0, register_fields(self._reg, body), body)
         answer = await self._invoke(address, cmd)
-        if answer is not None and answer.code != ResponseCode.SUCCESS:
+        if answer is None:
+            return
+        # Any answer counts as reached: a refusal is not retried sooner than the period.
+        client = self._clients.get(address)
+        if client is not None and not client.closed:
+            self._holding.add(address)
+        if answer.code != ResponseCode.SUCCESS:
             log.warning("name server %s refused the registration: %s", address, answer.remark)
 
     async def _delete(self, address: str, topic: str) -> bool:
@@ -204,15 +244,35 @@ class NameServerLink:
                     tls=self._tls,
                 )
                 self._clients[address] = client
+                self._watch(address, client)
             return await client.invoke(cmd, self._timeout_s)
         except (OSError, TimeoutError) as exc:
             log.info("name server %s unreachable: %s", address, exc)
+            self._holding.discard(address)
             if client is not None:
                 await client.close()
             self._clients.pop(address, None)
             return None
 
+    def _watch(self, address: str, client: RemotingClient) -> None:
+        """When `client`'s connection closes, register with `address` again soon."""
+
+        async def closed() -> None:
+            await client.connection.wait_closed()
+            if self._clients.get(address, client) is client:  # not replaced by a newer one
+                self._holding.discard(address)
+                self._wake.set()
+
+        previous = self._watchers.pop(address, None)
+        if previous is not None:
+            previous.cancel()
+        self._watchers[address] = asyncio.create_task(closed(), name=f"namesrv-watch {address}")
+
     async def close(self) -> None:
+        for task in self._watchers.values():
+            task.cancel()
+        await asyncio.gather(*self._watchers.values(), return_exceptions=True)
+        self._watchers.clear()
         for client in list(self._clients.values()):
             await client.close()
         self._clients.clear()
