@@ -16,6 +16,7 @@ from brokergroup_cli.local.targets import (
     KillRequest,
     TargetError,
     TargetKind,
+    awaits_controllers,
     parse_target,
     resolve_target,
 )
@@ -279,6 +280,24 @@ def test_unresolvable_targets_are_refused_with_the_reason(
 ) -> None:
     with pytest.raises(TargetError, match=message):
         resolve_target(parse_target(target), _snapshot(**overrides))
+
+
+def test_an_unanswered_controllers_view_is_awaited_not_taken_for_no_master() -> None:
+    """No controller answered (an election, a suspended leader): `local kill master` asks
+    again instead of refusing "no live master" (an integration test's `local kill master`
+    failed so under load while the group had a master), and says why if it never comes."""
+    unknown = _snapshot(
+        replica_info=None, raft={1: None, 2: None, 3: None},
+        problems=("controller 127.0.1.2:9878: HTTP 503 NOT_LEADER",),
+    )  # fmt: skip
+    assert awaits_controllers(parse_target("master"), unknown)
+    assert awaits_controllers(parse_target("controller-leader"), unknown)
+    assert not awaits_controllers(parse_target("broker-2"), unknown)
+    with pytest.raises(TargetError, match=r"no controller answered .*HTTP 503 NOT_LEADER"):
+        resolve_target(parse_target("master"), unknown)
+    answered = _snapshot(replica_info={**REPLICA_INFO, "masterBrokerId": None})
+    assert not awaits_controllers(parse_target("master"), answered)  # no master: refused
+    assert not awaits_controllers(parse_target("master"), _snapshot())
 
 
 def test_a_recorded_master_that_is_not_alive_is_shown_as_such() -> None:

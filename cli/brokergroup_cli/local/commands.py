@@ -37,7 +37,12 @@ from brokergroup_cli.local.state import (
 )
 from brokergroup_cli.local.status import StatusSnapshot, render_text
 from brokergroup_cli.local.supervisor import Supervisor, prepare_dir, wall_ms
-from brokergroup_cli.local.targets import TargetError, parse_target, resolve_target
+from brokergroup_cli.local.targets import (
+    TargetError,
+    awaits_controllers,
+    parse_target,
+    resolve_target,
+)
 from brokergroup_remoting import event_loop
 
 _CLEAR = "\x1b[H\x1b[2J"
@@ -352,11 +357,20 @@ def cmd_status(args: argparse.Namespace) -> int:
 # --- kill -------------------------------------------------------------------------
 
 
+#: How long `local kill master|controller-leader` asks again while no controller answers.
+KILL_VIEW_WAIT_S = 15.0
+
+
 def cmd_kill(args: argparse.Namespace) -> int:
     layout = _layout(args)
+    deadline = time.monotonic() + KILL_VIEW_WAIT_S
     try:
         request = parse_target(args.target)
-        snapshot = _snapshot(layout)
+        while True:
+            snapshot = _snapshot(layout)
+            if not awaits_controllers(request, snapshot) or time.monotonic() >= deadline:
+                break
+            time.sleep(0.2)
         target = resolve_target(request, snapshot)
     except (LocalError, TargetError) as exc:
         return _fail(str(exc))

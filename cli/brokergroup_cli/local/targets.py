@@ -62,9 +62,23 @@ def parse_target(text: str) -> KillRequest:
     )
 
 
+def awaits_controllers(request: KillRequest, snapshot: StatusSnapshot) -> bool:
+    """Whether `request` names a process by the controllers' view and `snapshot` has none
+    (no controller answered: a Raft election, a suspended leader). The view, not the group,
+    is missing, so `local kill` asks again for a while instead of refusing."""
+    if request.kind is TargetKind.MASTER:
+        return snapshot.master_epoch is None
+    if request.kind is TargetKind.CONTROLLER_LEADER:
+        return snapshot.leader_node_id is None
+    return False
+
+
 def resolve_target(request: KillRequest, snapshot: StatusSnapshot) -> KillTarget:
     if request.kind in (TargetKind.MASTER, TargetKind.BROKER):
         if request.kind is TargetKind.MASTER:
+            if snapshot.master_epoch is None:
+                why = "; ".join(snapshot.problems) or "no answer"
+                raise TargetError(f"no controller answered with the group's master ({why})")
             if snapshot.master_broker_id is None:
                 raise TargetError(
                     f"the group has no live master now (masterEpoch {snapshot.master_epoch})"
