@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import json
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -66,6 +67,21 @@ async def broker_addrs(namesrv: str, credentials: Credentials) -> dict[str, str]
     return addrs
 
 
+async def raft_leader_host(nodes: list[str], token: str) -> str:
+    """The host of the controller that is the Raft leader now (bounded wait)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        for node in nodes:
+            with contextlib.suppress(OSError, ValueError):
+                raft = await asyncio.to_thread(
+                    http_json, f"http://{node.split(':')[0]}:{API_PORT}/v1/raft", token, 5
+                )
+                if raft.get("isLeader"):
+                    return node.split(":")[0]
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"no controller of {nodes} is the Raft leader")
+
+
 def forwarding_to(status: dict[str, Any], target: str | None) -> dict[str, Any] | None:
     """`status` once the stable address forwards to `target` (None: the status's master)."""
     if target is None and status.get("master") is not None:
@@ -101,8 +117,7 @@ async def scenario(runtime: Runtime, status: dict[str, Any]) -> None:
                     break
             await asyncio.sleep(0.2)
         assert await broker_addrs(node, credentials) == expected
-    raft = http_json(f"http://{nodes[0].split(':')[0]}:{API_PORT}/v1/raft", token, 5)
-    leader_host = raft["leader"].split(":")[0]
+    leader_host = await raft_leader_host(nodes, token)
     epoch, set_epoch = status["masterEpoch"], status["syncStateSetEpoch"]
 
     killed = runtime.run("kill", "master")
@@ -116,25 +131,35 @@ async def scenario(runtime: Runtime, status: dict[str, Any]) -> None:
             f"clusterName={status['clusterName']}&brokerName={status['brokerName']}"
             f"&masterEpoch={epoch}&syncStateSetEpoch={set_epoch}&timeoutMs=5000"
         )
-        info = await asyncio.to_thread(
-            http_json, f"http://{leader_host}:{API_PORT}/v1/watch?{query}", token, 10
-        )
-        if info["masterEpoch"] > status["masterEpoch"] and info["masterBrokerId"] not in (
-            None,
-            master_id,
-        ):
+        try:
+            info = await asyncio.to_thread(
+                http_json, f"http://{leader_host}:{API_PORT}/v1/watch?{query}", token, 10
+            )
+        except urllib.error.HTTPError as exc:
+            # 503 NOT_LEADER: a Raft election since the leader was found (a stall of the
+            # controllers on a loaded machine); a broker's client asks the new leader too.
+            if exc.code != 503:
+                raise
+            leader_host = await raft_leader_host(nodes, token)
+            continue
+        if info["masterEpoch"] > status["masterEpoch"] and info["masterBrokerId"] is not None:
             break
         epoch, set_epoch = info["masterEpoch"], info["syncStateSetEpoch"]
     new_master = info["masterBrokerId"]
-    assert new_master not in (None, master_id), info
+    assert new_master is not None and info["masterEpoch"] > status["masterEpoch"], info
+    # Usually a slave; when the controllers stalled past the supervisor's restart of the
+    # killed broker (on a new address, its store intact, still in the SyncStateSet), it may
+    # be elected again at the new masterEpoch, which is just as right.
+    reelected = new_master == master_id
 
     # The leader applied it before answering: its name server's next route has it.
     port = nodes[0].rsplit(":", 1)[1]
     after = await broker_addrs(f"{leader_host}:{port}", credentials)
     assert after["0"] == stable
-    # The killed master's registration went with its connection (or, if the name server has
-    # not seen that close yet, it keeps its persistent id).
-    assert after.get(str(master_id), address_of[master_id]) == address_of[master_id]
+    # The killed master's registration went with its connection; if the name server has not
+    # seen that close yet, it keeps its persistent id; on a loaded machine the supervisor may
+    # have restarted it already, on a new address, registered under that id as a slave.
+    assert after.get(str(master_id)) != stable
     assert str(new_master) not in after
     for node in nodes:  # followers apply the same entry a moment later
         for _ in range(50):
@@ -147,7 +172,7 @@ async def scenario(runtime: Runtime, status: dict[str, Any]) -> None:
     # status file is rewritten every poll).
     moved = wait_for(
         "the forwarder on the new master",
-        lambda: forwarding_to(runtime.status(), address_of[new_master]),
+        lambda: forwarding_to(runtime.status(), None if reelected else address_of[new_master]),
         30,
         runtime,
     )
