@@ -208,3 +208,70 @@ def test_a_committed_election_moves_broker_id_0_before_any_registration(runtime:
         runtime,
     )
     asyncio.run(scenario(runtime, status))
+
+
+async def route_or_none(namesrv: str, credentials: Credentials) -> dict[str, str] | None:
+    """The topic's brokerAddrs from `namesrv`, or None (not answering, or no route yet)."""
+    try:
+        return await broker_addrs(namesrv, credentials)
+    except (OSError, TimeoutError, AssertionError):
+        return None
+
+
+async def restarted_name_server(runtime: Runtime, status: dict[str, Any]) -> None:
+    credentials = Credentials(status["accessKey"], status["secretKey"])
+    nodes = status["namesrvAddress"].split(";")
+    address_of = {
+        b["brokerId"]: f"{b['address'].rsplit(':', 1)[0]}:{REMOTING_PORT}"
+        for b in status["brokers"]
+    }
+    expected = {str(i): a for i, a in address_of.items() if i != status["master"]["brokerId"]}
+    expected["0"] = status["masterAddress"]
+    # A follower's node: its name server restarts with its controller, no election needed.
+    leader = status["controllerLeader"]["nodeId"]
+    node_id = next(c["nodeId"] for c in status["controllers"] if c["nodeId"] != leader)
+    node = nodes[node_id - 1]
+    for _ in range(100):  # every broker registered there before
+        if await route_or_none(node, credentials) == expected:
+            break
+        await asyncio.sleep(0.2)
+    assert await route_or_none(node, credentials) == expected
+    killed = runtime.run("kill", f"controller-{node_id}")
+    assert killed.returncode == 0, killed.stderr
+    # Back on its address with an empty table; the brokers saw their connections to it
+    # close and register again within the retry (0.5 s doubling), not at their period
+    # (100 s here): before, this route had no brokers until then (TOPIC_NOT_EXIST).
+    deadline = time.monotonic() + 60
+    route = None
+    while time.monotonic() < deadline and route != expected:
+        route = await route_or_none(node, credentials)
+        await asyncio.sleep(0.2)
+    assert route == expected, route
+
+
+def test_a_restarted_name_server_routes_the_group_before_the_brokers_period(
+    tmp_path: Path,
+) -> None:
+    """The issue-37 full run's five long `local` windows (docs/reliability.md "A restarted
+    name server without the master"): a name server restarted with its controller must
+    route the group, master included, long before the brokers' next periodic registration."""
+    with local_runtime(
+        tmp_path / "local", ("broker.registerNameServerPeriodMs=100000",)
+    ) as runtime:
+        up = runtime.up(brokers=3)
+        assert up.returncode == 0, f"{up.stdout}\n{up.stderr}\n{runtime.logs()}"
+        status = wait_for(
+            "three brokers in the SyncStateSet and the forwarder on the master",
+            lambda: (
+                (
+                    (s := runtime.status())["master"] is not None
+                    and len(s["syncStateSet"]) == 3
+                    and s["controllerLeader"] is not None
+                    and forwarding_to(s, None)
+                )
+                or None
+            ),
+            60,
+            runtime,
+        )
+        asyncio.run(restarted_name_server(runtime, status))
