@@ -12,7 +12,9 @@ quick re-registration.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
+from collections.abc import AsyncIterator
 
 from brokergroup_broker.remoting_front.namesrv_link import NameServerLink, Registration
 from brokergroup_controller.namesrv.server import NameServer
@@ -70,40 +72,38 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-async def test_a_name_server_back_from_a_restart_is_registered_with_before_the_period() -> None:
-    first = await _name_server()
-    port = first.port
+@contextlib.asynccontextmanager
+async def _running(port: int) -> AsyncIterator[list[NameServer]]:
+    """A link to 127.0.0.1:`port` running; closes it and every name server put in the list."""
     link = _link(port)
     task = asyncio.create_task(link.run())
-    second: NameServer | None = None
+    started: list[NameServer] = []
     try:
-        before = await _registered_topics(first)
-        await first.close()  # the name server's process ends: its connections close
-        second = await _name_server(port)  # back on its address, with an empty table
-        after = await _registered_topics(second)
+        yield started
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         await link.close()
-        if second is not None:
-            await second.close()
+        for namesrv in started:
+            await namesrv.close()
+
+
+async def test_a_name_server_back_from_a_restart_is_registered_with_before_the_period() -> None:
+    first = await _name_server()
+    port = first.port
+    async with _running(port) as started:
+        before = await _registered_topics(first)
+        await first.close()  # the name server's process ends: its connections close
+        started.append(await _name_server(port))  # back on its address, with an empty table
+        after = await _registered_topics(started[0])
     assert before is not None and "Orders" in before
     assert after == before
 
 
 async def test_a_name_server_down_at_start_is_registered_with_once_it_is_up() -> None:
     port = _free_port()
-    link = _link(port)
-    task = asyncio.create_task(link.run())
-    namesrv: NameServer | None = None
-    try:
+    async with _running(port) as started:
         await asyncio.sleep(1.0)  # the first attempts are refused
-        namesrv = await _name_server(port)
-        topics = await _registered_topics(namesrv)
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        await link.close()
-        if namesrv is not None:
-            await namesrv.close()
+        started.append(await _name_server(port))
+        topics = await _registered_topics(started[0])
     assert topics is not None and "Orders" in topics
