@@ -49,7 +49,13 @@ from _cpu import cpu_window, take_sample
 
 from brokergroup_cli.chaos import faults as fault_kinds
 from brokergroup_cli.chaos import scenarios
-from brokergroup_cli.chaos.report import compare, compare_markdown, write_compare_html
+from brokergroup_cli.chaos.report import (
+    compare,
+    compare_markdown,
+    with_reused_offsets,
+    write_compare_html,
+)
+from brokergroup_cli.chaos.runner import read_history
 
 TARGETS = ("local", "local-rocketmq", "rocketmq")
 #: The fault types compared: the ones every target can take the same way (no tmpfs disk,
@@ -104,6 +110,15 @@ def run_one(command: list[str], timeout_s: float) -> tuple[dict[str, Any] | None
     return None, f"exit {done.returncode}: {tail[:300]}"
 
 
+def read_summary(run_dir: Path) -> dict[str, Any]:
+    """A finished run's summary.json; one checked before the checker named reused offsets
+    gets them from the run's own history."""
+    summary: dict[str, Any] = json.loads((run_dir / "summary.json").read_text())
+    if (run_dir / "history.jsonl").exists():
+        summary = with_reused_offsets(summary, *read_history(run_dir))
+    return summary
+
+
 def rebuild(out_root: Path, results: Path) -> int:
     """Judge a finished run's per-run summaries (OUT/<target>/seed-*/, OUT/<target>/
     <scenario>-<seed>/) again into `results` and its HTML: the comparison, windows run and
@@ -120,7 +135,7 @@ def rebuild(out_root: Path, results: Path) -> int:
             path = run_dir / "summary.json"
             if not path.exists():
                 continue
-            summary = json.loads(path.read_text())
+            summary = read_summary(run_dir)
             wall[target] = wall.get(target, 0.0) + float(summary.get("wall_s", 0.0))
             windows_run[target] = windows_run.get(target, 0) + int(summary.get("windows", 0))
             if "scenario" in summary:
@@ -320,7 +335,7 @@ def main() -> int:
         log(f"{label}: {' '.join(command[3:])}")
         done = out / "summary.json"
         if done.exists():  # a resumed run: this one finished before
-            summary, why, took = json.loads(done.read_text()), "", 0.0
+            summary, why, took = read_summary(out), "", 0.0
             log(f"{label}: already run, its summary.json taken")
         else:
             with holding(args.lock):

@@ -11,13 +11,22 @@ from pathlib import Path
 import pytest
 
 from brokergroup_cli.chaos import faults, scenarios
-from brokergroup_cli.chaos.checker import OK, FaultResult, FaultWindow, Findings, Operation
+from brokergroup_cli.chaos.checker import (
+    OK,
+    FaultResult,
+    FaultWindow,
+    Findings,
+    Operation,
+    ReadRecord,
+    check,
+)
 from brokergroup_cli.chaos.report import (
     compare,
     compare_markdown,
     summarize,
     svg_bars,
     window_rows,
+    with_reused_offsets,
     write_compare_html,
 )
 
@@ -181,3 +190,53 @@ def test_a_scenario_runs_its_steps_in_order_with_their_timings_and_records_recov
     assert run.windows[0].end_s - run.windows[0].start_s >= 0.01  # the step's own fault_s
     assert len(run.healthy_s) == 4 and all(h is not None for h in run.healthy_s)
     assert all(h >= w.end_s for h, w in zip(run.healthy_s, run.windows, strict=True))  # type: ignore[operator]
+
+
+def _placed(key: str, invoke: float, complete: float, queue_offset: int) -> Operation:
+    return Operation(key.split("-")[0], int(key.split("-")[1]), key, invoke, complete, OK, 0,
+                     queue_offset)  # fmt: skip
+
+
+PLACED = [
+    _placed("p0-0", 9.0, 9.1, 0),
+    _placed("p1-0", 9.5, 9.6, 1),
+    _placed("p1-1", 15.0, 15.1, 1),  # position 1 again, between W1 and W2: W2's
+    _placed("p0-1", 16.0, 16.1, 0),  # and position 0
+    _placed("p0-2", 30.0, 30.1, 2),
+]
+
+
+def _placed_summary() -> dict[str, object]:
+    read = [ReadRecord(o.key, 0, o.queue_offset or 0) for o in PLACED]
+    findings = check(PLACED, read, [W1, W2])
+    return summarize(
+        findings, seeds=[7], windows=2, skipped={}, not_recovered=[], reads=len(read),
+        operations=PLACED, windows_run=[W1, W2], healthy_s=[16.0, 23.5],
+    )  # fmt: skip
+
+
+def test_reused_offsets_are_counted_attributed_and_compared() -> None:
+    s = _placed_summary()
+    assert s["reused_offsets"] == 2 and s["data_safe"] is False
+    assert [r["reused"] for r in s["recovery"]] == [[], ["p0-1", "p1-1"]]
+    assert s["samples"]["reused_offsets"] == [[0, 0, "p0-0", "p0-1"], [0, 1, "p1-0", "p1-1"]]
+    doc = compare({"rocketmq": [s]})
+    assert doc["faults"]["partition-bridge"]["rocketmq"]["reused_offsets"] == 2
+    assert doc["faults"]["kill-master"]["rocketmq"]["reused_offsets"] == 0
+    assert [(b["window"], b["reused_offsets"]) for b in doc["bad_windows"]] == [(2, 2)]
+    assert "| partition-bridge | rocketmq | 1 | 0 | 0 | 0 | 2 |" in compare_markdown(doc)
+
+
+def test_a_summary_checked_before_reused_offsets_gets_them_from_its_history() -> None:
+    fresh = _placed_summary()
+    old = {k: v for k, v in fresh.items() if k != "reused_offsets"}
+    old["recovery"] = [{k: v for k, v in r.items() if k != "reused"} for r in fresh["recovery"]]
+    old["data_safe"] = old["targets_met"] = True
+    old["samples"] = {k: v for k, v in fresh["samples"].items() if k != "reused_offsets"}
+    # Not known: a dash in the comparison, not a zero.
+    assert (
+        compare({"rocketmq": [old]})["faults"]["kill-master"]["rocketmq"]["reused_offsets"] is None
+    )
+    filled = with_reused_offsets(old, PLACED, [W1, W2])
+    assert filled == fresh
+    assert with_reused_offsets(fresh, [], []) is fresh  # already checked: untouched

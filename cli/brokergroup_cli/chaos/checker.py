@@ -28,8 +28,15 @@ to a few attempts with the same key and body):
   read back in the opposite order of their sends (a client sends one key at
   a time, so its acknowledged keys must keep their order; first copies count).
 - **misplaced**: acknowledged at (queueId, queueOffset) but read back elsewhere.
+- **reused offset**: one (queueId, queueOffset) acknowledged for two different
+  keys (a run's sends go to one topic): the broker handed a queue position out
+  twice, e.g. a new master that went on below offsets already acknowledged.
+  Consumers that commit offsets skip or re-read around it, and the order
+  checks above see the keys at the later position as reordered: this names the
+  cause. One entry per later key, with the key first acknowledged there.
 - **unstable read**: a consumer, during the run, read a key at (queueId,
-  queueOffset) where the final drain holds another key or nothing — it was
+  queueOffset) where the final drain does not hold that key (another key or
+  nothing; at a reused offset it may hold several) — it was
   shown something a failover later took back (replicas serve only up to
   confirmOffset, so this must never happen). A consumed key never sent is
   unexpected too.
@@ -143,6 +150,8 @@ class Findings:
     order_violations: list[tuple[int, str, str]] = field(default_factory=list)
     unstable_reads: list[tuple[int, int, str]] = field(default_factory=list)
     """(queueId, queueOffset, key consumed there) not in the final log at that place."""
+    reused_offsets: list[tuple[int, int, str, str]] = field(default_factory=list)
+    """(queueId, queueOffset, key acknowledged there first, a later key acknowledged there)."""
     faults: list[FaultResult] = field(default_factory=list)
     unexpected_unavailability: list[Unavailability] = field(default_factory=list)
 
@@ -155,6 +164,7 @@ class Findings:
             or self.unexpected
             or self.misplaced
             or self.unstable_reads
+            or self.reused_offsets
             or self.corrupt
             or self.replica_mismatches
         )
@@ -200,12 +210,12 @@ def check(
         }
     )
     findings.replica_mismatches = replica_mismatches(read_back, replica_reads, replicas_read)
-    final = {(r.topic, r.queue_id, r.queue_offset): r.key for r in read_back}
+    final = {(r.topic, r.queue_id, r.queue_offset, r.key) for r in read_back}
     findings.unstable_reads = sorted(
         {
             (r.queue_id, r.queue_offset, r.key)
             for r in consumed
-            if final.get((r.topic, r.queue_id, r.queue_offset)) != r.key
+            if (r.topic, r.queue_id, r.queue_offset, r.key) not in final
         }
     )
     findings.duplicated = sorted(
@@ -221,6 +231,7 @@ def check(
         and (op.queue_id, op.queue_offset) not in {(r.queue_id, r.queue_offset) for r in copies[k]}
     )
     findings.order_violations = _order_violations(read_back, acked)
+    findings.reused_offsets = reused_offsets(operations)
     stretches = unavailability(operations, slow_s)
     owner = {id(u): _owner(u, windows, grace_s) for u in stretches}
     findings.faults = [
@@ -262,6 +273,22 @@ def replica_mismatches(
                 continue
             out.append((replica, *at, what))
     return out
+
+
+def reused_offsets(operations: Iterable[Operation]) -> list[tuple[int, int, str, str]]:
+    """(queueId, queueOffset, first key, later key) for every acknowledged send whose
+    position an earlier acknowledged send of another key already had ("earlier": acked
+    first; the same key acked twice at one position is a retry, not a reuse)."""
+    first: dict[tuple[int, int], str] = {}
+    out: set[tuple[int, int, str, str]] = set()
+    for op in sorted(operations, key=lambda o: (o.complete_s, o.client, o.seq)):
+        if op.outcome != OK or op.queue_id is None or op.queue_offset is None:
+            continue
+        at = (op.queue_id, op.queue_offset)
+        had = first.setdefault(at, op.key)
+        if had != op.key:
+            out.add((*at, had, op.key))
+    return sorted(out)
 
 
 def _order_violations(

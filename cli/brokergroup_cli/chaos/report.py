@@ -28,6 +28,7 @@ from brokergroup_cli.chaos.checker import (
     Findings,
     Operation,
     percentile,
+    reused_offsets,
 )
 
 #: Unavailability targets per fault type (issue "Chaos"; DESIGN.md §9).
@@ -90,7 +91,7 @@ def window_rows(
                 "note": w.note, "unavailable_s": _r(unavailable.get((w.start_s, w.fault), 0.0)),
                 "first_ack_s": _r(None if first_ack is None else first_ack - w.end_s),
                 "sss_full_s": _r(None if healthy is None else max(0.0, healthy - w.end_s)),
-                "lost": [], "duplicated": [], "reordered": [],
+                "lost": [], "duplicated": [], "reordered": [], "reused": [],
             }
         )  # fmt: skip
 
@@ -106,7 +107,36 @@ def window_rows(
         attribute("duplicated", key)
     for _queue, _first, later in findings.order_violations:
         attribute("reordered", later)
+    for _queue, _offset, _first, later in findings.reused_offsets:
+        attribute("reused", later)
     return rows
+
+
+def with_reused_offsets(
+    summary: dict[str, Any], operations: Sequence[Operation], windows: Sequence[FaultWindow]
+) -> dict[str, Any]:
+    """A summary written before the checker named reused offsets, with them: the count,
+    the samples, each window row's keys (as `window_rows` attributes them) and the
+    scenario outcome's count, from the run's own history (`runner.read_history`)."""
+    if "reused_offsets" in summary:
+        return summary
+    found = reused_offsets(operations)
+    invoked = {o.key: o.invoke_s for o in operations}
+    rows = [dict(row, reused=[]) for row in summary.get("recovery", [])]
+    for _queue, _offset, _first, later in found:
+        at = _owner(windows, invoked[later])
+        if at is not None and at < len(rows):
+            rows[at]["reused"].append(later)
+    out = summary | {
+        "reused_offsets": len(found),
+        "recovery": rows,
+        "samples": summary.get("samples", {}) | {"reused_offsets": [list(v) for v in found[:20]]},
+        "data_safe": bool(summary.get("data_safe")) and not found,
+        "targets_met": bool(summary.get("targets_met")) and not found,
+    }
+    if isinstance(summary.get("scenario"), dict):
+        out["scenario"] = summary["scenario"] | {"reused_offsets": len(found)}
+    return out
 
 
 def _per_fault_rows(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -124,6 +154,12 @@ def _per_fault_rows(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]
             "lost": sum(len(r["lost"]) for r in chosen),
             "duplicated": sum(len(r["duplicated"]) for r in chosen),
             "reordered": sum(len(r["reordered"]) for r in chosen),
+            # None: a run checked before reused offsets were (its rows do not say).
+            "reused_offsets": (
+                sum(len(r["reused"]) for r in chosen)
+                if all("reused" in r for r in chosen)
+                else None
+            ),
             "unavailable_p50_s": _r(percentile(unavailable, 50)),
             "unavailable_p99_s": _r(percentile(unavailable, 99)),
             "first_ack_p50_s": _r(percentile(first_ack, 50)),
@@ -167,6 +203,7 @@ def summarize(
         "misplaced": len(findings.misplaced),
         "order_violations": len(findings.order_violations),
         "unstable_reads": len(findings.unstable_reads),
+        "reused_offsets": len(findings.reused_offsets),
         "corrupt": len(findings.corrupt),
         "replica_mismatches": len(findings.replica_mismatches),
         "unexpected_unavailability": {
@@ -186,6 +223,7 @@ def summarize(
             "unexpected": findings.unexpected[:20],
             "order_violations": [list(v) for v in findings.order_violations[:20]],
             "unstable_reads": [list(v) for v in findings.unstable_reads[:20]],
+            "reused_offsets": [list(v) for v in findings.reused_offsets[:20]],
             "corrupt": [list(v) for v in findings.corrupt[:20]],
             "replica_mismatches": [list(v) for v in findings.replica_mismatches[:20]],
         },
@@ -206,6 +244,7 @@ def table(summary: dict[str, Any]) -> str:
         f"acknowledged {summary['acknowledged']} · lost {summary['lost']} · duplicated "
         f"{summary['duplicated']} · unexpected {summary['unexpected']} · order violations "
         f"{summary['order_violations']} · unstable reads {summary['unstable_reads']} · "
+        f"reused offsets {summary['reused_offsets']} · "
         f"corrupt {summary['corrupt']} · replica mismatches {summary['replica_mismatches']} · "
         f"unexpected unavailability "
         f"{summary['unexpected_unavailability']['count']}"
@@ -260,7 +299,8 @@ def write_html(summary: dict[str, Any], png: Path, path: Path) -> None:
         for fault, f in summary["faults"].items()
     )  # fmt: skip
     counts = ("acknowledged", "lost", "duplicated", "unexpected", "misplaced",
-              "order_violations", "unstable_reads", "corrupt", "replica_mismatches")  # fmt: skip
+              "order_violations", "unstable_reads", "reused_offsets", "corrupt",
+              "replica_mismatches")  # fmt: skip
     verdict = "no acknowledged message lost or reordered" if summary["data_safe"] else "DATA LOST"
     body = (
         "<!doctype html><meta charset=utf-8><title>brokergroup chaos run</title>"
@@ -298,6 +338,7 @@ COMPARE_COLUMNS = (
     ("lost", "lost"),
     ("duplicated", "duplicated"),
     ("reordered", "reordered"),
+    ("reused_offsets", "reused offsets"),
     ("unavailable_p50_s", "unavail. p50 s"),
     ("unavailable_p99_s", "unavail. p99 s"),
     ("first_ack_p50_s", "→ 1st ack p50 s"),
@@ -322,12 +363,15 @@ def compare(runs: Mapping[str, Sequence[dict[str, Any]]]) -> dict[str, Any]:
             seeds[target].append(seed)
             for row in summary.get("recovery", []):
                 rows.append(row | {"seed": seed})
-                if row["lost"] or row["duplicated"] or row["reordered"]:
+                reused = row.get("reused")
+                if row["lost"] or row["duplicated"] or row["reordered"] or reused:
                     bad_windows.append(
                         {"target": target, "seed": seed, "window": row["window"],
                          "fault": row["fault"], "lost": len(row["lost"]),
                          "duplicated": len(row["duplicated"]),
-                         "reordered": len(row["reordered"]), "note": row["note"]}
+                         "reordered": len(row["reordered"]),
+                         "reused_offsets": None if reused is None else len(reused),
+                         "note": row["note"]}
                     )  # fmt: skip
         for fault, cells in _per_fault_rows(rows).items():
             table[fault][target] = cells
@@ -438,7 +482,7 @@ def write_compare_html(doc: dict[str, Any], path: Path, note: str = "") -> None:
     bad = "".join(
         "<tr>"
         + "".join(
-            f"<td>{html.escape(str(b[k]))}</td>"
+            f"<td>{html.escape(str(b.get(k, '-')))}</td>"
             for k in (
                 "target",
                 "seed",
@@ -447,6 +491,7 @@ def write_compare_html(doc: dict[str, Any], path: Path, note: str = "") -> None:
                 "lost",
                 "duplicated",
                 "reordered",
+                "reused_offsets",
                 "note",
             )
         )
@@ -462,7 +507,8 @@ def write_compare_html(doc: dict[str, Any], path: Path, note: str = "") -> None:
             f"<td>{html.escape(str(v))}</td>"
             for v in (
                 name, ", ".join(o.get("issues", [])), target, o.get("seed"), o.get("lost"),
-                o.get("duplicated"), o.get("reordered"), o.get("unstable_reads"),
+                o.get("duplicated"), o.get("reordered"), o.get("reused_offsets", "-"),
+                o.get("unstable_reads"),
                 o.get("replica_mismatches"), o.get("failed_sends"), o.get("unavailable_max_s"),
                 o.get("unavailable_total_s"), len(o.get("not_recovered") or []),
                 o.get("blind_spot", ""),
@@ -476,7 +522,8 @@ def write_compare_html(doc: dict[str, Any], path: Path, note: str = "") -> None:
     scenario_head = "".join(
         f"<th>{h}</th>"
         for h in ("scenario", "apache/rocketmq", "target", "seed", "lost", "duplicated",
-                  "reordered", "unstable reads", "replica mismatches", "failed sends",
+                  "reordered", "reused offsets", "unstable reads", "replica mismatches",
+                  "failed sends",
                   "unavail. max s", "unavail. total s", "windows not recovered", "blind spot")
     )  # fmt: skip
     page = (
@@ -497,7 +544,8 @@ def write_compare_html(doc: dict[str, Any], path: Path, note: str = "") -> None:
         + "<h2>Windows that lost, duplicated or reordered</h2>"
         + (
             "<table><tr><th>target</th><th>seed</th><th>window</th><th>fault</th><th>lost</th>"
-            f"<th>duplicated</th><th>reordered</th><th>note</th></tr>{bad}</table>"
+            f"<th>duplicated</th><th>reordered</th><th>reused offsets</th><th>note</th></tr>"
+            f"{bad}</table>"
             if bad
             else "<p>none</p>"
         )

@@ -198,6 +198,7 @@ def outcome(scenario: Scenario, summary: dict[str, object]) -> dict[str, object]
         "duplicated": summary.get("duplicated"),
         "reordered": summary.get("order_violations"),
         "unstable_reads": summary.get("unstable_reads"),
+        "reused_offsets": summary.get("reused_offsets"),
         "replica_mismatches": summary.get("replica_mismatches"),
         "failed_sends": summary.get("failed"),
         "indeterminate_sends": summary.get("indeterminate"),
