@@ -50,8 +50,8 @@ def test_openchaos_faults_once_each_lose_nothing_and_leave_no_rules(tmp_path: Pa
     assert s["acknowledged"] > 50, s
     assert (
         s["lost"], s["order_violations"], s["misplaced"], s["unexpected"], s["corrupt"],
-        s["replica_mismatches"],
-    ) == (0, 0, 0, 0, 0, 0), s  # fmt: skip
+        s["replica_mismatches"], s["reused_offsets"],
+    ) == (0, 0, 0, 0, 0, 0, 0), s  # fmt: skip
     assert set(s["faults"]) == set(NEW), s["faults"]
     assert not s["not_recovered"], s
     # Recovery per window: the SyncStateSet was full again, and a write acknowledged, after each.
