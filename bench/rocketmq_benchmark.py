@@ -20,7 +20,8 @@ Per side, on topic BenchTopic with 1 KiB bodies (`-s 1024`):
    CPU per message per side is sampled over the same window (/proc, bench/_cpu.py).
 2. **produce + consume**: Consumer (`-w 20`, a push consumer, group benchmark_consumer)
    started first, then Producer again, on a topic of their own (BenchConsumeTopic: on the
-   first run's topic a new group would drain that run's backlog); the same window: Consume TPS and the consumer's
+   first run's topic a new group would drain that run's backlog), made on both sides before
+   the Consumer starts (8 queues); the same window: Consume TPS and the consumer's
    average born-to-consumed (B2C) and stored-to-consumed (S2C) latency beside Send TPS.
 
 `--profile` (brokergroup side, produce run): py-spy samples the master broker over the
@@ -163,8 +164,13 @@ def produce(
 
 def run_side(side: Any, args: argparse.Namespace, work: Path) -> dict[str, Any]:
     client: StockClient = side.start()
-    if isinstance(side, RocketMQSide):  # brokergroup's brokers create it at the first send
+    # Made before the Consumer starts, on both sides: a push consumer subscribed to a topic
+    # that does not exist yet finds it only at its next route poll (30 s) and rebalance, and
+    # then, a new group, starts at offset 0: it measured draining that backlog (B2C seconds).
+    if isinstance(side, RocketMQSide):
         side.group.create_topic(CONSUME_TOPIC, 8)
+    else:
+        side.create_topic(CONSUME_TOPIC, 8)
     result: dict[str, Any] = {}
     for label, consume in (("produce", False), ("produceConsume", True)):
         profile = args.profile and side.name == "brokergroup" and not consume
