@@ -337,6 +337,8 @@ def test_a_queue_offset_acknowledged_for_two_keys_is_a_reused_offset() -> None:
     # The same position in another queue, a retry of one key, a failed or unplaced send:
     # no reuse.
     assert reused_offsets([first, _acked("p2", 1, 4.0, 60960, queue_id=3)]) == []
+    # A later phase of the run: its own topic on a fresh runtime, from offset 0 again.
+    assert reused_offsets([first, replace(later, topic="ChaosTopic-a")]) == []
     assert reused_offsets([first, replace(first, complete_s=5.0, seq=6)]) == []
     assert reused_offsets([first, replace(later, outcome=FAILED, queue_id=None)]) == []
     assert reused_offsets([first, replace(later, queue_offset=None)]) == []

@@ -48,17 +48,20 @@ def test_a_send_line_becomes_an_operation_on_the_runs_clock() -> None:
     line = {"client": "p1", "seq": 7, "key": "p1-7", "invokeMs": 1_000_250,
             "completeMs": 1_000_300, "outcome": "ok", "detail": "SEND_OK", "bodyCrc": 42,
             "queueId": 1, "queueOffset": 9}  # fmt: skip
-    op = _operation(line, 1_000.0)
-    assert (op.client, op.seq, op.key, op.outcome, op.queue_id, op.queue_offset) == (
+    op = _operation(line, 1_000.0, "ChaosTopic-a")
+    assert (op.client, op.seq, op.key, op.outcome, op.queue_id, op.queue_offset, op.topic) == (
         "p1",
         7,
         "p1-7",
         "ok",
         1,
         9,
+        "ChaosTopic-a",
     )
     assert (round(op.invoke_s, 3), round(op.complete_s, 3), op.error) == (0.25, 0.3, None)
-    failed = _operation(line | {"outcome": "indeterminate", "detail": "timeout"}, 1_000.0)
+    failed = _operation(
+        line | {"outcome": "indeterminate", "detail": "timeout"}, 1_000.0, "ChaosTopic"
+    )
     assert (failed.outcome, failed.error, failed.attempts) == (
         "indeterminate",
         "timeout",

@@ -28,8 +28,8 @@ to a few attempts with the same key and body):
   read back in the opposite order of their sends (a client sends one key at
   a time, so its acknowledged keys must keep their order; first copies count).
 - **misplaced**: acknowledged at (queueId, queueOffset) but read back elsewhere.
-- **reused offset**: one (queueId, queueOffset) acknowledged for two different
-  keys (a run's sends go to one topic): the broker handed a queue position out
+- **reused offset**: one (topic, queueId, queueOffset) acknowledged for two
+  different keys: the broker handed a queue position out
   twice, e.g. a new master that went on below offsets already acknowledged.
   Consumers that commit offsets skip or re-read around it, and the order
   checks above see the keys at the later position as reordered: this names the
@@ -88,6 +88,8 @@ class Operation:
     """CRC of the body sent (None: not compared)."""
     attempts: tuple[str, ...] = ()
     """Each attempt's outcome, oldest first (empty: one attempt, `outcome`)."""
+    topic: str = ""
+    """Where it was sent: a run's phases each have their own topic (and runtime)."""
 
     @property
     def latency_s(self) -> float:
@@ -279,15 +281,15 @@ def reused_offsets(operations: Iterable[Operation]) -> list[tuple[int, int, str,
     """(queueId, queueOffset, first key, later key) for every acknowledged send whose
     position an earlier acknowledged send of another key already had ("earlier": acked
     first; the same key acked twice at one position is a retry, not a reuse)."""
-    first: dict[tuple[int, int], str] = {}
+    first: dict[tuple[str, int, int], str] = {}
     out: set[tuple[int, int, str, str]] = set()
     for op in sorted(operations, key=lambda o: (o.complete_s, o.client, o.seq)):
         if op.outcome != OK or op.queue_id is None or op.queue_offset is None:
             continue
-        at = (op.queue_id, op.queue_offset)
-        had = first.setdefault(at, op.key)
+        # Per topic: each phase of a run has its own, on a fresh runtime, from offset 0.
+        had = first.setdefault((op.topic, op.queue_id, op.queue_offset), op.key)
         if had != op.key:
-            out.add((*at, had, op.key))
+            out.add((op.queue_id, op.queue_offset, had, op.key))
     return sorted(out)
 
 

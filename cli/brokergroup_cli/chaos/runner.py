@@ -194,7 +194,7 @@ async def _produce(
             outcome = settle(outcomes)
             run.operations.append(
                 Operation(name, seq, key, invoke, done, outcome, error=error,
-                          body_crc=body_crc(body), attempts=tuple(outcomes))
+                          body_crc=body_crc(body), attempts=tuple(outcomes), topic=topic)
             )  # fmt: skip
             run.ack_lines.append(
                 _line(name, topic, seq, key, invoke, done, outcome, body, error)
@@ -207,7 +207,7 @@ async def _produce(
         sent = result.messages[0]
         run.operations.append(
             Operation(name, seq, key, invoke, done, OK, sent.queue_id, sent.queue_offset,
-                      body_crc=body_crc(body), attempts=tuple(outcomes))
+                      body_crc=body_crc(body), attempts=tuple(outcomes), topic=topic)
         )  # fmt: skip
         run.ack_lines.append(
             _line(name, topic, seq, key, invoke, done, OK, body, None)
@@ -417,7 +417,8 @@ async def plant(
                 sent = result.messages[0]
                 run.operations.append(
                     Operation(name, seq, keys[seq], invoke, clock.now(), OK, sent.queue_id,
-                              sent.queue_offset, body_crc=body_crc(body), attempts=(OK,))
+                              sent.queue_offset, body_crc=body_crc(body), attempts=(OK,),
+                              topic=topic)
                 )  # fmt: skip
             run.planted[PLANT_REORDER] = keys
     finally:
@@ -573,7 +574,7 @@ def read_history(out_dir: Path) -> tuple[list[Operation], list[FaultWindow]]:
             Operation(
                 op["client"], op["seq"], op["key"], op["invokeTime"], op["completeTime"],
                 op["outcome"], op.get("queueId"), op.get("queueOffset"), op.get("error"),
-                op.get("bodyCrc"), tuple(op.get("attempts", ())),
+                op.get("bodyCrc"), tuple(op.get("attempts", ())), op.get("topic", ""),
             )
         )  # fmt: skip
     windows = [

@@ -102,13 +102,14 @@ class _WallClock:
         return time.time() - self.t0
 
 
-def _operation(line: dict[str, Any], t0: float) -> Operation:
+def _operation(line: dict[str, Any], t0: float, topic: str) -> Operation:
     outcome = str(line["outcome"])
     return Operation(
         str(line["client"]), int(line["seq"]), str(line["key"]),
         line["invokeMs"] / 1000 - t0, line["completeMs"] / 1000 - t0, outcome,
         line.get("queueId"), line.get("queueOffset"),
         None if outcome == "ok" else str(line.get("detail")), line.get("bodyCrc"), (outcome,),
+        topic,
     )  # fmt: skip
 
 
@@ -200,7 +201,7 @@ async def run_stock_schedule(
         while True:
             lines = tail.read()
             acked_invokes.extend(x["invokeMs"] / 1000 for x in lines if x["outcome"] == "ok")
-            run.operations.extend(_operation(x, clock.t0) for x in lines)
+            run.operations.extend(_operation(x, clock.t0, topic) for x in lines)
             await asyncio.sleep(0.2)
 
     follower = asyncio.create_task(follow())
@@ -244,7 +245,7 @@ async def run_stock_schedule(
         follower.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await follower
-    run.operations = [_operation(x, clock.t0) for x in _Tail(sends).read()]
+    run.operations = [_operation(x, clock.t0, topic) for x in _Tail(sends).read()]
     run.ack_lines = [_history_line(op, topic) for op in run.operations]
     if not await wait_healthy(target, schedule.healthy_timeout_s):
         run.not_recovered.append("after the run: not healthy")
