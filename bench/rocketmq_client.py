@@ -207,17 +207,10 @@ class BrokergroupSide:
         return True
 
     def create_topic(self, topic: str, queues: int) -> None:
-        """`mqadmin updateTopic` on the group (an admin right: the brokers' own pair)."""
-        from brokergroup_cli.chaos.targets.mqadmin import update_topic
-        from brokergroup_cli.local.rocketmq_stock import find_home
+        """`mqadmin updateTopic` on the group, as the chaos tool's local target makes one."""
+        from brokergroup_cli.chaos.targets.local import create_topic
 
-        home = find_home()
-        if isinstance(home, str):
-            raise RuntimeError(home)
-        keys = json.loads((self.runtime.root / "broker-keys.json").read_text())
-        namesrv = ";".join(f"{h}:9876" for h in self.runtime.addresses.controller_hosts)
-        update_topic(home, self.runtime.root / "mqadmin", namesrv, topic, queues,
-                     pair=(keys["accessKey"], keys["secretKey"]))  # fmt: skip
+        create_topic(self.runtime, topic, queues)
 
     def cpu_roles(self) -> dict[int, str]:
         """The runtime's tree: the supervisor (with the master forwarder), its controllers and

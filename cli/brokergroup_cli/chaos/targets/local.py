@@ -163,18 +163,24 @@ class LocalTarget(LocalRuntime):
         return ClientEndpoint(namesrv, pair.access_key, pair.secret_key, tls)
 
     def create_topic(self, topic: str, queues: int) -> None:
-        home = find_home()
-        if isinstance(home, str):
-            raise TargetError(home)
-        # Creating a topic is an admin right: the group's broker pair has it, the client's not.
-        keys = json.loads((self.root / "broker-keys.json").read_text())
-        update_topic(
-            home, self.root / "chaos-mqadmin", self.client().namesrv, topic, queues,
-            pair=(keys["accessKey"], keys["secretKey"]), jvm_options=self.tls().stock_jvm_options(),
-        )  # fmt: skip
+        create_topic(self, topic, queues)
 
     def replica_stores(self) -> list[ReplicaStore]:
         return [
             ReplicaStore(f"broker-{slot}", self._commitlog_dir(slot))
             for slot in range(self.brokers)
         ]
+
+
+def create_topic(runtime: LocalRuntime, topic: str, queues: int) -> None:
+    """`mqadmin updateTopic` on a `local up` runtime's group (also bench/rocketmq_client.py's)."""
+    home = find_home()
+    if isinstance(home, str):
+        raise TargetError(home)
+    # Creating a topic is an admin right: the group's broker pair has it, the client's not.
+    keys = json.loads((runtime.root / "broker-keys.json").read_text())
+    namesrv = ";".join(f"{h}:{NAMESRV_PORT}" for h in runtime.addresses.controller_hosts)
+    update_topic(
+        home, runtime.root / "chaos-mqadmin", namesrv, topic, queues,
+        pair=(keys["accessKey"], keys["secretKey"]), jvm_options=runtime.tls().stock_jvm_options(),
+    )  # fmt: skip
