@@ -32,8 +32,12 @@ architecture: $(STAMP)
 # pytest-xdist workers: one per core (WORKERS=0: one process, no xdist). Each worker has a
 # network namespace of its own where it can (root), so real-process tests run side by side
 # on their fixed addresses; tests/conftest.py, docs/development.md "Parallel tiers".
+# A worker that dies (a native crash) is not replaced: under loadgroup xdist 3.8 requeues the
+# dead worker's finished groups as empty units and the session can wait for ever at ~97 %
+# (pytest-xdist #1378; our CI rehearsal at ed45c58 hung so). Without a restart the run ends
+# at once, naming the test ("worker 'gwN' crashed while running ...").
 WORKERS ?= auto
-XDIST := -n $(WORKERS) --dist loadgroup
+XDIST := -n $(WORKERS) --dist loadgroup --max-worker-restart=0
 
 unit: $(STAMP)
 	$(BIN)/pytest -q $(XDIST) tests/unit
