@@ -11,8 +11,11 @@ signature the Java hook wrote. The content rules (Java's TreeMap order, the ≤ 
 from __future__ import annotations
 
 import dataclasses
+import random
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from brokergroup_remoting import (
     RemotingCommand,
@@ -132,3 +135,29 @@ def test_signed_request_round_trip() -> None:
     cmd = sign(request(105, 1, {"topic": "T"}), "ak", "sk", security_token="tok")
     assert list(cmd.fields()) == ["topic", "AccessKey", "SecurityToken", "Signature"]
     assert verify(cmd, {"ak": "sk"}.get).ok
+
+
+@given(
+    st.dictionaries(
+        st.one_of(st.text(max_size=6), st.sampled_from(["_UNIQUE_KEY_QUERY", "Signature", "a"])),
+        st.text(max_size=4),
+        max_size=8,
+    ),
+    st.randoms(use_true_random=False),
+    st.sampled_from([None, 413, 414]),
+)
+def test_signed_content_is_the_reference_order_whatever_the_key_order(
+    fields: dict[str, str], rnd: random.Random, version: int | None
+) -> None:
+    # The signed key order is cached per key tuple: the same keys in any insertion order,
+    # and the same tuple for an old and a new client, still give the reference content.
+    old = version is not None and version <= 413
+    keys = sorted(fields, key=lambda k: k.encode("utf-16-be", "surrogatepass"))
+    reference = "".join(
+        fields[k] for k in keys if k != "Signature" and not (old and k == "_UNIQUE_KEY_QUERY")
+    ).encode("utf-8")
+    shuffled = list(fields.items())
+    rnd.shuffle(shuffled)
+    for order in (fields, dict(shuffled)):
+        assert signed_content(order, b"|", version=version) == reference + b"|"
+        assert signed_content(order, b"|", version=version) == reference + b"|"
