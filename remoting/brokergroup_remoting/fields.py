@@ -58,6 +58,13 @@ def java_integer(raw: str, *, bits: int = 64) -> int | None:
     """`Integer.parseInt(raw)` (bits=32) or `Long.parseLong(raw)` (bits=64); None where Java
     throws NumberFormatException."""
     digits = raw[1:] if raw[:1] in ("+", "-") else raw
+    if digits.isascii() and 0 < len(digits) <= 19:
+        # What clients send (every request has a few): ASCII digits that int() reads as Java
+        # does; isdigit() on ASCII is 0-9 only, so no "_", space or sign slips into int().
+        if not digits.isdigit():
+            return None
+        value = int(raw)
+        return value if -(1 << (bits - 1)) <= value < (1 << (bits - 1)) else None
     if not digits:
         return None
     value = 0

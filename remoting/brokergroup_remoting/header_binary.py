@@ -61,11 +61,15 @@ def _truncated(what: str, at: int, need: int, end: int) -> RemoteProtocolError:
     )
 
 
+def _bad_utf8(what: str, exc: UnicodeDecodeError) -> RemoteProtocolError:
+    return RemoteProtocolError(FrameFault.BAD_UTF8, f"{what}: {exc.reason}")
+
+
 def _text(raw: bytes, what: str) -> str:
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise RemoteProtocolError(FrameFault.BAD_UTF8, f"{what}: {exc.reason}") from exc
+        raise _bad_utf8(what, exc) from exc
 
 
 def decode_binary_header(header: bytes, body: bytes, limits: RemotingLimits) -> RemotingCommand:
@@ -101,31 +105,46 @@ def decode_binary_header(header: bytes, body: bytes, limits: RemotingLimits) -> 
             f"{end - ext_end} bytes after extFields",
             value=end - ext_end,
         )
+    # The checks below run in the order of the ones in header_limits, which raise; on the
+    # happy path only the comparisons run (this loop is on every request's path).
     pairs: list[tuple[str, str]] = []
+    max_pairs = limits.max_ext_fields
+    max_key = limits.max_ext_key_bytes
+    max_value = limits.max_ext_value_bytes
+    short_at = _SHORT.unpack_from
+    int_at = _INT.unpack_from
     while at < ext_end:
-        check_ext_count(len(pairs) + 1, limits)
+        if len(pairs) >= max_pairs:
+            check_ext_count(len(pairs) + 1, limits)
         if at + 2 > ext_end:
             raise _truncated("extFields key length", at, 2, ext_end)
-        (key_length,) = _SHORT.unpack_from(header, at)
+        (key_length,) = short_at(header, at)
         at += 2
-        check_not_negative("extFields key length", key_length)
+        if key_length < 0:
+            check_not_negative("extFields key length", key_length)
         if at + key_length + 4 > ext_end:
             raise _truncated("extFields key", at, key_length + 4, ext_end)
         key_at = at
         at += key_length
-        (value_length,) = _INT.unpack_from(header, at)
+        (value_length,) = int_at(header, at)
         at += 4
-        check_not_negative("extFields value length", value_length)
-        check_ext_pair(key_length, value_length, limits)
-        if at + value_length > ext_end:
+        if value_length < 0:
+            check_not_negative("extFields value length", value_length)
+        if key_length > max_key or value_length > max_value:
+            check_ext_pair(key_length, value_length, limits)
+        value_end = at + value_length
+        if value_end > ext_end:
             raise _truncated("extFields value", at, value_length, ext_end)
-        pairs.append(
-            (
-                _text(header[key_at : key_at + key_length], "extFields key"),
-                _text(header[at : at + value_length], "extFields value"),
-            )
-        )
-        at += value_length
+        try:
+            key = header[key_at : key_at + key_length].decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise _bad_utf8("extFields key", exc) from exc
+        try:
+            value = header[at:value_end].decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise _bad_utf8("extFields value", exc) from exc
+        pairs.append((key, value))
+        at = value_end
     return RemotingCommand(
         code=code,
         opaque=opaque,
