@@ -42,16 +42,30 @@ def _java_order(key: str) -> bytes:
     return key.encode("utf-16-be", "surrogatepass")
 
 
-@functools.lru_cache(maxsize=1024)
+#: Key tuples whose signed order is cached: a stock request has ~20 short keys. A longer
+#: tuple is sorted each time, so what a peer can make the cache hold stays small
+#: (256 tuples of at most 1,024 key characters: it runs before the signature is checked).
+_CACHED_KEYS = 32
+_CACHED_KEY_CHARS = 1024
+
+
 def _signed_keys(keys: tuple[str, ...], old_client: bool) -> tuple[str, ...]:
     """The keys whose values are signed, in Java order. A client sends one request type's
-    keys in the same order every time, so the order is sorted once per key tuple (bounded:
-    a peer sending ever new keys only evicts)."""
+    keys in the same order every time, so the order is sorted once per key tuple."""
+    if len(keys) <= _CACHED_KEYS and sum(map(len, keys)) <= _CACHED_KEY_CHARS:
+        return _signed_keys_cached(keys, old_client)
+    return _sorted_signed_keys(keys, old_client)
+
+
+def _sorted_signed_keys(keys: tuple[str, ...], old_client: bool) -> tuple[str, ...]:
     return tuple(
         key
         for key in sorted(keys, key=_java_order)
         if key != SIGNATURE and not (old_client and key == UNIQUE_MSG_QUERY_FLAG)
     )
+
+
+_signed_keys_cached = functools.lru_cache(maxsize=256)(_sorted_signed_keys)
 
 
 def signed_content(fields: Mapping[str, str], body: bytes, *, version: int | None = None) -> bytes:

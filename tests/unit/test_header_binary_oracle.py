@@ -2,7 +2,7 @@
 header is decoded on the master's one loop, so its pair loop was rewritten for speed).
 
 `_reference_decode` is the decoder as it was before (each check a call into header_limits,
-each string through `_text`); hypothesis builds headers from pairs whose lengths may lie
+each string through `_text`; the message helpers it shares are the module's own); hypothesis builds headers from pairs whose lengths may lie
 (negative, past the end, over the limits), with bad UTF-8 and trailing bytes, under small
 limits, and the two must agree on everything: the command, or the fault, detail, value and
 limit of the refusal.
@@ -18,7 +18,9 @@ from hypothesis import strategies as st
 from brokergroup_remoting.codes import LanguageCode, SerializeType
 from brokergroup_remoting.command import RemotingCommand, RemotingLimits
 from brokergroup_remoting.errors import FrameFault, RemoteProtocolError
-from brokergroup_remoting.header_binary import decode_binary_header
+
+# Its message helpers are shared: only the pair loop was rewritten.
+from brokergroup_remoting.header_binary import _text, _truncated, decode_binary_header
 from brokergroup_remoting.header_limits import (
     check_ext_count,
     check_ext_pair,
@@ -29,20 +31,6 @@ from brokergroup_remoting.header_limits import (
 _FIXED = struct.Struct(">hbhii")
 _INT = struct.Struct(">i")
 _SHORT = struct.Struct(">h")
-
-
-def _truncated(what: str, at: int, need: int, end: int) -> RemoteProtocolError:
-    return RemoteProtocolError(
-        FrameFault.HEADER_TRUNCATED,
-        f"{what} needs {need} bytes at offset {at}, header ends at {end}",
-    )
-
-
-def _text(raw: bytes, what: str) -> str:
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise RemoteProtocolError(FrameFault.BAD_UTF8, f"{what}: {exc.reason}") from exc
 
 
 def _reference_decode(header: bytes, body: bytes, limits: RemotingLimits) -> RemotingCommand:

@@ -161,3 +161,21 @@ def test_signed_content_is_the_reference_order_whatever_the_key_order(
     for order in (fields, dict(shuffled)):
         assert signed_content(order, b"|", version=version) == reference + b"|"
         assert signed_content(order, b"|", version=version) == reference + b"|"
+
+
+def test_the_key_order_cache_stays_small_whatever_a_peer_sends() -> None:
+    # The cache runs before the signature is checked: ever new key tuples only evict, and a
+    # tuple with many or long keys is sorted each time, never kept.
+    from brokergroup_remoting import acl
+
+    acl._signed_keys_cached.cache_clear()
+    for n in range(2_000):
+        fields = {f"k{n}": "v", "a": "1"}
+        assert signed_content(fields, b"") == b"1v"
+    assert acl._signed_keys_cached.cache_info().currsize == 256
+    acl._signed_keys_cached.cache_clear()
+    many = {f"k{i:03d}": str(i % 10) for i in range(40)}
+    long = {"x" * 2_000: "L", "a": "1"}
+    assert signed_content(many, b"") == "".join(str(i % 10) for i in range(40)).encode()
+    assert signed_content(long, b"") == b"1L"
+    assert acl._signed_keys_cached.cache_info().currsize == 0
