@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 from collections.abc import AsyncIterator
 
 from brokergroup_broker.remoting_front.namesrv_link import NameServerLink, Registration
 from brokergroup_controller.namesrv.server import NameServer
 from brokergroup_remoting.net import Credentials, ServerAuth
+from tests.unit.conftest import free_ports
 
 KEYS = {"brokerAccessKey": "brokerSecretKey-1234"}
 PAIR = Credentials("brokerAccessKey", "brokerSecretKey-1234")
@@ -66,12 +66,6 @@ async def _registered_topics(namesrv: NameServer) -> list[str] | None:
     return None
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @contextlib.asynccontextmanager
 async def _running(port: int) -> AsyncIterator[list[NameServer]]:
     """A link to 127.0.0.1:`port` running; closes it and every name server put in the list."""
@@ -101,7 +95,7 @@ async def test_a_name_server_back_from_a_restart_is_registered_with_before_the_p
 
 
 async def test_a_name_server_down_at_start_is_registered_with_once_it_is_up() -> None:
-    port = _free_port()
+    port = free_ports()[0]
     async with _running(port) as started:
         await asyncio.sleep(1.0)  # the first attempts are refused
         started.append(await _name_server(port))

@@ -5,7 +5,6 @@ from the store. The transaction service runs on a fake wall clock, stepped by th
 
 from __future__ import annotations
 
-import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,19 +28,13 @@ from brokergroup_broker.store.message import StoredMessage
 from brokergroup_broker.transaction.service import TransactionService
 from brokergroup_controller.client import ControllerClient
 from brokergroup_remoting.net import Credentials
-from tests.unit.conftest import Clock
+from tests.unit.conftest import Clock, free_ports
 from tests.unit.test_grpc_front import sdk_metadata
 
 ACCESS_KEY, SECRET_KEY = "tx-ak", "tx-secret"
 OK, INTERNAL_SERVER_ERROR, INVALID_RECEIPT_HANDLE = 20000, 50001, 40013
 BORN = 1_700_000_000_000
 HALF_TOPIC, OP_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -63,9 +56,10 @@ def signed(client_id: str = "c-1") -> list[tuple[str, str]]:
 @pytest.fixture
 async def port(tmp_path: Path) -> AsyncIterator[Port]:
     config = BrokerConfig(default_topic_queue_nums=1, auto_create_topic_enable=True)
+    remoting_port, grpc_port = free_ports(2)
     settings = BrokerSettings("C", "broker-a", tmp_path, ("127.0.0.1:1",), None,
                               "127.0.0.1", "127.0.0.1", client_port=-1,
-                              remoting_port=_free_port(), grpc_port=_free_port(),
+                              remoting_port=remoting_port, grpc_port=grpc_port,
                               remoting_credentials=Credentials(ACCESS_KEY, SECRET_KEY))  # fmt: skip
     controller = ControllerLink(ControllerClient(["127.0.0.1:1"]), "C", "broker-a")
     broker = Broker(settings, config, controller)

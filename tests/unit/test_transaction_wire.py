@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,7 +51,7 @@ from brokergroup_controller.client import ControllerClient
 from brokergroup_remoting import RemotingCommand, RequestCode, ResponseCode
 from brokergroup_remoting.command import request
 from brokergroup_remoting.net import Connection, Credentials, RemotingClient
-from tests.unit.conftest import Clock, eventually
+from tests.unit.conftest import Clock, eventually, free_ports
 
 ACCESS_KEY, SECRET_KEY = "brokerAK01", "brokerSecret-0123"
 HALF, OP, CHECK_MAX = (
@@ -106,16 +105,10 @@ class Port:
         self.service.step()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 async def _port(tmp_path: Path, config: BrokerConfig) -> AsyncIterator[Port]:
     settings = BrokerSettings("C", "broker-a", tmp_path, ("127.0.0.1:1",), None,
                               "127.0.0.1", "127.0.0.1", client_port=-1,
-                              remoting_port=_free_port(),
+                              remoting_port=free_ports()[0],
                               remoting_credentials=Credentials(ACCESS_KEY, SECRET_KEY))  # fmt: skip
     controller = ControllerLink(ControllerClient(["127.0.0.1:1"]), "C", "broker-a")
     broker = Broker(settings, config, controller)
