@@ -21,12 +21,17 @@ from __future__ import annotations
 import base64
 import dataclasses
 import functools
+import hashlib
 import hmac
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import Enum
+from typing import TYPE_CHECKING
 
 from brokergroup_remoting.command import RemotingCommand
+
+if TYPE_CHECKING:
+    from hashlib import _Hash
 
 ACCESS_KEY = "AccessKey"
 SIGNATURE = "Signature"
@@ -74,15 +79,50 @@ def signed_content(fields: Mapping[str, str], body: bytes, *, version: int | Non
     `version` is the request header's; when given and ≤ V4_9_3, `_UNIQUE_KEY_QUERY` is left
     out as a RocketMQ 5 broker does. Leave it None to sign as the 5.x client does.
     """
+    return _signed_values(fields, version) + body
+
+
+def _signed_values(fields: Mapping[str, str], version: int | None) -> bytes:
+    """`signed_content` without the body (hashed on its own: no copy of a large body)."""
     old_client = version is not None and version <= VERSION_V4_9_3
     keys = _signed_keys(tuple(fields), old_client)
-    return "".join([fields[key] for key in keys]).encode("utf-8") + body
+    return "".join([fields[key] for key in keys]).encode("utf-8")
+
+
+_SHA1_BLOCK = 64
+_INNER_PAD = bytes(b ^ 0x36 for b in range(256))
+_OUTER_PAD = bytes(b ^ 0x5C for b in range(256))
+
+
+@functools.lru_cache(maxsize=64)
+def _hmac_sha1_pads(secret_key: str) -> tuple[_Hash, _Hash]:
+    """SHA-1 states after HMAC's inner and outer key blocks (RFC 2104), once per SecretKey:
+    a signature is then two `copy()`s and updates. Unlike `hmac.digest`, which releases
+    the GIL for every call, hashlib holds it below 2 KiB, so the event loop does not hand
+    the GIL to the group-commit thread (and wait to get it back) once per request. The
+    keys are what `secret_for` answers (configured or derived secrets, never a peer's
+    bytes); a peer naming many derived AccessKeys only evicts, the cache holds 64."""
+    key = secret_key.encode("utf-8")
+    if len(key) > _SHA1_BLOCK:
+        key = hashlib.sha1(key).digest()
+    key = key.ljust(_SHA1_BLOCK, b"\0")
+    return hashlib.sha1(key.translate(_INNER_PAD)), hashlib.sha1(key.translate(_OUTER_PAD))
+
+
+def _hmac_sha1(secret_key: str, *parts: bytes) -> bytes:
+    """HMAC-SHA1(secret_key, b"".join(parts))."""
+    inner_pad, outer_pad = _hmac_sha1_pads(secret_key)
+    inner = inner_pad.copy()
+    for part in parts:
+        inner.update(part)
+    outer = outer_pad.copy()
+    outer.update(inner.digest())
+    return outer.digest()
 
 
 def signature(content: bytes, secret_key: str) -> str:
     """Base64(HMAC-SHA1(secret_key, content)), AclSigner.calSignature."""
-    mac = hmac.digest(secret_key.encode("utf-8"), content, "sha1")  # one C call (OpenSSL)
-    return base64.b64encode(mac).decode("ascii")
+    return base64.b64encode(_hmac_sha1(secret_key, content)).decode("ascii")
 
 
 def sign(
@@ -131,7 +171,8 @@ def verify(cmd: RemotingCommand, secret_for: Callable[[str], str | None]) -> Sig
     claimed = fields.get(SIGNATURE)
     if claimed is None:
         return SignatureCheck(access_key, SignatureFault.NO_SIGNATURE)
-    expected = signature(signed_content(fields, cmd.body, version=cmd.version), secret)
+    mac = _hmac_sha1(secret, _signed_values(fields, cmd.version), cmd.body)
+    expected = base64.b64encode(mac).decode("ascii")
     if not hmac.compare_digest(expected.encode("ascii"), claimed.encode("utf-8", "surrogatepass")):
         return SignatureCheck(access_key, SignatureFault.MISMATCH)
     return SignatureCheck(access_key, None)

@@ -258,6 +258,10 @@ class _Simulation:
         for item in [v for v in self.views if v[0] <= self.now]:
             self.views.remove(item)
             self.m.on_controller_view(item[1], item[2])
+        # The effective set and settled size are cached between changes: as computed afresh.
+        sets = self.m._possible_sets()
+        assert self.m.effective_set() == frozenset().union(*sets)
+        assert self.m.settled_set_size() == len(frozenset.intersection(*sets))
         confirm = self.m.confirm_offset(self.master_max, self.progress())
         assert confirm >= self.confirmed
         self.confirmed = confirm

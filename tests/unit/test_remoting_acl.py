@@ -10,7 +10,9 @@ signature the Java hook wrote. The content rules (Java's TreeMap order, the ≤ 
 
 from __future__ import annotations
 
+import base64
 import dataclasses
+import hmac
 import random
 
 import pytest
@@ -129,6 +131,21 @@ def test_unique_key_query_is_unsigned_only_for_old_clients() -> None:
 def test_signature_is_base64_hmac_sha1() -> None:
     # RFC 2202 test case 2 for HMAC-SHA1, Base64 of effcdf6ae5eb2fa2d27416d5f184df9c259a7c79.
     assert signature(b"what do ya want for nothing?", "Jefe") == "7/zfauXrL6LSdBbV8YTfnCWafHk="
+
+
+@given(
+    secret=st.text(st.characters(blacklist_categories=("Cs",)), max_size=100),
+    parts=st.lists(st.binary(max_size=3000), max_size=4),
+)
+def test_the_precomputed_key_blocks_give_the_standard_hmac(secret: str, parts: list[bytes]) -> None:
+    # SecretKeys longer than SHA-1's 64-byte block are hashed first (RFC 2104); bodies over
+    # 2 KiB take hashlib's GIL-releasing path; the parts may split the content anywhere.
+    from brokergroup_remoting.acl import _hmac_sha1
+
+    content = b"".join(parts)
+    expected = hmac.digest(secret.encode("utf-8"), content, "sha1")
+    assert _hmac_sha1(secret, *parts) == expected
+    assert signature(content, secret) == base64.b64encode(expected).decode("ascii")
 
 
 def test_signed_request_round_trip() -> None:

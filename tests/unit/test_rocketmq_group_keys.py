@@ -8,6 +8,7 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
+from brokergroup_broker.core.remoting_keys import group_server_auth
 from brokergroup_controller.credentials import (
     Principal,
     RocketMQKeyPair,
@@ -17,6 +18,8 @@ from brokergroup_controller.credentials import (
     derive_rocketmq_pair,
     rocketmq_principal_of,
 )
+from brokergroup_remoting import RequestCode, request
+from brokergroup_remoting.net import Credentials
 
 ROOT = "a-broker-credential-root"
 ADMIN = RocketMQKeyPair("releaseAccessKey", "releaseSecretKey")
@@ -75,3 +78,31 @@ def test_the_admin_pair_and_malformed_keys() -> None:
         assert keys.secret_for(bad) is None, bad
     assert pair.secret_key not in repr(pair)
     assert ROOT not in repr(keys) and ADMIN.secret_key not in repr(keys)
+
+
+def test_a_group_port_gives_each_pair_its_role_for_admin_requests() -> None:
+    """group_server_auth knows each verified signer's role from its pair: a derived pair's
+    from its AccessKey, a release-wide pair's from being the client pair or not."""
+    group = ("DefaultCluster", "broker-a")
+    derived = {r: derive_rocketmq_pair(ROOT, r, *group) for r in (Role.BROKER, Role.CLIENT)}
+    plain_broker, plain_client = Credentials("rb", "sb"), Credentials("rc", "sc")
+    pairs = (
+        Credentials(derived[Role.BROKER].access_key, derived[Role.BROKER].secret_key),
+        Credentials(derived[Role.CLIENT].access_key, derived[Role.CLIENT].secret_key),
+        plain_broker,
+        plain_client,
+    )
+    auth = group_server_auth(pairs, group, client_pair=plain_client)
+    assert auth.authorize is not None
+    admin = request(RequestCode.UPDATE_AND_CREATE_TOPIC, 1, {"topic": "T"})
+    send = request(RequestCode.SEND_MESSAGE_V2, 2, {"b": "T"})
+    refused = {
+        pair.access_key: auth.authorize(pair.access_key, admin) is not None for pair in pairs
+    }
+    assert refused == {
+        pairs[0].access_key: False,
+        pairs[1].access_key: True,
+        "rb": False,
+        "rc": True,
+    }
+    assert all(auth.authorize(pair.access_key, send) is None for pair in pairs)

@@ -117,9 +117,14 @@ def group_server_auth(
         return None
 
     cluster_name, broker_name = group
+    # A signer the port verified holds one of `pairs`: its role is known before any request.
+    roles = {pair.access_key: signer_role(pair.access_key, client_keys) for pair in pairs}
 
     def authorize(access_key: str, cmd: RemotingCommand) -> str | None:
-        return admin_refusal(signer_role(access_key, client_keys), cmd.code)
+        role = roles.get(access_key)
+        if role is None:
+            role = signer_role(access_key, client_keys)
+        return admin_refusal(role, cmd.code)
 
     return ServerAuth(
         secret_for=secret_for,

@@ -132,8 +132,7 @@ class ReplicationLink:
         progress = self.progress()
         own = self._master_own_offset()
         acks = sync.member_acks(own, progress)
-        confirm = sync.confirm_offset(own, progress)
-        return ReplicationView(confirm, acks, sync.settled_set_size())
+        return ReplicationView(sync.confirm_offset_of(acks), acks, sync.settled_set_size())
 
     def advance_confirm_offset(self) -> ReplicationView:
         """`view()`, then adopt its confirmOffset as the master's: the store's (which

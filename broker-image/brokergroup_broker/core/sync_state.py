@@ -118,6 +118,10 @@ class SyncStateSetManager:
         #: Proposals whose answer never came, based on the current epoch: any
         #: one of them may have been applied, so their members stay counted.
         self.in_doubt: tuple[AlterProposal, ...] = ()
+        self._sets_cache: (
+            tuple[frozenset[int], tuple[AlterProposal, ...], AlterProposal | None,
+                  tuple[frozenset[int], int]] | None
+        ) = None  # fmt: skip
         self._confirm_offset = confirm_offset_floor
         self._master_since_ms = master_since_ms
         self._not_catch_up_ms = ha_max_time_slave_not_catch_up_ms
@@ -131,13 +135,29 @@ class SyncStateSetManager:
             sets.append(self.pending.new_set)
         return sets
 
+    def _union_and_settled(self) -> tuple[frozenset[int], int]:
+        """(`effective_set()`, `settled_set_size()`), computed again only when the set or a
+        proposal was replaced: the commit rule asks on every produce and every ack."""
+        cached = self._sets_cache
+        if (
+            cached is not None
+            and cached[0] is self.sync_state_set
+            and cached[1] is self.in_doubt
+            and cached[2] is self.pending
+        ):
+            return cached[3]
+        sets = self._possible_sets()
+        answer = frozenset().union(*sets), len(frozenset.intersection(*sets))
+        self._sets_cache = (self.sync_state_set, self.in_doubt, self.pending, answer)
+        return answer
+
     def effective_set(self) -> frozenset[int]:
-        return frozenset().union(*self._possible_sets())
+        return self._union_and_settled()[0]
 
     def settled_set_size(self) -> int:
         """Members that stay in the set whatever the unsettled proposals' fate
         (for the minInSyncReplicas check)."""
-        return len(frozenset.intersection(*self._possible_sets()))
+        return self._union_and_settled()[1]
 
     def member_acks(
         self, master_max_offset: int, progress: Mapping[int, ReplicaProgress]
@@ -156,7 +176,11 @@ class SyncStateSetManager:
     def confirm_offset(
         self, master_max_offset: int, progress: Mapping[int, ReplicaProgress]
     ) -> int:
-        computed = min(self.member_acks(master_max_offset, progress).values())
+        return self.confirm_offset_of(self.member_acks(master_max_offset, progress))
+
+    def confirm_offset_of(self, member_acks: Mapping[int, int]) -> int:
+        """confirmOffset given `member_acks()`' answer: their minimum, never moving back."""
+        computed = min(member_acks.values())
         if computed > self._confirm_offset:
             self._confirm_offset = computed
         return self._confirm_offset
