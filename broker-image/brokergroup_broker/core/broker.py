@@ -132,7 +132,7 @@ from brokergroup_broker.remoting_front import (
 from brokergroup_broker.schedule.admission import ScheduledSends
 from brokergroup_broker.schedule.rules import SCHEDULE_TOPIC, ScheduleRules, parse_delay_levels
 from brokergroup_broker.schedule.service import ScheduleService
-from brokergroup_broker.store import FlushDiskType, GroupCommitService, MessageStore
+from brokergroup_broker.store import FlushDiskType, LoopGroupCommit, MessageStore
 from brokergroup_broker.store.consumer_offsets import ConsumerOffsetSnapshot
 from brokergroup_broker.store.errors import StoreError
 from brokergroup_broker.store.identity import IdentityFiles
@@ -218,7 +218,7 @@ class Broker:
         self.store: MessageStore | None = None
         self.metadata: BrokerMetadata | None = None
         #: SYNC_FLUSH: fdatasyncs appended produces off the event loop (group commit).
-        self._committer: GroupCommitService | None = None
+        self._committer: LoopGroupCommit | None = None
         self.parts: BrokerParts | None = None
         self._stopping = asyncio.Event()
         #: A loop died: the process exits non-zero so a supervisor restarts it.
@@ -257,18 +257,12 @@ class Broker:
         self.store = store = MessageStore.open(s.data_dir, store_config_of(self.config))
         self.metadata = self._open_metadata(store)
         if store.config.flush_disk_type is FlushDiskType.SYNC_FLUSH:
-            loop = asyncio.get_running_loop()
-
-            def flushed(_offset: int) -> None:  # group commit thread
-                with contextlib.suppress(RuntimeError):  # loop already closed
-                    loop.call_soon_threadsafe(self._release)
-
-            def failed(_exc: StoreError) -> None:  # group commit thread
-                with contextlib.suppress(RuntimeError):
-                    loop.call_soon_threadsafe(self._heartbeat_now)
-
-            self._committer = GroupCommitService(
-                store, on_flushed=flushed, on_error=failed, name="broker-group-commit"
+            self._committer = LoopGroupCommit(
+                store,
+                loop=asyncio.get_running_loop(),
+                on_flushed=lambda _offset: self._release(),
+                on_error=lambda _exc: self._heartbeat_now(),
+                name="broker-group-commit",
             )
             self._committer.start()
         # The group's broker credential: peers' /v1/consumer-offsets need it (http_status).

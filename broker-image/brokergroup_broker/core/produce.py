@@ -47,7 +47,7 @@ from brokergroup_broker.protocol.messages import (
     SendRunResult,
     SentMessage,
 )
-from brokergroup_broker.store import GroupCommitService, MessageStore
+from brokergroup_broker.store import LoopGroupCommit, MessageStore
 from brokergroup_broker.store.consumer_offsets import ConsumerOffsetsFull
 from brokergroup_broker.store.errors import (
     MessageInvalid,
@@ -95,7 +95,7 @@ class ProducePath:
         lease: MasterLease,
         replication: ReplicationLink,
         faults: StoreFaults,
-        committer: GroupCommitService | None,
+        committer: LoopGroupCommit | None,
         heartbeat_now: Callable[[], None],
         clock_ms: Callable[[], int] = mono_ms,
         wall_clock_ms: Callable[[], int] = wall_ms,
@@ -131,7 +131,7 @@ class ProducePath:
         self._lease = lease
         self._replication = replication
         self._faults = faults
-        #: SYNC_FLUSH: fdatasyncs appended produces off the event loop (group commit).
+        #: SYNC_FLUSH: fdatasyncs appended produces, once per loop pass (group commit).
         self._committer = committer
         self._heartbeat_now = heartbeat_now
         self._queue_cursor: dict[str, int] = {}
@@ -231,10 +231,11 @@ class ProducePath:
             )
 
         if committer is not None:
-            committer.request(run.end_offset)  # wake the group commit thread
             # The append did not fdatasync, so admission's view still holds (the group
-            # commit thread's progress reaches the loop later, as a release of its own).
+            # commit's progress reaches the commit rule later, as a release of its own).
             self._replication.wait_for_ack(run.end_offset, now, on_outcome, view)
+            # After the HA senders were woken: the slaves receive while the master syncs.
+            committer.request(run.end_offset)
         else:  # the append synced (or counts unsynced): the view moved with it
             self._replication.wait_for_ack(run.end_offset, now, on_outcome)
 

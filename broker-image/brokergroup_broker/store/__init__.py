@@ -23,7 +23,7 @@ from .errors import (
     StoreNotWritable,
     StoreOffsetMismatch,
 )
-from .group_commit import GroupCommitService
+from .group_commit import GroupCommitService, LoopGroupCommit, SyncPlacement
 from .identity import BrokerMeta, IdentityFiles, TempBrokerMeta
 from .message import AppendedMessage, AppendResult, FileRange, MessageInput, StoredMessage
 from .recovery import RecoveryReport
@@ -46,6 +46,7 @@ __all__ = [
     "GroupCommitService",
     "IdentityFileError",
     "IdentityFiles",
+    "LoopGroupCommit",
     "MessageInput",
     "MessageInvalid",
     "MessageStore",
@@ -64,6 +65,7 @@ __all__ = [
     "StoreNotWritable",
     "StoreOffsetMismatch",
     "StoredMessage",
+    "SyncPlacement",
     "TempBrokerMeta",
     "measure_disk_ceiling",
 ]

@@ -23,15 +23,36 @@ both of which only move after an fdatasync returned.
 Errors: a failed fdatasync makes the store unwritable (``MessageStore``
 records it); the service reports it through ``on_error`` and waits for the
 next request instead of retrying in a loop.
+
+The master: on the loop while the disk is fast
+----------------------------------------------
+The hand-off costs more than it saves on a fast disk. Each sync the thread
+makes, it must take the GIL back when fdatasync returns (the loop holds it
+while it runs Python), wake the loop through ``call_soon_threadsafe``, and
+its lock and GIL waits make the loop wait in turn: under the stock client's
+16 single sends the master's thread waited for the GIL a third of its time
+and the loop ~9 % of its own (docs/performance.md). ``LoopGroupCommit``, the
+master's, fdatasyncs on the loop instead: once per loop pass that appended,
+after that pass's HA sends were woken (the slaves' round runs beside the
+fdatasync), covering every append of the pass. While the disk is slow it
+would stall everything else on the loop for the whole sync, so
+``SyncPlacement`` (pure) moves the syncs to a ``GroupCommitService`` thread
+for ``thread_s`` after one on the loop took longer than ``slow_s``, then
+tries the loop again. Durability is the same either way: the same
+``sync_log`` under the store's flush lock, and ``on_flushed`` only after it
+returned.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from .errors import StoreError
 from .store import MessageStore
@@ -149,3 +170,130 @@ class GroupCommitService:
             self._on_flushed(flushed)
         except Exception:
             log.exception("group commit: on_flushed(%d) failed", flushed)
+
+
+@dataclass
+class SyncPlacement:
+    """Where the master's next group-commit fdatasync runs (pure: times in, a decision out).
+
+    On the loop by default; after a sync there took longer than `slow_s`, in the thread
+    until `thread_s` later, and then on the loop again (a disk that is still slow sends
+    it back at the first sync, so one slow sync per `thread_s` runs on the loop)."""
+
+    slow_s: float = 0.002
+    thread_s: float = 30.0
+    _thread_until_s: float = field(default=float("-inf"), init=False)
+
+    def on_loop(self, now_s: float) -> bool:
+        return now_s >= self._thread_until_s
+
+    def observe(self, duration_s: float, now_s: float) -> None:
+        """An fdatasync on the loop took `duration_s` and ended at `now_s`."""
+        if duration_s > self.slow_s:
+            self._thread_until_s = now_s + self.thread_s
+
+
+class LoopGroupCommit:
+    """The master's group commit: ``start()``, ``request(end)`` and ``stop()`` as
+    ``GroupCommitService``, but ``request`` is called on `loop` and `on_flushed` /
+    `on_error` run there too. See the module's "The master" for why and when."""
+
+    def __init__(
+        self,
+        store: MessageStore,
+        *,
+        loop: asyncio.AbstractEventLoop,
+        on_flushed: Callable[[int], None],
+        on_error: Callable[[StoreError], None] | None = None,
+        name: str = "group-commit",
+        placement: SyncPlacement | None = None,
+        clock_s: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._store = store
+        self._loop = loop
+        self._on_flushed = on_flushed
+        self._on_error = on_error
+        self.placement = placement if placement is not None else SyncPlacement()
+        self._clock_s = clock_s
+        self._requested = -1
+        self._due = False  # a sync is scheduled for this loop pass
+        self._failed_at: int | None = None
+        self._stopped = False
+        self._reported = store.flushed_offset
+        self.syncs_on_loop = 0
+        """fdatasyncs made on the loop (the thread's are not counted here)."""
+
+        def on_loop(callback: Callable[..., None], *args: object) -> None:
+            with contextlib.suppress(RuntimeError):  # loop already closed
+                loop.call_soon_threadsafe(callback, *args)
+
+        self._thread = GroupCommitService(
+            store,
+            on_flushed=lambda offset: on_loop(on_flushed, offset),
+            on_error=None if on_error is None else lambda exc: on_loop(on_error, exc),
+            name=name,
+        )
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def request(self, end: int) -> None:
+        """Ask for [.., end) to become durable; on the loop, returns at once."""
+        if self._stopped:
+            return
+        if not self.placement.on_loop(self._clock_s()):
+            self._thread.request(end)
+            return
+        # As the thread's: the highest end asked (`needs_sync` compares it with the log's
+        # end, so after a truncation the bytes below it are still found unsynced).
+        self._requested = max(self._requested, end)
+        if not self._due:
+            self._due = True
+            # call_soon: after the HA senders this append woke, and after every append
+            # of this pass, so one fdatasync covers them while the slaves receive.
+            self._loop.call_soon(self._sync)
+
+    def _sync(self) -> None:
+        self._due = False
+        store = self._store
+        if self._stopped:
+            return
+        if self._failed_at is not None and self._requested <= self._failed_at:
+            return  # as the thread: no retry on a broken disk until a new request
+        if not store.needs_sync(self._requested):
+            self._report(store.flushed_offset)  # synced by someone else (the flush timer)
+            return
+        failed_at = self._requested
+        started = self._clock_s()
+        try:
+            flushed = store.sync_log()
+        except StoreError as exc:
+            self._failed_at = failed_at
+            log.error("group commit: fdatasync failed: %s", exc)
+            if self._on_error is not None:
+                self._on_error(exc)
+            return
+        self._failed_at = None
+        self.syncs_on_loop += 1
+        now = self._clock_s()
+        self.placement.observe(now - started, now)
+        if not self.placement.on_loop(now):
+            log.info(
+                "group commit: an fdatasync took %.1f ms on the event loop (over %.1f ms): "
+                "syncing in a thread for %.0f s",
+                (now - started) * 1000,
+                self.placement.slow_s * 1000,
+                self.placement.thread_s,
+            )
+        self._report(flushed)
+
+    def _report(self, flushed: int) -> None:
+        if flushed == self._reported:
+            return
+        self._reported = flushed
+        self._on_flushed(flushed)
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """No sync starts on the loop after this; the thread's is finished (bounded)."""
+        self._stopped = True
+        self._thread.stop(timeout_s)
