@@ -155,6 +155,38 @@ async def test_a_slow_sync_sends_the_next_ones_to_the_thread_until_the_loop_is_t
         store.close()
 
 
+async def test_a_sync_covering_more_than_loop_max_bytes_runs_in_the_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A batch load: the loop has its own work to overlap the thread's fdatasync with.
+    loop = asyncio.get_running_loop()
+    store = open_store(tmp_path)
+    rec = Recorder(monkeypatch)
+    flushed: list[tuple[int, int]] = []
+    placement = SyncPlacement(loop_max_bytes=1000)
+    service = committer(store, loop, flushed, placement=placement)
+    me = threading.get_ident()
+    try:
+        small = store.put_messages(batch(2), HOST, 1, flush=False).end_offset
+        assert small <= 1000
+        service.request(small)
+        await passes()
+        assert rec.syncs() == [me]
+        large = store.put_messages(batch(20), HOST, 1, flush=False).end_offset
+        assert large - small > 1000
+        service.request(large)
+        for _ in range(500):
+            await asyncio.sleep(0.01)
+            if len(flushed) == 2:
+                break
+        assert flushed == [(small, me), (large, me)]
+        assert len(rec.syncs()) == 2 and rec.syncs()[1] != me and service.syncs_on_loop == 1
+        assert placement.on_loop(0.0)  # only that sync went to the thread
+    finally:
+        service.stop()
+        store.close()
+
+
 async def test_a_failed_fdatasync_is_reported_once_and_not_retried(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -237,23 +269,26 @@ async def test_nothing_syncs_on_the_loop_after_stop(
 
 
 @given(
-    st.lists(
-        st.tuples(st.floats(0, 0.01), st.floats(0, 100)), max_size=30
-    ),  # (duration, gap before it)
+    st.lists(st.tuples(st.floats(0, 0.01), st.floats(0, 100)), max_size=30),  # (took, gap)
     st.floats(0, 100),
+    st.integers(0, 1 << 20),
 )
-def test_sync_placement_is_the_thread_exactly_within_thread_s_of_the_last_slow_sync(
-    observations: list[tuple[float, float]], later: float
+def test_sync_placement_is_the_thread_within_thread_s_of_the_last_slow_sync_or_for_much_data(
+    observations: list[tuple[float, float]], later: float, unsynced: int
 ) -> None:
-    placement = SyncPlacement(slow_s=0.002, thread_s=30.0)
+    placement = SyncPlacement(slow_s=0.002, thread_s=30.0, loop_max_bytes=64 << 10)
     now = 0.0
     last_slow: float | None = None
+
+    def expected(at: float, size: int) -> bool:
+        return size <= 64 << 10 and (last_slow is None or at >= last_slow + 30.0)
+
     for duration, gap in observations:
         now += gap
         placement.observe(duration, now)
         if duration > 0.002:
             last_slow = now
-        expected = last_slow is None or now >= last_slow + 30.0
-        assert placement.on_loop(now) == expected
+        assert placement.on_loop(now) == expected(now, 0)
+        assert placement.on_loop(now, unsynced) == expected(now, unsynced)
     now += later
-    assert placement.on_loop(now) == (last_slow is None or now >= last_slow + 30.0)
+    assert placement.on_loop(now, unsynced) == expected(now, unsynced)

@@ -34,13 +34,15 @@ its lock and GIL waits make the loop wait in turn: under the stock client's
 and the loop ~9 % of its own (docs/performance.md). ``LoopGroupCommit``, the
 master's, fdatasyncs on the loop instead: once per loop pass that appended,
 after that pass's HA sends were woken (the slaves' round runs beside the
-fdatasync), covering every append of the pass. While the disk is slow it
-would stall everything else on the loop for the whole sync, so
-``SyncPlacement`` (pure) moves the syncs to a ``GroupCommitService`` thread
-for ``thread_s`` after one on the loop took longer than ``slow_s``, then
-tries the loop again. Durability is the same either way: the same
-``sync_log`` under the store's flush lock, and ``on_flushed`` only after it
-returned.
+fdatasync), covering every append of the pass. ``SyncPlacement`` (pure)
+sends a sync to a ``GroupCommitService`` thread instead when it would cover
+more than ``loop_max_bytes`` (batches: the loop has work of its own to
+overlap the fdatasync with, and the hand-off is a small part of it), and
+every sync for ``thread_s`` after one on the loop took longer than
+``slow_s`` (a slow disk would stall everything else on the loop for the
+whole sync), then tries the loop again. Durability is the same either way:
+the same ``sync_log`` under the store's flush lock, and ``on_flushed`` only
+after it returned.
 """
 
 from __future__ import annotations
@@ -174,18 +176,24 @@ class GroupCommitService:
 
 @dataclass
 class SyncPlacement:
-    """Where the master's next group-commit fdatasync runs (pure: times in, a decision out).
+    """Where the master's next group-commit fdatasync runs (pure: times and sizes in, a
+    decision out).
 
-    On the loop by default; after a sync there took longer than `slow_s`, in the thread
-    until `thread_s` later, and then on the loop again (a disk that is still slow sends
-    it back at the first sync, so one slow sync per `thread_s` runs on the loop)."""
+    On the loop by default; in the thread for a sync covering more than `loop_max_bytes`;
+    after a sync on the loop took longer than `slow_s`, in the thread until `thread_s`
+    later, and then on the loop again (a disk that is still slow sends it back at the
+    first sync, so one slow sync per `thread_s` runs on the loop)."""
 
     slow_s: float = 0.002
     thread_s: float = 30.0
+    loop_max_bytes: int = 64 << 10
     _thread_until_s: float = field(default=float("-inf"), init=False)
 
-    def on_loop(self, now_s: float) -> bool:
-        return now_s >= self._thread_until_s
+    def on_loop(self, now_s: float, unsynced_bytes: int = 0) -> bool:
+        """True: sync on the loop. `unsynced_bytes`: what the sync would cover; over
+        `loop_max_bytes` (batches) the loop has enough work of its own to overlap the
+        thread's fdatasync with, and the hand-off is a small part of it."""
+        return unsynced_bytes <= self.loop_max_bytes and now_s >= self._thread_until_s
 
     def observe(self, duration_s: float, now_s: float) -> None:
         """An fdatasync on the loop took `duration_s` and ended at `now_s`."""
@@ -241,7 +249,7 @@ class LoopGroupCommit:
         """Ask for [.., end) to become durable; on the loop, returns at once."""
         if self._stopped:
             return
-        if not self.placement.on_loop(self._clock_s()):
+        if not self.placement.on_loop(self._clock_s(), end - self._store.flushed_offset):
             self._thread.request(end)
             return
         # As the thread's: the highest end asked (`needs_sync` compares it with the log's
