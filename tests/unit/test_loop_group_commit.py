@@ -12,7 +12,8 @@ import asyncio
 import errno
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from brokergroup_broker.store import (
 )
 
 HOST = ("127.0.0.1", 10911)
+Flushed = list[tuple[int, int]]  # (offset reported, the thread it was reported on)
 
 
 def batch(n: int) -> list[MessageInput]:
@@ -78,6 +80,19 @@ def committer(
     return service
 
 
+@contextmanager
+def running(root: Path, **kwargs: Any) -> Iterator[tuple[MessageStore, LoopGroupCommit, Flushed]]:
+    """A started committer on a fresh store; stopped and closed after the test."""
+    store = open_store(root)
+    flushed: Flushed = []
+    service = committer(store, asyncio.get_running_loop(), flushed, **kwargs)
+    try:
+        yield store, service, flushed
+    finally:
+        service.stop()
+        store.close()
+
+
 async def passes(n: int = 3) -> None:
     for _ in range(n):
         await asyncio.sleep(0)
@@ -86,12 +101,9 @@ async def passes(n: int = 3) -> None:
 async def test_one_fdatasync_per_loop_pass_after_what_the_pass_scheduled(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    loop = asyncio.get_running_loop()
-    store = open_store(tmp_path)
     rec = Recorder(monkeypatch)
-    flushed: list[tuple[int, int]] = []
-    service = committer(store, loop, flushed)
-    try:
+    with running(tmp_path) as (store, service, flushed):
+        loop = asyncio.get_running_loop()
         ends = []
         for i in range(5):  # five produces handled in one pass
             ends.append(store.put_messages(batch(3), HOST, 1, flush=False).end_offset)
@@ -104,18 +116,12 @@ async def test_one_fdatasync_per_loop_pass_after_what_the_pass_scheduled(
         assert rec.events == [("ha", me), ("fdatasync", me)]
         assert flushed == [(ends[-1], me)] and store.flushed_offset == ends[-1]
         assert service.syncs_on_loop == 1
-    finally:
-        service.stop()
-        store.close()
 
 
 async def test_a_slow_sync_sends_the_next_ones_to_the_thread_until_the_loop_is_tried_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    loop = asyncio.get_running_loop()
-    store = open_store(tmp_path)
     rec = Recorder(monkeypatch)
-    flushed: list[tuple[int, int]] = []
     now = [100.0]
     # Every sync takes 0.01 s of this clock, over slow_s: the first one decides.
     placement = SyncPlacement(slow_s=0.005, thread_s=30.0)
@@ -124,9 +130,8 @@ async def test_a_slow_sync_sends_the_next_ones_to_the_thread_until_the_loop_is_t
         now[0] += 0.01
         return now[0]
 
-    service = committer(store, loop, flushed, placement=placement, clock_s=clock)
     me = threading.get_ident()
-    try:
+    with running(tmp_path, placement=placement, clock_s=clock) as (store, service, flushed):
         first = store.put_messages(batch(2), HOST, 1, flush=False).end_offset
         service.request(first)
         await passes()
@@ -150,23 +155,16 @@ async def test_a_slow_sync_sends_the_next_ones_to_the_thread_until_the_loop_is_t
         await passes()
         assert rec.syncs()[2] == me and service.syncs_on_loop == 2
         assert flushed[-1] == (third, me)
-    finally:
-        service.stop()
-        store.close()
 
 
 async def test_a_sync_covering_more_than_loop_max_bytes_runs_in_the_thread(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A batch load: the loop has its own work to overlap the thread's fdatasync with.
-    loop = asyncio.get_running_loop()
-    store = open_store(tmp_path)
     rec = Recorder(monkeypatch)
-    flushed: list[tuple[int, int]] = []
     placement = SyncPlacement(loop_max_bytes=1000)
-    service = committer(store, loop, flushed, placement=placement)
     me = threading.get_ident()
-    try:
+    with running(tmp_path, placement=placement) as (store, service, flushed):
         small = store.put_messages(batch(2), HOST, 1, flush=False).end_offset
         assert small <= 1000
         service.request(small)
@@ -182,9 +180,6 @@ async def test_a_sync_covering_more_than_loop_max_bytes_runs_in_the_thread(
         assert flushed == [(small, me), (large, me)]
         assert len(rec.syncs()) == 2 and rec.syncs()[1] != me and service.syncs_on_loop == 1
         assert placement.on_loop(0.0)  # only that sync went to the thread
-    finally:
-        service.stop()
-        store.close()
 
 
 async def test_a_failed_fdatasync_is_reported_once_and_not_retried(
@@ -213,11 +208,7 @@ async def test_a_failed_fdatasync_is_reported_once_and_not_retried(
 async def test_after_a_truncation_a_lower_request_is_synced(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    loop = asyncio.get_running_loop()
-    store = open_store(tmp_path)
-    flushed: list[tuple[int, int]] = []
-    service = committer(store, loop, flushed)
-    try:
+    with running(tmp_path) as (store, service, flushed):
         first = store.put_messages(batch(10), HOST, 1, flush=False)
         service.request(first.end_offset)
         await passes()
@@ -229,26 +220,16 @@ async def test_after_a_truncation_a_lower_request_is_synced(
         await passes()
         assert store.flushed_offset == again.end_offset
         assert flushed[-1][0] == again.end_offset
-    finally:
-        service.stop()
-        store.close()
 
 
 async def test_a_request_the_flush_timer_synced_is_still_reported(tmp_path: Path) -> None:
-    loop = asyncio.get_running_loop()
-    store = open_store(tmp_path)
-    flushed: list[tuple[int, int]] = []
-    service = committer(store, loop, flushed)
-    try:
+    with running(tmp_path) as (store, service, flushed):
         appended = store.put_messages(batch(4), HOST, 1, flush=False).end_offset
         store.flush()
         service.request(appended)
         await passes()
         assert [offset for offset, _ in flushed] == [appended]
         assert service.syncs_on_loop == 0
-    finally:
-        service.stop()
-        store.close()
 
 
 async def test_nothing_syncs_on_the_loop_after_stop(
