@@ -146,7 +146,11 @@ def _scale_down_keeps_the_in_sync_copy(
     )
     assert "fewer than minInSyncReplicas 2" in reason, reason
     assert top in env.labelled(name)
-    for pod in paused:
+    # Highest ordinal first: once a resumed slave is back in sync the operator may remove
+    # the top pod and then the next one down at once, so a lower-first loop could reach a
+    # pod already removed (CI: orders-3 gone while orders-1 was resumed). A pod can only be
+    # removed after some lower one rejoined, and those are resumed after it.
+    for pod in reversed(paused):
         cluster.resume_pod(pod)
     env.wait_available(name, end, 180)
     producer.stop()
