@@ -152,6 +152,9 @@ class RocketMQSide:
     def master_role(self) -> str:
         return self.group.master_name(self.state)
 
+    def group_commit(self) -> dict[str, int] | None:
+        return None  # a stock broker's group commit is its own thread, not counted
+
     def kill_master(self) -> str:
         victim = self.group.master_name(self.state)
         self.group.kill(victim)
@@ -227,6 +230,13 @@ class BrokergroupSide:
 
     def master_role(self) -> str:
         return "broker-" + str(self.info["masterAddress"]).rsplit(":", 1)[0]
+
+    def group_commit(self) -> dict[str, int] | None:
+        """The master's /v1/status `groupCommit`: fdatasyncs on its loop and in its thread,
+        and moves to the thread (store/group_commit.py)."""
+        host = str(self.info["masterAddress"]).rsplit(":", 1)[0]
+        counts = (self.runtime.broker_status(host) or {}).get("groupCommit")
+        return counts if isinstance(counts, dict) else None
 
     def kill_master(self) -> str:
         host = str(self.info["masterAddress"]).rsplit(":", 1)[0]
@@ -316,18 +326,21 @@ def run_side(side: Any, args: argparse.Namespace, work: Path) -> dict[str, Any]:
     for label, threads, batch in () if args.failover_only else loads:
         path = work / f"{side.name}-{label}.acks"
         samples: dict[str, Sample] = {}
+        commits: dict[str, dict[str, int] | None] = {}
         profilers: dict[str, tuple[subprocess.Popen[bytes], Path]] = {}
 
         def sample(
             event: str,
             client_pid: int,
             samples: dict[str, Sample] = samples,
+            commits: dict[str, dict[str, int] | None] = commits,
             label: str = label,
             profilers: dict[str, tuple[subprocess.Popen[bytes], Path]] = profilers,
         ) -> None:
             # The program's markers bound its measured window: CPU is sampled at both.
             if event in ("measuring", "measured"):
                 samples[event] = take_sample({**side.cpu_roles(), client_pid: "client"})
+                commits[event] = side.group_commit()
             if event == "measuring" and args.profile and side.name == "brokergroup":
                 profilers.update(start_profiles(side, args.seconds, work / label))
 
@@ -341,6 +354,9 @@ def run_side(side: Any, args: argparse.Namespace, work: Path) -> dict[str, Any]:
             raise RuntimeError(f"{side.name} load {label}: no measured-window markers {samples}")
         window = cpu_window(samples["measuring"], samples["measured"])
         summary |= load_report(window, int(summary["messages"])) | {"master": side.master_role()}
+        first, last = commits.get("measuring"), commits.get("measured")
+        if first is not None and last is not None:  # where the window's fdatasyncs ran
+            summary["groupCommit"] = {k: last[k] - first.get(k, 0) for k in last}
         for role, (profiler, out_file) in profilers.items():
             profiler.wait(timeout=120)
             if out_file.exists():

@@ -31,6 +31,10 @@ async def test_lagging_slave_shrunk_then_expanded_and_min_in_sync_replicas(
         for _ in range(10):
             await producer.send_one()
         assert len(producer.ledger.acked) == 10
+        # Where the master's group commit synced them (/v1/status, store/group_commit.py).
+        commits = group.status(master)["groupCommit"]  # type: ignore[index]
+        assert set(commits) == {"loopSyncs", "threadSyncs", "movesToThread"}, commits
+        assert commits["loopSyncs"] + commits["threadSyncs"] >= 1, commits
 
         lagging = next(s for s in group.brokers if s != master)
         lagging_id = group.status(lagging)["brokerId"]  # type: ignore[index]

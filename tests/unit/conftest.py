@@ -4,6 +4,8 @@
   default `BrokerConfig` gives; closed after the test.
 - `Clock`: a fake clock to pass where code takes one (`now_ms=`, `clock_ms=`,
   `clock=`): call it for the time, set `now` or `advance`/`sleep` to move it.
+- `free_ports` (ports to hand to another process) and `listening_sockets` (for a server
+  of the test's own: no window in which the port may be taken).
 - `eventually`: wait for a condition under a generous real-time deadline (liveness,
   never a timing assertion). Under `@pytest.mark.looptime` its polls cost fake loop
   time only, and the deadline stays real.
@@ -41,6 +43,21 @@ def free_ports(count: int = 1, host: str = "127.0.0.1") -> list[int]:
             s.bind((host, 0))
             ports.append(int(s.getsockname()[1]))
         return ports
+
+
+def listening_sockets(count: int = 1, host: str = "127.0.0.1") -> list[socket.socket]:
+    """`count` sockets bound to fresh ports of `host` and listening, for a server started
+    on them (aiohttp `web.SockSite`). A port only known to be free gives another process
+    the time to take it before the server binds: an outgoing connection's ephemeral source
+    port took one in CI ("address already in use" on 127.0.0.1:48265)."""
+    sockets = []
+    for _ in range(count):
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind((host, 0))
+        s.listen(128)
+        sockets.append(s)
+    return sockets
 
 
 @pytest.fixture

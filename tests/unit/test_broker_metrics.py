@@ -12,7 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from brokergroup_broker.broker_stats import BrokerStats, LatencyBuckets
 from brokergroup_broker.core import metrics
 from brokergroup_broker.remoting_front.broker_status import BrokerStatus, counters_table
-from brokergroup_broker.store import MessageInput, MessageStore
+from brokergroup_broker.store import GroupCommitCounts, MessageInput, MessageStore
 from brokergroup_remoting import RequestCode, ResponseCode
 from brokergroup_remoting.command import request
 
@@ -56,6 +56,7 @@ def test_a_masters_scrape_for_a_known_store(store: MessageStore) -> None:
         confirm_offset=store.max_offset,
         sync_state_set=frozenset({1, 2}),
         slaves=[metrics.SlaveFacts(3, 100, True), metrics.SlaveFacts(2, store.max_offset, True)],
+        group_commit=GroupCommitCounts(loop_syncs=7, thread_syncs=2, moves_to_thread=1),
     )
     got = _samples(_scrape(facts, stats, rounds))
     end = float(store.max_offset)
@@ -98,6 +99,13 @@ def test_a_masters_scrape_for_a_known_store(store: MessageStore) -> None:
         (f"{p}_consumer_lag_messages", {"group": "G", "topic": "Orders", "queue_id": "0"}, 2.0),
         (f"{p}_consumer_lag_messages", {"group": "G", "topic": "Orders", "queue_id": "1"}, 0.0),
     ]
+    assert got[f"{p}_group_commit_syncs"] == [
+        (f"{p}_group_commit_syncs_total", {"place": "loop"}, 7.0),
+        (f"{p}_group_commit_syncs_total", {"place": "thread"}, 2.0),
+    ]
+    assert got[f"{p}_group_commit_moves_to_thread"] == [
+        (f"{p}_group_commit_moves_to_thread_total", {}, 1.0)
+    ]
     ratio = got[f"{p}_disk_usage_ratio"][0][2]
     assert ratio == store.disk_usage_ratio()
     # The retention's deletions when the store has retention (none deleted here).
@@ -123,7 +131,9 @@ def test_confirm_offset_bounds_the_consumer_lag_and_a_slave_has_no_master_series
     )  # fmt: skip
     got = _samples(_scrape(facts, BrokerStats(lambda: T0, cluster_name="C"), LatencyBuckets()))
     assert got["brokergroup_broker_confirm_offset"][0][2] == first_end
-    for master_only in ("sync_state_set_size", "slave_lag_bytes", "consumer_lag_messages"):
+    for master_only in (
+        "sync_state_set_size", "slave_lag_bytes", "consumer_lag_messages", "group_commit_syncs",
+    ):  # fmt: skip
         assert f"brokergroup_broker_{master_only}" not in got
     master = metrics.gather(
         store, cluster_name="C", broker_name="b", broker_id=1, role="MASTER", master_epoch=3,

@@ -25,10 +25,10 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from aiohttp.test_utils import unused_port
 
 from brokergroup_controller.client import ControllerClient, ControllerUnavailable
 from brokergroup_controller.errors import ControllerError, ErrorCode
+from tests.unit.conftest import listening_sockets
 
 BUDGET_S = 4.0  # the client's request budget: 2 s for the first of two addresses
 HOLD_S = 2.5  # the first POST's answer comes later than that attempt waits
@@ -61,14 +61,14 @@ class TwoNodes:
 @pytest.fixture
 async def nodes() -> AsyncIterator[TwoNodes]:
     host = f"127.0.3.{next(_hosts)}"
-    ports = [unused_port(), unused_port()]
-    state = TwoNodes([f"{host}:{p}" for p in ports])
+    sockets = listening_sockets(2, host)
+    state = TwoNodes([f"{host}:{s.getsockname()[1]}" for s in sockets])
     app = web.Application()
     app.router.add_route("*", "/{tail:.*}", state.handle)
     runner = web.AppRunner(app, shutdown_timeout=0.1)
     await runner.setup()
-    for port in ports:
-        await web.TCPSite(runner, host, port).start()
+    for sock in sockets:
+        await web.SockSite(runner, sock).start()
     try:
         yield state
     finally:

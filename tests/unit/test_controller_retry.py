@@ -32,7 +32,6 @@ from pathlib import Path
 
 import pytest
 from aiohttp import web
-from aiohttp.test_utils import unused_port
 
 from brokergroup_controller import api
 from brokergroup_controller.app import SERVICE_KEY, create_app
@@ -41,6 +40,7 @@ from brokergroup_controller.raft_node import ControllerRaftNode
 from brokergroup_controller.raft_settings import RaftSettings
 from brokergroup_controller.server import ControllerConfig
 from brokergroup_controller.state import ApplyResult, Event
+from tests.unit.conftest import listening_sockets
 
 TOKEN = "retry-test-token"
 C, B = "DefaultCluster", "broker-r"
@@ -138,9 +138,10 @@ async def controller(tmp_path: Path) -> AsyncIterator[Factory]:
         runner = web.AppRunner(app)
         await runner.setup()
         cleanups.append(runner.cleanup)
-        ports = [unused_port(), unused_port()]
-        for port in ports:
-            await web.TCPSite(runner, "127.0.0.1", port).start()
+        sockets = listening_sockets(2)
+        ports = [s.getsockname()[1] for s in sockets]
+        for sock in sockets:
+            await web.SockSite(runner, sock).start()
         client = ControllerClient(
             [f"127.0.0.1:{port}" for port in ports], TOKEN, request_timeout_s=2 * ATTEMPT_TIMEOUT_S
         )

@@ -22,7 +22,6 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
-from aiohttp.test_utils import unused_port
 
 from brokergroup_cli.local import supervisor as sup_module
 from brokergroup_cli.local.config import LocalConfig
@@ -30,6 +29,7 @@ from brokergroup_cli.local.plan import Layout
 from brokergroup_cli.local.probe import Prober
 from brokergroup_cli.local.state import ChildKind
 from brokergroup_controller.api import ReplicaInfo
+from tests.unit.conftest import listening_sockets
 
 _hosts = itertools.count(1)
 
@@ -59,12 +59,13 @@ class Controller:
 
 @pytest.fixture
 async def controller() -> AsyncIterator[Controller]:
-    c = Controller(f"127.0.3.{100 + next(_hosts)}", unused_port())
+    (sock,) = listening_sockets(1, f"127.0.3.{100 + next(_hosts)}")
+    c = Controller(*sock.getsockname())
     app = web.Application()
     app.router.add_post("/v1/brokers/inactive", c.handle)
     runner = web.AppRunner(app, shutdown_timeout=0.1)
     await runner.setup()
-    await web.TCPSite(runner, c.host, c.port).start()
+    await web.SockSite(runner, sock).start()
     try:
         yield c
     finally:

@@ -753,6 +753,7 @@ class Broker:
             "schedule": None if parts is None else parts.schedule.status(),
             "transactions": None if self.transactions is None else self.transactions.status(),
             "pop": None if parts is None else parts.pop.status(),
+            "groupCommit": None if self._committer is None else self._committer.counts().as_json(),
         }
 
     def metrics_text(self) -> bytes:
@@ -777,6 +778,7 @@ class Broker:
                 metrics.SlaveFacts(broker_id, p.ack_offset, p.connected)
                 for broker_id, p in parts.replication.progress().items()
             ),
+            group_commit=None if self._committer is None else self._committer.counts(),
         )
 
     def readiness(self) -> tuple[bool, list[str]]:

@@ -37,7 +37,7 @@ from brokergroup_broker.broker_stats import (
     BrokerStats,
     LatencyBuckets,
 )
-from brokergroup_broker.store import MessageStore
+from brokergroup_broker.store import GroupCommitCounts, MessageStore
 
 PREFIX = "brokergroup_broker"
 __all__ = ["CONTENT_TYPE_LATEST", "BrokerCollector", "BrokerFacts", "families", "gather"]
@@ -70,6 +70,8 @@ class BrokerFacts:
     consumer_lag: Mapping[tuple[str, str, int], int] = field(default_factory=dict)
     #: (segments, bytes) deleted by retention since start; None without retention.
     retention_deleted: tuple[int, int] | None = None
+    #: Where the group commit's fdatasyncs ran (SYNC_FLUSH only).
+    group_commit: GroupCommitCounts | None = None
 
 
 def consumer_lag(store: MessageStore, confirm_offset: int) -> dict[tuple[str, str, int], int]:
@@ -103,6 +105,7 @@ def gather(
     confirm_offset: int,
     sync_state_set: frozenset[int] | None,
     slaves: Iterable[SlaveFacts] = (),
+    group_commit: GroupCommitCounts | None = None,
 ) -> BrokerFacts:
     """Read the store's part of the facts; the caller passes the role's and replication's."""
     try:
@@ -124,6 +127,7 @@ def gather(
         slaves=tuple(sorted(slaves, key=lambda s: s.broker_id)),
         consumer_lag=consumer_lag(store, confirm_offset) if is_master else {},
         retention_deleted=retention_counts(store),
+        group_commit=group_commit,
     )
 
 
@@ -287,6 +291,25 @@ def families(facts: BrokerFacts, stats: BrokerStats, rounds: LatencyBuckets) -> 
                 "commit log bytes deleted by retention",
                 [],
                 [([], deleted)],
+            )
+        )
+    if facts.group_commit is not None:
+        counts = facts.group_commit
+        out.append(
+            _counter(
+                "group_commit_syncs",
+                "group-commit fdatasyncs by where they ran (the event loop or the thread)",
+                ["place"],
+                [(["loop"], counts.loop_syncs), (["thread"], counts.thread_syncs)],
+            )
+        )
+        out.append(
+            _counter(
+                "group_commit_moves_to_thread",
+                "times most recent fdatasyncs on the loop were slow and syncing moved to the "
+                "thread for a while",
+                [],
+                [([], counts.moves_to_thread)],
             )
         )
     return out

@@ -233,9 +233,12 @@ class ProducePath:
         if committer is not None:
             # The append did not fdatasync, so admission's view still holds (the group
             # commit's progress reaches the commit rule later, as a release of its own).
-            self._replication.wait_for_ack(run.end_offset, now, on_outcome, view)
-            # After the HA senders were woken: the slaves receive while the master syncs.
-            committer.request(run.end_offset)
+            # The committer orders the sync and the HA wake-up (the slaves receive while
+            # the master syncs, whether on its loop or in its thread).
+            committer.request(
+                run.end_offset,
+                lambda: self._replication.wait_for_ack(run.end_offset, now, on_outcome, view),
+            )
         else:  # the append synced (or counts unsynced): the view moved with it
             self._replication.wait_for_ack(run.end_offset, now, on_outcome)
 

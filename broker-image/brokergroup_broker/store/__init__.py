@@ -23,7 +23,12 @@ from .errors import (
     StoreNotWritable,
     StoreOffsetMismatch,
 )
-from .group_commit import GroupCommitService, LoopGroupCommit, SyncPlacement
+from .group_commit import (
+    GroupCommitCounts,
+    GroupCommitService,
+    LoopGroupCommit,
+    SyncPlacement,
+)
 from .identity import BrokerMeta, IdentityFiles, TempBrokerMeta
 from .message import AppendedMessage, AppendResult, FileRange, MessageInput, StoredMessage
 from .recovery import RecoveryReport
@@ -43,6 +48,7 @@ __all__ = [
     "EpochOrderError",
     "FileRange",
     "FlushDiskType",
+    "GroupCommitCounts",
     "GroupCommitService",
     "IdentityFileError",
     "IdentityFiles",
