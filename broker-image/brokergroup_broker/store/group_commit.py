@@ -297,17 +297,15 @@ class LoopGroupCommit:
         the order that overlaps them with the sync: after the thread was asked (its
         fdatasync starts at once), before a sync on the loop is scheduled (it runs after
         the HA senders `wake` woke)."""
-        if self._stopped:
-            if wake is not None:
-                wake()
-            return
-        if not self.placement.on_loop(self._clock_s(), end - self._store.flushed_offset):
+        in_thread = not self._stopped and not self.placement.on_loop(
+            self._clock_s(), end - self._store.flushed_offset
+        )
+        if in_thread:
             self._thread.request(end)
-            if wake is not None:
-                wake()
-            return
         if wake is not None:
             wake()
+        if self._stopped or in_thread:
+            return
         # As the thread's: the highest end asked (`needs_sync` compares it with the log's
         # end, so after a truncation the bytes below it are still found unsynced).
         self._requested = max(self._requested, end)
