@@ -4,12 +4,21 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: up test lint architecture unit integration cluster-tests k8s-tools rocketmq-client rocketmq-servers s3-server cluster cluster-down bench-quick image audit-image image-rocketmq image-smoke e2e e2e-audit e2e-down clean
+.PHONY: up test lint bytecode architecture unit integration cluster-tests k8s-tools rocketmq-client rocketmq-servers s3-server cluster cluster-down bench-quick image audit-image image-rocketmq image-smoke e2e e2e-audit e2e-down clean
 
-$(STAMP): pyproject.toml
+# The broker's compiled kernels (broker-image/native, Rust through maturin from PyPI and
+# crates.io) where a Rust toolchain is (on PATH or rustup's ~/.cargo/bin); without one the
+# broker runs their Python references (brokergroup_broker/kernels.py).
+CARGO_PATH := $(HOME)/.cargo/bin:$(PATH)
+NATIVE_SOURCES := $(addprefix broker-image/native/,Cargo.toml Cargo.lock pyproject.toml src/lib.rs)
+
+$(STAMP): pyproject.toml $(NATIVE_SOURCES)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[all,test]'
+	@if env PATH="$(CARGO_PATH)" sh -c 'command -v cargo' >/dev/null 2>&1; then \
+		PATH="$(CARGO_PATH)" $(BIN)/pip install -q ./broker-image/native; \
+	else echo "native kernels: no Rust toolchain (cargo); the broker runs the Python references"; fi
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -39,10 +48,19 @@ architecture: $(STAMP)
 WORKERS ?= auto
 XDIST := -n $(WORKERS) --dist loadgroup --max-worker-restart=0
 
-unit: $(STAMP)
+# The checkout's bytecode, written once before a tier: the tiers start thousands of Python
+# processes from this checkout (brokers, controllers, pods, CLIs), and where
+# PYTHONDONTWRITEBYTECODE is set (as on CI's machines) each of them would compile every module
+# it imports from source again (~1 s of CPU on a slow 2-core machine for the whole project).
+# compileall writes regardless of that variable; 2-8 s.
+BYTECODE_DIRS := controller broker-image remoting operator cli pipeline tests tools bench
+bytecode: $(STAMP)
+	@$(BIN)/python -m compileall -q -j 0 -x '/(native|\.venv)/' $(BYTECODE_DIRS) >/dev/null
+
+unit: bytecode
 	$(BIN)/pytest -q $(XDIST) tests/unit
 
-integration: $(STAMP)
+integration: bytecode
 	$(BIN)/pytest -q $(XDIST) tests/integration
 
 # Kubernetes binaries for the cluster tier, built from the Go module proxy into a cache
@@ -69,7 +87,7 @@ rocketmq-servers:
 s3-server:
 	@tools/s3/build.sh >/dev/null || echo "s3-server: not built; the audit's object-store test will skip"
 
-cluster-tests: $(STAMP) k8s-tools
+cluster-tests: bytecode k8s-tools
 	$(BIN)/pytest -q $(XDIST) tests/cluster
 
 # A real API server + process kubelet for trying `kubectl apply -f crds/` by hand.
@@ -82,7 +100,7 @@ cluster-down: $(STAMP)
 # The whole test suite: lint, types, layers, then every tier that can run here
 # (unit, integration, chaos, pipeline and the cluster tier on a real kube-apiserver), in
 # parallel on $(WORKERS) workers.
-test: lint k8s-tools rocketmq-client rocketmq-servers s3-server
+test: lint bytecode k8s-tools rocketmq-client rocketmq-servers s3-server
 	$(BIN)/pytest -q -p no:cacheprovider --durations=25 $(XDIST) tests
 
 # The project image (broker-image/Dockerfile) where a container engine answers;

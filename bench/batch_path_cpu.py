@@ -13,7 +13,10 @@ from body bytes to the records the store appends:
   message's dict (what `SendBatch.store_properties` did then), `encode_run` over dicts (the
   path before the one-pass change);
 - new: `wire.decode_batch_send` (properties kept as the bytes they came in),
-  `SendBatch.store_properties` (no copy), `encode_run` over `EncodedProperties`.
+  `SendBatch.store_properties` (no copy), `encode_run` over `EncodedProperties`, with the
+  Python references of the kernels (`BROKERGROUP_NATIVE=python`);
+- native: the same calls with the compiled kernels (`brokergroup_native`, where built): the
+  one pass and the record loop in Rust (docs/performance.md "Compiled kernels").
 
 Two bodies: "load" (KEYS, UNIQ_KEY, WAIT: what bench/rocketmq_client.py's StockClient
 sends) and "tagged" (the same with TAGS, so the consume queue's tags code is computed).
@@ -32,12 +35,15 @@ import time
 import timeit
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import Any, TypeVar
 
+from brokergroup_broker import kernels
 from brokergroup_broker.protocol.messages import SendBatch
 from brokergroup_broker.remoting_front import wire
 from brokergroup_broker.store.message_encode import EncodedRun, encode_run
 
+T = TypeVar("T")
 RESULTS = Path(__file__).resolve().parent / "results"
 COUNT = 128
 BODY_BYTES = 1024
@@ -91,20 +97,42 @@ def new_path(body: bytes, request: dict[str, str]) -> EncodedRun:
     return _encode(SendBatch("BenchTopic", 0, inner.bodies, props))
 
 
+def with_kernels(module: ModuleType | None, call: Callable[[], T]) -> T:
+    """`call` with the compiled kernels (`module`) or the Python references (None)."""
+    saved = kernels.NATIVE
+    kernels.NATIVE = module
+    try:
+        return call()
+    finally:
+        kernels.NATIVE = saved
+
+
 def measure(repeat: int, number: int) -> dict[str, dict[str, float]]:
     request = wire.decode_properties(REQUEST)
+    native = kernels.NATIVE
     out: dict[str, dict[str, float]] = {}
     for name, tagged in (("load", False), ("tagged", True)):
         body = batch_body(tagged)
-        old, new = old_path(body, request), new_path(body, request)
+        old = with_kernels(None, functools.partial(old_path, body, request))
+        new = with_kernels(None, functools.partial(new_path, body, request))
         assert (old.data, old.tags_codes) == (new.data, new.tags_codes), name
         calls: dict[str, Callable[[], object]] = {
-            "old": functools.partial(old_path, body, request),
-            "new": functools.partial(new_path, body, request),
+            "old": functools.partial(
+                with_kernels, None, functools.partial(old_path, body, request)
+            ),
+            "new": functools.partial(
+                with_kernels, None, functools.partial(new_path, body, request)
+            ),
         }
+        if native is not None:
+            compiled = with_kernels(native, functools.partial(new_path, body, request))
+            assert (compiled.data, compiled.tags_codes) == (new.data, new.tags_codes), name
+            calls["native"] = functools.partial(
+                with_kernels, native, functools.partial(new_path, body, request)
+            )
         best: dict[str, float] = {}
         for _ in range(repeat):
-            for what, call in calls.items():  # alternating: old, new, old, new ...
+            for what, call in calls.items():  # alternating: old, new, native, old, ...
                 took = timeit.Timer(call, timer=time.process_time).timeit(number=number) / number
                 best[what] = min(best.get(what, float("inf")), took)
         out[name] = {
@@ -114,6 +142,12 @@ def measure(repeat: int, number: int) -> dict[str, dict[str, float]]:
             "new_us_per_msg": round(best["new"] * 1e6 / COUNT, 2),
             "new_over_old": round(best["new"] / best["old"], 3),
         }
+        if "native" in best:
+            out[name] |= {
+                "native_us_per_batch": round(best["native"] * 1e6, 1),
+                "native_us_per_msg": round(best["native"] * 1e6 / COUNT, 2),
+                "native_over_new": round(best["native"] / best["new"], 3),
+            }
         print(f"{name}: {out[name]}")
     return out
 

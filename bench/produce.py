@@ -439,12 +439,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     # args.batch messages here, so the percentiles equal the per-batch ones.
     per_message = summarize([x for x in latencies_ms for _ in range(args.batch)], digits=2)
     per_message["count"] = msgs
+    from brokergroup_broker import kernels
     from brokergroup_remoting import event_loop
 
     result: dict[str, Any] = {
         "benchmark": "produce",
         # The loop the brokers and controllers ran on (they read the same environment).
         "eventLoop": event_loop.configured().value,
+        "kernels": kernels.configured().value,  # BROKERGROUP_NATIVE, read the same way
         "msgs_per_s": round(msgs_per_s),
         "mb_per_s": round(mb_per_s, 1),
         "p50_ms": round(percentile(latencies_ms, 50), 2) if latencies_ms else None,

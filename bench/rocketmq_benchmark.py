@@ -74,6 +74,13 @@ CONSUME_TOPIC = "BenchConsumeTopic"
 REPORT_MS = 10_000
 
 
+def kernels_of_brokergroup() -> str:
+    """The brokers' kernels (BROKERGROUP_NATIVE: they read the same environment)."""
+    from brokergroup_broker import kernels
+
+    return kernels.configured().value
+
+
 def event_loop_of_brokergroup() -> str:
     """The loop the local runtime's processes run on (the supervisor passes its own on)."""
     from brokergroup_remoting import event_loop
@@ -231,6 +238,7 @@ def main() -> int:
         "measuredReports": args.reports,
         "reportIntervalMs": REPORT_MS,
         "brokergroupEventLoop": event_loop_of_brokergroup(),
+        "brokergroupKernels": kernels_of_brokergroup(),
         "brokergroupMasterAddress": "the local runtime's forwarder (stable master address)",
         "send_tps_ratio": ratio("send_tps"),
         "send_tps_ratio_with_consumer": ratio("send_tps", "produceConsume"),

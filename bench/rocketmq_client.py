@@ -514,12 +514,15 @@ def main() -> int:
         return (results.get(side, {}).get("failover") or {}).get(q)
 
     lost = [results[s]["acked_lost"] for s in results]
+    from brokergroup_broker import kernels
     from brokergroup_remoting import event_loop
 
     summary: dict[str, Any] = {
         "benchmark": "rocketmq_client",
         # The loop brokergroup's processes ran on (the local supervisor passes its own on).
         "brokergroupEventLoop": event_loop.configured().value,
+        # The brokers' kernels: compiled or the Python references (BROKERGROUP_NATIVE).
+        "brokergroupKernels": kernels.configured().value,
         "quick": args.quick,
         "kills": args.kills,
         "loadSeconds": None if args.failover_only else args.seconds,

@@ -139,20 +139,23 @@ async def _record_events(client: ControllerClient, args: argparse.Namespace, out
     poll timeout so new ones are picked up."""
     import time
 
-    from brokergroup_controller.event_export import change_events
+    from brokergroup_controller.event_export import Heartbeat, change_events, heartbeats_seen
 
     sink = open(args.out, "a", encoding="utf-8") if args.out else out  # noqa: SIM115
     views: dict[tuple[str, str], api.ReplicaInfo] = {}
     masters: dict[tuple[str, str], int | None] = {}
+    seen: dict[tuple[str, str], dict[int, Heartbeat]] = {}
     deadline = None if args.duration_s is None else time.monotonic() + args.duration_s
 
     def emit(info: api.ReplicaInfo) -> None:
         key = (info.cluster_name, info.broker_name)
         now_ms = int(time.time() * 1000)
-        for line in change_events(views.get(key), masters.get(key), info, now_ms):
+        earlier = seen.get(key, {})
+        for line in change_events(views.get(key), masters.get(key), info, now_ms, earlier):
             sink.write(json.dumps(line, sort_keys=True) + "\n")
         sink.flush()
         views[key] = info
+        seen[key] = heartbeats_seen(earlier, info, now_ms)
         if info.master_broker_id is not None:
             masters[key] = info.master_broker_id
 

@@ -34,6 +34,8 @@ import os
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, TypeVar
 
+from brokergroup_remoting.choice import choose_implementation
+
 #: The environment variable naming the loop: auto, asyncio or uvloop.
 EVENT_LOOP_ENV = "BROKERGROUP_EVENT_LOOP"
 
@@ -49,10 +51,6 @@ class LoopKind(enum.StrEnum):
     """libuv's loop through the uvloop package."""
 
 
-#: What `BROKERGROUP_EVENT_LOOP` may say.
-CHOICES = ("auto", *(k.value for k in LoopKind))
-
-
 class EventLoopError(ValueError):
     """The requested loop is unknown or not installed (a start-up error)."""
 
@@ -64,21 +62,13 @@ def uvloop_installed() -> bool:
 
 def choose(requested: str | None, *, uvloop_available: bool) -> LoopKind:
     """The loop for a process asked for `requested` (None or empty: auto)."""
-    wanted = (requested or "auto").strip().lower()
-    if wanted == "auto":
-        return LoopKind.UVLOOP if uvloop_available else LoopKind.ASYNCIO
-    try:
-        kind = LoopKind(wanted)
-    except ValueError:
-        raise EventLoopError(
-            f"{EVENT_LOOP_ENV}={requested!r} is not one of {', '.join(CHOICES)}"
-        ) from None
-    if kind is LoopKind.UVLOOP and not uvloop_available:
-        raise EventLoopError(
-            f"{EVENT_LOOP_ENV}=uvloop but the uvloop package is not installed "
-            "(pip install 'brokergroup[fast]', or use auto or asyncio)"
-        )
-    return kind
+    return choose_implementation(
+        LoopKind, requested, env=EVENT_LOOP_ENV, native=LoopKind.UVLOOP,
+        fallback=LoopKind.ASYNCIO, native_available=uvloop_available,
+        missing="the uvloop package is not installed "
+        "(pip install 'brokergroup[fast]', or use auto or asyncio)",
+        error=EventLoopError,
+    )  # fmt: skip
 
 
 def configured(environ: Mapping[str, str] | None = None) -> LoopKind:

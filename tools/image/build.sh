@@ -77,6 +77,15 @@ cp "$newest" "$context/project/"
 "$PYTHON" -m pip download -q --no-index --find-links "$CACHE/wheels" --dest "$context/wheels" \
     "$newest[$EXTRAS]" >/dev/null
 rm -f "$context"/wheels/brokergroup-*.whl
+# The broker's compiled kernels (broker-image/native) beside it, built here where a Rust
+# toolchain is; without one the image's broker runs their Python references.
+if [ "$AUDIT" != 1 ]; then
+    if env PATH="$HOME/.cargo/bin:$PATH" sh -c 'command -v cargo' >/dev/null 2>&1; then
+        PATH="$HOME/.cargo/bin:$PATH" "$PYTHON" -m pip wheel -q --no-deps --wheel-dir "$context/project" ./broker-image/native
+    else
+        echo "no Rust toolchain (cargo): the image's broker runs the Python kernels"
+    fi
+fi
 # pip itself, run from its wheel inside the build (the image's virtualenv has no pip).
 pip_version=$("$PYTHON" -m pip --version | cut -d' ' -f2)
 "$PYTHON" -m pip download -q --no-deps --only-binary=:all: --dest "$CACHE/pip" \

@@ -325,11 +325,13 @@ def run_broker_command(args: argparse.Namespace) -> int:
         incarnation=os.environ.get(INCARNATION_ENV) or uuid.uuid4().hex,
     )
     settings.data_dir.mkdir(parents=True, exist_ok=True)
+    from brokergroup_broker import kernels
     from brokergroup_remoting import event_loop
 
     try:
+        kernels.check()
         failed = event_loop.run(_main(settings, config))
-    except event_loop.EventLoopError as exc:
+    except (event_loop.EventLoopError, kernels.KernelError) as exc:
         print(f"brokergroup broker: {exc}", file=sys.stderr)
         return 2
     except RegistrationFailed as exc:

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
 
+from brokergroup_broker import kernels
 from brokergroup_broker.protocol.messages import ResponseCode as BrokerCode
 from brokergroup_broker.store.message_encode import EncodedProperties
 from brokergroup_remoting import ResponseCode, names
@@ -309,6 +310,15 @@ def _batch_send_one_pass(
             request.append((k.encode(), f"{k}\x01{v}\x02".encode()))
         except UnicodeEncodeError:
             return None
+    native = kernels.NATIVE
+    if native is not None and type(body) is bytes:
+        got = native.batch_send_one_pass(
+            body, request, max_messages, reference_names, EncodedProperties
+        )
+        if got is None:
+            return None
+        flag, kernel_bodies, kernel_props = got
+        return BatchSend(flag, True, kernel_bodies, kernel_props, may_name_reference=False)
     plans: dict[tuple[bytes, ...], _Plan | None] = {}
     plan: _Plan | None = None
     tag_texts: dict[bytes, str] = {}

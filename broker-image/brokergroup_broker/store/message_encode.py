@@ -10,7 +10,9 @@ import struct
 import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import NoReturn
 
+from brokergroup_broker import kernels
 from brokergroup_broker.topics import topic_error
 
 from .errors import MessageInvalid, TopicNotStorable
@@ -125,10 +127,20 @@ def _check_properties(properties: Mapping[str, str]) -> bytes:
         raise MessageInvalid(f"properties {bad!r} contain a \\x01/\\x02 separator")
     data = text.encode()
     if len(data) > MAX_PROPERTIES_BYTES:
-        raise MessageInvalid(
-            f"properties are {len(data)} bytes encoded; the limit is {MAX_PROPERTIES_BYTES}"
-        )
+        raise _properties_too_large(len(data))
     return data
+
+
+def _properties_too_large(size: int) -> MessageInvalid:
+    return MessageInvalid(
+        f"properties are {size} bytes encoded; the limit is {MAX_PROPERTIES_BYTES}"
+    )
+
+
+def _record_too_large(total: int, body_bytes: int, topic: str, limit: int) -> MessageInvalid:
+    return MessageInvalid(
+        f"message of {total} bytes (body {body_bytes}) to {topic!r} exceeds max_message_bytes {limit}"
+    )
 
 
 @dataclass
@@ -314,13 +326,34 @@ def encode_run(
     pos = start_offset
     qo = first_queue_offset
     limit = max_message_bytes
+    if properties is not None and len(properties) != len(bodies):
+        raise ValueError(f"{len(properties)} property maps for {len(bodies)} bodies")
+    native = kernels.NATIVE
+    # The kernel takes EncodedProperties (a batch's) or none; a single send's dict is
+    # serialized and checked by `_trailer` (asking the kernel first only costs a call).
+    dict_first = properties is not None and len(properties) > 0 and type(properties[0]) is dict
+    if (
+        native is not None
+        and type(bodies) is list
+        and (properties is None or (type(properties) is list and not dict_first))
+    ):
+        try:
+            got = native.encode_run_records(
+                topic_part, queue_id, bodies, properties, EncodedProperties, flag,
+                born_timestamp_ms, middle, sys_flag, fixed, start_offset, segment_bytes,
+                first_queue_offset, max_message_bytes,
+            )  # fmt: skip
+        except OverflowError:  # a number past 64 bits: the reference refuses it
+            got = None
+        if got is not None:
+            if len(got) == 4:
+                return EncodedRun(got[0], start_offset, first_queue_offset, *got[1:])
+            _refuse(got, topic, bodies, max_message_bytes)
     extras: Iterator[tuple[bytes, bytes, int]]
     if properties is None:
         # The common case: no properties anywhere, one constant trailer.
         extras = itertools.repeat((b"", plain_trailer, 0))
     else:
-        if len(properties) != len(bodies):
-            raise ValueError(f"{len(properties)} property maps for {len(bodies)} bodies")
         tcodes = []
         tag_codes: dict[str, int] = {}
         extras = (_trailer(m, topic_part, plain_trailer, tag_codes) for m in properties)
@@ -328,10 +361,7 @@ def encode_run(
         blen = len(body)
         total = fixed + blen + len(props)
         if total > limit:
-            raise MessageInvalid(
-                f"message of {total} bytes (body {blen}) to {topic!r} exceeds "
-                f"max_message_bytes {max_message_bytes}"
-            )
+            raise _record_too_large(total, blen, topic, max_message_bytes)
         if total + END_FILE_MIN_BLANK_LENGTH > segment_bytes - pos % segment_bytes:
             space = segment_bytes - pos % segment_bytes
             append(SIZE_MAGIC.pack(space, BLANK_MAGIC_CODE) + bytes(space - 8))
@@ -353,6 +383,19 @@ def encode_run(
     return EncodedRun(b"".join(parts), start_offset, first_queue_offset, phys_list, sizes, tcodes)
 
 
+def _refuse(
+    refusal: tuple[str, int, int],
+    topic: str,
+    bodies: Sequence[bytes | bytearray | memoryview],
+    max_message_bytes: int,
+) -> NoReturn:
+    """The kernel's refusal of message i, worded as the reference loop words it."""
+    what, i, value = refusal
+    if what == "properties":
+        raise _properties_too_large(value)
+    raise _record_too_large(value, len(bodies[i]), topic, max_message_bytes)
+
+
 def _trailer(
     props_map: Mapping[str, str] | None,
     topic_part: bytes,
@@ -364,9 +407,7 @@ def _trailer(
         # Encoded and checked by its builder; the size is checked again as it is cheap.
         props = props_map.data
         if len(props) > MAX_PROPERTIES_BYTES:
-            raise MessageInvalid(
-                f"properties are {len(props)} bytes encoded; the limit is {MAX_PROPERTIES_BYTES}"
-            )
+            raise _properties_too_large(len(props))
         tags = props_map.tags
     elif not props_map:
         return b"", plain_trailer, 0

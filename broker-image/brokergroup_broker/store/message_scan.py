@@ -19,9 +19,13 @@ message.py's structs (the layout table).
 
 from __future__ import annotations
 
+import functools
 import struct
 import zlib
 from dataclasses import dataclass
+
+from brokergroup_broker import kernels
+from brokergroup_broker.topics import MAX_TOPIC_BYTES
 
 from .errors import StoreCorruption
 from .message import (
@@ -34,6 +38,7 @@ from .message import (
     I32,
     I64,
     MESSAGE_MAGIC_CODE,
+    MIN_RECORD_BYTES,
     PROPERTY_TAGS,
     RECORD_HEAD,
     SIZE_MAGIC,
@@ -75,6 +80,17 @@ _COMMON_HEAD = struct.Struct(f">iiii4xqqi{_BODY_AT[0] - 4 - THROUGH_SYS_FLAG_BYT
 assert _COMMON_HEAD.size == _BODY_AT[0]
 
 
+#: `record_layout`'s numbers for the compiled walk (kernels.py: `scan_accepted`).
+_RULES = {
+    "body_at": [_BODY_AT[b] for b in (0, BORNHOST_V6_FLAG, STOREHOSTADDRESS_V6_FLAG, _HOST_FLAGS)],
+    "born_v6_flag": BORNHOST_V6_FLAG,
+    "store_v6_flag": STOREHOSTADDRESS_V6_FLAG,
+    "min_record_bytes": MIN_RECORD_BYTES,
+    "max_topic_bytes": MAX_TOPIC_BYTES,
+}
+_NEW_INDEX = functools.partial(tuple.__new__, RecordIndex)
+
+
 @dataclass(frozen=True)
 class ScanResult:
     end: int
@@ -112,8 +128,15 @@ def scan_records(
     crc32 = zlib.crc32
     body_at_of = _BODY_AT
     topics: dict[bytes, str] = {}
+    native = kernels.NATIVE
     pos = 0
     while True:
+        if native is not None:
+            # The compiled walk takes the records it accepts; this one goes on from there.
+            pos, accepted = native.scan_accepted(
+                raw_buf, pos, base_offset, segment_bytes, limit, verify_crc, _RULES, _NEW_INDEX
+            )
+            records += accepted
         while n - pos >= head_bytes:
             # One record, judged by record_layout's rules; anything else goes to _classify.
             # The reads are `_lengths`', inline (this loop runs once per record).
