@@ -12,7 +12,8 @@ gets the isolation without asking. Temporary directories are per worker already
 Scheduling (`--dist loadgroup` runs `TierScheduling`, by the test's path): a unit test is a work unit of its
 own. Outside tests/unit a module is one work unit (its module-scoped processes start
 once), the pipeline tier is one (one SparkSession, a JVM, and one chaos-run store per
-run: its session fixtures), the cluster tier is one (one control plane per run);
+run: its package fixtures), the cluster tier is one (one control plane per run, stopped
+after its last test);
 `SHARED` names modules that share a session fixture. Where a worker cannot have its own
 namespace (not root, no `ip`, no CAP_SYS_ADMIN), every real-process test is one work
 unit: they run one after another on one worker, as before, and only the unit tier runs
@@ -87,6 +88,15 @@ USER_ENV = (
     "BROKERGROUP_CONTROLLER_TOKEN",
 )
 LOCAL_DIR_ENV = "BROKERGROUP_LOCAL_DIR"
+#: Every JVM the tiers start reads this variable (the `java` launcher does): stock RocketMQ
+#: brokers, name servers and proxies, the stock Java clients and mqadmin, Spark's drivers and
+#: executors, and the cluster tier's pods (tier/kubelet.py passes it on). Their work here is
+#: short and small, so C2's compilations and G1's threads are mostly cost: with C1 alone and
+#: the serial collector one `brokergroup audit` of the RocketMQ fixture took 57 CPU-s instead
+#: of 77 (docs/development.md "CI on a slow machine"). Only the tests' JVMs: the product's
+#: own command lines (operator argv, `local up --engine rocketmq`) are what they are.
+JVM_OPTIONS_ENV = "JDK_JAVA_OPTIONS"
+TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
 def _unshare_network() -> str | None:
@@ -137,6 +147,7 @@ def pytest_configure(config: pytest.Config) -> None:
             os.environ[LOCAL_DIR_ENV] = os.path.join(inherited, os.environ["PYTEST_XDIST_WORKER"])
         return
     _isolate_from_user_files(config)
+    os.environ.setdefault(JVM_OPTIONS_ENV, TEST_JVM_OPTIONS)  # a caller's own setting wins
     if config.getoption("numprocesses", None):
         os.environ[NETWORK_ENV] = "own" if _workers_can_have_own_network() else "host"
 
@@ -150,9 +161,9 @@ def work_unit(nodeid: str, *, own_network: bool) -> str:
         return nodeid
     if not own_network:
         return "host-network"
-    if tier == "cluster":  # its session fixture: once per run, not per worker
+    if tier == "cluster":  # its package fixture: once per run, not per worker
         return STOCK_JVMS_AND_CLUSTER
-    if tier == "pipeline":  # its session fixtures: once per run, not per worker
+    if tier == "pipeline":  # its package fixtures: once per run, not per worker
         return "pipeline-tier"
     return SHARED.get(path, path)
 

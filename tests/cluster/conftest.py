@@ -139,7 +139,10 @@ def _wait(what: str, probe: Any, timeout_s: float) -> Any:
     raise TimeoutError(f"cluster tier: {what} within {timeout_s}s")
 
 
-@pytest.fixture(scope="session")
+# Package scope: the control plane and the kubelet stop after the tier's last test, not at
+# the end of the worker's session (its other tests ran beside an idle control plane's ~10 %
+# of a core: kube-apiserver, etcd, kube-controller-manager).
+@pytest.fixture(scope="package")
 def k8s_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[K8sCluster]:
     reason = missing_reason()
     if reason is not None:

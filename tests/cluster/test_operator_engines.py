@@ -67,7 +67,7 @@ from tests.cluster.test_rocketmq_proxy_in_cluster import NamesrvTlsEnv
 from tests.integration.rocketmq_brokers import find_home
 from tests.integration.stock_client_harness import require_stock_client
 from tests.integration.test_rocketmq_engine_users import _send as acl_send
-from tools.rocketmq.stock_client import StockClient
+from tools.rocketmq.stock_client import TEST_DEADLINE_MS, StockClient
 
 pytestmark = pytest.mark.cluster
 
@@ -313,7 +313,10 @@ def test_broker_group_users_reach_the_stock_brokers_through_the_operator(
                    f"-Dtls.client.trustCertPath={_trust_file(env)}")  # fmt: skip
 
     def client(pair: tuple[str, str]) -> StockClient:
-        return StockClient(namesrv, env.work / f"client-{pair[0]}", *pair, classes, tls_options)
+        return StockClient(
+            namesrv, env.work / f"client-{pair[0]}", *pair, classes, tls_options,
+            deadline_ms=TEST_DEADLINE_MS,
+        )  # fmt: skip
 
     sent = acl_send(client(app), T, "app-t", count=3)
     assert sent[-1] == {"summary": True, "ok": 3, "refused": 0}, sent

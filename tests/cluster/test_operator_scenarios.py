@@ -68,7 +68,7 @@ def _kubeconfig(request: pytest.FixtureRequest) -> str:
     return path
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")  # as long as k8s_cluster (tests/cluster/conftest.py)
 def crds_applied(request: pytest.FixtureRequest) -> str:
     kubeconfig = _kubeconfig(request)
     apply_crds(kubeconfig)

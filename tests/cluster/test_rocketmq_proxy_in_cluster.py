@@ -66,7 +66,7 @@ from tests.cluster.test_grpc_sdk_in_cluster import SdkPods, content
 from tests.cluster.test_operator_scenarios import _kubeconfig, operator_env_in_namespace
 from tests.integration.stock_client_harness import require_stock_client
 from tests.integration.test_rocketmq_engine_users import _send as acl_send
-from tools.rocketmq.stock_client import StockClient
+from tools.rocketmq.stock_client import TEST_DEADLINE_MS, StockClient
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 
@@ -214,7 +214,8 @@ def test_the_python_sdk_sends_and_receives_through_the_groups_stock_proxy(
         name = "tls" if tls else "plain"
         return StockClient(remoting, env.work / f"stock-{name}", pair["accessKey"],
                            pair["secretKey"], classes,
-                           ("-Dtls.enable=true",) if tls else ())  # fmt: skip
+                           ("-Dtls.enable=true",) if tls else (),
+                           deadline_ms=TEST_DEADLINE_MS)  # fmt: skip
 
     # The proxy learns the topic's route through its caches: a first send may be refused.
     served: list[dict[str, Any]] = []

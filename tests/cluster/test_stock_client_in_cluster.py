@@ -221,7 +221,11 @@ def test_a_stock_client_follows_the_master_service_through_a_master_pod_deletion
     namesrv_name = f"{NAMESRV_SERVICE}.{env.namespace}.svc:9876"
     master_service = f"{GROUP}.{env.namespace}.svc:{REMOTING_PORT}"
     client = stock_client.StockClient(
-        namesrv_name, tmp_path / "client", credentials.access_key, credentials.secret_key
+        namesrv_name,
+        tmp_path / "client",
+        credentials.access_key,
+        credentials.secret_key,
+        deadline_ms=stock_client.TEST_DEADLINE_MS,
     )
     pods = StockClientPods(env, client, tmp_path)
 

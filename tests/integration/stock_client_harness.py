@@ -25,7 +25,14 @@ import pytest
 
 from brokergroup_cli.local.procs import send_signal
 from tests.integration.local_harness import Runtime, local_runtime, wait_for
-from tools.rocketmq.stock_client import CLIENT_JVM, StockClient, build, missing, rocketmq_home
+from tools.rocketmq.stock_client import (
+    CLIENT_JVM,
+    TEST_DEADLINE_MS,
+    StockClient,
+    build,
+    missing,
+    rocketmq_home,
+)
 
 #: The local runtime creates topics on first send (autoCreateTopicEnable); every test
 #: still uses its own topic and consumer group.
@@ -114,7 +121,7 @@ def stock_runtime(root: Path, extra_settings: tuple[str, ...] = ()) -> Iterator[
             runtime=rt,
             client=StockClient(
                 status["namesrvAddress"], root / "client", status["accessKey"],
-                status["secretKey"], classes,
+                status["secretKey"], classes, deadline_ms=TEST_DEADLINE_MS,
             ),
             work=root,
             namesrv=status["namesrvAddress"],

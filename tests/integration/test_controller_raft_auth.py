@@ -151,7 +151,11 @@ def test_a_node_with_the_wrong_password_never_joins(tmp_path: Path) -> None:
         with open(cluster.nodes[3].log_path, "ab") as log:
             intruder = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
         try:
-            time.sleep(3.0)  # several election timeouts of the intruder
+            # Its API first (a Python start can take seconds on a loaded 2-core machine: in
+            # CI the request below met a node not yet listening), then several election
+            # timeouts of the intruder.
+            cluster.wait_listening(3)
+            time.sleep(3.0)
             status = cluster.request(3, "GET", "/v1/raft").body
             assert status["leader"] is None and not status["isLeader"], status
             # The two real members still agree and commit.

@@ -44,7 +44,7 @@ from brokergroup_remoting.net import Credentials, RemotingClient
 from brokergroup_remoting.tls import client_context
 from tests.integration.local_harness import Runtime, local_runtime, wait_for
 from tests.integration.stock_client_harness import require_stock_client
-from tools.rocketmq.stock_client import StockClient
+from tools.rocketmq.stock_client import TEST_DEADLINE_MS, StockClient
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
 
@@ -144,6 +144,7 @@ def _verifying_client(cluster: Cluster, status: dict[str, Any]) -> StockClient:
     (TlsSystemConfig; without tls.test.mode.enable=false it would trust any server)."""
     return StockClient(
         status["namesrvAddress"], cluster.work / "client", *_pair(status), cluster.classes,
+        deadline_ms=TEST_DEADLINE_MS,
         jvm_options=(
             "-Dtls.enable=true", "-Dtls.test.mode.enable=false", "-Dtls.client.authServer=true",
             f"-Dtls.client.trustCertPath={status['caFile']}",

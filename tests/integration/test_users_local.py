@@ -36,7 +36,7 @@ from brokergroup_remoting.command import request
 from brokergroup_remoting.net import Credentials, RemotingClient
 from tests.integration.local_harness import Runtime, local_runtime, wait_for
 from tests.integration.stock_client_harness import require_stock_client
-from tools.rocketmq.stock_client import StockClient
+from tools.rocketmq.stock_client import TEST_DEADLINE_MS, StockClient
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
 
@@ -99,7 +99,7 @@ def _client(cluster: Cluster, pair: tuple[str, str]) -> StockClient:
     status = cluster.runtime.status()
     return StockClient(
         status["namesrvAddress"], cluster.work / f"client-{pair[0]}", pair[0], pair[1],
-        cluster.classes,
+        cluster.classes, deadline_ms=TEST_DEADLINE_MS,
     )  # fmt: skip
 
 

@@ -1,9 +1,10 @@
-"""Shared fixtures of the audit tests: one SparkSession per test session, and one
+"""Shared fixtures of the audit tests: one SparkSession for the tier, and one
 real store made by a chaos run of the local runtime (3 brokers, 2 master kills while
 a producer writes an ack log and `brokergroup admin events` records the controller)."""
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 from brokergroup_audit.session import spark_session
@@ -34,14 +36,81 @@ FIXTURE_TAR = (
 SEGMENT_BYTES = 256 * 1024
 
 
-@pytest.fixture(scope="session")
-def spark() -> Iterator[SparkSession]:
-    session = spark_session("local[*]", app_name="brokergroup-audit-tests")
-    yield session
-    session.stop()
+class SparkSessions:
+    """The tier's one SparkSession, started again after a test that failed: a test cut off
+    by its timeout inside a py4j call leaves the gateway's socket in the middle of an
+    answer, and every later call reads the rest of that answer (in CI one such timeout
+    turned into 10 more failures: KeyError 'c', "SparkSession does not exist in the JVM")."""
+
+    def __init__(self) -> None:
+        self._session: SparkSession | None = None
+
+    def get(self) -> SparkSession:
+        if self._session is None:
+            self._session = spark_session("local[*]", app_name="brokergroup-audit-tests")
+        return self._session
+
+    def discard(self) -> None:
+        """Stop the session and its JVM, whatever state the gateway is in."""
+        session, self._session = self._session, None
+        if session is None:
+            return
+        gateway = SparkContext._gateway
+        # A desynchronised gateway raises anything (KeyError, Py4JError, OSError).
+        with contextlib.suppress(Exception):
+            session.stop()
+        if gateway is not None:
+            with contextlib.suppress(Exception):
+                gateway.shutdown()
+            proc = getattr(gateway, "proc", None)
+            if proc is not None:
+                proc.kill()
+                proc.wait(timeout=30)
+        # What getOrCreate() looks at: with these cleared it launches a new JVM.
+        SparkContext._gateway = None
+        SparkContext._jvm = None
+        SparkContext._active_spark_context = None
+        SparkSession._instantiatedSession = None
+        SparkSession._activeSession = None
 
 
-@pytest.fixture(scope="session")
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Each audit test's 300 s are its own: the tier's session fixtures (a chaos run of the
+    local runtime, a SparkSession) start inside whichever test asks first, bounded by
+    their own deadlines, and on a slow machine they took most of the first test's time."""
+    for item in items:
+        if item.nodeid.startswith("tests/pipeline/"):
+            item.add_marker(pytest.mark.timeout(300, func_only=True))
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    setattr(item, f"report_{report.when}", report)  # read by the spark fixture's teardown
+    return report
+
+
+# Package scope (here and below): the JVM and the stores go after the tier's last test, not at
+# the end of the worker's session.
+@pytest.fixture(scope="package")
+def spark_sessions() -> Iterator[SparkSessions]:
+    sessions = SparkSessions()
+    yield sessions
+    sessions.discard()
+
+
+@pytest.fixture
+def spark(spark_sessions: SparkSessions, request: pytest.FixtureRequest) -> Iterator[SparkSession]:
+    yield spark_sessions.get()
+    if any(
+        getattr(request.node, f"report_{when}", None) is not None
+        and getattr(request.node, f"report_{when}").failed
+        for when in ("setup", "call")
+    ):
+        spark_sessions.discard()
+
+
+@pytest.fixture(scope="package")
 def rocketmq_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if not FIXTURE_TAR.is_file():
         pytest.skip(f"RocketMQ fixture {FIXTURE_TAR} not present")
@@ -103,7 +172,7 @@ class _Producer(threading.Thread):
             return 0
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def chaos_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ChaosStore]:
     base = tmp_path_factory.mktemp("chaos")
     acks = base / "acks.jsonl"

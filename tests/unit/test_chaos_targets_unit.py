@@ -171,7 +171,8 @@ def test_a_port_cut_stops_a_link_an_address_cut_misses() -> None:
     """A stock RocketMQ slave dials its master's HA port from an unbound socket, so its
     packets leave from 127.0.0.1: the lagging-slaves fault's address-pair cut (slave host
     <-> master host) never matched them, the "cut off" slaves kept replicating, and
-    test_rocketmq_acking_alone_under_lagging_slave_kills_reports_losses lost nothing in CI
+    the plain RocketMQ negative control (test_chaos_targets until stop 51, now in
+    bench/chaos_compare.py) lost nothing in CI
     (the master's HA log: "HAService receive new connection, /127.0.0.1:…"). Shown here on
     two real sockets; the port cut (netfault.PortCut, now also applied by that fault to a
     node with `ha_port`) stops the bytes until it heals."""

@@ -22,6 +22,7 @@ import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
 import org.apache.rocketmq.acl.common.AclClientRPCHook;
 import org.apache.rocketmq.acl.common.SessionCredentials;
+import org.apache.rocketmq.client.ClientConfig;
 import org.apache.rocketmq.client.consumer.DefaultLitePullConsumer;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
@@ -149,9 +150,23 @@ public class StockClient {
         return ak.isEmpty() ? null : new AclClientRPCHook(new SessionCredentials(ak, opt("sk", "")));
     }
 
+    /**
+     * The client's deadlines where the caller gave them: `api_timeout_ms` (mqClientApiTimeout:
+     * name-server and admin calls) and, for a producer, `send_timeout_ms` (sendMsgTimeout, the
+     * whole send with its retries). RocketMQ's defaults (3 s each) otherwise.
+     */
+    static <T extends ClientConfig> T deadlines(T c) {
+        String api = opt("api_timeout_ms", "");
+        if (!api.isEmpty()) c.setMqClientApiTimeout(Integer.parseInt(api));
+        String send = opt("send_timeout_ms", "");
+        if (!send.isEmpty() && c instanceof DefaultMQProducer p) p.setSendMsgTimeout(Integer.parseInt(send));
+        return c;
+    }
+
     static DefaultMQProducer producer(String suffix) throws Exception {
         DefaultMQProducer p = new DefaultMQProducer(opt("group", "stock-client-producer") + suffix, hook());
         p.setNamesrvAddr(opt("namesrv", "127.0.0.1:9876"));
+        deadlines(p);
         p.setInstanceName("stock-client-" + ProcessHandle.current().pid() + suffix);
         p.start();
         return p;
@@ -303,6 +318,7 @@ public class StockClient {
         if (kind.equals("lite")) {
             DefaultLitePullConsumer c = new DefaultLitePullConsumer(group, hook());
             c.setNamesrvAddr(opt("namesrv", "127.0.0.1:9876"));
+            deadlines(c);
             c.setInstanceName("stock-client-" + ProcessHandle.current().pid());
             c.setConsumeFromWhere(from);
             c.subscribe(topic, "*");
@@ -323,6 +339,7 @@ public class StockClient {
         } else {
             DefaultMQPushConsumer c = new DefaultMQPushConsumer(group, hook(), new AllocateMessageQueueAveragely());
             c.setNamesrvAddr(opt("namesrv", "127.0.0.1:9876"));
+            deadlines(c);
             c.setInstanceName("stock-client-" + ProcessHandle.current().pid());
             c.setConsumeFromWhere(from);
             c.subscribe(topic, "*");
@@ -367,6 +384,7 @@ public class StockClient {
         List<String> lines = new ArrayList<>();
         DefaultMQPushConsumer c = new DefaultMQPushConsumer(group, hook(), new AllocateMessageQueueAveragely());
         c.setNamesrvAddr(opt("namesrv", "127.0.0.1:9876"));
+        deadlines(c);
         c.setInstanceName("stock-client-" + ProcessHandle.current().pid());
         c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
         c.setMaxReconsumeTimes(intOpt("max_reconsume", 1));
@@ -596,6 +614,7 @@ public class StockClient {
         try (BufferedWriter out = Files.newBufferedWriter(Paths.get(opt("out", "backoff.tsv")))) {
             DefaultMQPushConsumer c = new DefaultMQPushConsumer(group, hook(), new AllocateMessageQueueAveragely());
             c.setNamesrvAddr(opt("namesrv", "127.0.0.1:9876"));
+            deadlines(c);
             c.setInstanceName("stock-client-" + ProcessHandle.current().pid());
             c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
             c.subscribe(topic, "*");
@@ -632,6 +651,7 @@ public class StockClient {
         try (BufferedWriter out = Files.newBufferedWriter(Paths.get(opt("out", "follow.tsv")))) {
             DefaultMQPushConsumer c = new DefaultMQPushConsumer(group, hook(), new AllocateMessageQueueAveragely());
             c.setNamesrvAddr(opt("namesrv", "127.0.0.1:9876"));
+            deadlines(c);
             c.setInstanceName("stock-client-" + ProcessHandle.current().pid());
             c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
             c.subscribe(topic, "*");
@@ -714,6 +734,7 @@ public class StockClient {
             // A DefaultMQPushConsumer of a new group from the first offset (concurrent).
             DefaultMQPushConsumer c = new DefaultMQPushConsumer(group, hook(), new AllocateMessageQueueAveragely());
             c.setNamesrvAddr(opt("namesrv", "127.0.0.1:9876"));
+            deadlines(c);
             c.setInstanceName("stock-client-" + ProcessHandle.current().pid());
             c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
             c.subscribe(topic, "*");
@@ -732,6 +753,7 @@ public class StockClient {
         } else {
             DefaultLitePullConsumer c = new DefaultLitePullConsumer(group, hook());
             c.setNamesrvAddr(opt("namesrv", "127.0.0.1:9876"));
+            deadlines(c);
             c.setInstanceName("stock-client-" + ProcessHandle.current().pid());
             c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
             c.setPullBatchSize(256);

@@ -48,6 +48,13 @@ SERVER_JVM = ["-Xms256m", "-Xmx512m", "-XX:MaxDirectMemorySize=512m", "-XX:+UseS
 CLIENT_JVM = ["-Xms256m", "-Xmx768m", "-XX:+UseSerialGC"]
 
 
+#: The tests' client deadlines (StockClient.deadline_ms): on a loaded 2-core CI machine a
+#: first send (a JVM's route lookup, connection, send, replication) took past RocketMQ's 3 s
+#: (`sendDefaultImpl call timeout`, name-server reads timing out at 2-3 s) while what those
+#: tests check is content and order; latency belongs to bench/.
+TEST_DEADLINE_MS = 20_000
+
+
 class StockClientMissing(RuntimeError):
     """Java or the cached jars are missing: the reason a test skips."""
 
@@ -126,10 +133,20 @@ class StockClient:
     classes: Path = field(default_factory=build)
     jvm_options: tuple[str, ...] = ()
     """More JVM options (e.g. `-Dtls.enable=true`: the client's TLS, TlsSystemConfig)."""
+    deadline_ms: int | None = None
+    """The client's send and name-server/admin call deadlines (sendMsgTimeout,
+    mqClientApiTimeout) unless a mode's options name them; None: RocketMQ's 3 s each.
+    Benchmarks and chaos runs keep RocketMQ's (their failure times are what they measure);
+    the tests' functional checks give a loaded 2-core machine longer (TEST_DEADLINE_MS)."""
 
     def command(self, mode: str, **options: object) -> list[str]:
         home = rocketmq_home()
-        opts = {"namesrv": self.namesrv, **options}
+        deadlines = (
+            {"send_timeout_ms": self.deadline_ms, "api_timeout_ms": self.deadline_ms}
+            if self.deadline_ms is not None
+            else {}
+        )
+        opts = {"namesrv": self.namesrv, **deadlines, **options}
         if self.access_key:
             opts |= {"ak": self.access_key, "sk": self.secret_key}
         return ["java", *CLIENT_JVM, *self.jvm_options, f"-Duser.home={self.work}",

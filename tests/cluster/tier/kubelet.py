@@ -102,14 +102,20 @@ def image_env(home: Path) -> dict[str, str]:
     """A container's environment before the pod's own variables: what the broker
     image's ENV sets (its venv first on PATH, unbuffered Python) and a HOME. Nothing
     of the test process's environment: a variable exported where the tests run (a
-    KUBECONFIG, say) would reach no real pod, so it must not reach these."""
-    return {
+    KUBECONFIG, say) would reach no real pod, so it must not reach these. The one exception
+    is the tests' JVM tuning (JDK_JAVA_OPTIONS, tests/conftest.py): a stock broker pod's
+    JVM runs its operator-made command line with it, as every other JVM of the tiers does."""
+    env = {
         "PATH": f"{VENV_BIN}:{_SYSTEM_PATH}",
         "HOME": str(home),
         "LANG": "C.UTF-8",
         "PYTHONUNBUFFERED": "1",
         "PYTHONDONTWRITEBYTECODE": "1",
     }
+    jvm_options = os.environ.get("JDK_JAVA_OPTIONS")
+    if jvm_options:
+        env["JDK_JAVA_OPTIONS"] = jvm_options
+    return env
 
 
 _VAR = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")

@@ -38,6 +38,7 @@ public class BroadcastMode {
             got.add(mine);
             DefaultMQPushConsumer c = new DefaultMQPushConsumer(group, StockClient.hook(), new AllocateMessageQueueAveragely());
             c.setNamesrvAddr(namesrv);
+            StockClient.deadlines(c);
             c.setInstanceName("broadcast-" + ProcessHandle.current().pid() + "-" + k);
             c.setMessageModel(MessageModel.BROADCASTING);
             c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);

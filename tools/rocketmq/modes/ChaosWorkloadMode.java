@@ -54,6 +54,7 @@ public class ChaosWorkloadMode {
         DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(
             StockClient.opt("group", "chaos-workload"), StockClient.hook(), new AllocateMessageQueueAveragely());
         consumer.setNamesrvAddr(StockClient.opt("namesrv", "127.0.0.1:9876"));
+        StockClient.deadlines(consumer);
         consumer.setInstanceName("chaos-consumer-" + ProcessHandle.current().pid());
         consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
         consumer.subscribe(topic, "*");
@@ -82,6 +83,7 @@ public class ChaosWorkloadMode {
             DefaultMQProducer p = new DefaultMQProducer(
                 StockClient.opt("producer_group", "chaos-producer"), StockClient.hook());
             p.setNamesrvAddr(StockClient.opt("namesrv", "127.0.0.1:9876"));
+            StockClient.deadlines(p);
             p.setInstanceName("chaos-" + client + "-" + ProcessHandle.current().pid());
             p.setSendMsgTimeout(StockClient.intOpt("send_timeout_ms", 3000));
             p.start();

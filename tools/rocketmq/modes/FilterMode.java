@@ -34,6 +34,7 @@ public class FilterMode {
                                           String topic, List<String> lines, long[] last) throws Exception {
         DefaultMQPushConsumer c = new DefaultMQPushConsumer(group, StockClient.hook(), new AllocateMessageQueueAveragely());
         c.setNamesrvAddr(StockClient.opt("namesrv", "127.0.0.1:9876"));
+        StockClient.deadlines(c);
         c.setInstanceName("filter-" + name + "-" + ProcessHandle.current().pid());
         c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
         c.setConsumeThreadMin(1);

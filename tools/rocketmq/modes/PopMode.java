@@ -42,6 +42,7 @@ public class PopMode {
         try (BufferedWriter out = Files.newBufferedWriter(Paths.get(StockClient.opt("out", "pop.tsv")))) {
             DefaultMQPushConsumer c = new DefaultMQPushConsumer(group, StockClient.hook(), new AllocateMessageQueueAveragely());
             c.setNamesrvAddr(StockClient.opt("namesrv", "127.0.0.1:9876"));
+            StockClient.deadlines(c);
             c.setInstanceName("stock-pop-" + ProcessHandle.current().pid());
             c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
             c.setClientRebalance(false);

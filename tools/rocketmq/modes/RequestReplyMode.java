@@ -34,6 +34,7 @@ public class RequestReplyMode {
         DefaultMQPushConsumer responder = new DefaultMQPushConsumer(group + "-responder", StockClient.hook(),
             new AllocateMessageQueueAveragely());
         responder.setNamesrvAddr(namesrv);
+        StockClient.deadlines(responder);
         responder.setInstanceName("rr-responder-" + ProcessHandle.current().pid());
         responder.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
         responder.subscribe(topic, "*");

@@ -39,6 +39,7 @@ public class TraceMode {
         String namesrv = StockClient.opt("namesrv", "127.0.0.1:9876");
         DefaultMQProducer producer = new DefaultMQProducer(group + "-producer", StockClient.hook(), true, null);
         producer.setNamesrvAddr(namesrv);
+        StockClient.deadlines(producer);
         producer.setInstanceName("trace-producer-" + ProcessHandle.current().pid());
         producer.start();
         List<String> lines = new ArrayList<>();
@@ -55,6 +56,7 @@ public class TraceMode {
         DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(group + "-consumer", StockClient.hook(),
             new AllocateMessageQueueAveragely(), true, null);
         consumer.setNamesrvAddr(namesrv);
+        StockClient.deadlines(consumer);
         consumer.setInstanceName("trace-consumer-" + ProcessHandle.current().pid());
         consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
         consumer.subscribe(topic, "*");

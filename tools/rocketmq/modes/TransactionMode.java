@@ -55,6 +55,7 @@ public class TransactionMode {
             TransactionMQProducer p = new TransactionMQProducer(
                 StockClient.opt("group", "stock-client-tx-producer"), StockClient.hook());
             p.setNamesrvAddr(StockClient.opt("namesrv", "127.0.0.1:9876"));
+            StockClient.deadlines(p);
             p.setInstanceName("stock-client-" + ProcessHandle.current().pid());
             p.setHeartbeatBrokerInterval(StockClient.intOpt("heartbeat_ms", 1000));
             p.setSendMsgTimeout(StockClient.intOpt("send_timeout_ms", 3000));
