@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from tests.cluster.conftest import K8sCluster
+from tests.cluster.tier.kubelet import image_env
 
 pytestmark = pytest.mark.cluster
 
@@ -138,7 +140,9 @@ def test_statefulset_pods_volumes_new_ip_on_recreate_and_crash_restart(
     )
     pod_vars = {"DATA_DIR", "POD_IP", "POD_NAME", "KUBERNETES_SERVICE_HOST",
                 "KUBERNETES_SERVICE_PORT", "KUBERNETES_SERVICE_PORT_HTTPS", "KUBERNETES_PORT"}  # fmt: skip
-    image_vars = {"PATH", "HOME", "LANG", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE"}
+    # The image's ENV (and the tiers' JVM tuning, which the process kubelet passes on).
+    image_vars = set(image_env(Path("/")))
+    assert {"PATH", "HOME", "LANG", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE"} <= image_vars
     shell_vars = {"PWD", "SHLVL", "OLDPWD", "_"}
     assert pod_vars | image_vars <= set(env) <= pod_vars | image_vars | shell_vars, sorted(env)
     assert env["POD_IP"] == ips[0] and env["KUBERNETES_SERVICE_PORT"] == "443"

@@ -33,7 +33,12 @@ from brokergroup_remoting.stock_users import ACL_PROPERTIES, acl_enabled
 
 #: The cache directory's version (tools/rocketmq/fetch.sh); server/VERSION names the servers'.
 VERSION = "5.3.1"
-JVM_OPTIONS = ("-Xms128m", "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xss512k")
+#: Small heaps and the serial collector for a laptop's group. Not C1 alone
+#: (-XX:TieredStopAtLevel=1, the setting before 2026-12-01): with the timer wheel on, a broker's
+#: TimerFlushService compares the whole 38.7 MB wheel byte by byte with its mapped file every
+#: second (TimerWheel.flush), which C1's code made ~21 % of a core per idle broker and C2's ~2 %
+#: (idle `local up --engine rocketmq`: each broker 20-26 % of a core -> 7-9 %, docs/local.md).
+JVM_OPTIONS = ("-Xms128m", "-Xmx256m", "-XX:+UseSerialGC", "-Xss512k")
 
 BROKER_MAIN = "org.apache.rocketmq.broker.BrokerStartup"
 NAMESRV_MAIN = "org.apache.rocketmq.namesrv.NamesrvStartup"
